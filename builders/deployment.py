@@ -1,0 +1,58 @@
+"""What the builders need to know to render a deployment; filled from a plan by ``optimiser.artifacts``.
+
+Builders never import the optimiser: this frozen description is the whole contract. Every string in it may come from a
+user's spec, so renderers quote it for the format they write (shell, YAML, Dockerfile JSON-array form).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+ContainerFormat = Literal["docker", "singularity"]
+Scheduler = Literal["slurm", "pbs", "torque", "kubernetes", "none"]
+
+
+@dataclass(frozen=True)
+class Deployment:
+    """One chosen route, ready to render as images and a job."""
+
+    #: Application name from the spec (free text; renderers sanitise it where a name must be a DNS label etc.).
+    app_name: str
+    #: Base image per container format (docker: an image ref; singularity: the same ref, bootstrapped from docker).
+    base_image: str
+    #: CPU architecture of the target (x86_64 | aarch64 | ppc64le).
+    arch: str = "x86_64"
+    #: Accelerator vendor ("nvidia", ...) or None for CPU only; ``gpus_per_node`` how many per node.
+    accelerator: str | None = None
+    gpus_per_node: int = 0
+    #: Debian/Ubuntu packages and pip requirements to install in the build stage.
+    apt_packages: tuple[str, ...] = ()
+    pip_packages: tuple[str, ...] = ()
+    #: Extra shell commands from the catalog (trusted text, not from the spec).
+    run_steps: tuple[str, ...] = ()
+    #: Environment for the final image (thread counts, library switches, precision flags).
+    env: tuple[tuple[str, str], ...] = ()
+    #: OCI labels (spec hash, route, predicted figures, appopt version).
+    labels: tuple[tuple[str, str], ...] = ()
+    #: The model file to copy into the image (path relative to the build context) or None for a named architecture.
+    model_file: str | None = None
+    #: argv run in the build stage to compile the model (None when the framework needs no compile step).
+    compile_argv: tuple[str, ...] | None = None
+    #: argv of the container's entrypoint (the application run).
+    run_argv: tuple[str, ...] = ()
+    #: Container formats to render.
+    formats: tuple[ContainerFormat, ...] = ("docker", "singularity")
+    #: Image reference to tag/push (registry/name:tag); None means a local name derived from ``app_name``.
+    image_ref: str | None = None
+    # --- the job ---
+    scheduler: Scheduler = "none"
+    nodes: int = 1
+    tasks_per_node: int = 1
+    cpus_per_task: int = 1
+    walltime: str = "01:00:00"
+    partition: str | None = None
+    account: str | None = None
+    #: Multi-node launcher for HPC jobs: "srun" (Slurm) or "mpirun" (PBS/Torque); None for single-task jobs.
+    launcher: str | None = None
+    extra: dict[str, str] = field(default_factory=dict)
