@@ -1,0 +1,150 @@
+"""From a plan to files: ``plan.json``, ``plan.md`` and the builders' Dockerfile, Singularity.def and job script."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+
+from builders.render import render_artifacts
+
+from builders.deployment import Deployment
+from optimiser.catalog import load_catalog
+from optimiser.catalog.models import Catalog, Install
+from optimiser.errors import AppoptError
+from optimiser.planner import Plan
+from optimiser.report import appopt_version, plan_to_dict, render_markdown, spec_digest
+
+#: Where the model lives inside images.
+IMAGE_APP_DIR = "/opt/app"
+#: Our runtime's id in the catalog: the route whose image runs the model with ``python -m runtime``.
+OUR_RUNTIME = "appopt-runtime"
+_LAUNCHERS = {"slurm": "srun", "pbs": "mpirun", "torque": "mpirun"}
+
+
+def deployment_from_plan(plan: Plan, catalog: Catalog | None = None) -> Deployment:
+    """Everything the builders need to render the chosen route, with all spec text passed as data."""
+    catalog = catalog or load_catalog()
+    spec, choice, target = plan.spec, plan.choice, plan.target
+    route = choice.route
+    installs: list[Install] = [catalog.frameworks[route.framework].install]
+    if route.compiler in catalog.compilers:
+        installs.append(catalog.compilers[route.compiler].install)
+    installs += [catalog.libraries[lib].install for lib in route.libraries]
+    gpu = spec.target.gpu
+    gpus = gpu.count if gpu else 0
+    cores = spec.target.cpu.cores or target.hardware.cores or 1
+    tasks = max(gpus, 1)
+    env = {k: v for inst in installs for k, v in inst.env.items()}
+    env.setdefault("OMP_NUM_THREADS", str(max(cores // tasks, 1)))
+    env["APPOPT_PRECISION"] = route.precision
+    env["APPOPT_LAYOUT"] = route.layout
+    model_file = "model.onnx" if spec.application.model.onnx is not None else None
+    compile_argv, run_argv = _commands(plan, model_file)
+    return Deployment(
+        app_name=spec.name,
+        base_image=choice.base_image,
+        arch=target.arch,
+        accelerator=target.device_key if gpu else None,
+        gpus_per_node=gpus,
+        apt_packages=tuple(dict.fromkeys(p for inst in installs for p in inst.apt)),
+        pip_packages=tuple(dict.fromkeys(p for inst in installs for p in inst.pip)),
+        run_steps=tuple(step for inst in installs for step in inst.run),
+        env=tuple(sorted(env.items())),
+        labels=tuple(_labels(plan).items()),
+        model_file=model_file,
+        compile_argv=compile_argv,
+        run_argv=run_argv,
+        formats=tuple(spec.container.formats),
+        image_ref=f"{spec.container.registry}:{spec.container.tag}" if spec.container.registry else None,
+        scheduler=spec.target.scheduler,
+        nodes=spec.target.nodes,
+        tasks_per_node=tasks,
+        cpus_per_task=max(cores // tasks, 1),
+        walltime=spec.target.walltime,
+        partition=spec.target.partition,
+        account=spec.target.account,
+        launcher=_LAUNCHERS.get(spec.target.scheduler) if spec.target.nodes * tasks > 1 else None,
+    )
+
+
+def _commands(plan: Plan, model_file: str | None) -> tuple[tuple[str, ...] | None, tuple[str, ...]]:
+    """(build-stage compile argv, entrypoint argv) for the chosen route."""
+    user = plan.spec.application.command
+    if plan.choice.route.framework == OUR_RUNTIME and model_file is not None:
+        compiled = f"{IMAGE_APP_DIR}/compiled"
+        compile_argv = ("python3", "-m", "runtime", "compile", f"{IMAGE_APP_DIR}/{model_file}", "-o", compiled)
+        run_argv = tuple(user) if user else ("python3", "-m", "runtime", "run", compiled, "--random", "--repeat", "20")
+        return compile_argv, run_argv
+    return None, tuple(user) if user else ("python3",)
+
+
+def _labels(plan: Plan) -> dict[str, str]:
+    p = plan.choice.prediction
+    return {
+        "org.opencontainers.image.title": plan.spec.name,
+        "org.opencontainers.image.version": plan.spec.container.tag,
+        "org.opencontainers.image.revision": git_revision(),
+        "io.appopt.spec-sha256": spec_digest(plan),
+        "io.appopt.route": plan.choice.route.key,
+        "io.appopt.predicted-step-seconds": f"{p.step_seconds:.6g}",
+        "io.appopt.predicted-samples-per-second": f"{p.samples_per_second:.6g}",
+        "io.appopt.performance-model": p.basis,
+        "io.appopt.version": appopt_version(),
+    }
+
+
+def git_revision() -> str:
+    """The appopt source's git revision, or 'unknown' for an installed wheel outside a checkout."""
+    try:
+        out = subprocess.run(
+            ["git", "-C", str(Path(__file__).parent), "rev-parse", "--short=12", "HEAD"],
+            capture_output=True, text=True, timeout=5, check=False,
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return "unknown"
+    return out.stdout.strip() if out.returncode == 0 and out.stdout.strip() else "unknown"
+
+
+def write_plan_outputs(plan: Plan, out_dir: Path, catalog: Catalog | None = None) -> list[Path]:
+    """Write plan.json, plan.md, the model, the runtime sources (when the route needs them) and the artifacts."""
+    try:
+        out_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise AppoptError(f"{out_dir}: cannot create output directory: {exc.strerror or exc}") from None
+    dep = deployment_from_plan(plan, catalog)
+    written = [
+        _write_text(out_dir / "plan.json", json.dumps(plan_to_dict(plan), indent=2) + "\n"),
+        _write_text(out_dir / "plan.md", render_markdown(plan)),
+    ]
+    model = plan.spec.model_path()
+    if model is not None and dep.model_file is not None:
+        shutil.copyfile(model, out_dir / dep.model_file)
+        written.append(out_dir / dep.model_file)
+    if plan.choice.route.framework == OUR_RUNTIME:
+        written.append(_copy_runtime_sources(out_dir))
+    written += render_artifacts(dep, out_dir)
+    return written
+
+
+def _copy_runtime_sources(out_dir: Path) -> Path:
+    """The runtime ships alone inside images: copy its package (pure Python) into the build context."""
+    import runtime
+
+    src = Path(runtime.__file__).parent
+    dest = out_dir / "runtime"
+    if dest.exists():
+        shutil.rmtree(dest)
+    shutil.copytree(src, dest, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+    return dest
+
+
+def _write_text(path: Path, text: str) -> Path:
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    with os.fdopen(fd, "w", encoding="utf-8") as fh:
+        fh.write(text)
+    os.replace(tmp, path)
+    return path

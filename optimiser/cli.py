@@ -1,0 +1,130 @@
+"""The ``appopt`` command line: thin commands over the optimiser, builders and runtime packages."""
+
+from __future__ import annotations
+
+import functools
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Annotated, Any, TypeVar
+
+import typer
+
+from optimiser.errors import AppoptError
+
+app = typer.Typer(
+    name="appopt",
+    help="Plan, build and run deep-learning applications fast on the machine you were given.",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    add_completion=False,
+)
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def user_errors(fn: F) -> F:
+    """Print a user's mistake as ``error: ...`` lines on stderr and exit non-zero, never with a traceback."""
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        from runtime.errors import RuntimeModelError
+
+        try:
+            return fn(*args, **kwargs)
+        except AppoptError as exc:
+            for line in exc.lines:
+                typer.echo(f"error: {line}", err=True)
+            raise typer.Exit(exc.exit_code) from None
+        except RuntimeModelError as exc:
+            typer.echo(f"error: {exc}", err=True)
+            raise typer.Exit(2) from None
+
+    return wrapper  # type: ignore[return-value]
+
+
+SpecArg = Annotated[Path, typer.Argument(help="The application spec (YAML).", show_default=False)]
+
+
+@app.command()
+@user_errors
+def validate(spec: SpecArg) -> None:
+    """Check a spec (fields, catalog ids, target hardware) without planning."""
+    from optimiser.validation import validate_spec
+
+    summary = validate_spec(spec)
+    typer.echo(f"ok: {summary}")
+
+
+@app.command()
+@user_errors
+def schema(
+    output: Annotated[Path | None, typer.Option("-o", "--output", help="Write to this file instead of stdout.")] = None,
+) -> None:
+    """Print the spec's JSON Schema (for YAML editors)."""
+    from optimiser.spec import json_schema
+
+    text = json.dumps(json_schema(), indent=2) + "\n"
+    if output is None:
+        typer.echo(text, nl=False)
+    else:
+        output.write_text(text, encoding="utf-8")
+        typer.echo(f"wrote {output}")
+
+
+@app.command()
+@user_errors
+def plan(
+    spec: SpecArg,
+    out: Annotated[
+        Path | None, typer.Option("-o", "--out", help="Write plan.json, plan.md and the artifacts here.")
+    ] = None,
+    top: Annotated[int | None, typer.Option(help="Rank this many candidates in the table/report.", min=1)] = None,
+) -> None:
+    """Rank every compatible route for SPEC and explain the choice; with -o also render the artifacts."""
+    from optimiser.artifacts import write_plan_outputs
+    from optimiser.planner import make_plan
+    from optimiser.report import render_table
+    from optimiser.spec import load_spec
+
+    app_spec = load_spec(spec)
+    if top is not None:
+        app_spec = app_spec.model_copy(
+            update={"optimisation": app_spec.optimisation.model_copy(update={"top": top})}
+        )
+    result = make_plan(app_spec)
+    typer.echo(render_table(result))
+    if out is not None:
+        for path in write_plan_outputs(result, out):
+            typer.echo(f"wrote {path}")
+
+
+@app.command()
+@user_errors
+def catalog(
+    category: Annotated[
+        str, typer.Argument(help="frameworks | compilers | libraries | hardware | architectures")
+    ] = "frameworks",
+) -> None:
+    """List the catalog's entries of one category."""
+    from optimiser.catalog_listing import list_category
+
+    typer.echo(list_category(category))
+
+
+def _register_optional_commands() -> None:
+    from optimiser.commands import runtime_cmds
+
+    runtime_cmds.register(app)
+
+
+_register_optional_commands()
+
+
+def main() -> None:
+    """Console-script entry point."""
+    app()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,286 @@
+"""The application spec: one YAML file describing a DL application and the machine it must run on.
+
+``load_spec(path)`` parses and validates it. Every problem becomes one line ``path.to.field: message (line N)`` in a
+:class:`~optimiser.errors.SpecError`; unknown keys are errors with a "did you mean" when a known key is close.
+
+Example::
+
+    >>> spec = load_spec("examples/resnet50-gpu-slurm.yaml")  # doctest: +SKIP
+    >>> spec.application.batch_size
+    64
+"""
+
+from __future__ import annotations
+
+import difflib
+import re
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from optimiser.errors import SpecError
+
+Arch = Literal["x86_64", "aarch64", "ppc64le"]
+Precision = Literal["auto", "fp32", "fp16", "bf16", "int8"]
+Goal = Literal["latency", "throughput", "time_to_solution"]
+Scheduler = Literal["slurm", "pbs", "torque", "kubernetes", "none"]
+ContainerFormat = Literal["docker", "singularity"]
+_ALL_FORMATS: tuple[ContainerFormat, ...] = ("docker", "singularity")
+
+_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$")
+_REPO_RE = re.compile(r"[a-z0-9]([a-z0-9._:-]*[a-z0-9])?(/[a-z0-9]([a-z0-9._-]*[a-z0-9])?)*")
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class ModelRef(_Strict):
+    """Either a catalog architecture or an ONNX file (relative to the spec file)."""
+
+    architecture: str | None = Field(None, description="A catalog architecture id, e.g. resnet50 or bert_base.")
+    onnx: Path | None = Field(None, description="Path to an ONNX model, relative to the spec file.")
+
+    @model_validator(mode="after")
+    def _exactly_one(self) -> ModelRef:
+        if (self.architecture is None) == (self.onnx is None):
+            raise ValueError("give exactly one of 'architecture' or 'onnx'")
+        return self
+
+
+class Data(_Strict):
+    """The data the application reads; sizes drive time-to-solution."""
+
+    path: str | None = Field(None, description="Where the data lives on the target (mounted into the job).")
+    samples: Annotated[int, Field(gt=0)] | None = Field(None, description="Samples per epoch.")
+    epochs: Annotated[float, Field(gt=0)] = Field(1, description="Epochs to run (training) or passes (inference).")
+    input_shape: list[Annotated[int, Field(gt=0)]] | None = Field(
+        None, description="Per-sample input shape when the model does not fix it, e.g. [3, 224, 224]."
+    )
+
+
+class Application(_Strict):
+    type: Literal["training", "inference"] = Field(description="training | inference")
+    model: ModelRef
+    batch_size: Annotated[int, Field(gt=0, le=1_000_000)] = Field(
+        1, description="Global batch size (split across all devices of all nodes)."
+    )
+    precision: Precision = Field("auto", description="auto | fp32 | fp16 | bf16 | int8")
+    framework: str = Field("auto", description="auto, or pin a framework id from the catalog.")
+    data: Data | None = None
+    command: list[str] | None = Field(
+        None, description="The application's own entry command (argv) run in the container; default: appopt runs it."
+    )
+
+
+class CPU(_Strict):
+    arch: Arch = "x86_64"
+    model: str | None = Field(None, description="A catalog hardware preset id, or 'local' for this machine.")
+    cores: Annotated[int, Field(gt=0)] | None = Field(None, description="Cores per node the job may use.")
+
+
+class Accelerator(_Strict):
+    vendor: Literal["nvidia", "amd", "intel", "none"] = "none"
+    model: str | None = Field(None, description="A catalog hardware preset id, e.g. a100.")
+    count: Annotated[int, Field(ge=0, le=64)] = Field(1, description="Accelerators per node.")
+
+    @property
+    def present(self) -> bool:
+        return self.vendor != "none" and self.count > 0
+
+
+class Target(_Strict):
+    platform: Literal["hpc", "cloud"] = "hpc"
+    cpu: CPU = Field(default_factory=CPU)
+    accelerator: Accelerator | None = None
+    scheduler: Scheduler = "none"
+    nodes: Annotated[int, Field(gt=0, le=100_000)] = 1
+    partition: str | None = Field(None, description="Slurm partition or PBS queue.")
+    account: str | None = None
+    walltime: str = Field("01:00:00", pattern=r"^(\d+-)?\d{1,3}:\d{2}:\d{2}$")
+    interconnect_gbps: Annotated[float, Field(gt=0)] | None = Field(
+        None, description="Node-to-node bandwidth in Gbit/s (default: 100 on hpc, 25 on cloud)."
+    )
+
+    @property
+    def gpu(self) -> Accelerator | None:
+        return self.accelerator if self.accelerator is not None and self.accelerator.present else None
+
+
+class Container(_Strict):
+    formats: list[ContainerFormat] = Field(default_factory=lambda: list(_ALL_FORMATS), min_length=1)
+    registry: str | None = Field(None, description="Image repository to push to, e.g. registry.example.org/team/app.")
+    tag: str = Field("latest", pattern=r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$")
+
+    @field_validator("registry")
+    @classmethod
+    def _registry_ref(cls, value: str | None) -> str | None:
+        if value is not None and not _REPO_RE.fullmatch(value):
+            raise ValueError("must be a lower-case image repository like host:port/team/app (no tag)")
+        return value
+
+
+class Selection(_Strict):
+    """Allow or deny lists per catalog category (ids)."""
+
+    frameworks: list[str] | None = None
+    compilers: list[str] | None = None
+    libraries: list[str] | None = None
+    precisions: list[str] | None = None
+    layouts: list[str] | None = None
+
+
+class Optimisation(_Strict):
+    goal: Goal = "time_to_solution"
+    allow: Selection = Field(default_factory=Selection)
+    deny: Selection = Field(default_factory=Selection)
+    top: Annotated[int, Field(gt=0, le=100)] = Field(5, description="How many ranked candidates the report lists.")
+
+
+class AppSpec(_Strict):
+    """The whole application description."""
+
+    name: str = Field(description="Application name: letters, digits, '.', '_' or '-' (max 63).")
+    application: Application
+    target: Target = Field(default_factory=Target)
+    container: Container = Field(default_factory=Container)
+    optimisation: Optimisation = Field(default_factory=Optimisation)
+    #: Directory of the spec file (resolves relative model paths); not part of the YAML.
+    base_dir: Path = Field(default=Path("."), exclude=True)
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, value: str) -> str:
+        if not _NAME_RE.fullmatch(value):
+            raise ValueError("use letters, digits, '.', '_' or '-' (start with a letter or digit, at most 63)")
+        return value
+
+    def model_path(self) -> Path | None:
+        """Absolute path of the ONNX model, if the spec names one."""
+        onnx = self.application.model.onnx
+        return None if onnx is None else (self.base_dir / onnx).resolve()
+
+
+def json_schema() -> dict[str, Any]:
+    """JSON Schema of the spec (for YAML editors)."""
+    schema = AppSpec.model_json_schema()
+    schema["properties"].pop("base_dir", None)
+    schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
+    schema["title"] = "appopt application spec"
+    return schema
+
+
+def load_spec(path: str | Path) -> AppSpec:
+    """Read and validate a spec file; raises SpecError with one line per problem."""
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise SpecError(f"{path}: cannot read: {exc.strerror or exc}") from None
+    except UnicodeDecodeError:
+        raise SpecError(f"{path}: not UTF-8 text") from None
+    return parse_spec(text, base_dir=path.resolve().parent, source=str(path))
+
+
+def parse_spec(text: str, base_dir: Path = Path("."), source: str = "<spec>") -> AppSpec:
+    """Validate spec text; ``source`` names it in messages."""
+    data, lines = _load_yaml(text, source)
+    if not isinstance(data, dict):
+        raise SpecError(f"{source}: the spec must be a mapping with keys name, application, target, ...")
+    try:
+        return AppSpec.model_validate({**data, "base_dir": base_dir})
+    except ValidationError as exc:
+        raise SpecError(*_describe(exc, lines)) from None
+
+
+# --- YAML with line numbers ---------------------------------------------------------------------------------------
+
+_Path = tuple[str | int, ...]
+
+
+def _load_yaml(text: str, source: str) -> tuple[Any, dict[_Path, int]]:
+    try:
+        node = yaml.compose(text, Loader=yaml.SafeLoader)
+        data = yaml.safe_load(text)
+    except yaml.MarkedYAMLError as exc:
+        mark = exc.problem_mark
+        where = f" (line {mark.line + 1}, column {mark.column + 1})" if mark is not None else ""
+        raise SpecError(f"{source}: invalid YAML: {exc.problem}{where}") from None
+    except yaml.YAMLError as exc:
+        raise SpecError(f"{source}: invalid YAML: {exc}") from None
+    lines: dict[_Path, int] = {}
+    if node is not None:
+        _index_lines(node, (), lines, source)
+    return data, lines
+
+
+def _index_lines(node: yaml.Node, path: _Path, out: dict[_Path, int], source: str) -> None:
+    out[path] = node.start_mark.line + 1
+    if isinstance(node, yaml.MappingNode):
+        seen: set[str] = set()
+        for key, value in node.value:
+            name = str(key.value)
+            if name in seen:
+                dotted = ".".join(str(p) for p in (*path, name))
+                raise SpecError(f"{dotted}: duplicate key (line {key.start_mark.line + 1})")
+            seen.add(name)
+            out[(*path, name)] = key.start_mark.line + 1
+            _index_lines(value, (*path, name), out, source)
+            out[(*path, name)] = key.start_mark.line + 1
+    elif isinstance(node, yaml.SequenceNode):
+        for i, item in enumerate(node.value):
+            _index_lines(item, (*path, i), out, source)
+
+
+def _describe(exc: ValidationError, lines: dict[_Path, int]) -> list[str]:
+    messages = []
+    for err in exc.errors():
+        loc = tuple(p for p in err["loc"] if not (isinstance(p, str) and p in _UNION_TAGS))
+        dotted = ".".join(str(p) for p in loc) or "spec"
+        if err["type"] == "extra_forbidden":
+            msg = "unknown key" + _suggest(loc)
+        elif err["type"] == "missing":
+            msg = "required field is missing"
+        else:
+            msg = str(err["msg"]).removeprefix("Value error, ")
+        line = _nearest_line(loc, lines)
+        messages.append(f"{dotted}: {msg}" + (f" (line {line})" if line else ""))
+    return messages
+
+
+# pydantic inserts these tags into error locations for constrained/union types; users never wrote them.
+_UNION_TAGS = {"constrained-int", "constrained-float", "int", "float", "str", "list[constrained-int]"}
+
+
+def _nearest_line(loc: _Path, lines: dict[_Path, int]) -> int | None:
+    for n in range(len(loc), -1, -1):
+        if loc[:n] in lines:
+            return lines[loc[:n]]
+    return None
+
+
+def _suggest(loc: _Path) -> str:
+    """" (did you mean 'x'?)" for an unknown key close to a known one at the same place."""
+    model: type[BaseModel] | None = AppSpec
+    for part in loc[:-1]:
+        if model is None or not isinstance(part, str):
+            return ""
+        field = model.model_fields.get(part)
+        model = _model_of(field.annotation) if field is not None else None
+    if model is None:
+        return ""
+    known = [k for k in model.model_fields if k != "base_dir"]
+    close = difflib.get_close_matches(str(loc[-1]), known, n=1, cutoff=0.6)
+    return f" (did you mean {close[0]!r}?)" if close else f" (known keys: {', '.join(known)})"
+
+
+def _model_of(annotation: Any) -> type[BaseModel] | None:
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return annotation
+    for arg in getattr(annotation, "__args__", ()):
+        found = _model_of(arg)
+        if found is not None:
+            return found
+    return None

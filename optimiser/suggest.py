@@ -1,0 +1,14 @@
+"""'Did you mean' help for ids a user typed."""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Iterable
+
+
+def unknown_id_message(field: str, value: str, known: Iterable[str]) -> str:
+    """``field: unknown 'x' (did you mean 'y'?)`` or the list of known ids when nothing is close."""
+    names = sorted(known)
+    close = difflib.get_close_matches(value, names, n=1, cutoff=0.6)
+    hint = f"did you mean {close[0]!r}?" if close else f"known: {', '.join(names)}"
+    return f"{field}: unknown {value!r} ({hint})"

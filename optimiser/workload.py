@@ -1,0 +1,49 @@
+"""The spec's model as a ``perfmodels.Workload``: per-sample cost from the ONNX graph or the architecture table."""
+
+from __future__ import annotations
+
+from optimiser.catalog.models import Architecture, Catalog
+from optimiser.errors import SpecError
+from optimiser.modelinfo import ModelCost, analyse_onnx, cost_from_architecture
+from optimiser.spec import AppSpec
+from optimiser.suggest import unknown_id_message
+from perfmodels import Workload
+
+
+def model_cost(spec: AppSpec, catalog: Catalog) -> ModelCost:
+    """Cost of one sample through the spec's model."""
+    path = spec.model_path()
+    if path is not None:
+        if not path.is_file():
+            raise SpecError(f"application.model.onnx: no such file: {path}")
+        return analyse_onnx(path, batch_size=1)
+    name = spec.application.model.architecture
+    assert name is not None  # the spec guarantees exactly one of onnx/architecture
+    return cost_from_architecture(find_architecture(catalog, name), batch_size=1)
+
+
+def find_architecture(catalog: Catalog, name: str) -> Architecture:
+    """Look an architecture up by id or alias (case-insensitive)."""
+    wanted = name.lower().replace("-", "_")
+    for arch in catalog.architectures.values():
+        if wanted == arch.id or wanted in (a.lower().replace("-", "_") for a in arch.aliases):
+            return arch
+    raise SpecError(unknown_id_message("application.model.architecture", name, catalog.architectures))
+
+
+def workload_for(spec: AppSpec, catalog: Catalog) -> Workload:
+    cost = model_cost(spec, catalog)
+    data = spec.application.data
+    total = data.samples * data.epochs if data is not None and data.samples is not None else None
+    path = spec.model_path()
+    name = path.stem if path is not None else find_architecture(catalog, spec.application.model.architecture or "").id
+    return Workload(
+        flops_per_sample=cost.flops,
+        activation_bytes_per_sample=cost.activation_bytes,
+        params=float(cost.params),
+        mode=spec.application.type,
+        batch_size=spec.application.batch_size,
+        total_samples=total,
+        flops_by_class={str(k): v.flops for k, v in cost.by_class.items()},
+        model_name=name,
+    )

@@ -1,0 +1,76 @@
+"""Plain-number descriptions of a workload and a route: what every performance model sees.
+
+``perfmodels`` knows nothing of the optimiser's catalog or spec; the planner turns those into these records.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+Mode = Literal["training", "inference"]
+
+BYTES_PER_ELEMENT = {"fp32": 4, "fp16": 2, "bf16": 2, "int8": 1}
+
+
+@dataclass(frozen=True)
+class Workload:
+    """Cost of one sample through the model, and how many samples a job runs."""
+
+    #: Forward-pass FLOPs per sample.
+    flops_per_sample: float
+    #: Bytes of activations written per sample in the forward pass at fp32.
+    activation_bytes_per_sample: float
+    #: Parameter count.
+    params: float
+    mode: Mode
+    batch_size: int
+    #: Samples processed in the whole job (epochs × samples); None when the spec gives no data size.
+    total_samples: float | None = None
+    #: FLOPs per sample by op class (conv, gemm, elementwise, norm, pool, other), when known.
+    flops_by_class: dict[str, float] = field(default_factory=dict)
+    #: Model name (architecture id or file stem): the key for fitted corrections.
+    model_name: str = ""
+
+
+@dataclass(frozen=True)
+class Device:
+    """One device of the target (a CPU socket set or one accelerator) with its peaks."""
+
+    name: str
+    kind: Literal["cpu", "gpu"]
+    #: Peak FLOP/s per precision.
+    peak_flops: dict[str, float]
+    #: Memory bandwidth in bytes/s.
+    mem_bandwidth: float
+    #: Devices per node and nodes.
+    per_node: int = 1
+    nodes: int = 1
+    #: Node-to-node bandwidth in bytes/s (for gradient all-reduce).
+    interconnect: float = 12.5e9
+
+    @property
+    def count(self) -> int:
+        return self.per_node * self.nodes
+
+
+@dataclass(frozen=True)
+class Route:
+    """A candidate's choices with the prior factors the catalog gives for them."""
+
+    framework: str
+    compiler: str
+    libraries: tuple[str, ...]
+    precision: str
+    layout: str
+    #: Fraction of peak the framework + libraries reach on this device kind (catalog prior).
+    efficiency: float
+    #: Speed-up the compiler is reported to give over the framework alone (1.0 for none).
+    compiler_speedup: float = 1.0
+    #: Multiplier for the layout on this device (1.0 = the device's preferred layout).
+    layout_factor: float = 1.0
+
+    @property
+    def key(self) -> str:
+        libs = "+".join(self.libraries) or "-"
+        return f"{self.framework}/{self.compiler}/{libs}/{self.precision}/{self.layout}"

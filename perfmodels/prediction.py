@@ -1,0 +1,30 @@
+"""What a performance model returns, and the interface every model implements."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal, Protocol
+
+from perfmodels.features import Device, Route, Workload
+
+
+@dataclass(frozen=True)
+class Prediction:
+    """Predicted cost of one step (one batch) and of the whole job."""
+
+    step_seconds: float
+    samples_per_second: float
+    #: Whole-job time (None without a data size in the spec).
+    total_seconds: float | None
+    bound: Literal["compute", "memory"]
+    #: Which model produced it: "roofline-prior" or "fitted:<name>".
+    basis: str
+    detail: dict[str, float] = field(default_factory=dict)
+
+
+class PerformanceModel(Protocol):
+    """Anything that predicts a route's cost on a device for a workload."""
+
+    name: str
+
+    def predict(self, workload: Workload, route: Route, device: Device) -> Prediction: ...
