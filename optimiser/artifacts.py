@@ -30,10 +30,11 @@ def deployment_from_plan(plan: Plan, catalog: Catalog | None = None) -> Deployme
     catalog = catalog or load_catalog()
     spec, choice, target = plan.spec, plan.choice, plan.target
     route = choice.route
-    installs: list[Install] = [catalog.frameworks[route.framework].install]
+    key = target.image_key
+    installs: list[Install] = [catalog.frameworks[route.framework].install.for_key(key)]
     if route.compiler in catalog.compilers:
-        installs.append(catalog.compilers[route.compiler].install)
-    installs += [catalog.libraries[lib].install for lib in route.libraries]
+        installs.append(catalog.compilers[route.compiler].install.for_key(key))
+    installs += [catalog.libraries[lib].install.for_key(key) for lib in route.libraries]
     gpu = spec.target.gpu
     gpus = gpu.count if gpu else 0
     cores = spec.target.cpu.cores or target.hardware.cores or 1

@@ -29,8 +29,9 @@ from perfmodels import PerformanceModel, Prediction, RooflinePrior, Route, Workl
 from perfmodels.priors import layout_factor
 
 NO_COMPILER = "none"
-#: Precisions tried, best first, when the spec says ``auto``.
-_AUTO_PRECISIONS = ("bf16", "fp16", "fp32", "int8")
+#: Precisions tried when the spec says ``auto``. int8 is left out: it needs calibration data and can cost accuracy,
+#: so it is used only when the spec asks for it.
+_AUTO_PRECISIONS = ("bf16", "fp16", "fp32")
 
 
 @dataclass(frozen=True)
@@ -152,6 +153,11 @@ class _Enumerator:
         checks: list[tuple[bool, str]] = [
             (pinned in ("auto", fw.id), f"application.framework pins {pinned}"),
             *_selection_checks("frameworks", fw.id, self.spec.optimisation.allow, self.spec.optimisation.deny),
+            (
+                fw.status == "maintained" or pinned == fw.id,
+                f"legacy{_successor(fw.successor)}; pin application.framework to use it anyway",
+            ),
+            (fw.install.available, "no packaged install exists (described for reference only)"),
             (self.mode in fw.modes, f"does not support {self.mode} (supports {', '.join(fw.modes) or 'nothing'})"),
             (
                 t.device_key == "cpu" or t.device_key in fw.accelerators,
@@ -161,10 +167,6 @@ class _Enumerator:
             (
                 self.spec.application.model.onnx is None or fw.reads_onnx,
                 "cannot load an ONNX model file (application.model.onnx)",
-            ),
-            (
-                fw.status == "maintained" or pinned == fw.id,
-                f"legacy{_successor(fw.successor)}; pin application.framework to use it anyway",
             ),
         ]
         for ok, reason in checks:
@@ -267,6 +269,8 @@ class _Enumerator:
             return f"{comp.name} does not target {t.device_key} accelerators"
         if comp.status != "maintained" and not _explicitly_allowed("compilers", comp.id, allow):
             return f"legacy{_successor(comp.successor)}; list it in optimisation.allow.compilers to use it"
+        if not comp.install.available:
+            return "no packaged install exists (described for reference only)"
         return None
 
     # --- assembling a route -------------------------------------------------------------------------------------

@@ -1,0 +1,52 @@
+"""``python -m runtime``: the runtime's own command line, for images that carry the runtime without appopt.
+
+    python -m runtime compile MODEL.onnx -o OUT
+    python -m runtime run MODEL_OR_OUT [--input name=file.npy ...] [--random] [--repeat N] [--threads N]
+
+Only argparse and the runtime's own dependencies: this is what runs inside the built images.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from runtime.errors import RuntimeModelError
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m runtime", description="appopt's ONNX compiler and runtime")
+    sub = parser.add_subparsers(dest="command", required=True)
+    comp = sub.add_parser("compile", help="check, optimise and save a model for fast start-up")
+    comp.add_argument("model", help="an ONNX file")
+    comp.add_argument("-o", "--out", required=True, help="output directory")
+    comp.add_argument("--disable", action="append", default=[], help="a graph pass to switch off (repeatable)")
+    run = sub.add_parser("run", help="run a model or a compiled directory and print output summaries and latency")
+    run.add_argument("model", help="an ONNX file or a directory written by 'compile'")
+    run.add_argument("--input", action="append", default=[], metavar="NAME=FILE.npy", help="an input (repeatable)")
+    run.add_argument("--random", action="store_true", help="fill inputs not given with seeded random data")
+    run.add_argument("--repeat", type=int, default=1, help="runs to time (default 1)")
+    run.add_argument("--threads", type=int, default=None, help="threads for kernels and BLAS")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    from runtime import tools
+
+    try:
+        if args.command == "compile":
+            manifest = tools.compile_to_dir(args.model, args.out, disable=args.disable)
+            lines = tools.format_compile(manifest, args.out)
+        else:
+            report = tools.run_model(args.model, args.input, args.random, args.repeat, args.threads)
+            lines = tools.format_run(report)
+    except RuntimeModelError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    print("\n".join(lines))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
