@@ -33,7 +33,10 @@ def deployment_from_plan(plan: Plan, catalog: Catalog | None = None) -> Deployme
     key = target.image_key
     installs: list[Install] = [catalog.frameworks[route.framework].install.for_key(key)]
     if route.compiler in catalog.compilers:
-        installs.append(catalog.compilers[route.compiler].install.for_key(key))
+        compiler = catalog.compilers[route.compiler]
+        installs.append(compiler.install.for_key(key))
+        if route.framework in compiler.install_with:
+            installs.append(compiler.install_with[route.framework].for_key(key))
     installs += [catalog.libraries[lib].install.for_key(key) for lib in route.libraries]
     gpu = spec.target.gpu
     gpus = gpu.count if gpu else 0

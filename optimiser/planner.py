@@ -311,14 +311,13 @@ class _Enumerator:
 def compiler_speedup(comp: Compiler, device_key: str, mode: str) -> float:
     """The compiler's prior speed-up: geometric mean of the reported figures that apply to this device and mode.
 
-    Figures measured against a different device (e.g. "vs CPU") are not a compiler's own gain and are skipped.
+    Figures the catalog marks ``use_as_prior: false`` (measured against another device, or best cases such as
+    "up to 40x vs CPU") are cited but not applied.
     """
     figures = [
         s.typical
         for s in comp.speedups
-        if (s.device in (None, device_key))
-        and (s.mode in (None, mode))
-        and "cpu" not in s.baseline.lower().replace("cpu-only", "")
+        if s.use_as_prior and s.device in (None, device_key) and s.mode in (None, mode)
     ]
     if not figures:
         return 1.0

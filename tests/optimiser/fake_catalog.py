@@ -49,7 +49,7 @@ def fake_catalog() -> Catalog:
             support={"fast": ["inference"], "onnxonly": ["inference"]},
             speedups=[
                 Speedup(low=2.0, baseline="framework", source=SRC),
-                Speedup(low=40.0, baseline="CPU", source=SRC),
+                Speedup(low=40.0, baseline="CPU", source=SRC, use_as_prior=False),
             ],
         ),
     }
