@@ -56,3 +56,16 @@ class Deployment:
     #: Multi-node launcher for HPC jobs: "srun" (Slurm) or "mpirun" (PBS/Torque); None for single-task jobs.
     launcher: str | None = None
     extra: dict[str, str] = field(default_factory=dict)
+    # --- the images (added with the builders; all optional) ---
+    #: A slimmer base for the final stage (e.g. ``python:3.11-slim`` after building on ``python:3.11``); None = same.
+    #: It must have the same Python at the same path as ``base_image`` when ``pip_packages`` are installed.
+    runtime_image: str | None = None
+    #: Distro family of the base images; ``apt_packages`` need a Debian-family one (debian, ubuntu).
+    distro: str = "debian"
+    #: Directory inside the image that holds the model, ``app_files`` and what ``compile_argv`` writes; the build
+    #: stage runs the compile there and the whole directory is carried to the final stage and put on PYTHONPATH.
+    app_dir: str = "/opt/app"
+    #: Files or directories (relative to the build context) copied into ``app_dir``, e.g. ``("runtime",)``.
+    app_files: tuple[str, ...] = ()
+    #: A directory of wheels in the build context: pip then installs with ``--no-index --find-links`` (air-gapped).
+    wheelhouse: str | None = None

@@ -9,6 +9,7 @@ import subprocess
 import tempfile
 from pathlib import Path
 
+from builders import RenderError
 from builders.render import render_artifacts
 
 from builders.deployment import Deployment
@@ -48,6 +49,7 @@ def deployment_from_plan(plan: Plan, catalog: Catalog | None = None) -> Deployme
     env["APPOPT_LAYOUT"] = route.layout
     model_file = "model.onnx" if spec.application.model.onnx is not None else None
     compile_argv, run_argv = _commands(plan, model_file)
+    ships_runtime = route.framework == OUR_RUNTIME
     return Deployment(
         app_name=spec.name,
         base_image=choice.base_image,
@@ -60,6 +62,8 @@ def deployment_from_plan(plan: Plan, catalog: Catalog | None = None) -> Deployme
         env=tuple(sorted(env.items())),
         labels=tuple(_labels(plan).items()),
         model_file=model_file,
+        app_files=("runtime",) if ships_runtime else (),
+        app_dir=IMAGE_APP_DIR,
         compile_argv=compile_argv,
         run_argv=run_argv,
         formats=tuple(spec.container.formats),
@@ -130,7 +134,10 @@ def write_plan_outputs(plan: Plan, out_dir: Path, catalog: Catalog | None = None
         written.append(out_dir / dep.model_file)
     if plan.choice.route.framework == OUR_RUNTIME:
         written.append(_copy_runtime_sources(out_dir))
-    written += render_artifacts(dep, out_dir)
+    try:
+        written += render_artifacts(dep, out_dir)
+    except RenderError as exc:
+        raise AppoptError(*exc.lines, exit_code=2) from None
     return written
 
 

@@ -1,0 +1,49 @@
+"""The application directory: model and app files copied in, the model compiled there, the result carried on."""
+
+from __future__ import annotations
+
+import posixpath
+from dataclasses import dataclass
+
+from builders.primitives import Copy, Environment, Primitive, Shell, Workdir
+
+
+@dataclass(frozen=True)
+class ModelCompile:
+    """Copy ``model_file`` and ``app_files`` into ``app_dir`` and run ``compile_argv`` there (build stage); the
+    final stage copies the whole ``app_dir`` (model, compiled artefacts, app files) and puts it on PYTHONPATH.
+
+    >>> [type(p).__name__ for p in ModelCompile("/opt/app", "model.onnx", (), ("compile",)).build()]
+    ['Copy', 'Environment', 'Workdir', 'Shell']
+    """
+
+    app_dir: str
+    model_file: str | None = None
+    app_files: tuple[str, ...] = ()
+    compile_argv: tuple[str, ...] | None = None
+
+    @property
+    def has_work(self) -> bool:
+        return bool(self.model_file or self.app_files or self.compile_argv)
+
+    def build(self) -> list[Primitive]:
+        if not self.has_work:
+            return []
+        sources = [*self.app_files, *([self.model_file] if self.model_file else [])]
+        steps: list[Primitive] = [
+            Copy(src, posixpath.join(self.app_dir, posixpath.basename(src.rstrip("/")))) for src in sources
+        ]
+        steps.append(self._pythonpath(build_time=True))
+        if self.compile_argv:
+            steps += [Workdir(self.app_dir), Shell.from_argv(self.compile_argv)]
+        return steps
+
+    def runtime(self, from_stage: str) -> list[Primitive]:
+        if not self.has_work:
+            return []
+        return [Copy(self.app_dir, self.app_dir, from_stage=from_stage), self._pythonpath(build_time=False)]
+
+    def _pythonpath(self, build_time: bool) -> Environment:
+        # ${PYTHONPATH:+:...} keeps whatever the base image already put there.
+        value = f"{self.app_dir}${{PYTHONPATH:+:$PYTHONPATH}}"
+        return Environment((("PYTHONPATH", value),), expand=True, build_time=build_time)

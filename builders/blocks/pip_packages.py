@@ -1,0 +1,38 @@
+"""pip requirements, from an index or (air-gapped sites) only from a wheelhouse directory in the build context."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from builders.primitives import Copy, Primitive, Shell
+
+#: Where the wheelhouse is copied in the build stage (never reaches the final stage).
+WHEELHOUSE_IN_IMAGE = "/tmp/appopt-wheelhouse"
+
+
+@dataclass(frozen=True)
+class PipPackages:
+    """``python -m pip install`` of ``packages``; with ``wheelhouse`` set: ``--no-index --find-links`` it.
+
+    Install into a venv made by :class:`PythonRuntime` (pass its ``venv_python``): the final stage gets the packages
+    by copying that venv, so this block has no runtime steps of its own.
+    """
+
+    packages: tuple[str, ...]
+    python: str = "python3"
+    wheelhouse: str | None = None
+
+    def build(self) -> list[Primitive]:
+        if not self.packages:
+            return []
+        argv = [self.python, "-m", "pip", "install", "--no-cache-dir", "--disable-pip-version-check"]
+        if self.wheelhouse is None:
+            return [Shell.from_argv([*argv, *self.packages])]
+        install = [*argv, "--no-index", "--find-links", WHEELHOUSE_IN_IMAGE, *self.packages]
+        return [
+            Copy(self.wheelhouse, WHEELHOUSE_IN_IMAGE),
+            Shell.from_argv(install, ["rm", "-rf", WHEELHOUSE_IN_IMAGE]),
+        ]
+
+    def runtime(self, from_stage: str) -> list[Primitive]:
+        return []
