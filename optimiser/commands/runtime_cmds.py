@@ -1,0 +1,63 @@
+"""``appopt compile`` and ``appopt run-model``: thin typer wrappers over ``runtime.tools``.
+
+A model the runtime refuses (``RuntimeModelError``) becomes one ``error: ...`` line on stderr and exit code 2.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from runtime.errors import RuntimeModelError
+
+
+def _fail(exc: RuntimeModelError) -> typer.Exit:
+    typer.echo(f"error: {exc}", err=True)
+    return typer.Exit(2)
+
+
+def compile_cmd(
+    model: Annotated[Path, typer.Argument(help="ONNX model file to check and optimise.")],
+    output: Annotated[Path, typer.Option("-o", "--output", help="Directory to write the compiled model into.")],
+    disable: Annotated[
+        list[str] | None, typer.Option("--disable", help="Graph pass to skip (repeatable), e.g. constant_folding.")
+    ] = None,
+) -> None:
+    """Check and optimise MODEL, writing model.onnx + manifest.json to OUTPUT for a fast start later."""
+    from runtime.tools import compile_to_dir, format_compile
+
+    try:
+        manifest = compile_to_dir(model, output, disable=disable)
+    except RuntimeModelError as exc:
+        raise _fail(exc) from None
+    for line in format_compile(manifest, output):
+        typer.echo(line)
+
+
+def run_model_cmd(
+    model: Annotated[Path, typer.Argument(help="ONNX model file or a directory written by `appopt compile`.")],
+    input: Annotated[
+        list[str] | None, typer.Option("--input", "-i", help="NAME=FILE (.npy or TensorProto .pb); repeatable.")
+    ] = None,
+    random: Annotated[bool, typer.Option("--random", help="Fill inputs not given with random data.")] = False,
+    repeat: Annotated[int, typer.Option("--repeat", "-n", min=1, help="Runs to time.")] = 1,
+    threads: Annotated[int | None, typer.Option("--threads", min=1, help="BLAS/OpenMP threads to use.")] = None,
+    seed: Annotated[int, typer.Option("--seed", help="Seed for --random.")] = 0,
+) -> None:
+    """Run MODEL with appopt's runtime; print each output's shape, dtype, mean/min/max and the latency."""
+    from runtime.tools import format_run, run_model
+
+    try:
+        report = run_model(model, inputs=input, random=random, repeat=repeat, threads=threads, seed=seed)
+    except RuntimeModelError as exc:
+        raise _fail(exc) from None
+    for line in format_run(report):
+        typer.echo(line)
+
+
+def register(app: typer.Typer) -> None:
+    """Add the runtime commands to the appopt CLI."""
+    app.command("compile")(compile_cmd)
+    app.command("run-model")(run_model_cmd)

@@ -1,0 +1,223 @@
+"""Pooling: AveragePool, MaxPool (with Indices), LpPool, the Global* pools and MaxUnpool.
+
+Every windowed pool is a reduction over a strided window view of the padded input (no per-pixel loops).
+Average divisors are separable per spatial dim, so they are computed from 1-d masks and multiplied.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, ClassVar, Literal
+
+import numpy as np
+
+from runtime.kernels.base import Kernel, register
+from runtime.kernels.conv import compute_dtype, pad_spatial, resolve_pads, window_view
+
+
+class PoolGeometry:
+    """Output shape and padding of a windowed pool, including ``ceil_mode`` overhang."""
+
+    def __init__(self, attrs: dict[str, Any], in_shape: Sequence[int]) -> None:
+        self.kernel = list(attrs["kernel_shape"])
+        nd = len(self.kernel)
+        self.strides = list(attrs.get("strides") or [1] * nd)
+        self.dilations = list(attrs.get("dilations") or [1] * nd)
+        auto_pad = attrs.get("auto_pad", "NOTSET")
+        ceil_mode = bool(attrs.get("ceil_mode", 0))
+        self.in_shape = list(in_shape)
+        if auto_pad in ("SAME_UPPER", "SAME_LOWER"):
+            # Output is ceil(in / stride); the dilated window decides the padding.
+            pads = resolve_pads(auto_pad, None, in_shape, self.kernel, self.strides, self.dilations)
+        else:
+            pads = resolve_pads(auto_pad, attrs.get("pads"), in_shape, self.kernel, self.strides, self.dilations)
+        self.pads = pads
+        self.out: list[int] = []
+        self.extra: list[int] = []  # overhang past the end pad (ceil mode), never counted as padding
+        for i in range(nd):
+            span = (self.kernel[i] - 1) * self.dilations[i] + 1
+            padded = in_shape[i] + pads[i] + pads[i + nd]
+            if ceil_mode and auto_pad not in ("SAME_UPPER", "SAME_LOWER"):
+                out = -(-(padded - span) // self.strides[i]) + 1
+                if (out - 1) * self.strides[i] >= in_shape[i] + pads[i]:
+                    out -= 1  # the last window must start inside the image or its begin pad
+            else:
+                out = (padded - span) // self.strides[i] + 1
+            self.out.append(out)
+            self.extra.append(max(0, (out - 1) * self.strides[i] + span - padded))
+
+    @property
+    def nd(self) -> int:
+        return len(self.kernel)
+
+    def full_pads(self) -> list[int]:
+        """Pads to apply to the input so every window lies inside the array."""
+        nd = self.nd
+        return self.pads[:nd] + [self.pads[nd + i] + self.extra[i] for i in range(nd)]
+
+    def windows(self, x: np.ndarray, fill: float | int) -> np.ndarray:
+        """``(N, C, *out, *kernel)`` view of ``x`` padded with ``fill``."""
+        xp = pad_spatial(x, self.full_pads(), fill)
+        return window_view(xp, self.kernel, self.strides, self.dilations, self.out)
+
+    def counts(self, include_pad: bool) -> np.ndarray:
+        """Number of elements each window averages over, shaped ``(*out)`` (separable per dim)."""
+        total: np.ndarray = np.ones((), dtype=np.int64)
+        nd = self.nd
+        for i in range(nd):
+            size = self.in_shape[i] + self.pads[i] + self.pads[nd + i] + self.extra[i]
+            mask = np.zeros(size, dtype=np.int64)
+            if include_pad:
+                mask[: self.in_shape[i] + self.pads[i] + self.pads[nd + i]] = 1
+            else:
+                mask[self.pads[i] : self.pads[i] + self.in_shape[i]] = 1
+            starts = np.arange(self.out[i]) * self.strides[i]
+            taps = np.arange(self.kernel[i]) * self.dilations[i]
+            per_dim = mask[starts[:, None] + taps[None, :]].sum(axis=1)
+            total = np.multiply.outer(total, per_dim)
+        return total
+
+
+def _kernel_axes(nd: int) -> tuple[int, ...]:
+    return tuple(range(2 + nd, 2 + 2 * nd))
+
+
+@register
+class AveragePool(Kernel):
+    """Mean over each window; ``count_include_pad`` decides whether begin/end padding counts."""
+
+    op_type = "AveragePool"
+    since_version = 1
+    attr_defaults: ClassVar[dict[str, Any]] = {"auto_pad": "NOTSET", "ceil_mode": 0, "count_include_pad": 0}
+
+    def compute(self, x: np.ndarray) -> np.ndarray:
+        geo = PoolGeometry(self.attrs, x.shape[2:])
+        ct = compute_dtype(x.dtype)
+        sums = geo.windows(x.astype(ct, copy=False), 0).sum(axis=_kernel_axes(geo.nd))
+        counts = geo.counts(bool(self.attrs["count_include_pad"]))
+        return (sums / np.maximum(counts, 1).astype(ct)).astype(x.dtype, copy=False)
+
+
+def _lowest(dtype: np.dtype[Any]) -> float | int:
+    if dtype.kind in "iu":
+        return int(np.iinfo(dtype).min)
+    return -np.inf
+
+
+@register
+class MaxPool(Kernel):
+    """Max over each window; the optional ``Indices`` output holds flat positions in the unpadded input."""
+
+    op_type = "MaxPool"
+    since_version = 1
+    attr_defaults: ClassVar[dict[str, Any]] = {"auto_pad": "NOTSET", "ceil_mode": 0, "storage_order": 0}
+
+    def compute(self, x: np.ndarray) -> np.ndarray | tuple[np.ndarray, np.ndarray]:
+        geo = PoolGeometry(self.attrs, x.shape[2:])
+        win = geo.windows(x, _lowest(x.dtype))
+        want_indices = self.node.n_outputs > 1 and (
+            not self.node.output_present or len(self.node.output_present) < 2 or self.node.output_present[1]
+        )
+        if not want_indices:
+            return win.max(axis=_kernel_axes(geo.nd))
+        return self._with_indices(x, geo, win)
+
+    def _with_indices(self, x: np.ndarray, geo: PoolGeometry, win: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        nd = geo.nd
+        n, c = x.shape[:2]
+        flat = win.reshape(n, c, *geo.out, -1)
+        arg = flat.argmax(axis=-1)
+        y = np.take_along_axis(flat, arg[..., None], axis=-1)[..., 0]
+        taps = np.unravel_index(arg, geo.kernel)
+        positions = []
+        for i in range(nd):
+            shape = [1] * (2 + nd)
+            shape[2 + i] = geo.out[i]
+            start = (np.arange(geo.out[i]) * geo.strides[i] - geo.pads[i]).reshape(shape)
+            positions.append(start + taps[i] * geo.dilations[i])
+        order: Literal["C", "F"] = "F" if self.attrs["storage_order"] == 1 else "C"
+        spatial = np.ravel_multi_index(tuple(positions), geo.in_shape, order=order, mode="clip")
+        plane = int(np.prod(geo.in_shape))
+        base = (np.arange(n)[:, None] * c + np.arange(c)[None, :]) * plane
+        indices = spatial + base.reshape(n, c, *([1] * nd))
+        return y, indices.astype(np.int64)
+
+
+@register
+class LpPool(Kernel):
+    """``(sum |x|^p)^(1/p)`` over each window (zero padding)."""
+
+    op_type = "LpPool"
+    since_version = 1
+    attr_defaults: ClassVar[dict[str, Any]] = {"auto_pad": "NOTSET", "ceil_mode": 0, "p": 2}
+
+    def compute(self, x: np.ndarray) -> np.ndarray:
+        geo = PoolGeometry(self.attrs, x.shape[2:])
+        p = float(self.attrs["p"])
+        ct = compute_dtype(x.dtype)
+        powered = np.abs(x.astype(ct, copy=False)) ** p
+        sums = geo.windows(powered, 0).sum(axis=_kernel_axes(geo.nd))
+        return (sums ** (1.0 / p)).astype(x.dtype, copy=False)
+
+
+def _spatial_axes(x: np.ndarray) -> tuple[int, ...]:
+    return tuple(range(2, x.ndim))
+
+
+@register
+class GlobalAveragePool(Kernel):
+    op_type = "GlobalAveragePool"
+    since_version = 1
+
+    def compute(self, x: np.ndarray) -> np.ndarray:
+        ct = compute_dtype(x.dtype)
+        return x.astype(ct, copy=False).mean(axis=_spatial_axes(x), keepdims=True).astype(x.dtype, copy=False)
+
+
+@register
+class GlobalMaxPool(Kernel):
+    op_type = "GlobalMaxPool"
+    since_version = 1
+
+    def compute(self, x: np.ndarray) -> np.ndarray:
+        return x.max(axis=_spatial_axes(x), keepdims=True)
+
+
+@register
+class GlobalLpPool(Kernel):
+    op_type = "GlobalLpPool"
+    since_version = 1
+    attr_defaults: ClassVar[dict[str, Any]] = {"p": 2}
+
+    def compute(self, x: np.ndarray) -> np.ndarray:
+        p = float(self.attrs["p"])
+        ct = compute_dtype(x.dtype)
+        sums = (np.abs(x.astype(ct, copy=False)) ** p).sum(axis=_spatial_axes(x), keepdims=True)
+        return (sums ** (1.0 / p)).astype(x.dtype, copy=False)
+
+
+@register
+class MaxUnpool(Kernel):
+    """Scatter pooled values back to the flat positions recorded by MaxPool's ``Indices``; zeros elsewhere."""
+
+    op_type = "MaxUnpool"
+    since_version = 9
+
+    def compute(self, x: np.ndarray, indices: np.ndarray, output_shape: np.ndarray | None = None) -> np.ndarray:
+        kernel = list(self.attrs["kernel_shape"])
+        nd = len(kernel)
+        strides = list(self.attrs.get("strides") or [1] * nd)
+        pads = list(self.attrs.get("pads") or [0] * (2 * nd))
+        spatial = [(x.shape[2 + i] - 1) * strides[i] + kernel[i] - pads[i] - pads[i + nd] for i in range(nd)]
+        inferred = [*x.shape[:2], *spatial]
+        y = np.zeros(int(np.prod(inferred)), dtype=x.dtype)
+        y[indices.reshape(-1)] = x.reshape(-1)
+        y = y.reshape(inferred)
+        if output_shape is None:
+            return y
+        # Indices address the inferred shape; a larger requested shape keeps that block at its origin.
+        shape = [int(v) for v in output_shape]
+        out = np.zeros(shape, dtype=x.dtype)
+        block = tuple(slice(0, min(a, b)) for a, b in zip(inferred, shape, strict=True))
+        out[block] = y[block]
+        return out

@@ -1,0 +1,256 @@
+"""Resize and Upsample: separable interpolation, one axis at a time.
+
+Each resized axis maps output positions to source coordinates (``coordinate_transformation_mode``), then either
+picks the nearest source index (``nearest``) or builds an ``out x in`` weight matrix (``linear``/``cubic``, with
+optional antialias and ``exclude_outside``) and contracts it with the data along that axis. The semantics follow
+the ONNX spec and its reference evaluator (notably: the continuous output width ``scale * in`` is used for
+``align_corners``/``tf_crop_and_resize``/``half_pixel_symmetric``, as the reference does).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, ClassVar
+
+import numpy as np
+
+from runtime.kernels.base import Kernel, register
+from runtime.kernels.tensor_shape import norm_axis
+
+
+def source_coords(mode: str, out_len: int, in_len: int, scale: float, roi: tuple[float, float] | None) -> np.ndarray:
+    """Source coordinate of each output index along one axis."""
+    y = np.arange(out_len, dtype=np.float64)
+    out_width = scale * in_len  # the continuous output width, as the spec's formulas use it
+    if mode == "half_pixel":
+        return (y + 0.5) / scale - 0.5
+    if mode == "asymmetric":
+        return y / scale
+    if mode == "pytorch_half_pixel":
+        return np.full(out_len, -0.5) if out_width == 1 else (y + 0.5) / scale - 0.5
+    if mode == "align_corners":
+        return np.zeros(out_len) if out_width == 1 else y * (in_len - 1) / (out_width - 1)
+    if mode == "half_pixel_symmetric":
+        offset = (in_len / 2) * (1 - out_len / out_width)
+        return offset + (y + 0.5) / scale - 0.5
+    if mode == "tf_crop_and_resize":
+        if roi is None:
+            raise ValueError("coordinate_transformation_mode tf_crop_and_resize needs the roi input")
+        start, end = roi
+        if out_width == 1:
+            x = np.full(out_len, (end - start) * (in_len - 1) / 2)
+        else:
+            x = y * (end - start) * (in_len - 1) / (out_width - 1)
+        return x + start * (in_len - 1)
+    raise ValueError(f"unknown coordinate_transformation_mode {mode!r}")
+
+
+def nearest_indices(x: np.ndarray, nearest_mode: str, in_len: int, scale: float) -> np.ndarray:
+    """Nearest source index for each coordinate, clamped into the axis."""
+    if nearest_mode == "round_prefer_floor":
+        idx = np.ceil(x - 0.5)
+    elif nearest_mode == "round_prefer_ceil":
+        idx = np.floor(x + 0.5)
+    elif nearest_mode == "floor":
+        idx = np.floor(x)
+    elif nearest_mode == "ceil":
+        idx = np.ceil(x)
+    elif nearest_mode == "simple":  # opset < 11 (Resize-10, Upsample): ceil when shrinking, else floor
+        idx = np.ceil(x) if scale < 1 else np.floor(x)
+    else:
+        raise ValueError(f"unknown nearest_mode {nearest_mode!r}")
+    return np.clip(idx, 0, in_len - 1).astype(np.intp)
+
+
+def cubic_kernel(t: np.ndarray, a: float) -> np.ndarray:
+    """Keys' cubic convolution kernel with parameter ``a``."""
+    t = np.abs(t)
+    near = ((a + 2) * t - (a + 3)) * t * t + 1
+    far = ((a * t - 5 * a) * t + 8 * a) * t - 4 * a
+    return np.where(t <= 1, near, np.where(t < 2, far, 0.0))
+
+
+def interpolation_weights(
+    x: np.ndarray, in_len: int, scale: float, mode: str, cubic_a: float, antialias: bool, exclude_outside: bool
+) -> np.ndarray:
+    """``out x in`` weights for linear/cubic interpolation at coordinates ``x`` (edge pixels repeat)."""
+    base = np.floor(x)
+    ratio = x - base
+    exact = ratio == 0  # an exact hit takes the pixel on its left as base, with ratio 1 (as the spec does)
+    base = np.where(exact, base - 1, base).astype(np.int64)
+    ratio = np.where(exact, 1.0, ratio)
+    support = 1.0 if mode == "linear" else 2.0
+    s = min(scale, 1.0) if antialias else 1.0
+    first = int(math.floor(-support / s) + 1)
+    offsets = np.arange(first, 2 - first)  # symmetric window around base + 0.5
+    t = (offsets[None, :] - ratio[:, None]) * s
+    w = np.clip(1 - np.abs(t), 0, 1) if mode == "linear" else cubic_kernel(t, cubic_a)
+    if antialias:
+        w = w / w.sum(axis=1, keepdims=True)
+    taps = base[:, None] + offsets[None, :]
+    if exclude_outside:
+        w = np.where((taps < 0) | (taps >= in_len), 0.0, w)
+        total = w.sum(axis=1, keepdims=True)
+        w = w / np.where(total == 0, 1.0, total)
+    weights = np.zeros((x.size, in_len), dtype=np.float64)
+    rows = np.broadcast_to(np.arange(x.size)[:, None], taps.shape)
+    np.add.at(weights, (rows, np.clip(taps, 0, in_len - 1)), w)
+    return weights
+
+
+def saturate_to(values: np.ndarray, dtype: np.dtype[Any]) -> np.ndarray:
+    """Cast interpolated float64 values back to the input dtype (integers round and clamp)."""
+    if np.issubdtype(dtype, np.integer):
+        info = np.iinfo(dtype)
+        return np.clip(np.round(values), info.min, info.max).astype(dtype)
+    return values.astype(dtype)
+
+
+def resize_axis(
+    data: np.ndarray, axis: int, out_len: int, scale: float, roi: tuple[float, float] | None, opts: dict[str, Any]
+) -> np.ndarray:
+    """Resize ``data`` along one axis; linear/cubic results stay float64 until the final cast."""
+    in_len = data.shape[axis]
+    x = source_coords(opts["coordinate_transformation_mode"], out_len, in_len, scale, roi)
+    if opts["mode"] == "nearest":
+        out = np.take(data, nearest_indices(x, opts["nearest_mode"], in_len, scale), axis=axis)
+    elif opts["mode"] in ("linear", "cubic"):
+        w = interpolation_weights(
+            x,
+            in_len,
+            scale,
+            opts["mode"],
+            float(opts["cubic_coeff_a"]),
+            bool(opts["antialias"]),
+            bool(opts["exclude_outside"]),
+        )
+        moved = np.moveaxis(data, axis, 0).astype(np.float64)
+        out = np.moveaxis(np.tensordot(w, moved, axes=1), 0, axis)
+    else:
+        raise ValueError(f"unknown resize mode {opts['mode']!r}")
+    if opts["coordinate_transformation_mode"] == "tf_crop_and_resize":
+        outside = (x < 0) | (x > in_len - 1)
+        if outside.any():
+            mask = outside.reshape((out_len,) + (1,) * (data.ndim - axis - 1))
+            out = np.where(mask, np.asarray(opts["extrapolation_value"], dtype=out.dtype), out)
+    return out
+
+
+def resize(
+    x: np.ndarray, axes: list[int], scales: list[float], sizes: list[int], roi: list[float] | None, opts: dict[str, Any]
+) -> np.ndarray:
+    """Resize each of ``axes`` to ``sizes`` using ``scales`` for the coordinate mapping."""
+    out: np.ndarray = x
+    n = len(axes)
+    for i, axis in enumerate(axes):
+        axis_roi = None if roi is None else (float(roi[i]), float(roi[n + i]))
+        trivial_roi = axis_roi is None or (math.isclose(axis_roi[0], 0.0) and math.isclose(axis_roi[1], 1.0))
+        if math.isclose(scales[i], 1.0) and sizes[i] == x.shape[axis] and trivial_roi:
+            continue  # nothing to do on this axis
+        out = resize_axis(out, axis, sizes[i], scales[i], axis_roi, opts)
+    return out if out.dtype == x.dtype else saturate_to(out, x.dtype)
+
+
+def _float_list(x: Any) -> list[float]:
+    return [float(v) for v in np.asarray(x).reshape(-1)]
+
+
+_RESIZE_DEFAULTS: dict[str, Any] = {
+    "mode": "nearest",
+    "coordinate_transformation_mode": "half_pixel",
+    "nearest_mode": "round_prefer_floor",
+    "cubic_coeff_a": -0.75,
+    "exclude_outside": 0,
+    "extrapolation_value": 0.0,
+    "antialias": 0,
+    "keep_aspect_ratio_policy": "stretch",
+}
+
+
+@register
+class Resize11(Kernel):
+    """Resize from opset 11: ``X, roi, scales, sizes`` inputs; opset 18 adds ``axes``, antialias and the
+    keep-aspect-ratio policy, opset 19 ``half_pixel_symmetric``."""
+
+    op_type = "Resize"
+    since_version = 11
+    attr_defaults: ClassVar[dict[str, Any]] = _RESIZE_DEFAULTS
+
+    def compute(
+        self,
+        x: np.ndarray,
+        roi: np.ndarray | None = None,
+        scales: np.ndarray | None = None,
+        sizes: np.ndarray | None = None,
+    ) -> np.ndarray:
+        rank = x.ndim
+        axes_attr = self.attrs.get("axes")
+        axes = list(range(rank)) if axes_attr is None else [norm_axis(a, rank) for a in axes_attr]
+        in_dims = [x.shape[a] for a in axes]
+        roi_list = None if roi is None or np.size(roi) == 0 else _float_list(roi)
+        if sizes is not None and np.size(sizes) > 0:
+            out_dims = [int(v) for v in np.asarray(sizes).reshape(-1)]
+            ratios = [o / i for o, i in zip(out_dims, in_dims, strict=True)]
+            policy = self.attrs["keep_aspect_ratio_policy"]
+            if policy != "stretch":
+                if policy not in ("not_larger", "not_smaller"):
+                    raise ValueError(f"unknown keep_aspect_ratio_policy {policy!r}")
+                common = min(ratios) if policy == "not_larger" else max(ratios)
+                ratios = [common] * len(axes)
+                out_dims = [int(common * i + 0.5) for i in in_dims]  # round half up
+            scale_list = ratios
+        elif scales is not None and np.size(scales) > 0:
+            scale_list = _float_list(scales)
+            out_dims = [math.floor(s * i) for s, i in zip(scale_list, in_dims, strict=True)]
+        else:
+            raise ValueError("Resize needs one of the scales or sizes inputs")
+        if len(scale_list) != len(axes):
+            raise ValueError(f"Resize got {len(scale_list)} scales/sizes for {len(axes)} axes")
+        if self.attrs["antialias"] and self.attrs["mode"] == "nearest":
+            raise ValueError("antialias is not supported with mode nearest")
+        return resize(x, axes, scale_list, out_dims, roi_list, self.attrs)
+
+
+def _resize_legacy(x: np.ndarray, scales: list[float], mode: str) -> np.ndarray:
+    """Resize-10 / Upsample: asymmetric coordinates, nearest picks the truncated source index."""
+    if mode == "bilinear":
+        mode = "linear"
+    opts = {**_RESIZE_DEFAULTS, "mode": mode, "coordinate_transformation_mode": "asymmetric", "nearest_mode": "simple"}
+    sizes = [math.floor(s * d) for s, d in zip(scales, x.shape, strict=True)]
+    return resize(x, list(range(x.ndim)), scales, sizes, None, opts)
+
+
+@register
+class Resize10(Kernel):
+    """Resize at opset 10: a ``scales`` input, nearest or linear, asymmetric coordinates."""
+
+    op_type = "Resize"
+    since_version = 10
+    attr_defaults: ClassVar[dict[str, Any]] = {"mode": "nearest"}
+
+    def compute(self, x: np.ndarray, scales: np.ndarray) -> np.ndarray:
+        return _resize_legacy(x, _float_list(scales), self.attrs["mode"])
+
+
+@register
+class Upsample7(Kernel):
+    """Upsample with a ``scales`` attribute (opsets 7-8)."""
+
+    op_type = "Upsample"
+    since_version = 7
+    attr_defaults: ClassVar[dict[str, Any]] = {"mode": "nearest"}
+
+    def compute(self, x: np.ndarray) -> np.ndarray:
+        return _resize_legacy(x, [float(s) for s in self.attrs["scales"]], self.attrs["mode"])
+
+
+@register
+class Upsample9(Kernel):
+    """Upsample with a ``scales`` input (opset 9; deprecated at 10 in favour of Resize)."""
+
+    op_type = "Upsample"
+    since_version = 9
+    attr_defaults: ClassVar[dict[str, Any]] = {"mode": "nearest"}
+
+    def compute(self, x: np.ndarray, scales: np.ndarray) -> np.ndarray:
+        return _resize_legacy(x, _float_list(scales), self.attrs["mode"])

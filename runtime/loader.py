@@ -1,0 +1,192 @@
+"""Turn a path, bytes or ``onnx.ModelProto`` into a parsed, self-contained ModelProto.
+
+Parsing errors, external data that escapes the model's directory and unusable opsets become
+``RuntimeModelError`` here, before anything else looks at the model.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import onnx
+from google.protobuf.message import DecodeError
+from onnx import external_data_helper, version_converter
+
+from runtime.errors import ModelCheckError, RuntimeModelError, UnsupportedOpError
+
+#: Default-domain opsets below this are converted up with onnx's version converter: before opset 7 many ops
+#: had legacy attributes (``consumed_inputs``, ``broadcast``/``axis`` broadcasting) that kernels do not implement.
+MIN_NATIVE_OPSET = 7
+#: Where the converter takes old models.
+CONVERT_TO_OPSET = 7
+
+ModelSource = str | os.PathLike[str] | bytes | onnx.ModelProto
+
+
+def load_model_proto(source: ModelSource, base_dir: str | os.PathLike[str] | None = None) -> onnx.ModelProto:
+    """Parse ``source`` and load its external data (only from inside the model's directory).
+
+    ``base_dir`` is where external data lives for bytes/ModelProto sources (default: no external data allowed).
+    """
+    if isinstance(source, onnx.ModelProto):
+        proto = onnx.ModelProto()
+        proto.CopyFrom(source)
+    elif isinstance(source, bytes | bytearray):
+        proto = parse_model_bytes(bytes(source), "<bytes>")
+    else:
+        path = Path(source)
+        if not path.is_file():
+            raise RuntimeModelError(f"model file {str(path)!r} does not exist")
+        proto = parse_model_bytes(path.read_bytes(), str(path))
+        if base_dir is None:
+            base_dir = path.resolve().parent
+    _validate_envelope(proto)
+    load_external_data(proto, Path(base_dir) if base_dir is not None else None)
+    return proto
+
+
+def parse_model_bytes(data: bytes, where: str) -> onnx.ModelProto:
+    proto = onnx.ModelProto()
+    try:
+        proto.ParseFromString(data)
+    except (DecodeError, RuntimeWarning, ValueError) as exc:
+        raise RuntimeModelError(f"{where}: not a valid ONNX protobuf ({exc})") from None
+    return proto
+
+
+def _validate_envelope(proto: onnx.ModelProto) -> None:
+    """Cheap sanity checks that catch garbage that happened to parse as protobuf."""
+    if not proto.HasField("graph"):
+        raise RuntimeModelError("not a valid ONNX model: it has no graph")
+    if proto.ir_version <= 0:
+        raise RuntimeModelError("not a valid ONNX model: ir_version is missing")
+    if not proto.graph.output:
+        raise RuntimeModelError(f"graph {proto.graph.name!r} has no outputs")
+    if proto.ir_version >= 3 and not proto.opset_import:
+        raise RuntimeModelError("model declares no opset_import")
+
+
+def _all_tensors(proto: onnx.ModelProto) -> Iterator[onnx.TensorProto]:
+    """Every TensorProto in the model: initializers, attribute tensors, subgraphs and function bodies."""
+    yield from _graph_tensors(proto.graph)
+    for fn in proto.functions:
+        for node in fn.node:
+            yield from _node_tensors(node)
+
+
+def _graph_tensors(graph: onnx.GraphProto) -> Iterator[onnx.TensorProto]:
+    yield from graph.initializer
+    for sp in graph.sparse_initializer:
+        yield sp.values
+        yield sp.indices
+    for node in graph.node:
+        yield from _node_tensors(node)
+
+
+def _node_tensors(node: onnx.NodeProto) -> Iterator[onnx.TensorProto]:
+    A = onnx.AttributeProto
+    for attr in node.attribute:
+        if attr.type == A.TENSOR:
+            yield attr.t
+        elif attr.type == A.TENSORS:
+            yield from attr.tensors
+        elif attr.type == A.SPARSE_TENSOR:
+            yield attr.sparse_tensor.values
+            yield attr.sparse_tensor.indices
+        elif attr.type == A.GRAPH:
+            yield from _graph_tensors(attr.g)
+        elif attr.type == A.GRAPHS:
+            for g in attr.graphs:
+                yield from _graph_tensors(g)
+
+
+def load_external_data(proto: onnx.ModelProto, base_dir: Path | None) -> None:
+    """Read every external tensor into ``raw_data``; refuse locations outside ``base_dir``."""
+    for tensor in _all_tensors(proto):
+        if not external_data_helper.uses_external_data(tensor):
+            continue
+        info = external_data_helper.ExternalDataInfo(tensor)
+        if base_dir is None:
+            raise RuntimeModelError(
+                f"tensor {tensor.name!r} uses external data {info.location!r}, but the model was not given as a "
+                "file path (pass base_dir)"
+            )
+        data_path = resolve_external_path(base_dir, info.location, tensor.name)
+        size = data_path.stat().st_size
+        offset = int(info.offset or 0)
+        length = int(info.length) if info.length else size - offset
+        if offset < 0 or length < 0 or offset + length > size:
+            raise ModelCheckError(
+                f"tensor {tensor.name!r}: external data range [{offset}, {offset + length}) is outside "
+                f"{info.location!r} ({size} bytes)"
+            )
+        with open(data_path, "rb") as f:
+            f.seek(offset)
+            tensor.raw_data = f.read(length)
+        tensor.data_location = onnx.TensorProto.DEFAULT
+        del tensor.external_data[:]
+
+
+def resolve_external_path(base_dir: Path, location: str, tensor_name: str) -> Path:
+    """``base_dir / location`` if it stays inside ``base_dir`` (after resolving ``..`` and symlinks)."""
+    if not location or os.path.isabs(location) or location.startswith(("/", "\\")) or ":" in location[:3]:
+        raise ModelCheckError(
+            f"tensor {tensor_name!r}: external data location {location!r} must be relative to the model directory"
+        )
+    root = base_dir.resolve()
+    target = (root / location).resolve()
+    if target != root and root not in target.parents:
+        raise ModelCheckError(
+            f"tensor {tensor_name!r}: external data location {location!r} escapes the model directory"
+        )
+    if not target.is_file():
+        raise ModelCheckError(f"tensor {tensor_name!r}: external data file {location!r} not found")
+    return target
+
+
+def default_opset(proto: onnx.ModelProto) -> int:
+    for o in proto.opset_import:
+        if o.domain in ("", "ai.onnx"):
+            return int(o.version)
+    return 1
+
+
+def upgrade_old_opset(proto: onnx.ModelProto, stats: dict[str, object]) -> onnx.ModelProto:
+    """Convert models older than ``MIN_NATIVE_OPSET`` with onnx's version converter.
+
+    Kept unconverted when the converter cannot handle the model; kernels registered from opset 1 may still run it.
+    """
+    version = default_opset(proto)
+    if version >= MIN_NATIVE_OPSET or not proto.graph.node:
+        return proto
+    try:
+        converted = version_converter.convert_version(proto, CONVERT_TO_OPSET)
+    except Exception as exc:  # the converter raises bare RuntimeError/ValueError/ConvertError
+        stats["opset_conversion"] = f"kept opset {version}: converter failed ({type(exc).__name__})"
+        return proto
+    stats["opset_conversion"] = f"{version} -> {CONVERT_TO_OPSET}"
+    return converted
+
+
+#: Checker complaints about declarations only (the computation is fine); onnxruntime accepts such models too.
+_BENIGN_CHECKER_MESSAGES = (
+    "Field 'shape' of 'type' is required but missing",
+    "Field 'type' of 'value_info' is required but missing",
+)
+
+
+def validate_proto(proto: onnx.ModelProto) -> None:
+    """onnx's structural checker (names, attributes, opset/IR consistency) as ModelCheckError."""
+    if proto.ByteSize() > (1 << 31) - 1:
+        return  # the in-memory checker cannot take a message this large; the runtime's own checks still run
+    try:
+        onnx.checker.check_model(proto)
+    except onnx.checker.ValidationError as exc:
+        first = " ".join(str(exc).split())
+        if any(benign in first for benign in _BENIGN_CHECKER_MESSAGES):
+            return
+        if "No Op registered for" in first or "No opset import for domain" in first:
+            raise UnsupportedOpError(f"unknown op: {first[:400]}") from None
+        raise ModelCheckError(f"invalid model: {first[:400]}") from None

@@ -1,0 +1,223 @@
+"""What ``appopt compile`` and ``appopt run-model`` do, without any CLI library.
+
+``compile_to_dir`` checks, optimises and writes a model as a compiled directory; ``run_model`` loads a model or
+compiled directory, builds inputs (``.npy``/``.pb`` files or random data), runs it ``repeat`` times and returns
+output summaries and latency figures; ``format_*`` turn those into printable lines.
+"""
+
+from __future__ import annotations
+
+import os
+import statistics
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import onnx
+from onnx import numpy_helper
+
+from runtime.artifact import save_artifact
+from runtime.errors import RuntimeModelError
+from runtime.executor import Executable, compile_model
+from runtime.ir import Value
+
+
+@dataclass
+class OutputSummary:
+    name: str
+    kind: str
+    dtype: str
+    shape: list[int]
+    mean: float | None = None
+    min: float | None = None
+    max: float | None = None
+    length: int | None = None  # sequences
+
+
+@dataclass
+class RunReport:
+    model: str
+    outputs: list[OutputSummary]
+    latencies_s: list[float]
+    compile_s: float
+    threads: int | None
+    inputs: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def median_ms(self) -> float:
+        return statistics.median(self.latencies_s) * 1e3
+
+    @property
+    def p90_ms(self) -> float:
+        ordered = sorted(self.latencies_s)
+        return ordered[min(len(ordered) - 1, round(0.9 * (len(ordered) - 1)))] * 1e3
+
+
+def compile_to_dir(
+    model_path: str | os.PathLike[str],
+    out_dir: str | os.PathLike[str],
+    disable: list[str] | None = None,
+    max_alloc_bytes: int | None = None,
+) -> dict[str, Any]:
+    """Compile ``model_path`` and write it to ``out_dir``; returns the manifest."""
+    exe = compile_model(str(model_path), disable=disable or (), max_alloc_bytes=max_alloc_bytes)
+    return save_artifact(exe, out_dir)
+
+
+def format_compile(manifest: dict[str, Any], out_dir: str | os.PathLike[str]) -> list[str]:
+    stats = manifest.get("stats", {})
+    lines = [f"compiled -> {out_dir}"]
+    lines.append("  inputs:  " + ", ".join(_io_text(v) for v in manifest["inputs"]))
+    lines.append("  outputs: " + ", ".join(_io_text(v) for v in manifest["outputs"]))
+    passes = stats.get("passes", {})
+    lines.append(
+        f"  nodes: {manifest['nodes']}, initializers: {manifest['initializers']}, passes: "
+        + (", ".join(f"{k}={v}" for k, v in passes.items()) or "none")
+    )
+    expanded = stats.get("expanded_schema_functions") or {}
+    inlined = stats.get("inlined_local_functions") or {}
+    if expanded or inlined:
+        lines.append(
+            "  functions: "
+            + ", ".join(
+                [f"{k} expanded x{v}" for k, v in expanded.items()] + [f"{k} inlined x{v}" for k, v in inlined.items()]
+            )
+        )
+    return lines
+
+
+def _io_text(v: dict[str, Any]) -> str:
+    if v.get("kind") != "tensor":
+        return f"{v['name']} ({v.get('kind')})"
+    shape = (
+        "?" if v.get("shape") is None else "[" + ", ".join(str(d) if d is not None else "?" for d in v["shape"]) + "]"
+    )
+    return f"{v['name']} {v.get('dtype')}{shape}"
+
+
+def parse_input_specs(specs: list[str]) -> dict[str, Path]:
+    """``["name=path.npy", ...]`` -> ``{name: Path}``."""
+    out: dict[str, Path] = {}
+    for spec in specs:
+        name, sep, path = spec.partition("=")
+        if not sep or not name or not path:
+            raise RuntimeModelError(f"--input {spec!r}: expected NAME=FILE (.npy or .pb)")
+        out[name] = Path(path)
+    return out
+
+
+def load_input_file(name: str, path: Path) -> Any:
+    if not path.is_file():
+        raise RuntimeModelError(f"input {name!r}: file {str(path)!r} not found")
+    try:
+        if path.suffix == ".pb":
+            tensor = onnx.TensorProto()
+            tensor.ParseFromString(path.read_bytes())
+            return numpy_helper.to_array(tensor)
+        return np.load(path, allow_pickle=False)
+    except Exception as exc:
+        raise RuntimeModelError(f"input {name!r}: cannot read {str(path)!r}: {exc}") from None
+
+
+def random_input(value: Value, rng: np.random.Generator) -> np.ndarray:
+    """Random data for a declared tensor input; unknown dimensions become 1 (as onnx's backend tests do)."""
+    if value.kind != "tensor" or value.dtype is None:
+        raise RuntimeModelError(f"input {value.name!r}: --random can only make tensors, not {value.kind}")
+    shape = tuple(d if isinstance(d, int) else 1 for d in (value.shape or ()))
+    dtype = value.dtype
+    if dtype == np.dtype(object):
+        return np.full(shape, "a", dtype=object)
+    if dtype.kind == "b":
+        return rng.random(shape) < 0.5
+    if dtype.kind in "iu":
+        return rng.integers(0, 2, size=shape).astype(dtype)
+    return rng.random(shape).astype(dtype)
+
+
+def build_feeds(
+    exe: Executable, files: dict[str, Path], random: bool, seed: int = 0
+) -> tuple[dict[str, Any], dict[str, str]]:
+    """Feeds for ``exe`` plus a description of where each came from."""
+    for name in files:
+        if name not in exe.inputs:
+            raise RuntimeModelError(f"--input {name!r}: the model has no such input; it takes {exe.input_names}")
+    rng = np.random.default_rng(seed)
+    feeds: dict[str, Any] = {}
+    where: dict[str, str] = {}
+    for name in exe.input_names:
+        if name in files:
+            feeds[name] = load_input_file(name, files[name])
+            where[name] = str(files[name])
+        elif random:
+            feeds[name] = random_input(exe.inputs[name], rng)
+            where[name] = f"random {feeds[name].dtype}{list(feeds[name].shape)}"
+        else:
+            raise RuntimeModelError(f"input {name!r} not given: pass --input {name}=FILE.npy or --random")
+    for name in files:
+        if name not in feeds:  # overriding an initializer-backed input
+            feeds[name] = load_input_file(name, files[name])
+            where[name] = str(files[name])
+    return feeds, where
+
+
+def summarize(name: str, value: Any) -> OutputSummary:
+    if isinstance(value, list):
+        return OutputSummary(name, "sequence", "-", [], length=len(value))
+    if value is None:
+        return OutputSummary(name, "optional", "-", [])
+    arr = np.asarray(value)
+    summary = OutputSummary(name, "tensor", str(arr.dtype), [int(d) for d in arr.shape])
+    if arr.size and (arr.dtype.kind in "fiub"):
+        data = arr.astype(np.float64)
+        summary.mean, summary.min, summary.max = float(data.mean()), float(data.min()), float(data.max())
+    return summary
+
+
+def run_model(
+    model: str | os.PathLike[str],
+    inputs: list[str] | None = None,
+    random: bool = False,
+    repeat: int = 1,
+    threads: int | None = None,
+    seed: int = 0,
+) -> RunReport:
+    """Compile (or load) ``model``, run it ``repeat`` times; outputs of the last run are summarised."""
+    if repeat < 1:
+        raise RuntimeModelError(f"--repeat must be at least 1, got {repeat}")
+    if not Path(model).exists():
+        raise RuntimeModelError(f"model {str(model)!r} does not exist")
+    started = time.perf_counter()
+    exe = compile_model(str(model), threads=threads)
+    compile_s = time.perf_counter() - started
+    feeds, where = build_feeds(exe, parse_input_specs(inputs or []), random, seed)
+    latencies = []
+    outputs: dict[str, Any] = {}
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        outputs = exe.run(feeds)
+        latencies.append(time.perf_counter() - t0)
+    summaries = [summarize(name, outputs[name]) for name in exe.output_names]
+    return RunReport(str(model), summaries, latencies, compile_s, threads, where)
+
+
+def format_run(report: RunReport) -> list[str]:
+    lines = [
+        f"model: {report.model} (loaded in {report.compile_s * 1e3:.1f} ms, threads: {report.threads or 'default'})"
+    ]
+    for name, source in report.inputs.items():
+        lines.append(f"  input  {name}: {source}")
+    for s in report.outputs:
+        if s.kind == "sequence":
+            lines.append(f"  output {s.name}: sequence of {s.length}")
+        elif s.kind == "optional":
+            lines.append(f"  output {s.name}: empty optional")
+        elif s.mean is None:
+            lines.append(f"  output {s.name}: {s.dtype}{s.shape}")
+        else:
+            lines.append(f"  output {s.name}: {s.dtype}{s.shape} mean={s.mean:.6g} min={s.min:.6g} max={s.max:.6g}")
+    lines.append(
+        f"latency over {len(report.latencies_s)} run(s): median {report.median_ms:.3f} ms, p90 {report.p90_ms:.3f} ms"
+    )
+    return lines
