@@ -6,6 +6,7 @@ Run: ``python examples/make_digits_mlp.py``.
 
 from __future__ import annotations
 
+import itertools
 from pathlib import Path
 
 import numpy as np
@@ -18,7 +19,7 @@ def build(seed: int = 0) -> onnx.ModelProto:
     sizes = [64, 128, 64, 10]
     nodes, inits = [], []
     x = "input"
-    for i, (fan_in, fan_out) in enumerate(zip(sizes, sizes[1:], strict=False)):
+    for i, (fan_in, fan_out) in enumerate(itertools.pairwise(sizes)):
         w = (rng.standard_normal((fan_in, fan_out)) * np.sqrt(2 / fan_in)).astype(np.float32)
         b = np.zeros(fan_out, np.float32)
         inits += [numpy_helper.from_array(w, f"w{i}"), numpy_helper.from_array(b, f"b{i}")]

@@ -10,9 +10,8 @@ import tempfile
 from pathlib import Path
 
 from builders import RenderError
-from builders.render import render_artifacts
-
 from builders.deployment import Deployment
+from builders.render import render_artifacts
 from optimiser.catalog import load_catalog
 from optimiser.catalog.models import Catalog, Install
 from optimiser.errors import AppoptError

@@ -201,7 +201,7 @@ class _Enumerator:
     def _layouts(self, fw: Framework) -> list[str]:
         layouts = fw.layouts.get(self.target.device_key, ["NCHW"])
         allow, deny = self.spec.optimisation.allow, self.spec.optimisation.deny
-        out = [lay for lay in layouts if _selected("layouts", lay, allow, deny)]
+        out: list[str] = [lay for lay in layouts if _selected("layouts", lay, allow, deny)]
         if not out:
             self._exclude("every layout excluded by optimisation allow/deny", framework=fw.id)
         return out
@@ -354,7 +354,7 @@ def check_spec_ids(spec: AppSpec, catalog: Catalog) -> None:
     problems: list[str] = []
     if spec.application.framework != "auto" and spec.application.framework not in catalog.frameworks:
         problems.append(unknown_id_message("application.framework", spec.application.framework, catalog.frameworks))
-    known = {
+    known: dict[str, Iterable[str]] = {
         "frameworks": catalog.frameworks,
         "compilers": {**catalog.compilers, NO_COMPILER: None},
         "libraries": catalog.libraries,
@@ -365,7 +365,7 @@ def check_spec_ids(spec: AppSpec, catalog: Catalog) -> None:
         selection = getattr(spec.optimisation, side)
         for category, ids in known.items():
             for i, item in enumerate(getattr(selection, category) or []):
-                if item not in ids:
+                if item not in set(ids):
                     problems.append(unknown_id_message(f"optimisation.{side}.{category}.{i}", item, ids))
     if problems:
         raise SpecError(*problems)

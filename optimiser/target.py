@@ -5,7 +5,7 @@ from __future__ import annotations
 import platform
 from dataclasses import dataclass
 
-from optimiser.catalog.models import Catalog, Hardware
+from optimiser.catalog.models import Catalog, DeviceKey, Hardware
 from optimiser.errors import SpecError
 from optimiser.spec import Target
 from optimiser.suggest import unknown_id_message
@@ -20,7 +20,7 @@ class ResolvedTarget:
     hardware: Hardware
     device: Device
     #: "cpu" or the accelerator vendor: the key for framework/library/compiler support.
-    device_key: str
+    device_key: DeviceKey
     arch: str
     #: Key into a component's ``install.base_images``: ``cpu-<arch>`` or the vendor.
     image_key: str
@@ -40,10 +40,11 @@ def resolve_target(target: Target, catalog: Catalog) -> ResolvedTarget:
         if hw.kind != "gpu" or hw.vendor != gpu.vendor:
             raise SpecError(f"target.accelerator.model: {hw.id} is a {hw.vendor} {hw.kind}, not a {gpu.vendor} GPU")
         device = Device(
-            name=hw.id, kind="gpu", peak_flops=dict(hw.peak_flops), mem_bandwidth=hw.mem_bandwidth,
-            per_node=gpu.count, nodes=target.nodes, interconnect=gbps * 1e9 / 8,
+            name=hw.id, kind="gpu", peak_flops={str(k): v for k, v in hw.peak_flops.items()},
+            mem_bandwidth=hw.mem_bandwidth, per_node=gpu.count, nodes=target.nodes, interconnect=gbps * 1e9 / 8,
         )
-        return ResolvedTarget(hw, device, gpu.vendor, target.cpu.arch, gpu.vendor, tuple(notes))
+        vendor: DeviceKey = gpu.vendor  # type: ignore[assignment]  # "none" was ruled out by target.gpu
+        return ResolvedTarget(hw, device, vendor, target.cpu.arch, vendor, tuple(notes))
     hw = _cpu_hardware(target, catalog, notes)
     scale = 1.0
     if target.cpu.cores and hw.cores:

@@ -73,7 +73,7 @@ def test_plan_prints_a_ranked_table() -> None:
     ],
 )
 def test_plan_writes_the_report_and_artifacts(tmp_path: Path, example: str, job_file: str) -> None:
-    code, out, err = invoke("plan", str(EXAMPLES / example), "-o", str(tmp_path))
+    code, _, err = invoke("plan", str(EXAMPLES / example), "-o", str(tmp_path))
     assert code == 0, err
     plan = json.loads((tmp_path / "plan.json").read_text())
     assert set(plan["choice"]) == {"framework", "compiler", "libraries", "precision", "layout", "base_image"}

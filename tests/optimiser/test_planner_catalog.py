@@ -27,7 +27,10 @@ def plan_for(mode: str, target: dict[str, Any], **application: Any) -> Plan:
 
 ARM_CPU = {"cpu": {"arch": "aarch64", "model": "a64fx"}, "scheduler": "pbs"}
 X86_CPU = {"cpu": {"arch": "x86_64", "model": "xeon-8380"}}
-A100 = {"cpu": {"arch": "x86_64", "model": "xeon-8380"}, "accelerator": {"vendor": "nvidia", "model": "a100", "count": 4}}
+A100 = {
+    "cpu": {"arch": "x86_64", "model": "xeon-8380"},
+    "accelerator": {"vendor": "nvidia", "model": "a100", "count": 4},
+}
 
 
 @pytest.mark.parametrize("mode", ["training", "inference"])

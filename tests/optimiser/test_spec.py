@@ -82,7 +82,8 @@ def test_every_problem_gets_its_own_line() -> None:
 
 
 def test_model_needs_exactly_one_source() -> None:
-    (line,) = errors_of(ISSUE_EXAMPLE.replace("    architecture: resnet50", "    architecture: resnet50\n    onnx: m.onnx"))
+    both = ISSUE_EXAMPLE.replace("    architecture: resnet50", "    architecture: resnet50\n    onnx: m.onnx")
+    (line,) = errors_of(both)
     assert line.startswith("application.model: give exactly one of 'architecture' or 'onnx'")
 
 
@@ -91,7 +92,7 @@ def test_model_needs_exactly_one_source() -> None:
     [
         ("name: [unclosed\n", "invalid YAML"),
         ("- just\n- a list\n", "the spec must be a mapping"),
-        ("name: a\nname: b\napplication: {type: inference, model: {architecture: x}}\n", "name: duplicate key (line 2)"),
+        ("name: a\nname: b\napplication: {type: inference, model: {architecture: x}}\n", "duplicate key (line 2)"),
     ],
 )
 def test_malformed_yaml_is_one_line(text: str, expected: str) -> None:
