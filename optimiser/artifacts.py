@@ -11,6 +11,7 @@ from pathlib import Path
 
 from builders import RenderError
 from builders.deployment import Deployment
+from builders.image_build import save_deployment
 from builders.render import render_artifacts
 from optimiser.catalog import load_catalog
 from optimiser.catalog.models import Catalog, Install
@@ -137,6 +138,7 @@ def write_plan_outputs(plan: Plan, out_dir: Path, catalog: Catalog | None = None
         written += render_artifacts(dep, out_dir)
     except RenderError as exc:
         raise AppoptError(*exc.lines, exit_code=2) from None
+    written.append(save_deployment(dep, out_dir))  # `appopt build` re-renders from it (--base-image, --wheelhouse)
     return written
 
 

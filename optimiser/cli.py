@@ -112,13 +112,15 @@ def catalog(
     typer.echo(list_category(category))
 
 
-def _register_optional_commands() -> None:
-    from optimiser.commands import runtime_cmds
+def _register_commands() -> None:
+    """Commands that live in optimiser/commands/, one module per area, each with ``register(app)``."""
+    from optimiser.commands import bench_cmds, build_cmds, models_cmds, runtime_cmds
 
-    runtime_cmds.register(app)
+    for module in (runtime_cmds, build_cmds, bench_cmds, models_cmds):
+        module.register(app)
 
 
-_register_optional_commands()
+_register_commands()
 
 
 def main() -> None:

@@ -44,6 +44,6 @@ class ModelCompile:
         return [Copy(self.app_dir, self.app_dir, from_stage=from_stage), self._pythonpath(build_time=False)]
 
     def _pythonpath(self, build_time: bool) -> Environment:
-        # ${PYTHONPATH:+:...} keeps whatever the base image already put there.
-        value = f"{self.app_dir}${{PYTHONPATH:+:$PYTHONPATH}}"
-        return Environment((("PYTHONPATH", value),), expand=True, build_time=build_time)
+        # A plain value: Charliecloud's Dockerfile parser does not expand ${VAR:+...}, and the base images the
+        # catalog names set no PYTHONPATH of their own.
+        return Environment((("PYTHONPATH", self.app_dir),), build_time=build_time)

@@ -7,7 +7,8 @@ from dataclasses import dataclass
 from builders.primitives import Copy, Primitive, Shell
 
 #: Where the wheelhouse is copied in the build stage (never reaches the final stage).
-WHEELHOUSE_IN_IMAGE = "/tmp/appopt-wheelhouse"
+#: Outside /tmp: Charliecloud mounts the host's /tmp over the image's during RUN.
+WHEELHOUSE_IN_IMAGE = "/opt/appopt/wheelhouse"
 
 
 @dataclass(frozen=True)

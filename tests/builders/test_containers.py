@@ -82,7 +82,7 @@ def test_dockerfile_labels_and_env_read_back_exactly() -> None:
 def test_wheelhouse_installs_offline_and_final_stage_uses_the_runtime_image() -> None:
     text = render_dockerfile(pbs_arm())
     instructions = dockerfile_instructions(text)
-    assert ("COPY", "wheelhouse /tmp/appopt-wheelhouse") in instructions
+    assert ("COPY", "wheelhouse /opt/appopt/wheelhouse") in instructions
     pip = next(shlex.split(rest) for keyword, rest in instructions if keyword == "RUN" and "-m pip" in rest)
     assert pip[pip.index("install") :][:6] == [
         "install",
@@ -90,12 +90,12 @@ def test_wheelhouse_installs_offline_and_final_stage_uses_the_runtime_image() ->
         "--disable-pip-version-check",
         "--no-index",
         "--find-links",
-        "/tmp/appopt-wheelhouse",
+        "/opt/appopt/wheelhouse",
     ]
     assert [rest for keyword, rest in instructions if keyword == "FROM"][-1] == "python:3.11-slim AS final"
     singularity = singularity_stages(render_singularity(pbs_arm()))
     assert singularity[-1]["header"][1] == "From: python:3.11-slim"
-    assert "wheelhouse /tmp/appopt-wheelhouse" in section_body(singularity[0], "%files")
+    assert "wheelhouse /opt/appopt/wheelhouse" in section_body(singularity[0], "%files")
 
 
 def test_nothing_to_build_gives_one_stage() -> None:

@@ -11,7 +11,7 @@ ENV PATH="/opt/appopt/venv/bin:$PATH"
 RUN /opt/appopt/venv/bin/python -m pip install --no-cache-dir --disable-pip-version-check 'onnx>=1.16' numpy
 COPY runtime /opt/app/runtime
 COPY model.onnx /opt/app/model.onnx
-ENV PYTHONPATH="/opt/app${PYTHONPATH:+:$PYTHONPATH}"
+ENV PYTHONPATH="/opt/app"
 WORKDIR /opt/app
 RUN python3 -m runtime compile /opt/app/model.onnx -o /opt/app/compiled
 
@@ -23,7 +23,7 @@ RUN apt-get update && \
 COPY --from=build /opt/appopt/venv /opt/appopt/venv
 ENV PATH="/opt/appopt/venv/bin:$PATH"
 COPY --from=build /opt/app /opt/app
-ENV PYTHONPATH="/opt/app${PYTHONPATH:+:$PYTHONPATH}"
+ENV PYTHONPATH="/opt/app"
 ENV OMP_NUM_THREADS="8" \
     APPOPT_PRECISION="fp16"
 LABEL org.opencontainers.image.title="resnet50-train" \

@@ -5,12 +5,12 @@ FROM python:3.11 AS build
 # The build stage installs the dependencies and compiles the model.
 RUN python3 -m venv --without-pip --system-site-packages /opt/appopt/venv
 ENV PATH="/opt/appopt/venv/bin:$PATH"
-COPY wheelhouse /tmp/appopt-wheelhouse
-RUN /opt/appopt/venv/bin/python -m pip install --no-cache-dir --disable-pip-version-check --no-index --find-links /tmp/appopt-wheelhouse onnx numpy && \
-    rm -rf /tmp/appopt-wheelhouse
+COPY wheelhouse /opt/appopt/wheelhouse
+RUN /opt/appopt/venv/bin/python -m pip install --no-cache-dir --disable-pip-version-check --no-index --find-links /opt/appopt/wheelhouse onnx numpy && \
+    rm -rf /opt/appopt/wheelhouse
 COPY runtime /opt/app/runtime
 COPY model.onnx /opt/app/model.onnx
-ENV PYTHONPATH="/opt/app${PYTHONPATH:+:$PYTHONPATH}"
+ENV PYTHONPATH="/opt/app"
 WORKDIR /opt/app
 RUN python3 -m runtime compile /opt/app/model.onnx -o /opt/app/compiled
 
@@ -19,7 +19,7 @@ FROM python:3.11-slim AS final
 COPY --from=build /opt/appopt/venv /opt/appopt/venv
 ENV PATH="/opt/appopt/venv/bin:$PATH"
 COPY --from=build /opt/app /opt/app
-ENV PYTHONPATH="/opt/app${PYTHONPATH:+:$PYTHONPATH}"
+ENV PYTHONPATH="/opt/app"
 ENV OMP_NUM_THREADS="12" \
     XOS_MMM_L_HPAGE_TYPE="none"
 LABEL org.opencontainers.image.title="bert-a64fx" \

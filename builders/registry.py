@@ -1,0 +1,676 @@
+"""Push an OCI image layout to a registry over the Distribution (Docker Registry v2) HTTP API.
+
+Why our own client rather than ``docker push``/``podman push``: the same push works after any engine's build (buildah,
+podman, a Docker daemon), retries are ours and visible (5xx answers and dropped connections are retried with
+backoff), auth comes from the usual credential files, and the pushed manifest is read back and its digest checked.
+
+- Credentials: ``REGISTRY_AUTH_FILE``, podman's ``auth.json`` (``$XDG_RUNTIME_DIR/containers``,
+  ``~/.config/containers``) and Docker's ``config.json`` (``$DOCKER_CONFIG`` or ``~/.docker``), including
+  ``credHelpers``/``credsStore`` (``docker-credential-<name> get``). Basic and Bearer-token registries both work.
+- TLS: verified against the system CAs (``SSL_CERT_FILE`` is honoured) plus any ``certs.d/<host>/*.crt`` in the Docker
+  and containers config directories; ``insecure=True`` skips verification and falls back to plain HTTP, like Docker's
+  ``insecure-registries``.
+
+>>> ImageRef.parse("127.0.0.1:5000/team/app:v1")
+ImageRef(registry='127.0.0.1:5000', repository='team/app', tag='v1', digest=None)
+>>> ImageRef.parse("ubuntu").repository
+'library/ubuntu'
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import http.client
+import json
+import os
+import re
+import shutil
+import socket
+import ssl
+import subprocess
+import time
+import urllib.parse
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, BinaryIO
+
+DOCKER_HUB = "docker.io"
+_DOCKER_HUB_API = "registry-1.docker.io"
+_DOCKER_HUB_AUTH_KEYS = ("https://index.docker.io/v1/", "index.docker.io", "docker.io", "registry-1.docker.io")
+
+OCI_MANIFEST = "application/vnd.oci.image.manifest.v1+json"
+OCI_INDEX = "application/vnd.oci.image.index.v1+json"
+DOCKER_MANIFEST = "application/vnd.docker.distribution.manifest.v2+json"
+DOCKER_MANIFEST_LIST = "application/vnd.docker.distribution.manifest.list.v2+json"
+_INDEX_TYPES = (OCI_INDEX, DOCKER_MANIFEST_LIST)
+_MANIFEST_TYPES = (OCI_MANIFEST, DOCKER_MANIFEST, OCI_INDEX, DOCKER_MANIFEST_LIST)
+
+_REPO_COMPONENT = re.compile(r"^[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*$")
+_TAG = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$")
+_DIGEST = re.compile(r"^sha256:[0-9a-f]{64}$")
+_CHUNK = 1 << 20
+
+Progress = Callable[[str], None]
+
+
+class RegistryError(Exception):
+    """A push that cannot succeed (bad reference, auth refused, unreachable, retries used up); one line per problem."""
+
+    def __init__(self, *lines: str) -> None:
+        self.lines: tuple[str, ...] = lines or ("registry error",)
+        super().__init__("\n".join(self.lines))
+
+
+class _Retryable(Exception):
+    """A fault worth another try: a 5xx answer or a connection dropped mid-request."""
+
+
+# --- references -------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ImageRef:
+    """A parsed image reference ``[registry/]repository[:tag][@digest]`` (Docker's rules for the registry part)."""
+
+    registry: str
+    repository: str
+    tag: str | None = None
+    digest: str | None = None
+
+    @classmethod
+    def parse(cls, text: str) -> ImageRef:
+        """Parse ``text``; a first component with ``.`` or ``:`` (or ``localhost``) is the registry, else Docker Hub."""
+        rest, digest = text, None
+        if "@" in rest:
+            rest, digest = rest.split("@", 1)
+            if not _DIGEST.match(digest):
+                raise RegistryError(f"{text}: digest must be sha256:<64 hex digits>")
+        tag = None
+        last = rest.rsplit("/", 1)[-1]
+        if ":" in last:
+            rest, tag = rest.rsplit(":", 1)
+            if not _TAG.match(tag):
+                raise RegistryError(f"{text}: invalid tag {tag!r}")
+        parts = rest.split("/")
+        if len(parts) > 1 and ("." in parts[0] or ":" in parts[0] or parts[0] == "localhost"):
+            registry, path = parts[0], parts[1:]
+        else:
+            registry, path = DOCKER_HUB, parts
+            if len(path) == 1:
+                path = ["library", *path]
+        if not path or not all(_REPO_COMPONENT.match(p) for p in path):
+            raise RegistryError(f"{text}: invalid repository name (lower-case letters, digits and . _ - only)")
+        return cls(registry=registry, repository="/".join(path), tag=tag, digest=digest)
+
+    @property
+    def reference(self) -> str:
+        """What the manifest is stored under: the tag, else the digest, else ``latest``."""
+        return self.tag or self.digest or "latest"
+
+    @property
+    def api_host(self) -> str:
+        return _DOCKER_HUB_API if self.registry == DOCKER_HUB else self.registry
+
+    def __str__(self) -> str:
+        text = f"{self.registry}/{self.repository}"
+        if self.tag:
+            text += f":{self.tag}"
+        if self.digest:
+            text += f"@{self.digest}"
+        return text
+
+
+# --- credentials ------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Credentials:
+    """A username and password (or token) for one registry, and where they were found."""
+
+    username: str
+    password: str = field(repr=False)
+    source: str = ""
+
+
+def credential_files(env: Mapping[str, str] | None = None) -> list[Path]:
+    """The credential files looked at, in podman's then Docker's order (first match wins)."""
+    env = os.environ if env is None else env
+    home = Path(env.get("HOME") or Path.home())
+    files: list[Path] = []
+    if env.get("REGISTRY_AUTH_FILE"):
+        files.append(Path(env["REGISTRY_AUTH_FILE"]))
+    if env.get("XDG_RUNTIME_DIR"):
+        files.append(Path(env["XDG_RUNTIME_DIR"]) / "containers" / "auth.json")
+    config_home = Path(env["XDG_CONFIG_HOME"]) if env.get("XDG_CONFIG_HOME") else home / ".config"
+    files.append(config_home / "containers" / "auth.json")
+    docker_dir = Path(env["DOCKER_CONFIG"]) if env.get("DOCKER_CONFIG") else home / ".docker"
+    files.append(docker_dir / "config.json")
+    return files
+
+
+def _auth_key_matches(key: str, ref: ImageRef) -> int:
+    """How specifically a credential file key names ``ref`` (0: not at all; longer ``host/namespace`` keys win)."""
+    bare = re.sub(r"^https?://", "", key).rstrip("/")
+    bare = re.sub(r"/v[12]$", "", bare)
+    if ref.registry == DOCKER_HUB and (key in _DOCKER_HUB_AUTH_KEYS or bare in _DOCKER_HUB_AUTH_KEYS):
+        return 1
+    if bare == ref.registry:
+        return 1
+    full = f"{ref.registry}/{ref.repository}"
+    if full == bare or full.startswith(bare + "/"):
+        return 1 + bare.count("/")
+    return 0
+
+
+def _credentials_from_helper(helper: str, server: str, source: str) -> Credentials | None:
+    program = f"docker-credential-{helper}"
+    if shutil.which(program) is None:
+        raise RegistryError(f"{source}: credential helper {program} for {server} is not on PATH")
+    proc = subprocess.run([program, "get"], input=server, capture_output=True, text=True, timeout=30, check=False)
+    if proc.returncode != 0:
+        return None  # the helper has nothing stored for this server
+    try:
+        data = json.loads(proc.stdout)
+        return Credentials(data["Username"], data["Secret"], f"{source} ({program})")
+    except (ValueError, KeyError):
+        raise RegistryError(f"{program}: unreadable answer for {server}") from None
+
+
+def find_credentials(ref: ImageRef, env: Mapping[str, str] | None = None) -> Credentials | None:
+    """Credentials for ``ref`` from the first credential file (or helper) that has any, else None."""
+    for path in credential_files(env):
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            continue
+        except (OSError, ValueError) as exc:
+            raise RegistryError(f"{path}: unreadable credential file: {exc}") from None
+        server = "https://index.docker.io/v1/" if ref.registry == DOCKER_HUB else ref.registry
+        helpers = data.get("credHelpers") or {}
+        for key, helper in helpers.items():
+            if _auth_key_matches(key, ref):
+                found = _credentials_from_helper(helper, server, str(path))
+                if found:
+                    return found
+        auths: dict[str, Any] = data.get("auths") or {}
+        matches = sorted(((_auth_key_matches(k, ref), k) for k in auths), reverse=True)
+        for score, key in matches:
+            if score == 0:
+                break
+            entry = auths[key] or {}
+            if entry.get("auth"):
+                try:
+                    user, _, password = base64.b64decode(entry["auth"]).decode().partition(":")
+                except (ValueError, UnicodeDecodeError):
+                    raise RegistryError(f"{path}: auths.{key}.auth is not base64 of user:password") from None
+                return Credentials(user, password, str(path))
+            if entry.get("username") and entry.get("password"):
+                return Credentials(entry["username"], entry["password"], str(path))
+        if data.get("credsStore"):
+            found = _credentials_from_helper(data["credsStore"], server, str(path))
+            if found:
+                return found
+    return None
+
+
+# --- the OCI image layout we push from --------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Blob:
+    """A content-addressed file of the layout."""
+
+    digest: str
+    size: int
+    path: Path
+
+
+@dataclass(frozen=True)
+class LayoutImage:
+    """What a push sends: blobs (config and layers, child manifests of an index) and the top manifest."""
+
+    blobs: tuple[Blob, ...]
+    children: tuple[tuple[str, str, bytes], ...]  # (digest, media type, bytes) of manifests under an index
+    manifest: bytes
+    media_type: str
+
+    @property
+    def digest(self) -> str:
+        return "sha256:" + hashlib.sha256(self.manifest).hexdigest()
+
+
+def read_layout(layout: Path) -> LayoutImage:
+    """The single image (manifest, or index of manifests) in an OCI image layout directory."""
+    try:
+        index = json.loads((layout / "index.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise RegistryError(f"{layout}: not an OCI image layout ({exc})") from None
+    manifests = index.get("manifests") or []
+    if len(manifests) != 1:
+        raise RegistryError(f"{layout}: expected one image in index.json, found {len(manifests)}")
+    top = manifests[0]
+    top_bytes = _blob_path(layout, top["digest"]).read_bytes()
+    media_type = top.get("mediaType") or json.loads(top_bytes).get("mediaType") or OCI_MANIFEST
+    blobs: dict[str, Blob] = {}
+    children: list[tuple[str, str, bytes]] = []
+    if media_type in _INDEX_TYPES:
+        for child in json.loads(top_bytes).get("manifests", []):
+            data = _blob_path(layout, child["digest"]).read_bytes()
+            children.append((child["digest"], child.get("mediaType", OCI_MANIFEST), data))
+            _collect_blobs(layout, json.loads(data), blobs)
+    else:
+        _collect_blobs(layout, json.loads(top_bytes), blobs)
+    return LayoutImage(tuple(blobs.values()), tuple(children), top_bytes, media_type)
+
+
+def _collect_blobs(layout: Path, manifest: dict[str, Any], into: dict[str, Blob]) -> None:
+    for desc in [manifest["config"], *manifest.get("layers", [])]:
+        path = _blob_path(layout, desc["digest"])
+        size = path.stat().st_size
+        if size != desc["size"]:
+            raise RegistryError(f"{path}: size {size} does not match the manifest's {desc['size']}")
+        into[desc["digest"]] = Blob(desc["digest"], size, path)
+
+
+def _blob_path(layout: Path, digest: str) -> Path:
+    algorithm, _, hexdigest = digest.partition(":")
+    path = layout / "blobs" / algorithm / hexdigest
+    if not path.is_file():
+        raise RegistryError(f"{layout}: blob {digest} is missing")
+    return path
+
+
+# --- HTTP with retries and auth ---------------------------------------------------------------------------------
+
+
+@dataclass
+class _Response:
+    status: int
+    headers: http.client.HTTPMessage
+    body: bytes
+
+    def header(self, name: str) -> str:
+        return self.headers.get(name) or ""
+
+
+def _tls_context(host: str, insecure: bool, env: Mapping[str, str]) -> ssl.SSLContext:
+    if insecure:
+        ctx = ssl.create_default_context()
+        ctx.check_hostname = False
+        ctx.verify_mode = ssl.CERT_NONE
+        return ctx
+    ctx = ssl.create_default_context(cafile=env.get("SSL_CERT_FILE") or None)
+    home = Path(env.get("HOME") or Path.home())
+    cert_dirs = [Path("/etc/docker/certs.d"), Path("/etc/containers/certs.d"), home / ".docker" / "certs.d",
+                 home / ".config" / "containers" / "certs.d"]
+    for base in cert_dirs:
+        host_dir = base / host
+        if host_dir.is_dir():
+            for cert in sorted(host_dir.glob("*.crt")):
+                ctx.load_verify_locations(cafile=str(cert))
+    return ctx
+
+
+class RegistryClient:
+    """One registry host: requests with auth, TLS and retries; ``push_layout`` is the operation users call."""
+
+    def __init__(
+        self,
+        ref: ImageRef,
+        *,
+        insecure: bool = False,
+        credentials: Credentials | None = None,
+        attempts: int = 4,
+        backoff_seconds: float = 0.5,
+        timeout_seconds: float = 60.0,
+        progress: Progress | None = None,
+        env: Mapping[str, str] | None = None,
+    ) -> None:
+        self.ref = ref
+        self.insecure = insecure
+        self.credentials = credentials
+        self.attempts = max(attempts, 1)
+        self.backoff_seconds = backoff_seconds
+        self.timeout_seconds = timeout_seconds
+        self.progress = progress or (lambda _line: None)
+        self.env = os.environ if env is None else env
+        self.retries = 0
+        self._scheme = "https"
+        self._authorization: str | None = None
+        self._ssl = _tls_context(ref.api_host, insecure, self.env)
+
+    # -- plumbing --
+
+    def _connection(self, scheme: str, netloc: str) -> http.client.HTTPConnection:
+        if scheme == "https":
+            return http.client.HTTPSConnection(netloc, timeout=self.timeout_seconds, context=self._ssl)
+        return http.client.HTTPConnection(netloc, timeout=self.timeout_seconds)
+
+    def _url(self, path_or_url: str) -> str:
+        if path_or_url.startswith(("http://", "https://")):
+            return path_or_url
+        return f"{self._scheme}://{self.ref.api_host}{path_or_url}"
+
+    def _send(
+        self, method: str, url: str, headers: Mapping[str, str] | None = None, body: bytes | BinaryIO | None = None,
+        *, auth: bool = True,
+    ) -> _Response:
+        """One HTTP exchange; raises _Retryable for dropped connections and RegistryError for unreachable hosts."""
+        parsed = urllib.parse.urlsplit(url)
+        target = parsed.path + (f"?{parsed.query}" if parsed.query else "")
+        all_headers = {"User-Agent": "appopt", **(headers or {})}
+        same_host = parsed.netloc == self.ref.api_host
+        if auth and same_host and self._authorization:
+            all_headers["Authorization"] = self._authorization
+        if body is None and method in ("PUT", "POST", "PATCH"):
+            all_headers.setdefault("Content-Length", "0")
+        conn = self._connection(parsed.scheme, parsed.netloc)
+        try:
+            conn.request(method, target, body=body, headers=all_headers)
+            resp = conn.getresponse()
+            data = resp.read()
+            return _Response(resp.status, resp.headers, data)
+        except ConnectionRefusedError:
+            raise RegistryError(f"{parsed.netloc}: connection refused (is the registry running at that address?)") \
+                from None
+        except socket.gaierror as exc:
+            raise RegistryError(f"{parsed.netloc}: host not found ({exc.strerror})") from None
+        except ssl.SSLCertVerificationError as exc:
+            raise RegistryError(
+                f"{parsed.netloc}: TLS certificate not trusted ({exc.verify_message}); add its CA "
+                f"(SSL_CERT_FILE or certs.d/{parsed.netloc}/ca.crt) or use --insecure for a local registry"
+            ) from None
+        except ssl.SSLError as exc:
+            raise _TLSFailed(f"{parsed.netloc}: TLS failed ({exc.reason or exc})") from None
+        except (ConnectionResetError, BrokenPipeError, http.client.RemoteDisconnected, http.client.IncompleteRead,
+                TimeoutError, ConnectionAbortedError) as exc:
+            raise _Retryable(f"{parsed.netloc}: connection dropped ({type(exc).__name__})") from None
+        except OSError as exc:
+            raise RegistryError(f"{parsed.netloc}: {exc.strerror or exc}") from None
+        finally:
+            conn.close()
+
+    def _retrying(self, what: str, fn: Callable[[], _Response]) -> _Response:
+        """Run ``fn`` until it gives a non-5xx answer, retrying 5xx and dropped connections with backoff."""
+        last = ""
+        for attempt in range(1, self.attempts + 1):
+            try:
+                resp = fn()
+                if resp.status < 500 or resp.status == 501:
+                    return resp
+                last = f"HTTP {resp.status} {_error_text(resp)}".strip()
+            except _Retryable as exc:
+                last = str(exc)
+            if attempt < self.attempts:
+                delay = self.backoff_seconds * 2 ** (attempt - 1)
+                self.retries += 1
+                self.progress(f"retry {attempt}/{self.attempts - 1}: {what}: {last}; again in {delay:.1f}s")
+                time.sleep(delay)
+        raise RegistryError(f"{self.ref.api_host}: {what} failed after {self.attempts} attempts: {last}")
+
+    def _request(
+        self, method: str, path: str, what: str, headers: Mapping[str, str] | None = None,
+        body_path: Path | None = None, body: bytes | None = None,
+    ) -> _Response:
+        """An authorised, retried request; a 401 triggers one (re)authentication from the challenge."""
+
+        def once() -> _Response:
+            if body_path is not None:
+                with body_path.open("rb") as fh:
+                    return self._send(method, self._url(path), headers, fh)
+            return self._send(method, self._url(path), headers, body)
+
+        resp = self._retrying(what, once)
+        if resp.status == 401:
+            self._authenticate(resp)
+            resp = self._retrying(what, once)
+            if resp.status == 401:
+                raise self._auth_error(resp)
+        return resp
+
+    # -- auth --
+
+    def ping(self) -> None:
+        """``GET /v2/``: pick the scheme (HTTPS, or HTTP when insecure), and authenticate if the registry asks."""
+        try:
+            resp = self._retrying("GET /v2/", lambda: self._send("GET", self._url("/v2/")))
+        except _TLSFailed as exc:
+            if not self.insecure:
+                raise RegistryError(f"{exc}; for a plain-HTTP local registry use --insecure") from None
+            self._scheme = "http"
+            self.progress(f"{self.ref.api_host}: no TLS, using plain HTTP (--insecure)")
+            resp = self._retrying("GET /v2/", lambda: self._send("GET", self._url("/v2/")))
+        if resp.status == 401:
+            self._authenticate(resp)
+            resp = self._retrying("GET /v2/", lambda: self._send("GET", self._url("/v2/")))
+            if resp.status == 401:
+                raise self._auth_error(resp)
+        if resp.status != 200:
+            raise RegistryError(f"{self.ref.api_host}: GET /v2/ answered HTTP {resp.status}: not a registry API")
+
+    def _authenticate(self, resp: _Response) -> None:
+        challenge = resp.header("WWW-Authenticate")
+        scheme, _, params_text = challenge.partition(" ")
+        if self.credentials is None and scheme.lower() == "basic":
+            raise self._auth_error(resp)
+        if scheme.lower() == "basic":
+            assert self.credentials is not None
+            token = f"{self.credentials.username}:{self.credentials.password}".encode()
+            self._authorization = "Basic " + base64.b64encode(token).decode()
+        elif scheme.lower() == "bearer":
+            self._authorization = "Bearer " + self._bearer_token(dict(_challenge_params(params_text)))
+        else:
+            raise RegistryError(f"{self.ref.api_host}: unsupported authentication scheme {scheme or '(none)'!r}")
+
+    def _bearer_token(self, params: dict[str, str]) -> str:
+        realm = params.get("realm")
+        if not realm:
+            raise RegistryError(f"{self.ref.api_host}: Bearer challenge without a realm")
+        query = {"service": params.get("service", ""),
+                 "scope": f"repository:{self.ref.repository}:pull,push"}
+        url = f"{realm}?{urllib.parse.urlencode({k: v for k, v in query.items() if v})}"
+        headers = {}
+        if self.credentials is not None:
+            raw = f"{self.credentials.username}:{self.credentials.password}".encode()
+            headers["Authorization"] = "Basic " + base64.b64encode(raw).decode()
+        resp = self._retrying("token request", lambda: self._send("GET", url, headers, auth=False))
+        if resp.status in (401, 403):
+            raise self._auth_error(resp)
+        try:
+            data = json.loads(resp.body)
+            return str(data.get("token") or data["access_token"])
+        except (ValueError, KeyError):
+            raise RegistryError(f"{realm}: token answer without a token (HTTP {resp.status})") from None
+
+    def _auth_error(self, resp: _Response) -> RegistryError:
+        host = self.ref.registry
+        if self.credentials is None:
+            return RegistryError(
+                f"{host}: authentication required (HTTP {resp.status}) and no credentials found; "
+                f"log in with `podman login {host}` or `docker login {host}`"
+            )
+        return RegistryError(
+            f"{host}: credentials for user {self.credentials.username!r} from {self.credentials.source} "
+            f"were refused (HTTP {resp.status})"
+        )
+
+    # -- the push --
+
+    def _repo_path(self, suffix: str) -> str:
+        return f"/v2/{self.ref.repository}/{suffix}"
+
+    def blob_exists(self, digest: str) -> bool:
+        resp = self._request("HEAD", self._repo_path(f"blobs/{digest}"), f"HEAD blob {digest[:19]}")
+        if resp.status in (200, 404):
+            return resp.status == 200
+        raise self._unexpected(resp, f"HEAD blob {digest[:19]}")
+
+    def upload_blob(self, blob: Blob) -> bool:
+        """Upload one blob unless the registry has it; True when bytes were sent. Retries restart the upload."""
+        if self.blob_exists(blob.digest):
+            return False
+        what = f"upload blob {blob.digest[:19]} ({blob.size} bytes)"
+        problem = ""
+        for attempt in range(1, self.attempts + 1):
+            start = self._request("POST", self._repo_path("blobs/uploads/"), what)
+            if start.status != 202 or not start.header("Location"):
+                raise self._unexpected(start, what)
+            location = urllib.parse.urljoin(self._url("/"), start.header("Location"))
+            sep = "&" if "?" in location else "?"
+            url = f"{location}{sep}digest={urllib.parse.quote(blob.digest)}"
+            headers = {"Content-Type": "application/octet-stream", "Content-Length": str(blob.size)}
+            try:
+                with blob.path.open("rb") as fh:
+                    done = self._send("PUT", url, headers, fh)
+            except _Retryable as exc:
+                done = None
+                problem = str(exc)
+            if done is not None and done.status < 500:
+                if done.status != 201:
+                    raise self._unexpected(done, what)
+                echoed = done.header("Docker-Content-Digest")
+                if echoed and echoed != blob.digest:
+                    raise RegistryError(f"{self.ref.api_host}: {what}: stored as {echoed}, expected {blob.digest}")
+                return True
+            if done is not None:
+                problem = f"HTTP {done.status} {_error_text(done)}".strip()
+            if attempt < self.attempts:
+                delay = self.backoff_seconds * 2 ** (attempt - 1)
+                self.retries += 1
+                self.progress(f"retry {attempt}/{self.attempts - 1}: {what}: {problem}; again in {delay:.1f}s")
+                time.sleep(delay)
+        raise RegistryError(f"{self.ref.api_host}: {what} failed after {self.attempts} attempts: {problem}")
+
+    def put_manifest(self, reference: str, media_type: str, data: bytes) -> str:
+        """Store a manifest under ``reference``; returns the digest the registry reports (or ours)."""
+        what = f"PUT manifest {reference}"
+        resp = self._request("PUT", self._repo_path(f"manifests/{reference}"), what,
+                             {"Content-Type": media_type}, body=data)
+        if resp.status not in (200, 201):
+            raise self._unexpected(resp, what)
+        return resp.header("Docker-Content-Digest") or "sha256:" + hashlib.sha256(data).hexdigest()
+
+    def get_manifest(self, reference: str) -> tuple[bytes, str, str]:
+        """(bytes, media type, Docker-Content-Digest) of a stored manifest."""
+        what = f"GET manifest {reference}"
+        resp = self._request("GET", self._repo_path(f"manifests/{reference}"), what,
+                             {"Accept": ", ".join(_MANIFEST_TYPES)})
+        if resp.status != 200:
+            raise self._unexpected(resp, what)
+        return resp.body, resp.header("Content-Type"), resp.header("Docker-Content-Digest")
+
+    def _unexpected(self, resp: _Response, what: str) -> RegistryError:
+        if resp.status in (401, 403):
+            return self._auth_error(resp)
+        return RegistryError(f"{self.ref.api_host}: {what}: HTTP {resp.status} {_error_text(resp)}".rstrip())
+
+
+class _TLSFailed(RegistryError):
+    """The TLS handshake failed (often: the registry speaks plain HTTP)."""
+
+
+def _challenge_params(text: str) -> Iterator[tuple[str, str]]:
+    for match in re.finditer(r'(\w+)="([^"]*)"', text):
+        yield match.group(1), match.group(2)
+
+
+def _error_text(resp: _Response) -> str:
+    """The registry's error code and message from a JSON error body, else nothing."""
+    try:
+        errors = json.loads(resp.body).get("errors") or []
+    except (ValueError, AttributeError):
+        return ""
+    return "; ".join(f"{e.get('code', '')}: {e.get('message', '')}".strip(": ") for e in errors[:2])
+
+
+# --- the operation ----------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class PushResult:
+    """What was pushed where, its verified digest, and how much work it took."""
+
+    ref: str
+    digest: str
+    blobs_uploaded: int
+    blobs_present: int
+    bytes_uploaded: int
+    retries: int
+    seconds: float
+
+    @property
+    def pinned(self) -> str:
+        """The reference pinned by digest (``registry/repo@sha256:...``): what a job should pull."""
+        return f"{self.ref.rsplit(':', 1)[0] if _has_tag(self.ref) else self.ref}@{self.digest}"
+
+
+def _has_tag(ref: str) -> bool:
+    return ":" in ref.rsplit("/", 1)[-1]
+
+
+def push_layout(
+    layout: Path,
+    destination: str,
+    *,
+    insecure: bool = False,
+    credentials: Credentials | None = None,
+    attempts: int = 4,
+    backoff_seconds: float = 0.5,
+    progress: Progress | None = None,
+    env: Mapping[str, str] | None = None,
+) -> PushResult:
+    """Push the image in an OCI layout directory to ``destination`` and verify it by reading the manifest back.
+
+    Credentials default to :func:`find_credentials`. Raises :class:`RegistryError` with one line on failure.
+    """
+    started = time.monotonic()
+    ref = ImageRef.parse(destination)
+    if ref.digest and not ref.tag:
+        raise RegistryError(f"{destination}: push to a tag (registry/repo:tag), not a digest")
+    image = read_layout(layout)
+    creds = credentials if credentials is not None else find_credentials(ref, env)
+    client = RegistryClient(ref, insecure=insecure, credentials=creds, attempts=attempts,
+                            backoff_seconds=backoff_seconds, progress=progress, env=env)
+    say = progress or (lambda _line: None)
+    client.ping()
+    uploaded = present = sent_bytes = 0
+    for blob in image.blobs:
+        if client.upload_blob(blob):
+            uploaded += 1
+            sent_bytes += blob.size
+            say(f"pushed blob {blob.digest[:19]} ({_human_bytes(blob.size)})")
+        else:
+            present += 1
+            say(f"blob {blob.digest[:19]} already present")
+    for digest, media_type, data in image.children:
+        client.put_manifest(digest, media_type, data)
+    reported = client.put_manifest(ref.reference, image.media_type, image.manifest)
+    _verify(client, ref, image, reported)
+    say(f"pushed {ref} digest {image.digest}")
+    return PushResult(str(ref), image.digest, uploaded, present, sent_bytes, client.retries,
+                      time.monotonic() - started)
+
+
+def _verify(client: RegistryClient, ref: ImageRef, image: LayoutImage, reported: str) -> None:
+    """Read the manifest back by tag: its bytes must hash to the local digest, and the registry must agree."""
+    if reported != image.digest:
+        raise RegistryError(f"{ref}: registry reported digest {reported}, the local manifest is {image.digest}")
+    data, _media_type, header_digest = client.get_manifest(ref.reference)
+    fetched = "sha256:" + hashlib.sha256(data).hexdigest()
+    if fetched != image.digest or (header_digest and header_digest != image.digest):
+        raise RegistryError(f"{ref}: manifest read back has digest {fetched} (header {header_digest or 'none'}), "
+                            f"pushed {image.digest}")
+    for blob in image.blobs:
+        if not client.blob_exists(blob.digest):
+            raise RegistryError(f"{ref}: blob {blob.digest} is missing after the push")
+
+
+def _human_bytes(size: int) -> str:
+    value = float(size)
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if value < 1024 or unit == "GiB":
+            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
+        value /= 1024
+    return f"{size} B"

@@ -1,0 +1,214 @@
+"""Start and stop the real servers the slow tests use: each on 127.0.0.1, each stopped by its PID.
+
+Kept apart from conftest.py so the fixtures read as a list of what runs, and the mechanics live here.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import http.client
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import threading
+import time
+import warnings
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+
+def free_port() -> int:
+    """A TCP port free on 127.0.0.1 right now."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@dataclass
+class Server:
+    """A process we started; ``stop`` ends exactly it (SIGTERM, then SIGKILL) and reaps it."""
+
+    name: str
+    proc: subprocess.Popen[bytes]
+    log: Path
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def log_tail(self, lines: int = 15) -> str:
+        try:
+            return "\n".join(self.log.read_text(errors="replace").splitlines()[-lines:])
+        except OSError:
+            return "(no log)"
+
+    def stop(self, timeout: float = 10.0) -> None:
+        if self.proc.poll() is not None:
+            return
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            self.proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait(timeout=timeout)
+
+
+def start(name: str, argv: list[str], log: Path, env: Mapping[str, str] | None = None,
+          cwd: Path | None = None) -> Server:
+    """Start ``argv`` in the background with output to ``log``."""
+    log.parent.mkdir(parents=True, exist_ok=True)
+    with log.open("wb") as out:
+        proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                env=dict(os.environ if env is None else env), cwd=cwd)
+    return Server(name, proc, log)
+
+
+def wait_until(check: Callable[[], bool], server: Server, what: str, timeout: float = 30.0) -> None:
+    """Poll ``check`` until true; fail with the server's log when it dies or the time runs out."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if not server.alive():
+            raise RuntimeError(f"{server.name} exited ({server.proc.returncode}) before {what}:\n{server.log_tail()}")
+        with contextlib.suppress(OSError):
+            if check():
+                return
+        time.sleep(0.2)
+    server.stop()
+    raise RuntimeError(f"{server.name}: no {what} within {timeout:g} s:\n{server.log_tail()}")
+
+
+def http_status(url: str, context: object | None = None) -> int:
+    """The HTTP status of GET ``url`` (raises OSError when nothing answers)."""
+    import ssl
+    import urllib.parse
+
+    parts = urllib.parse.urlsplit(url)
+    conn: http.client.HTTPConnection
+    if parts.scheme == "https":
+        ctx = context if isinstance(context, ssl.SSLContext) else ssl._create_unverified_context()
+        conn = http.client.HTTPSConnection(parts.netloc, timeout=2, context=ctx)
+    else:
+        conn = http.client.HTTPConnection(parts.netloc, timeout=2)
+    try:
+        conn.request("GET", parts.path or "/")
+        return conn.getresponse().status
+    finally:
+        conn.close()
+
+
+def bcrypt_htpasswd(user: str, password: str) -> str:
+    """One htpasswd line with a bcrypt hash (the only kind the registry accepts)."""
+    if shutil.which("htpasswd"):
+        out = subprocess.run(["htpasswd", "-nbB", user, password], capture_output=True, text=True, check=True)
+        return out.stdout.strip()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        import crypt  # libxcrypt on Debian 12 does bcrypt; the module is gone in Python 3.13
+
+        return f"{user}:{crypt.crypt(password, crypt.mksalt(crypt.METHOD_BLOWFISH))}"
+
+
+def self_signed_cert(directory: Path) -> tuple[Path, Path]:
+    """(cert, key) for 127.0.0.1, valid one day."""
+    cert, key = directory / "cert.pem", directory / "key.pem"
+    subprocess.run(
+        ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", str(key), "-out", str(cert),
+         "-days", "1", "-subj", "/CN=127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1"],
+        check=True, capture_output=True,
+    )
+    return cert, key
+
+
+# --- a fault-injecting proxy in front of the real registry ----------------------------------------------------------
+
+
+@dataclass
+class Fault:
+    """Answer the first ``times`` requests matching ``method`` and ``path_part`` with ``status`` (or drop them)."""
+
+    method: str
+    path_part: str
+    status: int | None  # None: close the connection without an answer
+    times: int = 1
+    hits: int = 0
+
+
+@dataclass
+class FaultProxy:
+    """A tiny HTTP server on 127.0.0.1 that forwards to ``upstream`` except where a :class:`Fault` fires."""
+
+    upstream: str
+    faults: list[Fault] = field(default_factory=list)
+    seen: list[str] = field(default_factory=list)
+    port: int = 0
+    _server: ThreadingHTTPServer | None = None
+
+    @property
+    def address(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    def _take_fault(self, method: str, path: str) -> Fault | None:
+        for fault in self.faults:
+            if fault.method == method and fault.path_part in path and fault.hits < fault.times:
+                fault.hits += 1
+                return fault
+        return None
+
+    @contextlib.contextmanager
+    def running(self) -> Iterator[FaultProxy]:
+        proxy = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, format: str, *args: object) -> None:
+                pass
+
+            def _handle(self) -> None:
+                length = int(self.headers.get("Content-Length") or 0)
+                body = self.rfile.read(length) if length else b""
+                proxy.seen.append(f"{self.command} {self.path}")
+                fault = proxy._take_fault(self.command, self.path)
+                if fault is not None and fault.status is None:
+                    self.close_connection = True
+                    self.connection.shutdown(socket.SHUT_RDWR)
+                    return
+                if fault is not None:
+                    payload = b'{"errors":[{"code":"UNAVAILABLE","message":"injected fault"}]}'
+                    self.send_response(fault.status or 500)
+                    self.send_header("Content-Type", "application/json")
+                    self.send_header("Content-Length", str(len(payload)))
+                    self.end_headers()
+                    self.wfile.write(payload)
+                    return
+                conn = http.client.HTTPConnection(proxy.upstream, timeout=60)
+                headers = {k: v for k, v in self.headers.items() if k.lower() not in ("connection",)}
+                conn.request(self.command, self.path, body=body or None, headers=headers)
+                resp = conn.getresponse()
+                data = resp.read()
+                self.send_response(resp.status)
+                for key, value in resp.getheaders():
+                    if key.lower() not in ("connection", "transfer-encoding", "content-length"):
+                        self.send_header(key, value)
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                if self.command != "HEAD":
+                    self.wfile.write(data)
+                conn.close()
+
+            do_GET = do_PUT = do_POST = do_PATCH = do_HEAD = do_DELETE = _handle
+
+        server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.port = int(server.server_address[1])
+        self._server = server
+        thread = threading.Thread(target=server.serve_forever, daemon=True)
+        thread.start()
+        try:
+            yield self
+        finally:
+            server.shutdown()
+            server.server_close()
+            thread.join(timeout=5)
