@@ -25,7 +25,8 @@ from optimiser.spec import AppSpec, Selection
 from optimiser.suggest import unknown_id_message
 from optimiser.target import ResolvedTarget, resolve_target
 from optimiser.workload import workload_for
-from perfmodels import PerformanceModel, Prediction, RooflinePrior, Route, Workload
+from perfmodels import PerformanceModel, Prediction, Route, Workload
+from perfmodels.fitted import load_default_model
 from perfmodels.priors import layout_factor
 
 NO_COMPILER = "none"
@@ -78,7 +79,7 @@ def make_plan(
 ) -> Plan:
     """Rank every compatible route for ``spec``; raise PlanError listing why each failed if none fits."""
     catalog = catalog or load_catalog()
-    model = model or RooflinePrior()
+    model = model or load_default_model()
     check_spec_ids(spec, catalog)
     target = resolve_target(spec.target, catalog)
     workload = workload_for(spec, catalog)

@@ -45,5 +45,6 @@ def workload_for(spec: AppSpec, catalog: Catalog) -> Workload:
         batch_size=spec.application.batch_size,
         total_samples=total,
         flops_by_class={str(k): v.flops for k, v in cost.by_class.items()},
+        ops_by_class={str(k): v.count for k, v in cost.by_class.items()},
         model_name=name,
     )

@@ -29,6 +29,8 @@ class Workload:
     total_samples: float | None = None
     #: FLOPs per sample by op class (conv, gemm, elementwise, norm, pool, other), when known.
     flops_by_class: dict[str, float] = field(default_factory=dict)
+    #: Number of graph nodes per op class (drives per-node overheads), when known.
+    ops_by_class: dict[str, int] = field(default_factory=dict)
     #: Model name (architecture id or file stem): the key for fitted corrections.
     model_name: str = ""
 

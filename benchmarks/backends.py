@@ -1,0 +1,293 @@
+"""Inference backends behind one small interface, so the harness measures every engine the same way.
+
+A ``Backend`` says whether it can run here (``unavailable_reason``), which versions it uses, what route it stands for
+in the planner's terms (framework, compiler, library, layout), and ``prepare``s a model into a ``Session`` whose
+``run(feeds)`` returns the outputs in graph order. A backend that is not installed, or cannot run a given precision, is
+reported as skipped: ``BackendSkipped`` carries the reason.
+
+Example::
+
+    >>> backend = get_backend("onnxruntime")
+    >>> session = backend.prepare(model_proto, threads=2)   # doctest: +SKIP
+    >>> outputs = session.run({"input": x})                  # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.metadata
+from abc import ABC, abstractmethod
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import numpy as np
+import onnx
+
+#: Precisions a caller may ask for; each backend lists the ones it really runs.
+PRECISIONS = ("fp32", "fp16", "bf16", "int8")
+
+
+class BackendSkipped(Exception):
+    """The backend cannot run this request here (not installed, precision unsupported, op unsupported)."""
+
+
+class Session(Protocol):
+    def run(self, feeds: Mapping[str, np.ndarray]) -> list[np.ndarray]: ...
+
+
+@dataclass(frozen=True)
+class RouteInfo:
+    """The planner's view of what a backend measures: catalog framework id, compiler, library and layout."""
+
+    framework: str
+    compiler: str = "none"
+    library: str = ""
+    layout: str = "NCHW"
+
+
+class Backend(ABC):
+    """One inference engine."""
+
+    name: str
+    route: RouteInfo
+    precisions: tuple[str, ...] = ("fp32",)
+
+    @abstractmethod
+    def unavailable_reason(self) -> str | None:
+        """None when the backend can run here, else why not (shown as "skipped: ...")."""
+
+    @abstractmethod
+    def versions(self) -> dict[str, str]:
+        """Library name -> version of what this backend runs on."""
+
+    @abstractmethod
+    def _prepare(self, model: onnx.ModelProto, threads: int, precision: str) -> Session: ...
+
+    def prepare(self, model: onnx.ModelProto, *, threads: int = 1, precision: str = "fp32") -> Session:
+        """Compile ``model`` for ``threads`` at ``precision``; BackendSkipped if it cannot."""
+        reason = self.unavailable_reason()
+        if reason:
+            raise BackendSkipped(reason)
+        if precision not in self.precisions:
+            raise BackendSkipped(f"{self.name} runs {', '.join(self.precisions)}, not {precision}")
+        if threads < 1:
+            raise ValueError(f"threads must be at least 1, got {threads}")
+        return self._prepare(model, threads, precision)
+
+
+def _version(dist: str) -> str:
+    try:
+        return importlib.metadata.version(dist)
+    except importlib.metadata.PackageNotFoundError:
+        return ""
+
+
+def _missing(module: str) -> str | None:
+    try:
+        importlib.import_module(module)
+    except ImportError as error:
+        return f"{module} is not installed ({error})"
+    return None
+
+
+# --- onnxruntime ------------------------------------------------------------------------------------------------
+
+
+class _OrtSession:
+    def __init__(self, session: Any) -> None:
+        self._session = session
+
+    def run(self, feeds: Mapping[str, np.ndarray]) -> list[np.ndarray]:
+        return list(self._session.run(None, dict(feeds)))
+
+
+class OnnxRuntimeBackend(Backend):
+    """onnxruntime's CPU execution provider; ``level`` picks its graph optimisation level.
+
+    Level ``all`` rewrites convolutions into the blocked NCHWc layout (MLAS kernels); ``extended`` keeps NCHW and
+    only fuses. int8 is onnxruntime's dynamic quantisation of MatMul/Gemm weights.
+    """
+
+    precisions = ("fp32", "int8")
+
+    def __init__(self, level: str = "all") -> None:
+        self.level = level
+        self.name = "onnxruntime" if level == "all" else f"onnxruntime-{level}"
+        self.route = RouteInfo("onnxruntime", library="mlas", layout="NCHWc" if level == "all" else "NCHW")
+
+    def unavailable_reason(self) -> str | None:
+        return _missing("onnxruntime")
+
+    def versions(self) -> dict[str, str]:
+        return {"onnxruntime": _version("onnxruntime"), "onnx": onnx.__version__, "numpy": np.__version__}
+
+    def _prepare(self, model: onnx.ModelProto, threads: int, precision: str) -> Session:
+        import onnxruntime as ort
+
+        options = ort.SessionOptions()
+        options.intra_op_num_threads = threads
+        options.inter_op_num_threads = 1
+        options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+        options.log_severity_level = 3
+        options.graph_optimization_level = {
+            "all": ort.GraphOptimizationLevel.ORT_ENABLE_ALL,
+            "extended": ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED,
+            "basic": ort.GraphOptimizationLevel.ORT_ENABLE_BASIC,
+            "none": ort.GraphOptimizationLevel.ORT_DISABLE_ALL,
+        }[self.level]
+        data = model.SerializeToString()
+        if precision == "int8":
+            try:
+                data = _quantize_dynamic(data)
+            except Exception as error:  # the quantiser raises ValueError/KeyError/… on graphs it cannot handle
+                raise BackendSkipped(f"onnxruntime cannot quantise the model to int8: {error}") from None
+        try:
+            session = ort.InferenceSession(data, options, providers=["CPUExecutionProvider"])
+        except Exception as error:  # onnxruntime raises its own Fail/InvalidGraph/NotImplemented types
+            raise BackendSkipped(f"onnxruntime cannot load the model: {str(error).splitlines()[0]}") from None
+        return _OrtSession(session)
+
+
+def _quantize_dynamic(data: bytes) -> bytes:
+    import tempfile
+    from pathlib import Path
+
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+
+    with tempfile.TemporaryDirectory() as tmp:
+        src, dst = Path(tmp, "fp32.onnx"), Path(tmp, "int8.onnx")
+        src.write_bytes(data)
+        quantize_dynamic(str(src), str(dst), weight_type=QuantType.QInt8)
+        return dst.read_bytes()
+
+
+# --- our runtime ------------------------------------------------------------------------------------------------
+
+
+class _AppoptSession:
+    def __init__(self, executable: Any) -> None:
+        self._exe = executable
+
+    def run(self, feeds: Mapping[str, np.ndarray]) -> list[np.ndarray]:
+        return list(self._exe.run(dict(feeds)).values())
+
+
+class AppoptRuntimeBackend(Backend):
+    """appopt's own ONNX runtime (``runtime/``): graph passes plus NumPy/BLAS kernels."""
+
+    name = "appopt-runtime"
+    route = RouteInfo("appopt-runtime", library="openblas", layout="NCHW")
+
+    def unavailable_reason(self) -> str | None:
+        try:
+            from runtime import compile_model  # noqa: F401
+        except ImportError as error:
+            return f"the appopt runtime is not importable ({error})"
+        return None
+
+    def versions(self) -> dict[str, str]:
+        return {"appopt": _version("appopt") or "source", "onnx": onnx.__version__, "numpy": np.__version__}
+
+    def _prepare(self, model: onnx.ModelProto, threads: int, precision: str) -> Session:
+        from runtime import compile_model
+        from runtime.errors import RuntimeModelError
+
+        try:
+            return _AppoptSession(compile_model(model, threads=threads))
+        except RuntimeModelError as error:
+            raise BackendSkipped(f"appopt runtime cannot compile the model: {error}") from None
+
+
+# --- onnx's reference evaluator -------------------------------------------------------------------------------
+
+
+class _ReferenceSession:
+    def __init__(self, evaluator: Any, threads: int) -> None:
+        self._evaluator = evaluator
+        self._threads = threads
+
+    def run(self, feeds: Mapping[str, np.ndarray]) -> list[np.ndarray]:
+        from benchmarks.kernels import blas_threads
+
+        with blas_threads(self._threads):
+            return list(self._evaluator.run(None, dict(feeds)))
+
+
+class OnnxReferenceBackend(Backend):
+    """onnx's ReferenceEvaluator: slow, but the specification's own reading of every op (an accuracy yardstick)."""
+
+    name = "onnx-reference"
+    route = RouteInfo("onnx-reference", library="numpy")
+
+    def unavailable_reason(self) -> str | None:
+        return None
+
+    def versions(self) -> dict[str, str]:
+        return {"onnx": onnx.__version__, "numpy": np.__version__}
+
+    def _prepare(self, model: onnx.ModelProto, threads: int, precision: str) -> Session:
+        from onnx.reference import ReferenceEvaluator
+
+        return _ReferenceSession(ReferenceEvaluator(model), threads)
+
+
+# --- PyTorch ----------------------------------------------------------------------------------------------------
+
+
+class TorchBackend(Backend):
+    """PyTorch eager: the ONNX graph interpreted node by node with torch ops (``benchmarks.torch_eager``)."""
+
+    name = "torch"
+    route = RouteInfo("pytorch", library="mkl")
+
+    def unavailable_reason(self) -> str | None:
+        return _missing("torch")
+
+    def versions(self) -> dict[str, str]:
+        return {"torch": _version("torch"), "numpy": np.__version__}
+
+    def _prepare(self, model: onnx.ModelProto, threads: int, precision: str) -> Session:
+        from benchmarks.torch_eager import UnsupportedTorchOp, compile_torch
+
+        try:
+            return compile_torch(model, threads)
+        except UnsupportedTorchOp as error:
+            raise BackendSkipped(f"torch eager: {error}") from None
+
+
+# --- registry ---------------------------------------------------------------------------------------------------
+
+#: Backends measured when none is named, in report order.
+DEFAULT_BACKENDS = ("appopt-runtime", "onnxruntime", "torch")
+
+
+def all_backends() -> dict[str, Backend]:
+    backends: list[Backend] = [
+        AppoptRuntimeBackend(),
+        OnnxRuntimeBackend("all"),
+        OnnxRuntimeBackend("extended"),
+        TorchBackend(),
+        OnnxReferenceBackend(),
+    ]
+    return {b.name: b for b in backends}
+
+
+def get_backend(name: str) -> Backend:
+    """A backend by name; KeyError listing the known ones."""
+    backends = all_backends()
+    if name not in backends:
+        raise KeyError(f"unknown backend {name!r}; known: {', '.join(backends)}")
+    return backends[name]
+
+
+__all__ = [
+    "DEFAULT_BACKENDS",
+    "PRECISIONS",
+    "Backend",
+    "BackendSkipped",
+    "RouteInfo",
+    "Session",
+    "all_backends",
+    "get_backend",
+]

@@ -1,0 +1,152 @@
+"""The benchmark model suite: networks built in code with seeded weights, plus the onnx wheel's light model zoo.
+
+Every entry is a ``SuiteModel``: a name, an architecture family (the unit of leave-one-architecture-out), a builder
+that returns an ``onnx.ModelProto``, and seeded input feeds for any batch it supports.
+
+Example::
+
+    >>> from benchmarks.models import suite, get_model
+    >>> [m.name for m in suite("core")]
+    ['resnet50', 'resnet18', 'mobilenetv2', 'bert', 'mlp']
+    >>> m = get_model("mlp")
+    >>> feeds = m.feeds(batch=8)           # {"input": float32 array of shape (8, 784)}
+    >>> proto = m.model()                  # built once, then cached
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import numpy as np
+import onnx
+
+from benchmarks.models.convnets import mobilenet_v2, resnet18, resnet50
+from benchmarks.models.transformer import VOCAB, bert_encoder, mlp
+from benchmarks.models.zoo import LIGHT_MODELS, light_model_path, load_light_model
+
+
+@dataclass(frozen=True)
+class InputSpec:
+    """One graph input: its shape without the batch axis, dtype, and the range seeded values are drawn from."""
+
+    name: str
+    shape: tuple[int, ...]
+    dtype: str = "float32"
+    #: Integer inputs are drawn uniformly from [low, high); float inputs from N(0, 1).
+    low: int = 0
+    high: int = 1
+
+
+@dataclass(frozen=True)
+class SuiteModel:
+    """A benchmark model: how to build it, what to feed it, and which family it belongs to."""
+
+    name: str
+    #: Architecture family: models sharing one are held out together when evaluating performance models.
+    family: str
+    builder: Callable[[], onnx.ModelProto] = field(repr=False, compare=False)
+    inputs: tuple[InputSpec, ...]
+    #: "built" (in code) or "onnx-light-zoo".
+    source: str = "built"
+    #: A model whose graph fixes its batch runs only at that batch.
+    fixed_batch: int | None = None
+    description: str = ""
+    tags: tuple[str, ...] = ()
+
+    def model(self) -> onnx.ModelProto:
+        """The ONNX model (built or loaded once per process)."""
+        return _cached_model(self.name)
+
+    def supports_batch(self, batch: int) -> bool:
+        return batch >= 1 and (self.fixed_batch is None or batch == self.fixed_batch)
+
+    def feeds(self, batch: int = 1, seed: int = 0) -> dict[str, np.ndarray]:
+        """Seeded inputs for one query of ``batch`` samples."""
+        if not self.supports_batch(batch):
+            raise ValueError(f"{self.name} runs only at batch {self.fixed_batch}, not {batch}")
+        rng = np.random.default_rng(seed)
+        out: dict[str, np.ndarray] = {}
+        for spec in self.inputs:
+            shape = (batch, *spec.shape)
+            if spec.dtype.startswith("int"):
+                out[spec.name] = rng.integers(spec.low, spec.high, size=shape).astype(spec.dtype)
+            else:
+                out[spec.name] = rng.standard_normal(shape).astype(spec.dtype)
+        return out
+
+
+_IMAGE = (InputSpec("input", (3, 224, 224)),)
+
+
+def _zoo_entry(stem: str) -> SuiteModel:
+    name, family = LIGHT_MODELS[stem]
+    input_name = "gpu_0/data_0" if stem in ("light_resnet50", "light_shufflenet", "light_zfnet512") else "data_0"
+    return SuiteModel(
+        name=name,
+        family=family,
+        builder=functools.partial(load_light_model, stem),
+        inputs=(InputSpec(input_name, (3, 224, 224)),),
+        source="onnx-light-zoo",
+        fixed_batch=1,
+        description=f"{stem} from the onnx wheel (opset 9, constant weights)",
+        tags=("zoo",),
+    )
+
+
+_CORE: tuple[SuiteModel, ...] = (
+    SuiteModel("resnet50", "resnet", resnet50, _IMAGE, description="ResNet-50 v1.5, BN folded", tags=("core",)),
+    SuiteModel("resnet18", "resnet", resnet18, _IMAGE, description="ResNet-18, BN folded", tags=("core",)),
+    SuiteModel("mobilenetv2", "mobilenet", mobilenet_v2, _IMAGE, description="MobileNetV2-like", tags=("core",)),
+    SuiteModel(
+        "bert",
+        "bert",
+        bert_encoder,
+        (InputSpec("input_ids", (128,), "int64", 0, VOCAB),),
+        description="BERT-like encoder, 4 layers, hidden 256, seq 128",
+        tags=("core",),
+    ),
+    SuiteModel("mlp", "mlp", mlp, (InputSpec("input", (784,)),), description="MLP 784-1024-1024-10", tags=("core",)),
+)
+
+#: Suite names accepted by ``suite()``.
+SUITES = ("all", "core", "zoo", "quick")
+#: A fast subset for smoke tests and CI.
+_QUICK = ("mlp", "bert", "zoo_squeezenet")
+
+
+def _all_models() -> tuple[SuiteModel, ...]:
+    zoo = tuple(_zoo_entry(stem) for stem in LIGHT_MODELS if light_model_path(stem).is_file())
+    return _CORE + zoo
+
+
+def suite(which: str = "all") -> list[SuiteModel]:
+    """The models of a named suite (``all``, ``core``, ``zoo``, ``quick``) or a comma-separated list of names."""
+    models = _all_models()
+    if which == "all":
+        return list(models)
+    if which in ("core", "zoo"):
+        return [m for m in models if which in m.tags]
+    names = _QUICK if which == "quick" else tuple(n.strip() for n in which.split(",") if n.strip())
+    by_name = {m.name: m for m in models}
+    unknown = [n for n in names if n not in by_name]
+    if unknown:
+        raise KeyError(
+            f"unknown suite or model {unknown[0]!r}; suites: {', '.join(SUITES)}; models: {', '.join(by_name)}"
+        )
+    return [by_name[n] for n in names]
+
+
+def get_model(name: str) -> SuiteModel:
+    """One suite model by name."""
+    return suite(name)[0]
+
+
+@functools.lru_cache(maxsize=4)
+def _cached_model(name: str) -> onnx.ModelProto:
+    by_name = {m.name: m for m in _all_models()}
+    return by_name[name].builder()
+
+
+__all__ = ["SUITES", "InputSpec", "SuiteModel", "get_model", "suite"]

@@ -1,0 +1,1 @@
+"""The shipped benchmark results (``default.csv``, read by ``perfmodels.results_db``) and provenance."""

@@ -1,0 +1,342 @@
+"""Run the model suite through backends and scenarios, and turn each measurement into a database row.
+
+The work is a list of ``Job``s (model × backend × threads × precision); each job prepares one session and runs every
+requested batch and scenario on it. Campaigns split the same list into slices. Model features (FLOPs, bytes, params)
+come from an ``analyser`` the caller passes in: ``benchmarks`` does not depend on the optimiser, the CLI wires
+``optimiser.modelinfo.analyse_onnx`` in.
+
+Example::
+
+    >>> request = BenchRequest(models=suite("quick"), backends=("onnxruntime",), scenarios=("SingleStream",))
+    >>> for outcome in run_benchmarks(request, analyser=my_analyser, db_path="shard.csv"):  # doctest: +SKIP
+    ...     print(outcome.describe())
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import math
+import os
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any, Literal
+
+import numpy as np
+import onnx
+
+from benchmarks.backends import Backend, BackendSkipped, Session, get_backend
+from benchmarks.harness import (
+    AccuracyResult,
+    Scenario,
+    ScenarioResult,
+    ScenarioSettings,
+    check_accuracy,
+    run_scenario,
+    samples_per_query,
+)
+from benchmarks.models import SuiteModel
+from benchmarks.results.provenance import collect
+from perfmodels.results_db import append_rows, make_row
+
+#: Feeds cycled through by a scenario (distinct seeded samples, prepared before timing).
+SAMPLE_SETS = 3
+
+
+@dataclass(frozen=True)
+class ModelFeatures:
+    """What performance models need to know about a model, per sample (batch 1)."""
+
+    flops_per_sample: float
+    activation_bytes_per_sample: float
+    params: float
+    flops_by_class: dict[str, float] = field(default_factory=dict)
+    ops_by_class: dict[str, int] = field(default_factory=dict)
+
+
+Analyser = Callable[[onnx.ModelProto], ModelFeatures]
+RunScenario = Scenario | Literal["accuracy"]
+
+
+@dataclass(frozen=True)
+class BenchRequest:
+    models: Sequence[SuiteModel]
+    backends: Sequence[str] = ("appopt-runtime", "onnxruntime", "torch")
+    scenarios: Sequence[RunScenario] = ("SingleStream",)
+    threads: Sequence[int] = (1,)
+    batches: Sequence[int] = (1,)
+    precisions: Sequence[str] = ("fp32",)
+    settings: ScenarioSettings = field(default_factory=ScenarioSettings)
+    #: Backend whose outputs the accuracy scenario compares against.
+    reference: str = "onnxruntime"
+
+
+@dataclass(frozen=True)
+class Job:
+    """One session's worth of work: a model on a backend at a thread count and precision."""
+
+    model: SuiteModel
+    backend: str
+    threads: int
+    precision: str
+
+    @property
+    def label(self) -> str:
+        return f"{self.model.name}/{self.backend}/{self.threads}t/{self.precision}"
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """One (job, batch, scenario) measurement, or why it was skipped or failed."""
+
+    job: Job
+    batch: int
+    scenario: str
+    status: Literal["ok", "skipped", "failed"]
+    reason: str = ""
+    row: dict[str, Any] | None = None
+
+    def describe(self) -> str:
+        head = f"{self.job.label} b{self.batch} {self.scenario}"
+        if self.row is None:
+            return f"{head}: {self.status}: {self.reason}"
+        return f"{head}: {self.row['metric']} = {self.row['value']:.4g} {self.row['unit']}"
+
+
+def plan_jobs(request: BenchRequest) -> list[Job]:
+    """Every job of the request, model-major (one model's weights live at a time)."""
+    return [
+        Job(model, backend, threads, precision)
+        for model in request.models
+        for backend in request.backends
+        for threads in request.threads
+        for precision in request.precisions
+    ]
+
+
+def count_measurements(request: BenchRequest) -> int:
+    return len(plan_jobs(request)) * len(request.batches) * len(request.scenarios)
+
+
+@functools.lru_cache(maxsize=8)
+def gemm_peak_gflops(threads: int) -> float:
+    """This machine's measured float32 GEMM rate (cached per thread count); see ``benchmarks.kernels``."""
+    from benchmarks.kernels import measure_gemm_peak
+
+    return measure_gemm_peak(threads)
+
+
+@functools.lru_cache(maxsize=1)
+def memory_bandwidth_gbs() -> float:
+    """This machine's measured copy bandwidth (cached); see ``benchmarks.kernels``."""
+    from benchmarks.kernels import measure_bandwidth
+
+    return measure_bandwidth() / 1e9
+
+
+def _load_average() -> float | None:
+    try:
+        return os.getloadavg()[0]
+    except OSError:
+        return None
+
+
+def _sut(model: SuiteModel, session: Session, samples: int, seed: int) -> Callable[[int], object]:
+    """A SUT running ``samples`` samples per query: one call at that batch, or one call per sample (fixed batch)."""
+    per_call = samples if model.supports_batch(samples) else 1
+    calls = samples // per_call
+    feeds = [model.feeds(per_call, seed + s) for s in range(SAMPLE_SETS)]
+
+    def run_query(i: int) -> object:
+        out: object = None
+        for c in range(calls):
+            out = session.run(feeds[(i + c) % SAMPLE_SETS])
+        return out
+
+    return run_query
+
+
+def _query_samples(scenario: RunScenario, batch: int, settings: ScenarioSettings) -> int:
+    return batch if scenario == "accuracy" else samples_per_query(scenario, replace(settings, samples_per_query=batch))
+
+
+def run_job(
+    job: Job,
+    request: BenchRequest,
+    analyser: Analyser | None,
+    reference_cache: dict[tuple[str, str], Any] | None = None,
+) -> Iterator[Outcome]:
+    """Prepare the job's session and run every batch × scenario on it."""
+    backend = get_backend(job.backend)
+    try:
+        session = backend.prepare(job.model.model(), threads=job.threads, precision=job.precision)
+    except BackendSkipped as skipped:
+        for batch in request.batches:
+            for scenario in request.scenarios:
+                yield Outcome(job, batch, scenario, "skipped", str(skipped))
+        return
+    except Exception as error:  # a backend crashing on one model must not end the whole run
+        for batch in request.batches:
+            for scenario in request.scenarios:
+                yield Outcome(job, batch, scenario, "failed", f"prepare: {type(error).__name__}: {str(error)[:200]}")
+        return
+    features = analyser(job.model.model()) if analyser else None
+    for batch in request.batches:
+        for scenario in request.scenarios:
+            samples = _query_samples(scenario, batch, request.settings)
+            if not job.model.supports_batch(batch):
+                yield Outcome(
+                    job, batch, scenario, "skipped", f"{job.model.name} runs only at batch {job.model.fixed_batch}"
+                )
+                continue
+            try:
+                if scenario == "accuracy":
+                    reference = _reference_session(job, request, reference_cache)
+                    accuracy = _accuracy(job.model, session, reference, batch, request.settings.seed)
+                    row = _accuracy_row(job, backend, batch, request, features, accuracy)
+                else:
+                    settings = replace(request.settings, samples_per_query=batch)
+                    sut = _sut(job.model, session, samples, request.settings.seed)
+                    result = run_scenario(scenario, sut, settings)
+                    row = _scenario_row(job, backend, batch, features, result)
+            except BackendSkipped as skipped:
+                yield Outcome(job, batch, scenario, "skipped", str(skipped))
+                continue
+            except Exception as error:  # a kernel failing mid-run is a result to report, not a crash of the run
+                yield Outcome(job, batch, scenario, "failed", f"{type(error).__name__}: {str(error)[:200]}")
+                continue
+            yield Outcome(job, batch, scenario, "ok", row=row)
+
+
+def _reference_session(job: Job, request: BenchRequest, cache: dict[tuple[str, str], Any] | None) -> Session:
+    name = request.reference if request.reference != job.backend else "onnx-reference"
+    key = (job.model.name, name)
+    if cache is not None and key in cache:
+        return cache[key]
+    session = get_backend(name).prepare(job.model.model(), threads=job.threads)
+    if cache is not None:
+        cache.clear()  # one model's reference at a time
+        cache[key] = session
+    return session
+
+
+def _accuracy(model: SuiteModel, session: Session, reference: Session, batch: int, seed: int) -> AccuracyResult:
+    per_call = batch if model.supports_batch(batch) else 1
+    samples = [model.feeds(per_call, seed + s) for s in range(SAMPLE_SETS)]
+    return check_accuracy(session.run, reference.run, samples)
+
+
+def _base_row(job: Job, backend: Backend, batch: int, features: ModelFeatures | None) -> dict[str, Any]:
+    prov = collect()
+    versions = backend.versions()
+    main_package = next(iter(versions.values()), "")
+    row: dict[str, Any] = {
+        "source": "measured",
+        "target": prov.target,
+        "host": prov.host,
+        "cpu_model": prov.cpu_model,
+        "cpu_flags": prov.cpu_flags,
+        "cores": prov.cores,
+        "accelerator": prov.accelerator,
+        "blas": prov.blas,
+        "appopt_revision": prov.appopt_revision,
+        "backend": backend.name,
+        "framework": backend.route.framework,
+        "compiler": backend.route.compiler,
+        "library": backend.route.library,
+        "layout": backend.route.layout,
+        "backend_version": main_package,
+        "library_versions": versions,
+        "threads": job.threads,
+        "precision": job.precision,
+        "mode": "inference",
+        "model": job.model.name,
+        "family": job.model.family,
+        "batch": batch,
+        "peak_gflops": gemm_peak_gflops(job.threads),
+        "bandwidth_gbs": memory_bandwidth_gbs(),
+        "load_avg": _load_average(),
+    }
+    if features is not None:
+        row.update(
+            flops_per_sample=features.flops_per_sample,
+            flops_by_class=features.flops_by_class,
+            ops_by_class=features.ops_by_class,
+            activation_bytes_per_sample=features.activation_bytes_per_sample,
+            params=features.params,
+        )
+    return row
+
+
+def _scenario_row(
+    job: Job, backend: Backend, batch: int, features: ModelFeatures | None, result: ScenarioResult
+) -> dict[str, Any]:
+    settings = {**result.settings.as_dict(), **result.extra}
+    finite = [v for v in result.latencies_ms if math.isfinite(v)]
+    return make_row(
+        **_base_row(job, backend, batch, features),
+        scenario=result.scenario,
+        settings=json.dumps(settings, sort_keys=True, default=float),
+        metric=result.metric,
+        value=result.value,
+        unit=result.unit,
+        median_ms=result.median_ms if finite else None,
+        cpu_ms=result.median_cpu_ms if result.cpu_ms else None,
+        p90_ms=result.p90_ms if finite else None,
+        p99_ms=result.p99_ms if finite else None,
+        samples_per_s=result.samples_per_second if result.duration_s > 0 and result.queries else None,
+        queries=result.queries,
+        duration_s=result.duration_s,
+        notes=f"{result.samples_per_query} sample(s) per query",
+    )
+
+
+def _accuracy_row(
+    job: Job,
+    backend: Backend,
+    batch: int,
+    request: BenchRequest,
+    features: ModelFeatures | None,
+    accuracy: AccuracyResult,
+) -> dict[str, Any]:
+    reference = request.reference if request.reference != job.backend else "onnx-reference"
+    return make_row(
+        **_base_row(job, backend, batch, features),
+        scenario="accuracy",
+        settings={"reference": reference, "rtol": accuracy.rtol, "atol": accuracy.atol, "seed": request.settings.seed},
+        metric="max_abs_error",
+        value=accuracy.max_abs_error,
+        unit="",
+        queries=accuracy.samples,
+        accuracy="pass" if accuracy.ok else "fail",
+        max_abs_error=accuracy.max_abs_error,
+        notes=f"vs {reference}: max rel {accuracy.max_rel_error:.3g}"
+        + (f"; {accuracy.detail}" if accuracy.detail else ""),
+    )
+
+
+def run_benchmarks(
+    request: BenchRequest,
+    analyser: Analyser | None = None,
+    db_path: str | Path | None = None,
+    jobs: Sequence[Job] | None = None,
+) -> Iterator[Outcome]:
+    """Run ``jobs`` (default: all of the request's), appending each measured row to ``db_path`` as it completes."""
+    reference_cache: dict[tuple[str, str], Any] = {}
+    for job in plan_jobs(request) if jobs is None else jobs:
+        for outcome in run_job(job, request, analyser, reference_cache):
+            if outcome.row is not None and db_path is not None:
+                append_rows(db_path, [outcome.row])
+            yield outcome
+
+
+def feeds_digest(feeds: dict[str, np.ndarray]) -> str:
+    """A short fingerprint of seeded inputs (tests use it to check determinism)."""
+    import hashlib
+
+    h = hashlib.sha256()
+    for name in sorted(feeds):
+        h.update(name.encode())
+        h.update(np.ascontiguousarray(feeds[name]).tobytes())
+    return h.hexdigest()[:16]

@@ -1,0 +1,322 @@
+"""``appopt bench ...``: run the benchmark suite, record the shipped database, merge shards, render campaigns.
+
+Thin wrappers: the work is in ``benchmarks/``; this layer supplies what ``benchmarks`` may not import itself (the
+optimiser's model analyser and catalog) and turns user mistakes into one-line errors.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from pathlib import Path
+from typing import Annotated, Any, TypeVar
+
+import typer
+
+from optimiser.errors import AppoptError
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+bench_app = typer.Typer(
+    name="bench", help="Benchmark backends on the model suite and manage the result database.", no_args_is_help=True
+)
+
+
+@bench_app.callback()
+def _bench() -> None:
+    """Benchmark backends on the model suite and manage the result database."""
+
+
+def handle_user_errors(fn: F) -> F:
+    """Print AppoptError lines as ``error: ...`` on stderr and exit with its code (no traceback)."""
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return fn(*args, **kwargs)
+        except AppoptError as exc:
+            for line in exc.lines:
+                typer.echo(f"error: {line}", err=True)
+            raise typer.Exit(exc.exit_code) from None
+
+    return wrapper  # type: ignore[return-value]
+
+
+def model_features(model: Any) -> Any:
+    """The benchmark analyser: ``optimiser.modelinfo.analyse_onnx`` at batch 1, as ``ModelFeatures``."""
+    from benchmarks.runner import ModelFeatures
+    from optimiser.modelinfo import analyse_onnx
+
+    cost = analyse_onnx(model, batch_size=1)
+    return ModelFeatures(
+        flops_per_sample=cost.flops,
+        activation_bytes_per_sample=cost.activation_bytes,
+        params=float(cost.params),
+        flops_by_class={str(k): v.flops for k, v in cost.by_class.items()},
+        ops_by_class={str(k): v.count for k, v in cost.by_class.items()},
+    )
+
+
+def catalog_literature_rows() -> list[dict[str, Any]]:
+    """The catalog compilers' reported speedups as ``source: literature`` rows."""
+    from benchmarks.literature import literature_rows
+    from optimiser.catalog import load_catalog
+
+    catalog = load_catalog()
+    return literature_rows(c.model_dump(mode="json") for c in catalog.compilers.values())
+
+
+def _settings(min_duration: float, min_queries: int, seed: int, qps: float | None, bound: float | None) -> Any:
+    from benchmarks.harness import ScenarioSettings
+
+    return ScenarioSettings(
+        min_duration_s=min_duration,
+        min_queries=min_queries,
+        seed=seed,
+        server_target_qps=qps,
+        server_latency_bound_ms=bound,
+    )
+
+
+def _suite(name: str) -> list[Any]:
+    from benchmarks.models import suite
+
+    try:
+        return suite(name)
+    except KeyError as error:
+        raise AppoptError(f"--suite: {error.args[0]}") from None
+
+
+def _check_choices(option: str, values: list[str], known: tuple[str, ...] | list[str]) -> None:
+    for value in values:
+        if value not in known:
+            raise AppoptError(f"{option}: unknown value {value!r}; known: {', '.join(known)}")
+
+
+@bench_app.command("run")
+@handle_user_errors
+def run_cmd(
+    suite_name: Annotated[
+        str, typer.Option("--suite", help="all | core | zoo | quick, or model names joined by ','.")
+    ] = "quick",
+    scenario: Annotated[
+        list[str] | None,
+        typer.Option("--scenario", help="SingleStream | MultiStream | Server | Offline | accuracy (repeatable)."),
+    ] = None,
+    backend: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--backend",
+            help="appopt-runtime | onnxruntime | onnxruntime-extended | torch | onnx-reference (repeatable; "
+            "default: appopt-runtime, onnxruntime, torch).",
+        ),
+    ] = None,
+    threads: Annotated[list[int] | None, typer.Option("--threads", help="Thread counts (repeatable).", min=1)] = None,
+    batch: Annotated[list[int] | None, typer.Option("--batch", help="Samples per query (repeatable).", min=1)] = None,
+    precision: Annotated[list[str] | None, typer.Option("--precision", help="fp32 | int8 … (repeatable).")] = None,
+    min_duration: Annotated[float, typer.Option(help="Minimum seconds per measurement.", min=0.0)] = 0.5,
+    min_queries: Annotated[int, typer.Option(help="Minimum queries per measurement.", min=1)] = 10,
+    seed: Annotated[int, typer.Option(help="Seed for inputs and Server arrivals.")] = 0,
+    qps: Annotated[float | None, typer.Option(help="Server: test this QPS instead of searching.", min=0.0)] = None,
+    latency_bound_ms: Annotated[
+        float | None, typer.Option(help="Server: p99 bound (default 4x unloaded median).")
+    ] = None,
+    reference: Annotated[str, typer.Option(help="accuracy: the reference backend.")] = "onnxruntime",
+    db: Annotated[Path | None, typer.Option("--db", help="Append result rows to this database file.")] = None,
+) -> None:
+    """Run suite models through backends and scenarios; show a progress bar, then a results table."""
+    from benchmarks.backends import DEFAULT_BACKENDS, PRECISIONS, all_backends
+    from benchmarks.harness import SCENARIOS
+    from benchmarks.report import outcomes_table
+    from benchmarks.runner import BenchRequest, count_measurements, plan_jobs, run_benchmarks
+
+    scenarios = scenario or ["SingleStream"]
+    backends = backend or list(DEFAULT_BACKENDS)
+    precisions = precision or ["fp32"]
+    _check_choices("--scenario", scenarios, [*SCENARIOS, "accuracy"])
+    _check_choices("--backend", [*backends, reference], list(all_backends()))
+    _check_choices("--precision", precisions, PRECISIONS)
+    request = BenchRequest(
+        models=_suite(suite_name),
+        backends=tuple(backends),
+        scenarios=tuple(scenarios),  # type: ignore[arg-type]
+        threads=tuple(threads or [1]),
+        batches=tuple(batch or [1]),
+        precisions=tuple(precisions),
+        settings=_settings(min_duration, min_queries, seed, qps, latency_bound_ms),
+        reference=reference,
+    )
+    outcomes = []
+    with typer.progressbar(length=count_measurements(request), label="benchmarking") as bar:
+        for outcome in run_benchmarks(request, model_features, db, plan_jobs(request)):
+            outcomes.append(outcome)
+            bar.update(1)
+    typer.echo(outcomes_table(outcomes))
+    if db is not None:
+        typer.echo(f"appended {sum(o.row is not None for o in outcomes)} row(s) to {db}")
+
+
+@bench_app.command("kernels")
+@handle_user_errors
+def kernels_cmd(
+    suite_name: Annotated[str, typer.Option("--suite", help="all | quick.")] = "quick",
+    backend: Annotated[list[str] | None, typer.Option("--backend", help="Backends (repeatable).")] = None,
+    threads: Annotated[list[int] | None, typer.Option("--threads", help="Thread counts (repeatable).", min=1)] = None,
+    db: Annotated[Path | None, typer.Option("--db", help="Append result rows to this database file.")] = None,
+) -> None:
+    """DeepBench-like GEMM/conv/attention kernels: achieved GFLOP/s against the measured GEMM peak."""
+    from benchmarks.backends import all_backends
+    from benchmarks.kernels import kernel_suite, run_kernel_suite
+
+    backends = backend or ["onnxruntime", "appopt-runtime"]
+    _check_choices("--backend", backends, list(all_backends()))
+    try:
+        kernels = kernel_suite(suite_name)
+    except KeyError as error:
+        raise AppoptError(f"--suite: {error.args[0]}") from None
+    for outcome in run_kernel_suite(kernels, backends, threads or [1], None, str(db) if db else None):
+        typer.echo(outcome.describe())
+
+
+@bench_app.command("train")
+@handle_user_errors
+def train_cmd(
+    trainer: Annotated[
+        list[str] | None, typer.Option("--trainer", help="numpy | torch | appopt-runtime | onnxruntime (repeatable).")
+    ] = None,
+    batch: Annotated[int, typer.Option(help="Samples per step.", min=1)] = 64,
+    threads: Annotated[int, typer.Option(help="Threads.", min=1)] = 1,
+    epochs: Annotated[int, typer.Option(help="Most epochs to train.", min=1)] = 3,
+    target_accuracy: Annotated[float, typer.Option(help="Accuracy that ends time-to-accuracy.")] = 0.9,
+) -> None:
+    """Training benchmark on the MLP: ms/step, s/epoch, time to accuracy (engines that cannot train: skipped)."""
+    from benchmarks.training import TRAINERS, run_training
+
+    trainers = trainer or ["numpy", "torch", "appopt-runtime", "onnxruntime"]
+    _check_choices("--trainer", trainers, TRAINERS)
+    for name in trainers:
+        typer.echo(run_training(name, batch, threads, epochs, target_accuracy).describe())
+
+
+@bench_app.command("merge")
+@handle_user_errors
+def merge_cmd(
+    shards: Annotated[list[Path], typer.Argument(help="Shard files (or directories of *.csv shards).")],
+    output: Annotated[Path, typer.Option("-o", "--output", help="Database to merge into (created if missing).")],
+) -> None:
+    """Merge result shards into one database (validated; duplicate rows dropped; atomic replace)."""
+    from perfmodels.results_db import ResultsSchemaError, merge
+
+    files: list[Path] = []
+    for shard in shards:
+        if shard.is_dir():
+            files.extend(sorted(shard.glob("*.csv")))
+        elif shard.is_file():
+            files.append(shard)
+        else:
+            raise AppoptError(f"{shard}: no such shard file or directory")
+    try:
+        written, dropped = merge(files, output)
+    except ResultsSchemaError as error:
+        raise AppoptError(str(error)) from None
+    for line in dropped:
+        typer.echo(f"warning: dropped damaged row: {line}", err=True)
+    typer.echo(f"merged {len(files)} shard(s): {written} rows in {output}")
+
+
+@bench_app.command("schema")
+def schema_cmd() -> None:
+    """Print the result database's schema (Markdown)."""
+    from perfmodels.results_db import schema_markdown
+
+    typer.echo(schema_markdown())
+
+
+@bench_app.command("campaign")
+@handle_user_errors
+def campaign_cmd(
+    spec: Annotated[Path, typer.Argument(help="Campaign spec (YAML).")],
+    scheduler: Annotated[str, typer.Option(help="Only slurm is supported.")] = "slurm",
+    out: Annotated[Path, typer.Option("-o", "--out", help="Directory for the job script.")] = Path("."),
+    submit: Annotated[bool, typer.Option("--submit", help="Submit the array with sbatch.")] = False,
+) -> None:
+    """Render (and with --submit, submit) a Slurm job array: one campaign slice and one result shard per task."""
+    from benchmarks import campaign
+
+    if scheduler != "slurm":
+        raise AppoptError(f"--scheduler: {scheduler!r} is not supported (supported: slurm)")
+    try:
+        campaign_spec = campaign.load_campaign(spec)
+        script = campaign.write_campaign(campaign_spec, spec, out)
+        typer.echo(f"wrote {script} ({campaign_spec.task_count()} array tasks, {len(campaign_spec.jobs())} jobs)")
+        typer.echo(f"shards: {campaign.shard_dir(campaign_spec, spec.resolve())}")
+        if submit:
+            typer.echo(f"submitted job {campaign.submit(script)}")
+    except campaign.CampaignError as error:
+        raise AppoptError(*error.lines) from None
+
+
+@bench_app.command("run-slice")
+@handle_user_errors
+def run_slice_cmd(
+    spec: Annotated[Path, typer.Argument(help="Campaign spec (YAML).")],
+    slice_index: Annotated[int, typer.Option("--slice", help="Array task index.", min=0)],
+    shard: Annotated[Path, typer.Option("--shard", help="Result shard this task appends to.")],
+) -> None:
+    """Run one slice of a campaign (what each Slurm array task executes)."""
+    from benchmarks import campaign
+    from benchmarks.runner import run_benchmarks
+
+    try:
+        campaign_spec = campaign.load_campaign(spec)
+        jobs = campaign.slice_jobs(campaign_spec, slice_index)
+    except campaign.CampaignError as error:
+        raise AppoptError(*error.lines) from None
+    shard.parent.mkdir(parents=True, exist_ok=True)
+    for outcome in run_benchmarks(campaign_spec.request(), model_features, shard, jobs):
+        typer.echo(outcome.describe())
+
+
+@bench_app.command("record-default")
+@handle_user_errors
+def record_default_cmd(
+    out: Annotated[
+        Path | None, typer.Option("-o", "--out", help="Database to replace (default: the shipped one).")
+    ] = None,
+    min_duration: Annotated[float, typer.Option(help="Minimum seconds per measurement.", min=0.0)] = 1.0,
+    min_queries: Annotated[int, typer.Option(help="Minimum queries per measurement.", min=1)] = 7,
+    threads: Annotated[list[int] | None, typer.Option("--threads", help="Thread counts (repeatable).")] = None,
+    kernels: Annotated[bool, typer.Option(help="Also run the kernel suite.")] = True,
+) -> None:
+    """Regenerate the shipped result database from scratch on this machine (run it on a quiet machine)."""
+    from dataclasses import replace
+
+    from benchmarks.record import RECORD_SETTINGS, record_default
+    from perfmodels.results_db import DEFAULT_DB
+
+    settings = replace(RECORD_SETTINGS, min_duration_s=min_duration, min_queries=min_queries)
+    record_default(
+        model_features,
+        catalog_literature_rows(),
+        out or DEFAULT_DB,
+        settings,
+        tuple(threads or (1, 2)),
+        kernels,
+        progress=typer.echo,
+    )
+
+
+def register(app: typer.Typer) -> None:
+    """Add ``appopt bench ...`` to the main CLI."""
+    app.add_typer(bench_app, name="bench")
+
+
+if __name__ == "__main__":  # ``python -m optimiser.commands.bench_cmds bench ...`` works like ``appopt bench ...``
+    _root = typer.Typer(add_completion=False)
+
+    @_root.callback()
+    def _appopt() -> None:
+        """appopt (only the ``bench`` commands)."""
+
+    register(_root)
+    _root()

@@ -1,0 +1,155 @@
+"""``appopt models fit|evaluate|show``: the performance models fitted from the benchmark database."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated
+
+import pandas as pd
+import typer
+
+from optimiser.commands.bench_cmds import handle_user_errors
+from optimiser.errors import AppoptError
+
+if TYPE_CHECKING:
+    from perfmodels.fit import GroupFit
+
+models_app = typer.Typer(name="models", help="Fit, evaluate and inspect the performance models.", no_args_is_help=True)
+
+DbOption = Annotated[
+    list[Path] | None,
+    typer.Option("--db", help="Result database(s) to use (repeatable; default: the shipped one)."),
+]
+
+
+@models_app.callback()
+def _models() -> None:
+    """Fit, evaluate and inspect the performance models."""
+
+
+def _frame(db: list[Path] | None) -> pd.DataFrame:
+    from perfmodels.fitted import default_db_path
+    from perfmodels.results_db import ResultsSchemaError, read_results
+
+    paths = db or [default_db_path()]
+    try:
+        return read_results(*paths)
+    except ResultsSchemaError as error:
+        raise AppoptError(f"--db: {error}") from None
+
+
+@models_app.command("fit")
+@handle_user_errors
+def fit_cmd(
+    db: DbOption = None,
+    output: Annotated[Path | None, typer.Option("-o", "--output", help="Write the fitted weights as JSON.")] = None,
+) -> None:
+    """Fit the per-target models and print each group's size and training error."""
+    from perfmodels.fitted import fit_model
+
+    model = fit_model(_frame(db))
+    if not model.result.groups:
+        raise AppoptError("--db: no measured SingleStream rows with model features to fit on")
+    for line in model.describe():
+        typer.echo(line)
+    if output is not None:
+        output.write_text(json.dumps([g.as_dict() for g in model.result.groups], indent=2) + "\n", encoding="utf-8")
+        typer.echo(f"wrote {output}")
+
+
+@models_app.command("evaluate")
+@handle_user_errors
+def evaluate_cmd(
+    db: DbOption = None,
+    plot: Annotated[Path | None, typer.Option("--plot", help="Write a predicted-vs-measured PNG here.")] = None,
+    per_family: Annotated[bool, typer.Option(help="Also print RMSPE per held-out family.")] = False,
+    statistic: Annotated[
+        str, typer.Option(help="auto (CPU time for 1-thread rows on a busy machine) | wall | cpu.")
+    ] = "auto",
+    threads: Annotated[int | None, typer.Option(help="Only measurements at this thread count.", min=1)] = None,
+) -> None:
+    """Leave-one-architecture-out: RMSPE, share within ±10%, Spearman, top-1 regret (fitted vs prior)."""
+    from perfmodels.evaluate import leave_one_architecture_out
+
+    if statistic not in ("auto", "wall", "cpu"):
+        raise AppoptError(f"--statistic: {statistic!r} is not one of auto, wall, cpu")
+    try:
+        evaluation = leave_one_architecture_out(_frame(db), statistic=statistic, threads=threads)  # type: ignore[arg-type]
+    except ValueError as error:
+        raise AppoptError(f"--db: {error}") from None
+    for line in evaluation.lines():
+        typer.echo(line)
+    if per_family:
+        typer.echo(evaluation.per_family().to_string(float_format=lambda v: f"{v:.3f}"))
+    if plot is not None:
+        from perfmodels.plot import plot_predicted_vs_measured
+
+        typer.echo(f"wrote {plot_predicted_vs_measured(evaluation.predictions, plot)}")
+
+
+@models_app.command("show")
+@handle_user_errors
+def show_cmd(db: DbOption = None) -> None:
+    """Show the fitted rates per target and route: GFLOP/s per op class, GB/s per byte stream, µs per node."""
+    from perfmodels.fitted import fit_model
+    from perfmodels.targets import local_target_key
+
+    model = fit_model(_frame(db))
+    typer.echo(f"this machine: {local_target_key()}")
+    for line in describe_rates(model.result.groups):
+        typer.echo(line)
+
+
+#: How each fitted weight is shown: (header, unit scale, as a rate (1/w) or as a cost (w)).
+_DISPLAY = {
+    "conv_flops": ("conv GF/s", 1e-9, True),
+    "gemm_flops": ("gemm GF/s", 1e-9, True),
+    "norm_flops": ("norm GF/s", 1e-9, True),
+    "other_flops": ("other GF/s", 1e-9, True),
+    "activation_bytes": ("act GB/s", 1e-9, True),
+    "param_bytes_cached": ("cached GB/s", 1e-9, True),
+    "param_bytes_streamed": ("stream GB/s", 1e-9, True),
+    "nodes": ("us/node", 1e6, False),
+}
+
+
+def describe_rates(groups: Sequence[GroupFit]) -> list[str]:
+    """A table of each group's fitted weights as rates ("-" where the fit left a cost at zero)."""
+    from perfmodels.fit import FEATURES
+
+    names = [_DISPLAY.get(f, (f, 1.0, False))[0] for f in FEATURES]
+    lines = [
+        f"{'target':<30} {'route':<34} {'thr':>3} {'rows':>4} " + " ".join(f"{n:>11}" for n in names) + f" {'train':>6}"
+    ]
+    for g in groups:
+        cells = []
+        for feature, weight in zip(FEATURES, g.coef, strict=True):
+            _, scale, as_rate = _DISPLAY.get(feature, (feature, 1.0, False))
+            if as_rate:
+                cells.append(f"{scale / weight:11.1f}" if weight > 0 else f"{'-':>11}")
+            else:
+                cells.append(f"{weight * scale:11.2f}")
+        lines.append(
+            f"{g.target[:30]:<30} {g.route.describe()[:34]:<34} {g.threads:>3} {g.rows:>4} "
+            + " ".join(cells)
+            + f" {g.train_rmspe:6.1%}"
+        )
+    return lines
+
+
+def register(app: typer.Typer) -> None:
+    """Add ``appopt models ...`` to the main CLI."""
+    app.add_typer(models_app, name="models")
+
+
+if __name__ == "__main__":  # ``python -m optimiser.commands.models_cmds models ...`` works like ``appopt models ...``
+    _root = typer.Typer(add_completion=False)
+
+    @_root.callback()
+    def _appopt() -> None:
+        """appopt (only the ``models`` commands)."""
+
+    register(_root)
+    _root()

@@ -1,0 +1,150 @@
+"""How good the fitted models are on data they were not fitted on: leave-one-architecture-out.
+
+For each architecture family (ResNet, MobileNet, BERT, …) the models are refitted without any of its rows and then
+predict them. Over all held-out predictions we report:
+
+* RMSPE: root-mean-square of (predicted − measured) / measured;
+* the share of predictions within ±10 % of the measurement;
+* Spearman's rank correlation between predicted and measured times;
+* top-1 regret: for every (target, threads, model, batch, precision), the measured time of the route the model
+  ranks first divided by the best measured time among the routes measured there (1.0 = always picks the fastest).
+
+The same figures for the uncorrected roofline prior (at each machine's measured peaks) show what fitting buys.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+
+from perfmodels.fit import DEFAULT_RIDGE, Statistic, fit, prior_seconds, training_rows
+
+_GROUP = ["target", "framework", "compiler", "layout", "precision", "threads"]
+#: One planner decision: routes compete at a fixed precision (the planner never picks int8 on its own).
+_DECISION = ["target", "threads", "model", "batch", "precision"]
+
+
+@dataclass(frozen=True)
+class Scores:
+    rmspe: float
+    within_10pct: float
+    spearman: float
+    mean_regret: float
+    max_regret: float
+    #: Share of decisions where the first-ranked route is the measured fastest.
+    top1_hits: float
+    predictions: int
+    decisions: int
+
+    def line(self, label: str) -> str:
+        return (
+            f"{label:<18} RMSPE {self.rmspe:7.1%}  within ±10% {self.within_10pct:6.1%}  Spearman {self.spearman:5.3f}"
+            f"  top-1 regret mean {self.mean_regret:.3f} max {self.max_regret:.3f} (picks fastest in "
+            f"{self.top1_hits:.0%} of {self.decisions})  n={self.predictions}"
+        )
+
+
+@dataclass(frozen=True)
+class Evaluation:
+    fitted: Scores
+    prior: Scores
+    #: One row per held-out prediction: keys, family, measured ``y`` and ``predicted`` seconds, ``prior`` seconds.
+    predictions: pd.DataFrame = field(repr=False)
+    #: Families that could not be held out (they were the only data of a group).
+    skipped: tuple[str, ...] = ()
+
+    def lines(self) -> list[str]:
+        out = [
+            "leave-one-architecture-out over "
+            f"{self.predictions['family'].nunique()} families, {len(self.predictions)} held-out predictions",
+            self.fitted.line("fitted model"),
+            self.prior.line("roofline prior"),
+        ]
+        if self.skipped:
+            out.append(f"not evaluated (no other data for their route): {', '.join(self.skipped)}")
+        return out
+
+    def per_family(self) -> pd.DataFrame:
+        """RMSPE and worst error per held-out family."""
+        p = self.predictions.assign(err=(self.predictions["predicted"] - self.predictions["y"]) / self.predictions["y"])
+        return p.groupby("family")["err"].agg(
+            rmspe=lambda e: float(np.sqrt(np.mean(e**2))), worst=lambda e: float(e.abs().max()), n="count"
+        )
+
+
+def spearman(a: np.ndarray, b: np.ndarray) -> float:
+    """Spearman's rank correlation (ties get their average rank), without SciPy."""
+    ranks_a = pd.Series(a).rank().to_numpy()
+    ranks_b = pd.Series(b).rank().to_numpy()
+    return float(np.corrcoef(ranks_a, ranks_b)[0, 1])
+
+
+def scores(predictions: pd.DataFrame, column: str) -> Scores:
+    """Accuracy and ranking figures of ``predictions[column]`` against ``predictions["y"]``."""
+    y = predictions["y"].to_numpy(dtype=float)
+    p = predictions[column].to_numpy(dtype=float)
+    rel = (p - y) / y
+    regrets, hits = [], []
+    for _, decision in predictions.groupby(_DECISION):
+        if len(decision) < 2:
+            continue
+        chosen = decision.loc[decision[column].idxmin()]
+        best = decision["y"].min()
+        regrets.append(float(chosen["y"]) / float(best))
+        hits.append(bool(chosen["y"] == best))
+    rho = spearman(p, y) if len(y) > 2 else math.nan
+    return Scores(
+        rmspe=float(np.sqrt(np.mean(rel**2))) if len(rel) else math.nan,
+        within_10pct=float(np.mean(np.abs(rel) <= 0.10)) if len(rel) else math.nan,
+        spearman=rho,
+        mean_regret=float(np.mean(regrets)) if regrets else math.nan,
+        max_regret=float(np.max(regrets)) if regrets else math.nan,
+        top1_hits=float(np.mean(hits)) if hits else math.nan,
+        predictions=len(y),
+        decisions=len(regrets),
+    )
+
+
+def leave_one_architecture_out(
+    frame: pd.DataFrame, ridge: float = DEFAULT_RIDGE, statistic: Statistic = "auto", threads: int | None = None
+) -> Evaluation:
+    """Hold out each family in turn, refit on the rest, predict it; score all held-out predictions.
+
+    ``threads`` restricts the evaluation to measurements at that thread count.
+    """
+    data = training_rows(frame, statistic)
+    if threads is not None:
+        data = data[data["threads"] == threads]
+    if data.empty:
+        raise ValueError("no measured SingleStream rows with model features to evaluate on")
+    records = []
+    skipped: set[str] = set()
+    for family in sorted(data["family"].unique()):
+        held_out = data[data["family"] == family]
+        result = fit(frame, ridge=ridge, data=data[data["family"] != family])
+        groups = {
+            (g.target, g.route.framework, g.route.compiler, g.route.layout, g.route.precision, g.threads): g
+            for g in result.groups
+        }
+        for _, row in held_out.iterrows():
+            group = groups.get(tuple(row[k] for k in _GROUP))
+            if group is None:
+                skipped.add(family)
+                continue
+            records.append(
+                {
+                    **{k: row[k] for k in [*_GROUP, "model", "family", "batch"]},
+                    "y": row["y"],
+                    "predicted": group.seconds(row["x"]),
+                    "prior": prior_seconds(row["x"], row["peak_flops"], row["bandwidth"]),
+                }
+            )
+    predictions = pd.DataFrame.from_records(records)
+    if predictions.empty:
+        raise ValueError("no family could be held out: every route was measured on one family only")
+    return Evaluation(
+        scores(predictions, "predicted"), scores(predictions, "prior"), predictions, tuple(sorted(skipped))
+    )

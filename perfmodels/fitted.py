@@ -1,0 +1,201 @@
+"""The fitted performance model the planner uses: measurements where the database has them, the prior elsewhere.
+
+``load_default_model()`` fits from the shipped result database (``benchmarks/results/default.csv``) once per process
+(keyed by the file's path and modification time) and returns a ``PerformanceModel``. For each candidate route:
+
+* target has measurements for the route's framework → fitted (``basis: fitted:<target>``). When the route differs
+  from what was measured only in precision, layout or compiler, the nearest measured route is scaled by the prior's
+  ratio between the two (``basis: fitted:<target> x prior(<what differs>)``);
+* otherwise (another machine, an unmeasured framework, training, several devices) → the roofline prior
+  (``basis: roofline-prior``).
+
+Example::
+
+    >>> from optimiser.planner import make_plan                        # doctest: +SKIP
+    >>> plan = make_plan(spec, model=load_default_model())            # doctest: +SKIP
+    >>> plan.choice.prediction.basis                                   # doctest: +SKIP
+    'fitted:intel-r-xeon-r-processor-2c'
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from perfmodels.evaluate import Evaluation, leave_one_architecture_out
+from perfmodels.features import Device, Route, Workload
+from perfmodels.fit import FitResult, GroupFit, fit, workload_features
+from perfmodels.prediction import PerformanceModel, Prediction
+from perfmodels.priors import layout_factor
+from perfmodels.roofline import RooflinePrior
+from perfmodels.targets import local_target_key, target_key, usable_cores
+
+#: Device names that mean "the machine we are running on".
+LOCAL_NAMES = ("local",)
+
+
+class FittedModel:
+    """A ``PerformanceModel`` backed by per-target fits, falling back to a prior."""
+
+    def __init__(
+        self,
+        result: FitResult,
+        prior: PerformanceModel | None = None,
+        source: str = "",
+        frame: pd.DataFrame | None = None,
+    ) -> None:
+        self.result = result
+        self.prior = prior or RooflinePrior()
+        self.source = source
+        self.name = f"fitted ({source})" if source else "fitted"
+        self._frame = frame
+        self._evaluation: Evaluation | None = None
+
+    def evaluation(self) -> Evaluation | None:
+        """Leave-one-architecture-out figures of this model's data (computed once; None without data).
+
+        For the plan report: ``model.evaluation().lines()``.
+        """
+        if self._evaluation is None and self._frame is not None:
+            try:
+                self._evaluation = leave_one_architecture_out(self._frame)
+            except ValueError:
+                return None
+        return self._evaluation
+
+    # --- which measurements apply ------------------------------------------------------------------------------
+
+    def target_for(self, device: Device) -> str | None:
+        """The fitted target a device is, or None when the database has no measurements for it."""
+        if device.kind != "cpu":
+            return None
+        targets = self.result.targets()
+        if device.name in LOCAL_NAMES:
+            key = local_target_key()
+            return key if key in targets else None
+        if device.name in targets:
+            return device.name
+        return next((t for t in targets if t.startswith(target_key(device.name, 0)[:-3])), None)
+
+    def _wanted_threads(self, target: str) -> int | None:
+        return usable_cores() if target == local_target_key() else None
+
+    def anchor(self, workload: Workload, route: Route, device: Device) -> GroupFit | None:
+        """The measured group closest to ``route`` on ``device``'s target (None: use the prior)."""
+        if workload.mode != "inference" or device.count != 1:
+            return None
+        target = self.target_for(device)
+        if target is None:
+            return None
+        groups = [g for g in self.result.for_target(target) if g.route.framework == route.framework]
+        if not groups:
+            return None
+        wanted = self._wanted_threads(target) or max(g.threads for g in groups)
+
+        def distance(g: GroupFit) -> tuple[int, int, int, int, int]:
+            return (
+                g.route.precision != route.precision,
+                g.route.layout != route.layout,
+                g.route.compiler != route.compiler,
+                abs(g.threads - wanted),
+                -g.threads,
+            )
+
+        return min(groups, key=distance)
+
+    # --- predicting ---------------------------------------------------------------------------------------------
+
+    def predict(self, workload: Workload, route: Route, device: Device) -> Prediction:
+        prior = self.prior.predict(workload, route, device)
+        group = self.anchor(workload, route, device)
+        if group is None:
+            return prior
+        x = workload_features(workload, group.route.precision)
+        step = group.seconds(x)
+        differs = [
+            name
+            for name, ours, theirs in (
+                ("precision", route.precision, group.route.precision),
+                ("layout", route.layout, group.route.layout),
+                ("compiler", route.compiler, group.route.compiler),
+            )
+            if ours != theirs
+        ]
+        basis = f"fitted:{group.target}"
+        if differs:
+            measured_route = replace(
+                route,
+                precision=group.route.precision,
+                layout=group.route.layout,
+                compiler=group.route.compiler,
+                compiler_speedup=1.0 if group.route.compiler == "none" else route.compiler_speedup,
+                layout_factor=layout_factor(device.kind, group.route.layout, group.route.precision),
+            )
+            step *= prior.step_seconds / self.prior.predict(workload, measured_route, device).step_seconds
+            basis += f" x prior({', '.join(differs)})"
+        terms = np.asarray(group.coef) * x
+        compute, memory = float(terms[:4].sum()), float(terms[4:7].sum())  # FLOP terms vs byte terms
+        steps = None if workload.total_samples is None else workload.total_samples / workload.batch_size
+        return Prediction(
+            step_seconds=step,
+            samples_per_second=workload.batch_size / step,
+            total_seconds=None if steps is None else steps * step,
+            bound="compute" if compute >= memory else "memory",
+            basis=basis,
+            detail={
+                "prior_step_s": prior.step_seconds,
+                "correction": step / prior.step_seconds,
+                "threads": float(group.threads),
+                "fitted_rows": float(group.rows),
+                "train_rmspe": group.train_rmspe,
+            },
+        )
+
+    def describe(self) -> list[str]:
+        """One line per fitted group."""
+        return [
+            f"{g.target} {g.route.describe()} {g.threads}t: {g.rows} rows, train RMSPE {g.train_rmspe:.1%}"
+            for g in self.result.groups
+        ]
+
+
+def fit_model(frame: pd.DataFrame, source: str = "") -> FittedModel:
+    """A ``FittedModel`` from a results DataFrame (``perfmodels.results_db.read_results``)."""
+    return FittedModel(fit(frame), source=source, frame=frame)
+
+
+def default_db_path() -> Path:
+    """The shipped result database (``benchmarks/results/default.csv``), or ``$APPOPT_RESULTS_DB``."""
+    override = os.environ.get("APPOPT_RESULTS_DB")
+    if override:
+        return Path(override)
+    from perfmodels.results_db import DEFAULT_DB
+
+    return DEFAULT_DB
+
+
+def load_default_model(path: str | Path | None = None) -> PerformanceModel:
+    """The fitted model for the shipped database (or ``path``); cached per file version, falls back to the prior.
+
+    A missing or empty database gives the plain ``RooflinePrior`` (every prediction's basis then says so).
+    """
+    db = Path(path) if path is not None else default_db_path()
+    try:
+        stamp = db.stat().st_mtime_ns
+    except FileNotFoundError:
+        return RooflinePrior()
+    return _load(str(db.resolve()), stamp)
+
+
+@functools.lru_cache(maxsize=4)
+def _load(path: str, stamp: int) -> PerformanceModel:
+    from perfmodels.results_db import read_results
+
+    frame = read_results(path, warn=False)
+    model = fit_model(frame, source=Path(path).name)
+    return model if model.result.groups else RooflinePrior()

@@ -1,0 +1,427 @@
+"""The benchmark result database: one CSV row per measurement, with full provenance, validated on read.
+
+File format
+-----------
+A UTF-8 CSV file whose first line is the header (exactly ``COLUMNS``'s names, in order). Each following line is one
+row, ending with a ``crc`` field: the CRC-32 (8 hex digits) of the line's text before that last comma. JSON-valued
+columns hold compact JSON; no field contains a newline.
+
+Why it survives crashes
+-----------------------
+``append_rows`` takes an exclusive ``flock``, writes each row with a single ``write(2)`` on an ``O_APPEND`` descriptor
+and ``fsync``s. A writer killed mid-row can leave at most one partial line at the end; the next writer starts on a
+fresh line, and the reader drops any line whose field count or checksum is wrong (counted in
+``frame.attrs["dropped_rows"]`` and warned about). A row with a valid checksum but an invalid value is a schema
+violation and raises ``ResultsSchemaError``. New files appear atomically (written aside, then hard-linked into place),
+and ``write_rows``/``merge`` replace whole files atomically (temp file + ``os.replace``). Many nodes write separate
+shards; ``merge`` combines them, dropping duplicate ``row_id``s.
+
+Example::
+
+    >>> append_rows("shard.csv", [make_row(model="mlp", backend="onnxruntime", value=0.1, ...)])  # doctest: +SKIP
+    >>> frame = read_results("shard.csv")                                                          # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import contextlib
+import csv
+import fcntl
+import importlib.resources
+import io
+import json
+import math
+import os
+import tempfile
+import uuid
+import warnings
+import zlib
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, Literal
+
+import pandas as pd
+
+SCHEMA_VERSION = 1
+#: The database shipped with appopt (measurements on the development machine plus literature rows).
+#: The shipped database: measurements live with the benchmarks that made them (benchmarks/results/), read here as
+#: package data so that perfmodels never imports benchmark code.
+DEFAULT_DB = Path(str(importlib.resources.files("benchmarks.results").joinpath("default.csv")))
+
+Kind = Literal["str", "int", "float", "json", "bool"]
+
+
+@dataclass(frozen=True)
+class Column:
+    name: str
+    kind: Kind
+    description: str
+    required: bool = False
+    choices: tuple[str, ...] = ()
+
+
+COLUMNS: tuple[Column, ...] = (
+    # identity
+    Column("row_id", "str", "Unique id of the row (uuid4 hex); merges drop duplicates by it.", True),
+    Column("schema_version", "int", "Version of this schema the row was written with.", True),
+    Column("timestamp", "str", "UTC time the measurement finished, ISO 8601.", True),
+    Column(
+        "source",
+        "str",
+        "measured (by this harness) or literature (a published figure).",
+        True,
+        ("measured", "literature"),
+    ),
+    Column("citation", "str", "Where a literature figure comes from (required for literature rows)."),
+    # where
+    Column("target", "str", "Key the performance models are fitted per: CPU model slug + usable cores.", True),
+    Column("host", "str", "Host name."),
+    Column("cpu_model", "str", "CPU model name (/proc/cpuinfo)."),
+    Column("cpu_flags", "str", "Vector ISA flags that matter to DL kernels, space-separated."),
+    Column("cores", "int", "Cores usable by the process."),
+    Column("accelerator", "str", "Accelerator(s) present, or none."),
+    Column("blas", "str", "BLAS in use (threadpoolctl): internal API, version, kernel architecture."),
+    Column("appopt_revision", "str", "git revision of appopt (+dirty with local changes)."),
+    # what ran
+    Column(
+        "backend", "str", "Harness backend name (onnxruntime, appopt-runtime, …; a compiler id for literature).", True
+    ),
+    Column("framework", "str", "Catalog framework id the backend stands for."),
+    Column("compiler", "str", "Catalog compiler id, or none."),
+    Column("library", "str", "Primitive library the backend uses (catalog id)."),
+    Column("layout", "str", "Memory layout the backend runs (NCHW, NCHWc, NHWC)."),
+    Column("backend_version", "str", "Version of the backend's main package."),
+    Column("library_versions", "json", "Package -> version of everything the backend depends on."),
+    Column("threads", "int", "Threads the backend was allowed."),
+    Column("precision", "str", "fp32 | fp16 | bf16 | int8.", False, ("", "fp32", "fp16", "bf16", "int8")),
+    Column("mode", "str", "inference or training.", False, ("", "inference", "training")),
+    # the workload
+    Column("model", "str", "Suite model name (or the workload a literature figure is about).", True),
+    Column("family", "str", "Architecture family (the unit held out by leave-one-architecture-out)."),
+    Column("batch", "int", "Samples per query (per step for training)."),
+    Column("flops_per_sample", "float", "Forward FLOPs per sample (optimiser.modelinfo)."),
+    Column("flops_by_class", "json", "Forward FLOPs per sample by op class (conv, gemm, elementwise, norm, pool…)."),
+    Column("ops_by_class", "json", "Node count by op class."),
+    Column("activation_bytes_per_sample", "float", "Bytes of activations written per sample at fp32."),
+    Column("params", "float", "Parameter count."),
+    # the measurement
+    Column(
+        "scenario",
+        "str",
+        "SingleStream | MultiStream | Server | Offline | accuracy | kernel | training | speedup (literature).",
+        True,
+        ("SingleStream", "MultiStream", "Server", "Offline", "accuracy", "kernel", "training", "speedup"),
+    ),
+    Column("settings", "json", "Scenario settings (durations, query counts, seed, QPS bound…)."),
+    Column(
+        "metric",
+        "str",
+        "What ``value`` is: p90_latency_ms, p99_latency_ms, max_qps, samples_per_s, gflops, "
+        "ms_per_step, speedup, max_abs_error.",
+        True,
+    ),
+    Column("value", "float", "The metric's value.", True),
+    Column("unit", "str", "Unit of value."),
+    Column("median_ms", "float", "Median latency of one query (one step for training), ms."),
+    Column("cpu_ms", "float", "Median process CPU time per query (all threads), ms: robust to a busy machine."),
+    Column("p90_ms", "float", "90th-percentile query latency, ms."),
+    Column("p99_ms", "float", "99th-percentile query latency, ms."),
+    Column("samples_per_s", "float", "Samples processed per second over the run."),
+    Column("queries", "int", "Queries (or steps) timed."),
+    Column("duration_s", "float", "Wall time of the timed part, s."),
+    Column("peak_gflops", "float", "Measured GEMM peak of this machine at these threads, GFLOP/s."),
+    Column("bandwidth_gbs", "float", "Measured memory bandwidth (NumPy copy, read + write), GB/s."),
+    Column("load_avg", "float", "1-minute load average as the measurement ended (above cores: a busy machine)."),
+    Column("accuracy", "str", "pass/fail against the reference backend, or empty.", False, ("", "pass", "fail")),
+    Column("max_abs_error", "float", "Largest |output - reference| in accuracy mode."),
+    Column("notes", "str", "Anything else (skipped reasons are not rows; see the run report)."),
+)
+COLUMN_NAMES: tuple[str, ...] = tuple(c.name for c in COLUMNS)
+_BY_NAME = {c.name: c for c in COLUMNS}
+HEADER_LINE = ",".join((*COLUMN_NAMES, "crc")) + "\n"
+
+
+class ResultsSchemaError(ValueError):
+    """A results file or row breaks the schema; the message names the file, line and column."""
+
+
+# --- rows ------------------------------------------------------------------------------------------------------
+
+
+def make_row(**fields: Any) -> dict[str, Any]:
+    """A complete row: identity fields filled in, everything else defaulted to empty; validated."""
+    row: dict[str, Any] = dict.fromkeys(COLUMN_NAMES, None)
+    row.update(
+        row_id=uuid.uuid4().hex,
+        schema_version=SCHEMA_VERSION,
+        timestamp=datetime.now(UTC).isoformat(timespec="seconds"),
+    )
+    unknown = sorted(set(fields) - set(COLUMN_NAMES))
+    if unknown:
+        raise ResultsSchemaError(f"unknown column(s): {', '.join(unknown)}")
+    row.update(fields)
+    validate_row(row)
+    return row
+
+
+def validate_row(row: Mapping[str, Any], where: str = "row") -> None:
+    """Raise ResultsSchemaError naming the first problem with ``row``."""
+    for column in COLUMNS:
+        value = row.get(column.name)
+        empty = value is None or value == "" or (isinstance(value, float) and math.isnan(value))
+        if empty:
+            if column.required:
+                raise ResultsSchemaError(f"{where}: {column.name}: required")
+            continue
+        try:
+            _check_value(column, value)
+        except (TypeError, ValueError) as error:
+            raise ResultsSchemaError(f"{where}: {column.name}: {error}") from None
+    if row.get("source") == "literature" and not row.get("citation"):
+        raise ResultsSchemaError(f"{where}: citation: required for literature rows")
+
+
+def _check_value(column: Column, value: Any) -> None:
+    if column.kind == "int":
+        if isinstance(value, bool) or int(value) != float(value):
+            raise ValueError(f"expected an integer, got {value!r}")
+    elif column.kind == "float":
+        if isinstance(value, bool) or not math.isfinite(float(value)):
+            raise ValueError(f"expected a finite number, got {value!r}")
+    elif column.kind == "json":
+        if isinstance(value, str):
+            json.loads(value)
+        else:
+            json.dumps(value)
+    elif column.kind == "str" and not isinstance(value, str):
+        raise ValueError(f"expected text, got {type(value).__name__}")
+    if column.choices and value not in column.choices:
+        raise ValueError(f"{value!r} is not one of {', '.join(c for c in column.choices if c)}")
+
+
+def _field_text(column: Column, value: Any) -> str:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return ""
+    if column.kind == "json":
+        text = value if isinstance(value, str) else json.dumps(value, sort_keys=True, separators=(",", ":"))
+    elif column.kind == "float":
+        text = repr(float(value))
+    elif column.kind == "int":
+        text = str(int(value))
+    else:
+        text = str(value)
+    return text.replace("\r", " ").replace("\n", " ")
+
+
+def format_row(row: Mapping[str, Any]) -> str:
+    """One CSV line (with checksum and newline) for a validated row."""
+    buffer = io.StringIO()
+    csv.writer(buffer, lineterminator="").writerow([_field_text(c, row.get(c.name)) for c in COLUMNS])
+    body = buffer.getvalue()
+    return f"{body},{zlib.crc32(body.encode('utf-8')):08x}\n"
+
+
+# --- writing -----------------------------------------------------------------------------------------------------
+
+
+def _umask_mode() -> int:
+    """rw for everyone the process umask allows (mkstemp's 0600 would hide a shipped or shared database)."""
+    mask = os.umask(0)
+    os.umask(mask)
+    return 0o666 & ~mask
+
+
+def _ensure_file(path: Path) -> None:
+    """Create ``path`` with the header, atomically: a concurrent creator either wins or sees a complete header."""
+    if path.exists():
+        return
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".new", dir=path.parent)
+    try:
+        os.fchmod(fd, _umask_mode())
+        os.write(fd, HEADER_LINE.encode("utf-8"))
+        os.fsync(fd)
+        os.close(fd)
+        with contextlib.suppress(FileExistsError):
+            os.link(tmp, path)
+    finally:
+        os.unlink(tmp)
+
+
+@contextlib.contextmanager
+def _locked_append(path: Path) -> Iterator[int]:
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield fd
+        os.fsync(fd)
+    finally:
+        os.close(fd)  # closing releases the lock
+
+
+def _ends_with_newline(path: Path) -> bool:
+    with open(path, "rb") as handle:
+        handle.seek(0, os.SEEK_END)
+        if handle.tell() == 0:
+            return True
+        handle.seek(-1, os.SEEK_END)
+        return handle.read(1) == b"\n"
+
+
+def append_rows(path: str | Path, rows: Iterable[Mapping[str, Any]]) -> int:
+    """Append validated rows; each lands whole or (if the process dies mid-write) is dropped on read."""
+    path = Path(path)
+    lines = []
+    for row in rows:
+        validate_row(row)
+        lines.append(format_row(row).encode("utf-8"))
+    if not lines:
+        return 0
+    _ensure_file(path)
+    with _locked_append(path) as fd:
+        if not _ends_with_newline(path):
+            os.write(fd, b"\n")  # a writer died mid-row: start on a fresh line, leave its fragment to the reader
+        for line in lines:
+            os.write(fd, line)
+    return len(lines)
+
+
+def write_rows(path: str | Path, rows: Iterable[Mapping[str, Any]]) -> int:
+    """Replace ``path`` with exactly these rows, atomically (readers see the old file or the new one)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    count = 0
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".new", dir=path.parent)
+    os.fchmod(fd, _umask_mode())
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8", newline="") as handle:
+            handle.write(HEADER_LINE)
+            for row in rows:
+                validate_row(row)
+                handle.write(format_row(row))
+                count += 1
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise
+    return count
+
+
+# --- reading -----------------------------------------------------------------------------------------------------
+
+
+def _parse_field(column: Column, text: str) -> Any:
+    if text == "":
+        return None
+    if column.kind == "int":
+        return int(float(text))
+    if column.kind == "float":
+        return float(text)
+    return text
+
+
+def _read_rows(path: Path) -> tuple[list[dict[str, Any]], list[str]]:
+    """(valid rows, descriptions of dropped damaged lines); ResultsSchemaError for a wrong header or bad value."""
+    try:
+        raw = path.read_bytes()
+    except FileNotFoundError:
+        raise ResultsSchemaError(f"{path}: no such results file") from None
+    text = raw.decode("utf-8", errors="replace")
+    lines = text.split("\n")
+    if not lines or lines[0] + "\n" != HEADER_LINE:
+        got = lines[0][:80] if lines else ""
+        raise ResultsSchemaError(f"{path}:1: header does not match results schema v{SCHEMA_VERSION} (got {got!r}…)")
+    # split() leaves the text after the last newline as the final element: "" when the file ends cleanly, else the
+    # fragment of a row whose writer stopped mid-write.
+    body, tail = lines[1:-1], lines[-1] if len(lines) > 1 else ""
+    rows: list[dict[str, Any]] = []
+    dropped: list[str] = []
+    if tail:
+        dropped.append(f"line {len(lines)}: unterminated (a writer stopped mid-row)")
+    for number, line in enumerate(body, start=2):
+        if not line:
+            continue
+        content, _, crc = line.rpartition(",")
+        if f"{zlib.crc32(content.encode('utf-8')):08x}" != crc:
+            dropped.append(f"line {number}: checksum mismatch (torn write or edited by hand)")
+            continue
+        fields = next(csv.reader([content]))
+        if len(fields) != len(COLUMNS):
+            dropped.append(f"line {number}: {len(fields)} fields, expected {len(COLUMNS)}")
+            continue
+        where = f"{path}:{number}"
+        try:
+            row = {c.name: _parse_field(c, f) for c, f in zip(COLUMNS, fields, strict=True)}
+        except ValueError as error:
+            raise ResultsSchemaError(f"{where}: {error}") from None
+        validate_row(row, where)
+        rows.append(row)
+    return rows, dropped
+
+
+_PANDAS_DTYPES = {"str": "string", "int": "Int64", "float": "Float64", "json": "string", "bool": "boolean"}
+
+
+def to_frame(rows: Sequence[Mapping[str, Any]]) -> pd.DataFrame:
+    """Rows as a DataFrame with the schema's column order and nullable dtypes."""
+    json_columns = [c.name for c in COLUMNS if c.kind == "json"]
+    normalised = [{**row, **{k: _field_text(_BY_NAME[k], row.get(k)) or None for k in json_columns}} for row in rows]
+    frame = pd.DataFrame(normalised, columns=list(COLUMN_NAMES))
+    return frame.astype({c.name: _PANDAS_DTYPES[c.kind] for c in COLUMNS})
+
+
+def read_results(*paths: str | Path, warn: bool = True) -> pd.DataFrame:
+    """Read and validate one or more results files into one DataFrame (duplicate ``row_id``s dropped).
+
+    ``frame.attrs["dropped_rows"]`` lists damaged lines that were skipped (a killed writer's partial row).
+    """
+    rows: list[dict[str, Any]] = []
+    dropped: list[str] = []
+    for path in paths:
+        file_rows, file_dropped = _read_rows(Path(path))
+        rows.extend(file_rows)
+        dropped.extend(f"{path}: {d}" for d in file_dropped)
+    if dropped and warn:
+        warnings.warn(f"dropped {len(dropped)} damaged row(s): {dropped[0]}", stacklevel=2)
+    frame = to_frame(rows).drop_duplicates("row_id", keep="first").reset_index(drop=True)
+    frame.attrs["dropped_rows"] = dropped
+    return frame
+
+
+def frame_rows(frame: pd.DataFrame) -> list[dict[str, Any]]:
+    """A DataFrame read by ``read_results`` back into plain rows (NA -> None)."""
+    out = []
+    for record in frame.to_dict(orient="records"):
+        out.append(
+            {k: (None if v is pd.NA or (isinstance(v, float) and math.isnan(v)) else v) for k, v in record.items()}
+        )
+    return out
+
+
+def merge(shards: Sequence[str | Path], out: str | Path) -> tuple[int, list[str]]:
+    """Merge shard files (and ``out`` itself if it exists) into ``out``; (rows written, dropped damaged lines)."""
+    out = Path(out)
+    sources = [Path(s) for s in shards if Path(s).resolve() != out.resolve()]
+    if out.exists():
+        sources.insert(0, out)
+    if not sources:
+        raise ResultsSchemaError("merge: no shard files given")
+    frame = read_results(*sources, warn=False)
+    frame = frame.sort_values(["timestamp", "row_id"], kind="stable")
+    written = write_rows(out, frame_rows(frame))
+    return written, list(frame.attrs["dropped_rows"])
+
+
+def schema_markdown() -> str:
+    """The schema as a Markdown table (for docs and ``appopt bench schema``)."""
+    lines = ["| column | type | required | meaning |", "|---|---|---|---|"]
+    for c in COLUMNS:
+        meaning = c.description + (f" One of: {', '.join(x for x in c.choices if x)}." if c.choices else "")
+        lines.append(f"| {c.name} | {c.kind} | {'yes' if c.required else ''} | {meaning} |")
+    lines.append("| crc | hex | yes | CRC-32 of the line before its last comma (detects torn writes). |")
+    return "\n".join(lines)

@@ -1,0 +1,137 @@
+"""``appopt bench ...`` and ``appopt models ...`` through typer's CliRunner (sub-apps, as the lead wires them in)."""
+
+from __future__ import annotations
+
+import typer
+from typer.testing import CliRunner
+
+from optimiser.commands import bench_cmds, models_cmds
+from perfmodels.results_db import append_rows, make_row, read_results
+
+runner = CliRunner()
+
+
+def app() -> typer.Typer:
+    main = typer.Typer()
+
+    @main.callback()
+    def _root() -> None:
+        """appopt"""
+
+    bench_cmds.register(main)
+    models_cmds.register(main)
+    return main
+
+
+def test_bench_run_prints_a_table_and_appends_rows(tmp_path):
+    db = tmp_path / "db.csv"
+    result = runner.invoke(
+        app(),
+        [
+            "bench",
+            "run",
+            "--suite",
+            "mlp",
+            "--backend",
+            "onnxruntime",
+            "--scenario",
+            "SingleStream",
+            "--scenario",
+            "Offline",
+            "--min-queries",
+            "3",
+            "--min-duration",
+            "0",
+            "--db",
+            str(db),
+        ],
+    )
+    assert result.exit_code == 0, result.output
+    assert "mlp" in result.output and "p90_latency_ms=" in result.output and "samples_per_s=" in result.output
+    assert "2 measured, 0 skipped, 0 failed" in result.output
+    assert len(read_results(db)) == 2
+
+
+def test_bench_run_user_errors_are_one_line(tmp_path):
+    for args, message in (
+        (["--suite", "resnet51"], "error: --suite: unknown suite or model 'resnet51'"),
+        (["--backend", "tflite"], "error: --backend: unknown value 'tflite'"),
+        (["--scenario", "Marathon"], "error: --scenario: unknown value 'Marathon'"),
+        (["--precision", "fp8"], "error: --precision: unknown value 'fp8'"),
+    ):
+        result = runner.invoke(app(), ["bench", "run", *args])
+        assert result.exit_code == 1
+        assert message in result.output
+        assert "Traceback" not in result.output
+
+
+def test_bench_merge_and_schema(tmp_path):
+    a, b, out = tmp_path / "shards" / "a.csv", tmp_path / "shards" / "b.csv", tmp_path / "all.csv"
+    row = dict(
+        source="measured",
+        target="t",
+        backend="onnxruntime",
+        model="mlp",
+        scenario="SingleStream",
+        metric="p90_latency_ms",
+        value=1.0,
+    )
+    append_rows(a, [make_row(**row)])
+    append_rows(b, [make_row(**row), make_row(**row)])
+    result = runner.invoke(app(), ["bench", "merge", str(tmp_path / "shards"), "-o", str(out)])
+    assert result.exit_code == 0, result.output
+    assert "merged 2 shard(s): 3 rows" in result.output
+    missing = runner.invoke(app(), ["bench", "merge", str(tmp_path / "nope.csv"), "-o", str(out)])
+    assert missing.exit_code == 1 and "no such shard" in missing.output
+    schema = runner.invoke(app(), ["bench", "schema"])
+    assert "| row_id |" in schema.output
+
+
+def test_bench_campaign_renders_and_rejects_other_schedulers(tmp_path):
+    spec = tmp_path / "c.yaml"
+    spec.write_text("name: c\nmodels: [mlp]\nbackends: [onnxruntime]\nthreads: [1, 2]\n")
+    result = runner.invoke(app(), ["bench", "campaign", str(spec), "-o", str(tmp_path / "out")])
+    assert result.exit_code == 0, result.output
+    assert "2 array tasks" in result.output
+    assert (tmp_path / "out" / "c.slurm.sh").is_file()
+    pbs = runner.invoke(app(), ["bench", "campaign", str(spec), "--scheduler", "pbs"])
+    assert pbs.exit_code == 1 and "--scheduler" in pbs.output
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("name: c\nbackends: [nope]\n")
+    result = runner.invoke(app(), ["bench", "campaign", str(bad)])
+    assert result.exit_code == 1 and "error: backends" in result.output
+
+
+def test_bench_run_slice_writes_its_shard(tmp_path):
+    spec = tmp_path / "c.yaml"
+    spec.write_text(
+        "name: c\nmodels: [mlp]\nbackends: [onnxruntime]\nthreads: [1, 2]\n"
+        "settings: {min_duration_s: 0.0, min_queries: 2}\n"
+    )
+    shard = tmp_path / "shards" / "s1.csv"
+    result = runner.invoke(app(), ["bench", "run-slice", str(spec), "--slice", "1", "--shard", str(shard)])
+    assert result.exit_code == 0, result.output
+    frame = read_results(shard)
+    assert frame["threads"].tolist() == [2]  # slice 1 of 2 is the 2-thread job
+    out = runner.invoke(app(), ["bench", "run-slice", str(spec), "--slice", "2", "--shard", str(shard)])
+    assert out.exit_code == 1 and "--slice" in out.output
+
+
+def test_models_fit_evaluate_show_on_the_shipped_database(tmp_path):
+    fit = runner.invoke(app(), ["models", "fit", "-o", str(tmp_path / "w.json")])
+    assert fit.exit_code == 0, fit.output
+    assert "appopt-runtime" in fit.output and (tmp_path / "w.json").is_file()
+    evaluate = runner.invoke(app(), ["models", "evaluate", "--plot", str(tmp_path / "pvm.png"), "--per-family"])
+    assert evaluate.exit_code == 0, evaluate.output
+    assert "RMSPE" in evaluate.output and "Spearman" in evaluate.output and "top-1 regret" in evaluate.output
+    assert (tmp_path / "pvm.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    show = runner.invoke(app(), ["models", "show"])
+    assert show.exit_code == 0 and "this machine:" in show.output
+
+
+def test_models_commands_report_a_bad_database_in_one_line(tmp_path):
+    bad = tmp_path / "bad.csv"
+    bad.write_text("not,a,results,file\n")
+    result = runner.invoke(app(), ["models", "evaluate", "--db", str(bad)])
+    assert result.exit_code == 1
+    assert "error: --db:" in result.output and "Traceback" not in result.output
