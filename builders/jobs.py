@@ -18,7 +18,7 @@ import yaml
 
 from builders.deployment import Deployment
 from builders.errors import RenderError
-from builders.names import dns_label, image_name, sif_name
+from builders.names import dns_label, image_name, sif_name, squashfs_name
 from builders.quoting import LINE_BREAKS, shell_join, shell_quote
 from builders.recipe import image_labels
 from builders.templating import render_template
@@ -101,8 +101,11 @@ def _hpc_values(dep: Deployment) -> dict[str, Any]:
     return {
         "directives": directives,
         "image": shell_quote(_singularity_image(dep)),
+        "oci_image": shell_quote(image_name(dep)),
+        "sqfs_image": shell_quote(squashfs_name(dep)),
         "workdir": workdir,
         "container_flags": _gpu_flags(dep, SINGULARITY_GPU_FLAGS),
+        "podman_flags": _gpu_flags(dep, PODMAN_GPU_FLAGS),
         "launch": _launch(dep),
     }
 

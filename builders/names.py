@@ -39,3 +39,8 @@ def image_name(dep: Deployment) -> str:
 def sif_name(dep: Deployment) -> str:
     """The Singularity/Apptainer image file built from ``Singularity.def`` (next to the job script)."""
     return f"{dns_label(dep.app_name)}.sif"
+
+
+def squashfs_name(dep: Deployment) -> str:
+    """The Charliecloud squashfs image (``ch-convert`` output) the job runs with ``ch-run`` (next to the script)."""
+    return f"{dns_label(dep.app_name)}.sqfs"

@@ -1,8 +1,7 @@
 """`appopt submit` and `appopt status --wait` against a real one-node Slurm on localhost.
 
-The rendered job.slurm runs its image with ``"$APPOPT_CONTAINER" exec --bind DIR --pwd DIR IMAGE ARGV`` (the
-Singularity/Apptainer form). No Apptainer binary exists here, so the job is pointed (``APPOPT_CONTAINER``) at a small
-stand-in that runs the same image with podman: the job really starts the plan's container on the Slurm node.
+The rendered job.slurm runs its image with the container runtime named by ``APPOPT_CONTAINER``. No Apptainer binary
+exists here, so the job uses the script's podman case: the job really starts the plan's container on the Slurm node.
 """
 
 from __future__ import annotations
@@ -19,29 +18,6 @@ from tests.builders.realcomp.conftest import BuiltImage, Slurm
 
 pytestmark = pytest.mark.slow
 
-PODMAN_AS_SINGULARITY = """\
-#!/bin/bash
-# `singularity exec [--bind DIR] [--pwd DIR] IMAGE ARGV...` carried out by `podman run` (test stand-in).
-set -euo pipefail
-[ "${1:-}" = exec ] || { echo "stand-in: only 'exec' is supported" >&2; exit 2; }
-shift
-volumes=()
-workdir=/
-while [ $# -gt 0 ]; do
-    case "$1" in
-        --bind) volumes+=(-v "$2:$2"); shift 2 ;;
-        --pwd) workdir=$2; shift 2 ;;
-        --nv|--rocm) shift ;;
-        -*) echo "stand-in: unknown option $1" >&2; exit 2 ;;
-        *) break ;;
-    esac
-done
-image=$1
-shift
-exec podman run --rm "${volumes[@]}" -w "$workdir" --entrypoint "$1" "$image" "${@:2}"
-"""
-
-
 def _job_id(result: Result) -> str:
     assert result.exit_code == 0, result.output
     return result.output.strip().splitlines()[-1]
@@ -50,10 +26,7 @@ def _job_id(result: Result) -> str:
 def test_submitted_job_runs_the_container_and_completes(slurm: Slurm, runtime_image: BuiltImage, tmp_path: Path,
                                                         appopt: Callable[..., Result],
                                                         monkeypatch: pytest.MonkeyPatch) -> None:
-    stand_in = tmp_path / "podman-as-singularity"
-    stand_in.write_text(PODMAN_AS_SINGULARITY)
-    stand_in.chmod(0o755)
-    monkeypatch.setenv("APPOPT_CONTAINER", str(stand_in))  # sbatch exports the environment to the job
+    monkeypatch.setenv("APPOPT_CONTAINER", "podman")  # sbatch exports the environment to the job
     monkeypatch.setenv("APPOPT_IMAGE", runtime_image.ref)
     out = runtime_image.out
 
