@@ -2,15 +2,13 @@
 
 from __future__ import annotations
 
-import functools
 import json
-from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated, Any, TypeVar
+from typing import Annotated
 
 import typer
 
-from optimiser.errors import AppoptError
+from optimiser.commands.errors import user_errors
 
 app = typer.Typer(
     name="appopt",
@@ -19,29 +17,6 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
     add_completion=False,
 )
-
-F = TypeVar("F", bound=Callable[..., Any])
-
-
-def user_errors(fn: F) -> F:
-    """Print a user's mistake as ``error: ...`` lines on stderr and exit non-zero, never with a traceback."""
-
-    @functools.wraps(fn)
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
-        from runtime.errors import RuntimeModelError
-
-        try:
-            return fn(*args, **kwargs)
-        except AppoptError as exc:
-            for line in exc.lines:
-                typer.echo(f"error: {line}", err=True)
-            raise typer.Exit(exc.exit_code) from None
-        except RuntimeModelError as exc:
-            typer.echo(f"error: {exc}", err=True)
-            raise typer.Exit(2) from None
-
-    return wrapper  # type: ignore[return-value]
-
 
 SpecArg = Annotated[Path, typer.Argument(help="The application spec (YAML).", show_default=False)]
 

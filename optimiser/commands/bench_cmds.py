@@ -6,16 +6,13 @@ optimiser's model analyser and catalog) and turns user mistakes into one-line er
 
 from __future__ import annotations
 
-import functools
-from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated, Any, TypeVar
+from typing import Annotated, Any
 
 import typer
 
+from optimiser.commands.errors import user_errors
 from optimiser.errors import AppoptError
-
-F = TypeVar("F", bound=Callable[..., Any])
 
 bench_app = typer.Typer(
     name="bench", help="Benchmark backends on the model suite and manage the result database.", no_args_is_help=True
@@ -25,21 +22,6 @@ bench_app = typer.Typer(
 @bench_app.callback()
 def _bench() -> None:
     """Benchmark backends on the model suite and manage the result database."""
-
-
-def handle_user_errors(fn: F) -> F:
-    """Print AppoptError lines as ``error: ...`` on stderr and exit with its code (no traceback)."""
-
-    @functools.wraps(fn)
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
-        try:
-            return fn(*args, **kwargs)
-        except AppoptError as exc:
-            for line in exc.lines:
-                typer.echo(f"error: {line}", err=True)
-            raise typer.Exit(exc.exit_code) from None
-
-    return wrapper  # type: ignore[return-value]
 
 
 def model_features(model: Any) -> Any:
@@ -94,7 +76,7 @@ def _check_choices(option: str, values: list[str], known: tuple[str, ...] | list
 
 
 @bench_app.command("run")
-@handle_user_errors
+@user_errors
 def run_cmd(
     suite_name: Annotated[
         str, typer.Option("--suite", help="all | core | zoo | quick, or model names joined by ','.")
@@ -157,7 +139,7 @@ def run_cmd(
 
 
 @bench_app.command("kernels")
-@handle_user_errors
+@user_errors
 def kernels_cmd(
     suite_name: Annotated[str, typer.Option("--suite", help="all | quick.")] = "quick",
     backend: Annotated[list[str] | None, typer.Option("--backend", help="Backends (repeatable).")] = None,
@@ -179,7 +161,7 @@ def kernels_cmd(
 
 
 @bench_app.command("train")
-@handle_user_errors
+@user_errors
 def train_cmd(
     trainer: Annotated[
         list[str] | None, typer.Option("--trainer", help="numpy | torch | appopt-runtime | onnxruntime (repeatable).")
@@ -199,7 +181,7 @@ def train_cmd(
 
 
 @bench_app.command("merge")
-@handle_user_errors
+@user_errors
 def merge_cmd(
     shards: Annotated[list[Path], typer.Argument(help="Shard files (or directories of *.csv shards).")],
     output: Annotated[Path, typer.Option("-o", "--output", help="Database to merge into (created if missing).")],
@@ -233,7 +215,7 @@ def schema_cmd() -> None:
 
 
 @bench_app.command("campaign")
-@handle_user_errors
+@user_errors
 def campaign_cmd(
     spec: Annotated[Path, typer.Argument(help="Campaign spec (YAML).")],
     scheduler: Annotated[str, typer.Option(help="Only slurm is supported.")] = "slurm",
@@ -257,7 +239,7 @@ def campaign_cmd(
 
 
 @bench_app.command("run-slice")
-@handle_user_errors
+@user_errors
 def run_slice_cmd(
     spec: Annotated[Path, typer.Argument(help="Campaign spec (YAML).")],
     slice_index: Annotated[int, typer.Option("--slice", help="Array task index.", min=0)],
@@ -278,7 +260,7 @@ def run_slice_cmd(
 
 
 @bench_app.command("record-default")
-@handle_user_errors
+@user_errors
 def record_default_cmd(
     out: Annotated[
         Path | None, typer.Option("-o", "--out", help="Database to replace (default: the shipped one).")

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Annotated
 import pandas as pd
 import typer
 
-from optimiser.commands.bench_cmds import handle_user_errors
+from optimiser.commands.errors import user_errors
 from optimiser.errors import AppoptError
 
 if TYPE_CHECKING:
@@ -41,7 +41,7 @@ def _frame(db: list[Path] | None) -> pd.DataFrame:
 
 
 @models_app.command("fit")
-@handle_user_errors
+@user_errors
 def fit_cmd(
     db: DbOption = None,
     output: Annotated[Path | None, typer.Option("-o", "--output", help="Write the fitted weights as JSON.")] = None,
@@ -60,7 +60,7 @@ def fit_cmd(
 
 
 @models_app.command("evaluate")
-@handle_user_errors
+@user_errors
 def evaluate_cmd(
     db: DbOption = None,
     plot: Annotated[Path | None, typer.Option("--plot", help="Write a predicted-vs-measured PNG here.")] = None,
@@ -90,7 +90,7 @@ def evaluate_cmd(
 
 
 @models_app.command("show")
-@handle_user_errors
+@user_errors
 def show_cmd(db: DbOption = None) -> None:
     """Show the fitted rates per target and route: GFLOP/s per op class, GB/s per byte stream, µs per node."""
     from perfmodels.fitted import fit_model

@@ -10,12 +10,7 @@ from typing import Annotated
 
 import typer
 
-from runtime.errors import RuntimeModelError
-
-
-def _fail(exc: RuntimeModelError) -> typer.Exit:
-    typer.echo(f"error: {exc}", err=True)
-    return typer.Exit(2)
+from optimiser.commands.errors import user_errors
 
 
 def compile_cmd(
@@ -28,10 +23,7 @@ def compile_cmd(
     """Check and optimise MODEL, writing model.onnx + manifest.json to OUTPUT for a fast start later."""
     from runtime.tools import compile_to_dir, format_compile
 
-    try:
-        manifest = compile_to_dir(model, output, disable=disable)
-    except RuntimeModelError as exc:
-        raise _fail(exc) from None
+    manifest = compile_to_dir(model, output, disable=disable)
     for line in format_compile(manifest, output):
         typer.echo(line)
 
@@ -49,15 +41,12 @@ def run_model_cmd(
     """Run MODEL with appopt's runtime; print each output's shape, dtype, mean/min/max and the latency."""
     from runtime.tools import format_run, run_model
 
-    try:
-        report = run_model(model, inputs=input, random=random, repeat=repeat, threads=threads, seed=seed)
-    except RuntimeModelError as exc:
-        raise _fail(exc) from None
+    report = run_model(model, inputs=input, random=random, repeat=repeat, threads=threads, seed=seed)
     for line in format_run(report):
         typer.echo(line)
 
 
 def register(app: typer.Typer) -> None:
     """Add the runtime commands to the appopt CLI."""
-    app.command("compile")(compile_cmd)
-    app.command("run-model")(run_model_cmd)
+    app.command("compile")(user_errors(compile_cmd))
+    app.command("run-model")(user_errors(run_model_cmd))
