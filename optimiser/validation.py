@@ -20,6 +20,14 @@ def validate_spec(path: Path) -> str:
     workload = workload_for(spec, catalog)
     return (
         f"{spec.name}: {spec.application.type} of {workload.model_name} "
-        f"({workload.flops_per_sample / 1e9:.2f} GFLOP/sample, {workload.params / 1e6:.1f} M params), "
+        f"({_si(workload.flops_per_sample)}FLOP/sample, {_si(workload.params)} params), "
         f"batch {spec.application.batch_size}, on {spec.target.nodes} × {target.hardware.id}"
     )
+
+
+def _si(value: float) -> str:
+    """3 significant digits with an SI prefix: 8.18 G, 36.4 k."""
+    for factor, prefix in ((1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k")):
+        if value >= factor:
+            return f"{value / factor:.3g} {prefix}"
+    return f"{value:.3g} "
