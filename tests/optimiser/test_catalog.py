@@ -182,9 +182,9 @@ def test_framework_device_tables_are_complete(catalog: Catalog) -> None:
             assert 0 < library.efficiency.get(device, 0) <= 1, library.id
 
 
-def test_our_runtime_is_cpu_inference_fp32(catalog: Catalog) -> None:
+def test_our_runtime_is_cpu_fp32_and_trains(catalog: Catalog) -> None:
     ours = catalog.get_framework("appopt-runtime")
-    assert ours.reads_onnx and ours.modes == ["inference"] and not ours.accelerators
+    assert ours.reads_onnx and ours.modes == ["training", "inference"] and not ours.accelerators
     assert sorted(ours.cpu_archs) == ["aarch64", "x86_64"]
     assert ours.precisions == {"cpu": ["fp32"]} and ours.layouts == {"cpu": ["NCHW"]}
     assert ours.libraries == {"cpu": ["openblas"]}

@@ -1,0 +1,133 @@
+"""Shared pieces of the gradient kernels (domain ``ai.appopt.training``).
+
+ONNX has no backward ops, so the autodiff (``runtime/autodiff``) emits these private ones where a gradient is not a
+short chain of standard ops. Every gradient kernel computes low-precision floats (fp16, bf16) in float32 and returns
+the dtype of its forward input, like a GPU's fp16 GEMM with fp32 accumulation; float64 stays float64 (finite
+difference tests run in it).
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+import numpy as np
+
+from runtime.kernels.base import Kernel
+
+#: The private domain of the training ops (gradients, training-mode forward ops, overflow checks).
+GRAD_DOMAIN = "ai.appopt.training"
+
+
+class GradKernel(Kernel):
+    """Base of the private training kernels: domain, version 1, and output-presence helpers."""
+
+    domain = GRAD_DOMAIN
+    since_version = 1
+
+    def wants(self, index: int) -> bool:
+        """True when output ``index`` exists and has a name (the autodiff leaves unneeded gradients unnamed)."""
+        present = self.node.output_present
+        if index >= self.node.n_outputs:
+            return False
+        return not present or index >= len(present) or present[index]
+
+
+def wide(x: np.ndarray) -> np.ndarray:
+    """``x`` in its compute dtype: float32 for fp16/bf16 (and float32), float64 for float64."""
+    if x.dtype == np.float64 or x.dtype == np.float32:
+        return x
+    return x.astype(np.float32)
+
+
+def shape_tuple(value: Any) -> tuple[int, ...]:
+    """A shape given as an int64 tensor (the output of ``Shape`` or a constant) as a tuple."""
+    return tuple(int(d) for d in np.asarray(value).reshape(-1))
+
+
+def sum_to_shape(grad: np.ndarray, shape: Sequence[int]) -> np.ndarray:
+    """Undo NumPy broadcasting: sum ``grad`` over the axes that broadcasting added or stretched to reach ``shape``."""
+    shape = tuple(int(d) for d in shape)
+    if grad.shape == shape:
+        return grad
+    lead = grad.ndim - len(shape)
+    if lead < 0:
+        raise ValueError(f"cannot reduce a gradient of shape {grad.shape} to the larger shape {shape}")
+    stretched = tuple(lead + i for i, d in enumerate(shape) if d == 1 and grad.shape[lead + i] != 1)
+    reduced = wide(grad).sum(axis=tuple(range(lead)) + stretched, keepdims=True) if lead or stretched else grad
+    return reduced.reshape(shape).astype(grad.dtype, copy=False)
+
+
+def resolve_pads(
+    auto_pad: str,
+    pads: Sequence[int] | None,
+    in_shape: Sequence[int],
+    kernel: Sequence[int],
+    strides: Sequence[int],
+    dilations: Sequence[int],
+) -> list[int]:
+    """Explicit ``[begin..., end...]`` pads of a forward window op (Conv, pools) after ``auto_pad``."""
+    nd = len(in_shape)
+    if auto_pad in ("SAME_UPPER", "SAME_LOWER"):
+        begin, end = [], []
+        for size, k, s, d in zip(in_shape, kernel, strides, dilations, strict=True):
+            out = -(-size // s)
+            total = max(0, (out - 1) * s + (k - 1) * d + 1 - size)
+            small, big = total // 2, total - total // 2
+            begin.append(small if auto_pad == "SAME_UPPER" else big)
+            end.append(big if auto_pad == "SAME_UPPER" else small)
+        return begin + end
+    if auto_pad == "VALID":
+        return [0] * (2 * nd)
+    pads = list(pads) if pads else [0] * (2 * nd)
+    if any(p < 0 for p in pads):
+        raise ValueError(f"negative pads {pads} are not supported by the gradient kernels")
+    return pads
+
+
+def pad_spatial(x: np.ndarray, pads: Sequence[int], value: float = 0.0) -> np.ndarray:
+    """Pad the spatial dims of ``(N, C, *spatial)`` by ``[begin..., end...]``."""
+    nd = x.ndim - 2
+    if not any(pads):
+        return x
+    widths = [(0, 0), (0, 0)] + [(int(pads[i]), int(pads[i + nd])) for i in range(nd)]
+    return np.pad(x, widths, mode="constant", constant_values=value)
+
+
+def crop_spatial(xp: np.ndarray, pads: Sequence[int], shape: Sequence[int]) -> np.ndarray:
+    """The ``shape``-sized spatial region of a padded array that starts after the begin pads."""
+    nd = len(shape)
+    region = tuple(slice(int(pads[i]), int(pads[i]) + int(shape[i])) for i in range(nd))
+    return xp[(slice(None), slice(None), *region)]
+
+
+def window_view(
+    xp: np.ndarray, kernel: Sequence[int], strides: Sequence[int], dilations: Sequence[int], out: Sequence[int]
+) -> np.ndarray:
+    """Read-only ``(N, C, *out, *kernel)`` view of the windows of a padded ``(N, C, *spatial)`` array."""
+    nd = len(kernel)
+    st = xp.strides
+    shape = (*xp.shape[:2], *out, *kernel)
+    view_strides = (
+        *st[:2],
+        *(st[2 + i] * strides[i] for i in range(nd)),
+        *(st[2 + i] * dilations[i] for i in range(nd)),
+    )
+    return np.lib.stride_tricks.as_strided(xp, shape=shape, strides=view_strides, writeable=False)
+
+
+def kernel_offsets(kernel: Sequence[int]) -> Iterator[tuple[int, ...]]:
+    """Every position inside a kernel window, in C order (the order ``argmax`` over a flattened window uses)."""
+    return itertools.product(*(range(k) for k in kernel))
+
+
+def offset_slab(
+    offset: Sequence[int], strides: Sequence[int], dilations: Sequence[int], out: Sequence[int]
+) -> tuple[slice, ...]:
+    """Index of the padded-input elements that kernel position ``offset`` touches, one per output pixel."""
+    slabs = [
+        slice(offset[i] * dilations[i], offset[i] * dilations[i] + strides[i] * (out[i] - 1) + 1, strides[i])
+        for i in range(len(offset))
+    ]
+    return (slice(None), slice(None), *slabs)

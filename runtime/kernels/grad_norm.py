@@ -1,0 +1,146 @@
+"""Normalisation in training: BatchNormTraining (forward with batch statistics) and the BatchNorm/LayerNorm grads.
+
+``BatchNormTraining`` replaces ``BatchNormalization`` in a training graph at any opset: it normalises with the
+batch statistics, returns the updated running statistics (ONNX's convention: ``running * momentum + batch * (1 -
+momentum)``, population variance) and saves the batch mean and inverse standard deviation for the backward pass.
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+import numpy as np
+
+from runtime.kernels.base import register
+from runtime.kernels.grad_base import GradKernel, sum_to_shape, wide
+
+
+def _channel_shape(x: np.ndarray) -> tuple[int, ...]:
+    return (1, x.shape[1], *([1] * (x.ndim - 2)))
+
+
+def _reduce_axes(x: np.ndarray) -> tuple[int, ...]:
+    return tuple(i for i in range(x.ndim) if i != 1)
+
+
+@register
+class BatchNormTraining(GradKernel):
+    """``(X, scale, B, running_mean, running_var) -> Y, new_mean, new_var, saved_mean, saved_inv_std``."""
+
+    op_type = "BatchNormTraining"
+    attr_defaults: ClassVar[dict[str, Any]] = {"epsilon": 1e-5, "momentum": 0.9}
+
+    def compute(
+        self, x: np.ndarray, scale: np.ndarray, bias: np.ndarray, mean: np.ndarray, var: np.ndarray
+    ) -> tuple[np.ndarray, ...]:
+        xc = wide(x)
+        ct = xc.dtype.type
+        cs = _channel_shape(x)
+        axes = _reduce_axes(x)
+        batch_mean = xc.mean(axis=axes)
+        centred = xc - batch_mean.reshape(cs)
+        batch_var = (centred * centred).mean(axis=axes)
+        inv_std = 1 / np.sqrt(batch_var + ct(self.attrs["epsilon"]))
+        y = centred * (wide(scale) * inv_std).reshape(cs) + wide(bias).reshape(cs)
+        momentum = ct(self.attrs["momentum"])
+        new_mean = wide(mean) * momentum + batch_mean * (1 - momentum)
+        new_var = wide(var) * momentum + batch_var * (1 - momentum)
+        return (
+            y.astype(x.dtype, copy=False),
+            new_mean.astype(mean.dtype, copy=False),
+            new_var.astype(var.dtype, copy=False),
+            batch_mean,
+            inv_std,
+        )
+
+
+@register
+class BatchNormGrad(GradKernel):
+    """``(dY, X, scale, mean, inv_std_or_var) -> dX, dScale, dBias``.
+
+    ``mode="batch"`` (training): statistics are the batch's (given as saved mean and inverse std, or recomputed
+    when those inputs are absent) and depend on X. ``mode="running"`` (inference BatchNormalization): inputs 3
+    and 4 are the running mean and variance, constants for the gradient.
+    """
+
+    op_type = "BatchNormGrad"
+    attr_defaults: ClassVar[dict[str, Any]] = {"epsilon": 1e-5, "mode": "batch"}
+
+    def compute(
+        self,
+        dy: np.ndarray,
+        x: np.ndarray,
+        scale: np.ndarray,
+        mean: np.ndarray | None = None,
+        spread: np.ndarray | None = None,
+    ) -> tuple[np.ndarray | None, ...]:
+        dyc, xc, sc = wide(dy), wide(x), wide(scale)
+        ct = xc.dtype.type
+        cs = _channel_shape(x)
+        axes = _reduce_axes(x)
+        eps = ct(self.attrs["epsilon"])
+        running = self.attrs["mode"] == "running"
+        if mean is None or spread is None:
+            mean = xc.mean(axis=axes)
+            centred = xc - mean.reshape(cs)
+            inv_std = 1 / np.sqrt((centred * centred).mean(axis=axes) + eps)
+        else:
+            mean = wide(mean)
+            inv_std = 1 / np.sqrt(wide(spread) + eps) if running else wide(spread)
+            centred = xc - mean.reshape(cs)
+        xhat = centred * inv_std.reshape(cs)
+        dbias = dyc.sum(axis=axes)
+        dscale = (dyc * xhat).sum(axis=axes)
+        dx = None
+        if self.wants(0):
+            gain = (sc * inv_std).reshape(cs)
+            if running:
+                dx = dyc * gain
+            else:
+                count = ct(x.size // x.shape[1])
+                dx = gain * (dyc - (dbias / count).reshape(cs) - xhat * (dscale / count).reshape(cs))
+        return (
+            None if dx is None else dx.astype(x.dtype, copy=False),
+            dscale.astype(scale.dtype, copy=False) if self.wants(1) else None,
+            dbias.astype(scale.dtype, copy=False) if self.wants(2) else None,
+        )
+
+
+@register
+class LayerNormGrad(GradKernel):
+    """``(dY, X, scale) -> dX, dScale, dBias`` for LayerNormalization over dims ``axis..rank-1``."""
+
+    op_type = "LayerNormGrad"
+    attr_defaults: ClassVar[dict[str, Any]] = {"axis": -1, "epsilon": 1e-5}
+
+    def compute(self, dy: np.ndarray, x: np.ndarray, scale: np.ndarray) -> tuple[np.ndarray | None, ...]:
+        dyc, xc, sc = wide(dy), wide(x), wide(scale)
+        axis = int(self.attrs["axis"]) % x.ndim
+        norm_axes = tuple(range(axis, x.ndim))
+        lead_axes = tuple(range(axis))
+        mean = xc.mean(axis=norm_axes, keepdims=True)
+        centred = xc - mean
+        inv_std = 1 / np.sqrt(
+            (centred * centred).mean(axis=norm_axes, keepdims=True) + xc.dtype.type(self.attrs["epsilon"])
+        )
+        xhat = centred * inv_std
+        dx = None
+        if self.wants(0):
+            dxhat = dyc * sc
+            dx = inv_std * (
+                dxhat
+                - dxhat.mean(axis=norm_axes, keepdims=True)
+                - xhat * (dxhat * xhat).mean(axis=norm_axes, keepdims=True)
+            )
+        dscale = _sum_to(dyc * xhat, lead_axes, scale.shape) if self.wants(1) else None
+        dbias = _sum_to(dyc, lead_axes, scale.shape) if self.wants(2) else None
+        return (
+            None if dx is None else dx.astype(x.dtype, copy=False),
+            None if dscale is None else dscale.astype(scale.dtype, copy=False),
+            None if dbias is None else dbias.astype(scale.dtype, copy=False),
+        )
+
+
+def _sum_to(a: np.ndarray, lead_axes: tuple[int, ...], shape: tuple[int, ...]) -> np.ndarray:
+    """Sum the leading (batch) axes away, then anything ``scale`` broadcasts over."""
+    return sum_to_shape(a.sum(axis=lead_axes) if lead_axes else a, shape)

@@ -1,0 +1,150 @@
+"""Pool gradients: MaxPoolGrad, AveragePoolGrad, GlobalAveragePoolGrad, GlobalMaxPoolGrad.
+
+The windowed ones rebuild the forward geometry (pads, ``auto_pad``, strides, dilations, ``ceil_mode``) from the
+forward node's attributes, then scatter the output gradient back with one strided add per kernel offset. MaxPool
+sends each window's gradient to its first maximum, as PyTorch and onnxruntime do.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any, ClassVar
+
+import numpy as np
+
+from runtime.kernels.base import register
+from runtime.kernels.grad_base import (
+    GradKernel,
+    crop_spatial,
+    kernel_offsets,
+    offset_slab,
+    pad_spatial,
+    resolve_pads,
+    shape_tuple,
+    wide,
+    window_view,
+)
+
+
+class _Geometry:
+    """Padding and output size of a forward pool, ``ceil_mode`` overhang included (kept out of the counts)."""
+
+    def __init__(self, attrs: dict[str, Any], in_shape: Sequence[int]) -> None:
+        self.kernel = [int(k) for k in attrs["kernel_shape"]]
+        nd = len(self.kernel)
+        self.in_shape = [int(d) for d in in_shape]
+        self.strides = list(attrs.get("strides") or [1] * nd)
+        self.dilations = list(attrs.get("dilations") or [1] * nd)
+        auto_pad = attrs.get("auto_pad", "NOTSET")
+        ceil_mode = bool(attrs.get("ceil_mode", 0)) and auto_pad not in ("SAME_UPPER", "SAME_LOWER")
+        self.pads = resolve_pads(auto_pad, attrs.get("pads"), self.in_shape, self.kernel, self.strides, self.dilations)
+        self.out: list[int] = []
+        self.extra: list[int] = []
+        for i in range(nd):
+            span = (self.kernel[i] - 1) * self.dilations[i] + 1
+            padded = self.in_shape[i] + self.pads[i] + self.pads[i + nd]
+            if ceil_mode:
+                out = -(-(padded - span) // self.strides[i]) + 1
+                if (out - 1) * self.strides[i] >= self.in_shape[i] + self.pads[i]:
+                    out -= 1
+            else:
+                out = (padded - span) // self.strides[i] + 1
+            self.out.append(out)
+            self.extra.append(max(0, (out - 1) * self.strides[i] + span - padded))
+
+    @property
+    def nd(self) -> int:
+        return len(self.kernel)
+
+    def full_pads(self) -> list[int]:
+        nd = self.nd
+        return self.pads[:nd] + [self.pads[nd + i] + self.extra[i] for i in range(nd)]
+
+    def padded_shape(self) -> list[int]:
+        pads = self.full_pads()
+        return [self.in_shape[i] + pads[i] + pads[i + self.nd] for i in range(self.nd)]
+
+    def counts(self, include_pad: bool) -> np.ndarray:
+        """Elements each window averages over, shaped ``(*out)``."""
+        total: np.ndarray = np.ones((), dtype=np.int64)
+        nd = self.nd
+        for i in range(nd):
+            size = self.in_shape[i] + self.pads[i] + self.pads[nd + i] + self.extra[i]
+            mask = np.zeros(size, dtype=np.int64)
+            if include_pad:
+                mask[: self.in_shape[i] + self.pads[i] + self.pads[nd + i]] = 1
+            else:
+                mask[self.pads[i] : self.pads[i] + self.in_shape[i]] = 1
+            starts = np.arange(self.out[i]) * self.strides[i]
+            taps = np.arange(self.kernel[i]) * self.dilations[i]
+            total = np.multiply.outer(total, mask[starts[:, None] + taps[None, :]].sum(axis=1))
+        return total
+
+    def scatter(self, per_offset: Any, batch: Sequence[int], dtype: np.dtype[Any]) -> np.ndarray:
+        """Sum ``per_offset(offset)`` (an ``(N, C, *out)`` array) into the padded input, then crop the pads."""
+        dxp = np.zeros((*batch, *self.padded_shape()), dtype=dtype)
+        for k_index, offset in enumerate(kernel_offsets(self.kernel)):
+            dxp[offset_slab(offset, self.strides, self.dilations, self.out)] += per_offset(k_index, offset)
+        return crop_spatial(dxp, self.full_pads(), self.in_shape)
+
+
+@register
+class MaxPoolGrad(GradKernel):
+    """``MaxPoolGrad(dY, X) -> dX`` with the forward MaxPool's attributes."""
+
+    op_type = "MaxPoolGrad"
+    attr_defaults: ClassVar[dict[str, Any]] = {"auto_pad": "NOTSET", "ceil_mode": 0}
+
+    def compute(self, dy: np.ndarray, x: np.ndarray) -> np.ndarray:
+        geo = _Geometry(self.attrs, x.shape[2:])
+        lowest = np.iinfo(x.dtype).min if x.dtype.kind in "iu" else -np.inf
+        xp = pad_spatial(x, geo.full_pads(), lowest)
+        windows = window_view(xp, geo.kernel, geo.strides, geo.dilations, geo.out)
+        arg = windows.reshape(*x.shape[:2], *geo.out, -1).argmax(axis=-1)
+        dyc = wide(dy)
+        zero = np.zeros((), dtype=dyc.dtype)
+        dx = geo.scatter(lambda k, _: np.where(arg == k, dyc, zero), x.shape[:2], dyc.dtype)
+        return dx.astype(x.dtype, copy=False)
+
+
+@register
+class AveragePoolGrad(GradKernel):
+    """``AveragePoolGrad(dY, X_shape) -> dX`` with the forward AveragePool's attributes."""
+
+    op_type = "AveragePoolGrad"
+    attr_defaults: ClassVar[dict[str, Any]] = {"auto_pad": "NOTSET", "ceil_mode": 0, "count_include_pad": 0}
+
+    def compute(self, dy: np.ndarray, x_shape: np.ndarray) -> np.ndarray:
+        shape = shape_tuple(x_shape)
+        geo = _Geometry(self.attrs, shape[2:])
+        dyc = wide(dy)
+        share = dyc / np.maximum(geo.counts(bool(self.attrs["count_include_pad"])), 1).astype(dyc.dtype)
+        return geo.scatter(lambda k, _: share, shape[:2], dyc.dtype).astype(dy.dtype, copy=False)
+
+
+@register
+class GlobalAveragePoolGrad(GradKernel):
+    """``GlobalAveragePoolGrad(dY, X_shape) -> dX``: every pixel gets ``dY / pixels``."""
+
+    op_type = "GlobalAveragePoolGrad"
+
+    def compute(self, dy: np.ndarray, x_shape: np.ndarray) -> np.ndarray:
+        shape = shape_tuple(x_shape)
+        pixels = math.prod(shape[2:])
+        dyc = wide(dy)
+        return np.broadcast_to(dyc / dyc.dtype.type(pixels), shape).astype(dy.dtype)
+
+
+@register
+class GlobalMaxPoolGrad(GradKernel):
+    """``GlobalMaxPoolGrad(dY, X) -> dX``: each channel's gradient goes to its first maximum."""
+
+    op_type = "GlobalMaxPoolGrad"
+
+    def compute(self, dy: np.ndarray, x: np.ndarray) -> np.ndarray:
+        flat = x.reshape(*x.shape[:2], -1)
+        arg = flat.argmax(axis=-1)
+        dx = np.zeros(flat.shape, dtype=dy.dtype)
+        np.put_along_axis(dx, arg[..., None], dy.reshape(*x.shape[:2], 1), axis=-1)
+        return dx.reshape(x.shape)
