@@ -149,7 +149,21 @@ class OnnxRuntimeBackend(Backend):
         return _OrtSession(session)
 
 
+#: Quantised models by the fp32 model's digest: one model is quantised once per process, not once per thread count.
+_QUANTIZED: dict[str, bytes] = {}
+
+
 def _quantize_dynamic(data: bytes) -> bytes:
+    import hashlib
+
+    key = hashlib.sha256(data).hexdigest()
+    if key not in _QUANTIZED:
+        _QUANTIZED.clear()  # keep one model's weights at a time
+        _QUANTIZED[key] = _quantize_dynamic_uncached(data)
+    return _QUANTIZED[key]
+
+
+def _quantize_dynamic_uncached(data: bytes) -> bytes:
     import tempfile
     from pathlib import Path
 

@@ -44,7 +44,12 @@ class ScenarioSettings:
     min_queries: int = 10
     #: Hard cap so a fast SUT with a long minimum duration still ends.
     max_queries: int = 100_000
+    #: Cap on a slow SUT: stop once this many seconds have passed and at least ``MIN_TIMED_QUERIES`` queries ran,
+    #: even below ``min_queries`` (None: no cap). Keeps a full suite run within a time budget.
+    max_duration_s: float | None = None
     warmup_queries: int = 2
+    #: Stop warming up early once this many seconds have passed (at least one warm-up query always runs).
+    warmup_max_s: float | None = None
     seed: int = 0
     #: Samples per query: 1 for SingleStream/Server by default, 8 for MultiStream (MLPerf's figure).
     samples_per_query: int = 1
@@ -116,9 +121,26 @@ def poisson_arrivals(qps: float, count: int, seed: int) -> np.ndarray:
     return np.cumsum(gaps) - gaps[0]
 
 
-def _warm_up(sut: SUT, settings: ScenarioSettings) -> None:
+#: A capped measurement still times at least this many queries (a median of three is robust to one outlier).
+MIN_TIMED_QUERIES = 3
+
+
+def _warm_up(sut: SUT, settings: ScenarioSettings, clock: Clock = time.perf_counter) -> None:
+    started = clock()
     for i in range(settings.warmup_queries):
         sut(i)
+        if settings.warmup_max_s is not None and clock() - started >= settings.warmup_max_s:
+            break
+
+
+def _keep_going(i: int, elapsed: float, settings: ScenarioSettings) -> bool:
+    """Whether a back-to-back run should issue query ``i`` after ``elapsed`` seconds."""
+    if i >= settings.max_queries:
+        return False
+    capped = settings.max_duration_s is not None and elapsed >= settings.max_duration_s
+    if capped and i >= MIN_TIMED_QUERIES:
+        return False
+    return i < settings.min_queries or elapsed < settings.min_duration_s
 
 
 def _run_back_to_back(
@@ -129,7 +151,7 @@ def _run_back_to_back(
     cpu: list[float] = []
     started = clock()
     i = 0
-    while i < settings.max_queries and (i < settings.min_queries or clock() - started < settings.min_duration_s):
+    while _keep_going(i, clock() - started, settings):
         c0, t0 = cpu_clock(), clock()
         sut(i)
         latencies.append((clock() - t0) * 1e3)
@@ -139,7 +161,7 @@ def _run_back_to_back(
 
 
 def single_stream(sut: SUT, settings: ScenarioSettings, clock: Clock = time.perf_counter) -> ScenarioResult:
-    _warm_up(sut, settings)
+    _warm_up(sut, settings, clock)
     latencies, wall, cpu = _run_back_to_back(sut, settings, clock)
     result = ScenarioResult(
         "SingleStream",
@@ -158,7 +180,7 @@ def single_stream(sut: SUT, settings: ScenarioSettings, clock: Clock = time.perf
 
 def multi_stream(sut: SUT, settings: ScenarioSettings, clock: Clock = time.perf_counter) -> ScenarioResult:
     """The SUT must process ``settings.multistream_samples_per_query`` samples per query (the caller prepares them)."""
-    _warm_up(sut, settings)
+    _warm_up(sut, settings, clock)
     latencies, wall, cpu = _run_back_to_back(sut, settings, clock)
     result = ScenarioResult(
         "MultiStream",
@@ -177,7 +199,7 @@ def multi_stream(sut: SUT, settings: ScenarioSettings, clock: Clock = time.perf_
 
 def offline(sut: SUT, settings: ScenarioSettings, clock: Clock = time.perf_counter) -> ScenarioResult:
     """All samples issued at once, processed in queries of ``samples_per_query``; throughput over the whole batch."""
-    _warm_up(sut, settings)
+    _warm_up(sut, settings, clock)
     queries = max(1, math.ceil(settings.offline_samples / settings.samples_per_query))
     latencies: list[float] = []
     started = clock()
@@ -230,7 +252,7 @@ def server(
     sleep: Callable[[float], None] = time.sleep,
 ) -> ScenarioResult:
     """Highest Poisson QPS whose p99 latency meets the bound (or the p99 at ``server_target_qps``)."""
-    _warm_up(sut, settings)
+    _warm_up(sut, settings, clock)
     unloaded, _, _ = _run_back_to_back(
         sut, replace(settings, min_duration_s=0.0, min_queries=max(5, settings.warmup_queries)), clock
     )

@@ -69,6 +69,19 @@ def measure_bandwidth(nbytes: int = 256 * 2**20, repeats: int = 3) -> float:
     return 2.0 * source.nbytes / best
 
 
+#: Bytes copied by ``measure_cache_bandwidth``: larger than a core's L2, small enough for a server's L3.
+CACHE_COPY_BYTES = 8 * 2**20
+
+
+def measure_cache_bandwidth(nbytes: int = CACHE_COPY_BYTES, repeats: int = 20) -> float:
+    """Bytes/s of a single-threaded copy that stays in the caches (read + write counted), best of ``repeats``.
+
+    What reading weights that fit in the caches costs (an MLP's, a classifier head's), where ``measure_bandwidth``
+    is what streaming them from memory costs.
+    """
+    return measure_bandwidth(nbytes, repeats)
+
+
 @dataclass(frozen=True)
 class Kernel:
     """One benchmark kernel: an ONNX graph, its FLOPs, and how to make its inputs."""
@@ -240,12 +253,13 @@ def run_kernel_suite(
 
     from benchmarks.backends import BackendSkipped, get_backend
     from benchmarks.harness import ScenarioSettings, single_stream
-    from benchmarks.results.provenance import collect
+    from benchmarks.results.provenance import collect, interference, load_average
     from perfmodels.results_db import append_rows, make_row
 
     run_settings = settings if isinstance(settings, ScenarioSettings) else ScenarioSettings(min_queries=10)
     prov = collect()
     bandwidth = measure_bandwidth() / 1e9
+    cache_bandwidth = measure_cache_bandwidth() / 1e9
     for n_threads in threads:
         peak = measure_gemm_peak(n_threads)
         for name in backends:
@@ -258,7 +272,8 @@ def run_kernel_suite(
                     continue
                 feeds = kernel.feeds()
                 try:
-                    result = single_stream(functools.partial(_run_once, session, feeds), run_settings)
+                    with interference() as probe:
+                        result = single_stream(functools.partial(_run_once, session, feeds), run_settings)
                 except Exception as error:  # a failing kernel is reported, the suite goes on
                     yield KernelOutcome(kernel, name, n_threads, "failed", reason=f"{type(error).__name__}: {error}")
                     continue
@@ -300,6 +315,9 @@ def run_kernel_suite(
                     duration_s=result.duration_s,
                     peak_gflops=peak,
                     bandwidth_gbs=bandwidth,
+                    cache_bandwidth_gbs=cache_bandwidth,
+                    load_avg=load_average(),
+                    other_cpu=probe.other_cpu,
                     notes=f"{gflops / peak:.0%} of GEMM peak; {kernel.origin}",
                 )
                 if db_path is not None:

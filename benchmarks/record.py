@@ -1,10 +1,18 @@
 """Regenerate the shipped result database (``benchmarks/results/default.csv``) from scratch on this machine.
 
-What it measures (see ``default_requests``): the whole model suite on our runtime, PyTorch eager and onnxruntime
-(level ALL = NCHWc, and level EXTENDED = NCHW) at 1 and 2 threads, batch 1 and 8 where the model allows,
-SingleStream; onnxruntime int8 (dynamic quantisation); accuracy against onnxruntime; MultiStream/Server/Offline on
-the core models; the kernel suite.
-Then it adds the seeds' literature rows and replaces the database atomically.
+What it measures (see ``default_requests``), in about 10 minutes on 2 cores (``RECORD_BUDGET_S`` is the limit):
+
+* SingleStream, fp32: every suite model (core, light model zoo, tiny) on our runtime, onnxruntime (level ALL =
+  NCHWc, and level EXTENDED = NCHW) and PyTorch eager (where installed) at 1 and 2 threads, batch 1 and 8 where the
+  model allows. These are the rows the performance models are fitted on.
+* onnxruntime int8 (dynamic quantisation), batch 1, both thread counts; accuracy of every other backend against
+  onnxruntime (1 thread, batch 1); MultiStream, Server and Offline on the core models; the kernel suite.
+
+Each measurement stops at ``min_queries`` and ``min_duration_s``, or at ``max_duration_s`` with at least three queries
+for slow configurations. Other processes' CPU use is measured around every measurement (``other_cpu``); one that ran
+under load is repeated once after a pause, and the fit uses wall time only for rows measured quietly. A side file
+(``default.record.json``) records how long the run took, how quiet the machine was before it and how many rows were
+still measured under load. Then it adds the seeds' literature rows and replaces the database atomically.
 
 Run it through the CLI (which supplies the model analyser and the catalog's literature figures)::
 
@@ -13,33 +21,61 @@ Run it through the CLI (which supplies the model analyser and the catalog's lite
 
 from __future__ import annotations
 
+import json
+import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import replace
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from benchmarks.harness import ScenarioSettings
 from benchmarks.kernels import kernel_suite, run_kernel_suite
 from benchmarks.models import suite
+from benchmarks.results.provenance import collect, load_average, wait_until_quiet
 from benchmarks.runner import Analyser, BenchRequest, Outcome, run_benchmarks
-from perfmodels.results_db import DEFAULT_DB, frame_rows, read_results, write_rows
+from perfmodels.results_db import BUSY_OTHER_CPU, DEFAULT_DB, frame_rows, read_results, write_rows
 
-#: Timing settings for the shipped database (raise them on a quiet machine for tighter figures).
-RECORD_SETTINGS = ScenarioSettings(min_duration_s=1.0, min_queries=7, warmup_queries=2)
+#: Timing settings for the shipped database: fast configurations run ≥ 5 queries and ≥ 0.5 s, slow ones stop after
+#: 2.5 s with at least 3 queries (a median of 3 on a quiet machine is within a few per cent).
+RECORD_SETTINGS = ScenarioSettings(
+    min_duration_s=0.5, min_queries=5, max_duration_s=2.5, warmup_queries=2, warmup_max_s=0.5
+)
+#: The whole recording must finish within this many seconds on a 2-core machine (checked by the CLI's report).
+RECORD_BUDGET_S = 20 * 60
 MEASURED_BACKENDS = ("appopt-runtime", "onnxruntime", "onnxruntime-extended", "torch")
 
 
 def default_requests(
-    settings: ScenarioSettings = RECORD_SETTINGS, threads: Sequence[int] = (1, 2)
+    settings: ScenarioSettings = RECORD_SETTINGS, threads: Sequence[int] = (1, 2), retries_under_load: int = 1
 ) -> list[BenchRequest]:
-    core, zoo = suite("core"), suite("zoo")
-    quick_scenarios = replace(settings, min_duration_s=min(settings.min_duration_s, 0.5), min_queries=5)
+    """What ``record_default`` measures, in order (the fitted SingleStream rows first)."""
+    core, zoo, tiny = suite("core"), suite("zoo"), suite("tiny")
+    everything = core + zoo + tiny
+    scenarios = replace(settings, min_queries=5, offline_samples=16, server_search_steps=4)
     return [
-        BenchRequest(core, MEASURED_BACKENDS, ("SingleStream",), threads, (1, 8), ("fp32",), settings),
-        BenchRequest(zoo, MEASURED_BACKENDS, ("SingleStream",), threads, (1,), ("fp32",), settings),
-        BenchRequest(core + zoo, ("onnxruntime",), ("SingleStream",), threads, (1,), ("int8",), settings),
         BenchRequest(
-            core + zoo,
+            everything,
+            MEASURED_BACKENDS,
+            ("SingleStream",),
+            threads,
+            (1, 8),
+            ("fp32",),
+            settings,
+            retries_under_load=retries_under_load,
+        ),
+        BenchRequest(
+            everything,
+            ("onnxruntime",),
+            ("SingleStream",),
+            threads,
+            (1,),
+            ("int8",),
+            settings,
+            retries_under_load=retries_under_load,
+        ),
+        BenchRequest(
+            everything,
             ("appopt-runtime", "onnxruntime-extended", "torch"),
             ("accuracy",),
             (1,),
@@ -55,7 +91,8 @@ def default_requests(
             (max(threads),),
             (1,),
             ("fp32",),
-            quick_scenarios,
+            scenarios,
+            retries_under_load=retries_under_load,
         ),
     ]
 
@@ -68,29 +105,130 @@ def record_default(
     threads: Sequence[int] = (1, 2),
     kernels: bool = True,
     progress: Callable[[str], None] = print,
+    quiet_wait_s: float = 60.0,
 ) -> Path:
     """Measure everything ``default_requests`` lists into a side shard, then replace ``out`` with shard + literature.
 
-    The shard (``out`` with ``.partial.csv``) is appended row by row, so an interrupted run keeps what it measured;
-    ``out`` itself is only replaced once everything is done.
+    Waits up to ``quiet_wait_s`` for other processes to go quiet first (and says so if they do not). The shard
+    (``out`` with ``.partial.csv``) is appended row by row, so an interrupted run keeps what it measured; ``out``
+    itself is only replaced once everything is done, together with its ``.record.json`` summary.
     """
+    started, wall0 = datetime.now(UTC), time.perf_counter()
     shard = out.with_suffix(".partial.csv")
     shard.unlink(missing_ok=True)
+    before = wait_until_quiet(BUSY_OTHER_CPU, window_s=3.0, timeout_s=quiet_wait_s)
+    load_before = load_average()
+    if before is not None and before > BUSY_OTHER_CPU:
+        progress(f"warning: other processes use {before:.2f} cores; rows measured under load are flagged")
     for request in default_requests(settings, threads):
         for outcome in run_benchmarks(request, analyser, shard):
-            progress(_line(outcome))
+            progress(f"[{time.perf_counter() - wall0:6.0f} s] {_line(outcome)}")
     if kernels:
         for kernel_outcome in run_kernel_suite(
             kernel_suite("all"), ["onnxruntime", "appopt-runtime"], list(threads), settings, str(shard)
         ):
-            progress(kernel_outcome.describe())
+            progress(f"[{time.perf_counter() - wall0:6.0f} s] {kernel_outcome.describe()}")
     measured = frame_rows(read_results(shard)) if shard.exists() else []
     rows = [*literature, *measured]
+    summary = _summary(measured, started, time.perf_counter() - wall0, before, load_before, settings, threads)
     write_rows(out, rows)
+    summary_path(out).write_text(json.dumps(summary, indent=2, sort_keys=True) + "\n", encoding="utf-8")
     shard.unlink(missing_ok=True)
-    progress(f"wrote {len(rows)} rows to {out}")
+    _store_evaluation(out, progress)
+    progress(
+        f"wrote {len(rows)} rows to {out} in {summary['duration_s'] / 60:.1f} min; "
+        f"{summary['rows_under_load']} of {len(measured)} measured under load"
+    )
     return out
+
+
+def _store_evaluation(db: Path, progress: Callable[[str], None]) -> None:
+    """Evaluate the model fitted to the new database and store the figures next to it (plans show them)."""
+    from perfmodels.evaluate import leave_one_architecture_out
+    from perfmodels.fitted import write_evaluation_summary
+
+    try:
+        evaluation = leave_one_architecture_out(read_results(db))
+    except ValueError as error:
+        progress(f"no evaluation: {error}")
+        return
+    for line in evaluation.lines():
+        progress(line)
+    progress(f"wrote {write_evaluation_summary(db, evaluation)}")
+
+
+def summary_path(db: Path) -> Path:
+    """Where ``record_default`` writes its summary for ``db`` (``default.csv`` → ``default.record.json``)."""
+    return db.with_suffix(".record.json")
+
+
+def _summary(
+    measured: list[dict[str, Any]],
+    started: datetime,
+    duration_s: float,
+    other_cpu_before: float | None,
+    load_before: float | None,
+    settings: ScenarioSettings,
+    threads: Sequence[int],
+) -> dict[str, Any]:
+    under_load = [r for r in measured if (r.get("other_cpu") or 0.0) > BUSY_OTHER_CPU]
+    loads = [float(r["load_avg"]) for r in measured if r.get("load_avg") is not None]
+    prov = collect()
+    return {
+        "started": started.isoformat(timespec="seconds"),
+        "duration_s": round(duration_s, 1),
+        "budget_s": RECORD_BUDGET_S,
+        "target": prov.target,
+        "host": prov.host,
+        "appopt_revision": prov.appopt_revision,
+        "threads": list(threads),
+        "settings": settings.as_dict(),
+        "other_cpu_before": other_cpu_before,
+        "load_avg_before": load_before,
+        "load_avg_max": max(loads) if loads else None,
+        "rows_measured": len(measured),
+        "rows_under_load": len(under_load),
+        "busy_other_cpu_threshold": BUSY_OTHER_CPU,
+        "under_load": sorted(
+            f"{r['model']}/{r['backend']}/{r['threads']}t/b{r['batch']}/{r['scenario']}" for r in under_load
+        ),
+    }
 
 
 def _line(outcome: Outcome) -> str:
     return outcome.describe()
+
+
+def refresh_features(analyser: Analyser, path: Path = DEFAULT_DB) -> int:
+    """Recompute the model features (FLOPs by op class, node counts, bytes, params) of every suite-model row in
+    ``path`` with ``analyser`` and rewrite the file atomically; returns how many rows changed.
+
+    For when the model analyser learns something new (an op class) after the measurements were made: the
+    measurements stay, the features follow the analyser the planner uses. Rows of other models are left alone.
+    """
+    from benchmarks.models import suite
+
+    models = {m.name: m for m in suite("all")}
+    rows = frame_rows(read_results(path))
+    features: dict[str, dict[str, Any]] = {}
+    changed = 0
+    for row in rows:
+        model = models.get(str(row.get("model")))
+        if model is None or row.get("source") != "measured" or row.get("flops_per_sample") is None:
+            continue
+        if model.name not in features:
+            f = analyser(model.model())
+            features[model.name] = {
+                "flops_per_sample": f.flops_per_sample,
+                "flops_by_class": json.dumps(f.flops_by_class, sort_keys=True, separators=(",", ":")),
+                "ops_by_class": json.dumps(f.ops_by_class, sort_keys=True, separators=(",", ":")),
+                "activation_bytes_per_sample": f.activation_bytes_per_sample,
+                "params": f.params,
+            }
+        new = features[model.name]
+        if any(row.get(k) != v for k, v in new.items()):
+            row.update(new)
+            changed += 1
+    if changed:
+        write_rows(path, rows)
+    return changed

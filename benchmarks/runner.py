@@ -17,7 +17,6 @@ from __future__ import annotations
 import functools
 import json
 import math
-import os
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -37,8 +36,8 @@ from benchmarks.harness import (
     samples_per_query,
 )
 from benchmarks.models import SuiteModel
-from benchmarks.results.provenance import collect
-from perfmodels.results_db import append_rows, make_row
+from benchmarks.results.provenance import Interference, collect, interference, load_average
+from perfmodels.results_db import BUSY_OTHER_CPU, append_rows, make_row
 
 #: Feeds cycled through by a scenario (distinct seeded samples, prepared before timing).
 SAMPLE_SETS = 3
@@ -70,6 +69,11 @@ class BenchRequest:
     settings: ScenarioSettings = field(default_factory=ScenarioSettings)
     #: Backend whose outputs the accuracy scenario compares against.
     reference: str = "onnxruntime"
+    #: Re-measure a scenario up to this many times while other processes used more than ``BUSY_OTHER_CPU`` cores
+    #: during it (the last attempt's row is kept either way; its ``other_cpu`` says how busy the machine was).
+    retries_under_load: int = 0
+    #: Seconds to wait before such a retry (lets a short burst of other work pass).
+    retry_wait_s: float = 2.0
 
 
 @dataclass(frozen=True)
@@ -135,11 +139,12 @@ def memory_bandwidth_gbs() -> float:
     return measure_bandwidth() / 1e9
 
 
-def _load_average() -> float | None:
-    try:
-        return os.getloadavg()[0]
-    except OSError:
-        return None
+@functools.lru_cache(maxsize=1)
+def cache_bandwidth_gbs() -> float:
+    """This machine's measured bandwidth for data that stays in the caches (cached); see ``benchmarks.kernels``."""
+    from benchmarks.kernels import measure_cache_bandwidth
+
+    return measure_cache_bandwidth() / 1e9
 
 
 def _sut(model: SuiteModel, session: Session, samples: int, seed: int) -> Callable[[int], object]:
@@ -198,8 +203,8 @@ def run_job(
                 else:
                     settings = replace(request.settings, samples_per_query=batch)
                     sut = _sut(job.model, session, samples, request.settings.seed)
-                    result = run_scenario(scenario, sut, settings)
-                    row = _scenario_row(job, backend, batch, features, result)
+                    result, probe = _measure(scenario, sut, settings, request)
+                    row = _scenario_row(job, backend, batch, features, result, probe)
             except BackendSkipped as skipped:
                 yield Outcome(job, batch, scenario, "skipped", str(skipped))
                 continue
@@ -207,6 +212,22 @@ def run_job(
                 yield Outcome(job, batch, scenario, "failed", f"{type(error).__name__}: {str(error)[:200]}")
                 continue
             yield Outcome(job, batch, scenario, "ok", row=row)
+
+
+def _measure(
+    scenario: Scenario, sut: Callable[[int], object], settings: ScenarioSettings, request: BenchRequest
+) -> tuple[ScenarioResult, Interference]:
+    """Run the scenario, watching other processes' CPU use; re-run it (``retries_under_load``) if they were busy."""
+    import time
+
+    for attempt in range(request.retries_under_load + 1):
+        if attempt:
+            time.sleep(request.retry_wait_s)
+        with interference() as probe:
+            result = run_scenario(scenario, sut, settings)
+        if probe.other_cpu is None or probe.other_cpu <= BUSY_OTHER_CPU:
+            break
+    return result, probe
 
 
 def _reference_session(job: Job, request: BenchRequest, cache: dict[tuple[str, str], Any] | None) -> Session:
@@ -256,7 +277,8 @@ def _base_row(job: Job, backend: Backend, batch: int, features: ModelFeatures | 
         "batch": batch,
         "peak_gflops": gemm_peak_gflops(job.threads),
         "bandwidth_gbs": memory_bandwidth_gbs(),
-        "load_avg": _load_average(),
+        "cache_bandwidth_gbs": cache_bandwidth_gbs(),
+        "load_avg": load_average(),
     }
     if features is not None:
         row.update(
@@ -270,12 +292,18 @@ def _base_row(job: Job, backend: Backend, batch: int, features: ModelFeatures | 
 
 
 def _scenario_row(
-    job: Job, backend: Backend, batch: int, features: ModelFeatures | None, result: ScenarioResult
+    job: Job,
+    backend: Backend,
+    batch: int,
+    features: ModelFeatures | None,
+    result: ScenarioResult,
+    probe: Interference | None = None,
 ) -> dict[str, Any]:
     settings = {**result.settings.as_dict(), **result.extra}
     finite = [v for v in result.latencies_ms if math.isfinite(v)]
     return make_row(
         **_base_row(job, backend, batch, features),
+        other_cpu=None if probe is None else probe.other_cpu,
         scenario=result.scenario,
         settings=json.dumps(settings, sort_keys=True, default=float),
         metric=result.metric,

@@ -37,6 +37,7 @@ def build(seed: int = 0) -> onnx.ModelProto:
         inits,
     )
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], producer_name="appopt-examples")
+    model.ir_version = 8  # what opset 17 needs; newer IR versions are refused by released onnxruntime builds
     onnx.checker.check_model(model)
     return model
 

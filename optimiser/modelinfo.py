@@ -11,10 +11,21 @@ Counting rules (forward pass, one sample set of ``batch_size``):
   element. ``macs`` counts only these ops, which is what architecture tables quote as "MACs" or "mult-adds".
 * Elementwise ops cost one FLOP per output element (``Sum`` of n inputs: n-1; a few transcendental ops a small
   constant, see ``_ELEMENTWISE_FLOPS``).
-* Normalisation: BatchNormalization 2 per element (inference: folded scale and shift); Layer/Group/Instance
-  normalisation and LRN about 5–8 per element.
+* Normalisation: Layer/Group/Instance normalisation about 5–8 per element. Local response normalisation (``lrn``,
+  AlexNet/GoogLeNet) has its own class: a window sum over ``size`` channels and a power per element
+  (2·size + 8 FLOPs), and implementations run it one to two orders of magnitude slower per element than LayerNorm.
+  BatchNormalization at inference
+  is a per-channel scale and shift (2 per element) and is classed as elementwise: optimising runtimes fold it into
+  the preceding convolution, and it costs what an elementwise pass costs where they do not.
 * Pooling: kernel size per output element; global pooling one per input element.
 * Data movement (Reshape, Transpose, Concat, Gather…) costs no FLOPs but moves bytes; reductions one per input element.
+
+Two classes are refined by shape, because they cost differently per FLOP from their op type's usual case:
+
+* ``conv_dw``: depthwise(-like) convolutions (``group`` > 1 with at most ``DEPTHWISE_MAX_CHANNELS`` input channels per
+  group, as in MobileNet and ShuffleNet): a few MACs per output element, so they are bound by memory, not compute;
+* ``gemv``: matrix products with one row per sample (fully-connected layers on a vector per sample, as in MLPs and the
+  classifier heads of CNNs): at small batches their cost is reading the weights, not the FLOPs.
 
 A node whose inputs are all constant (initializers, ``Constant``, ``ConstantOfShape`` of a constant shape…) is treated
 as folded: it costs nothing, and the floating-point constants that compute nodes read are the model's parameters.
@@ -38,8 +49,10 @@ from optimiser.errors import SpecError
 if TYPE_CHECKING:
     from optimiser.catalog.models import Architecture
 
-OpClass = Literal["conv", "gemm", "elementwise", "norm", "pool", "other"]
-OP_CLASSES: tuple[OpClass, ...] = ("conv", "gemm", "elementwise", "norm", "pool", "other")
+OpClass = Literal["conv", "conv_dw", "gemm", "gemv", "elementwise", "norm", "lrn", "pool", "other"]
+OP_CLASSES: tuple[OpClass, ...] = ("conv", "conv_dw", "gemm", "gemv", "elementwise", "norm", "lrn", "pool", "other")
+#: A grouped convolution with at most this many input channels per group is depthwise-like (class ``conv_dw``).
+DEPTHWISE_MAX_CHANNELS = 4
 
 #: Initializers with at most this many elements keep their values during shape inference (shape tensors, axes…);
 #: larger ones are replaced by typed graph inputs so the proto handed to shape inference stays small.
@@ -136,7 +149,6 @@ class ModelCost(BaseModel):
 _CONV_OPS = {"Conv", "ConvTranspose", "ConvInteger", "QLinearConv", "DeformConv"}
 _GEMM_OPS = {"Gemm", "MatMul", "MatMulInteger", "QLinearMatMul", "FusedMatMul", "Einsum"}
 _NORM_FLOPS = {
-    "BatchNormalization": 2.0,
     "LayerNormalization": 8.0,
     "SimplifiedLayerNormalization": 6.0,
     "SkipLayerNormalization": 9.0,
@@ -144,7 +156,6 @@ _NORM_FLOPS = {
     "InstanceNormalization": 8.0,
     "MeanVarianceNormalization": 8.0,
     "LpNormalization": 3.0,
-    "LRN": 6.0,
 }
 _POOL_OPS = {"MaxPool", "AveragePool", "LpPool", "GlobalAveragePool", "GlobalMaxPool", "GlobalLpPool", "MaxRoiPool"}
 #: FLOPs per output element; anything not listed here and not in another class is "other".
@@ -230,6 +241,7 @@ _ELEMENTWISE_FLOPS = {
     **dict.fromkeys(["Softmax", "LogSoftmax", "Hardmax"], 5.0),
     "Sum": 1.0,  # (n-1) per element, handled below
     "BiasAdd": 1.0,
+    "BatchNormalization": 2.0,  # inference: a per-channel scale and shift
 }
 _REDUCE_OPS = {
     "ReduceSum",
@@ -259,11 +271,17 @@ _CONTROL_FLOW = {"If", "Loop", "Scan", "SequenceMap"}
 
 
 def op_class(op_type: str) -> OpClass:
-    """The op class an ONNX op type belongs to (``other`` for data movement and anything unknown)."""
+    """The op class an ONNX op type belongs to (``other`` for data movement and anything unknown).
+
+    By type alone: ``analyse_onnx`` refines ``conv`` to ``conv_dw`` and ``gemm`` to ``gemv`` from shapes
+    (``refine_class``).
+    """
     if op_type in _CONV_OPS:
         return "conv"
     if op_type in _GEMM_OPS:
         return "gemm"
+    if op_type == "LRN":
+        return "lrn"
     if op_type in _NORM_FLOPS:
         return "norm"
     if op_type in _POOL_OPS:
@@ -274,6 +292,24 @@ def op_class(op_type: str) -> OpClass:
 
 
 Shape = tuple[int, ...]
+
+
+def refine_class(node: onnx.NodeProto, klass: OpClass, shapes: Mapping[str, Shape], batch: int) -> OpClass:
+    """``conv_dw`` for depthwise-like convolutions, ``gemv`` for one-row-per-sample matrix products, else ``klass``.
+
+    ``batch``: the batch the shapes were inferred at (rows of a matrix product per sample = output rows / batch).
+    """
+    if klass == "conv" and node.op_type in ("Conv", "ConvInteger", "QLinearConv"):
+        weight = shapes.get(node.input[3 if node.op_type == "QLinearConv" else 1])
+        group = _attr(node, "group", 1)
+        if weight is not None and len(weight) > 1 and isinstance(group, int) and group > 1:
+            return "conv_dw" if weight[1] <= DEPTHWISE_MAX_CHANNELS else klass
+    if klass == "gemm" and node.op_type != "Einsum" and node.output and node.output[0] in shapes:
+        out = shapes[node.output[0]]
+        rows = _numel(out[:-1]) if len(out) > 1 else 1
+        if out and rows <= max(batch, 1):
+            return "gemv"
+    return klass
 
 
 def _numel(shape: Shape) -> int:
@@ -343,14 +379,18 @@ def _pool_flops(node: onnx.NodeProto, shapes: Mapping[str, Shape]) -> float:
 def _node_flops(node: onnx.NodeProto, klass: OpClass, shapes: Mapping[str, Shape]) -> tuple[float, float]:
     """(FLOPs, MACs) of one compute node whose shapes are all known."""
     out_elements = float(_numel(shapes[node.output[0]])) if node.output and node.output[0] in shapes else 0.0
-    if klass == "conv":
+    if klass in ("conv", "conv_dw"):
         macs, bias = (_conv_transpose_macs if node.op_type == "ConvTranspose" else _conv_macs)(node, shapes)
         return 2 * macs + bias, macs
-    if klass == "gemm":
+    if klass in ("gemm", "gemv"):
         macs, bias = _gemm_macs(node, shapes)
         return 2 * macs + bias, macs
     if klass == "norm":
         return _NORM_FLOPS[node.op_type] * float(_numel(shapes[node.input[0]])), 0.0
+    if klass == "lrn":
+        size = _attr(node, "size", 5)
+        per_element = 2.0 * (size if isinstance(size, int) else 5) + 8.0  # window sum, scale, power, divide
+        return per_element * float(_numel(shapes[node.input[0]])), 0.0
     if klass == "pool":
         return _pool_flops(node, shapes), 0.0
     if klass == "elementwise":
@@ -533,6 +573,9 @@ def analyse_onnx(
         raise SpecError(f"{source}: ONNX shape inference failed ({first_line})") from None
     shapes, types = _known_shapes(inferred)
     constant = _constant_tensors(model.graph)
+    # the batch the shapes were inferred at (a fixed-batch model keeps its own): rows per sample of matrix products
+    shape_batch = next((s[0] for n, s in input_shapes.items() if s), 1)
+    shape_batch = max(1, round(shape_batch / scale))
 
     def nbytes(name: str) -> float:
         return float(_numel(shapes[name]) * _itemsize(types.get(name, 0))) if name in shapes else 0.0
@@ -545,6 +588,8 @@ def analyse_onnx(
             continue  # folded at load time
         name = node.name or f"{node.op_type}_{index}"
         klass = op_class(node.op_type)
+        if all(i in shapes for i in node.input[:2] if i):
+            klass = refine_class(node, klass, shapes, shape_batch)
         params_read = [i for i in node.input if i and i in constant and types.get(i) in _FLOAT_TYPES]
         param_names.update(params_read)
         needed = [i for i in node.input if i] + [o for o in node.output[:1] if o]

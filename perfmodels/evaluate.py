@@ -10,6 +10,8 @@ predict them. Over all held-out predictions we report:
   ranks first divided by the best measured time among the routes measured there (1.0 = always picks the fastest).
 
 The same figures for the uncorrected roofline prior (at each machine's measured peaks) show what fitting buys.
+Held-out predictions are made as the planner makes them: a workload far below the range a group was fitted on is
+answered by the prior (``GroupFit.below_range``), and groups with too little data are not used.
 """
 
 from __future__ import annotations
@@ -56,6 +58,10 @@ class Evaluation:
     #: Families that could not be held out (they were the only data of a group).
     skipped: tuple[str, ...] = ()
 
+    def by_precision(self) -> dict[str, Scores]:
+        """The fitted model's scores on each precision's held-out predictions (routes compete within one)."""
+        return {str(p): scores(rows, "predicted") for p, rows in self.predictions.groupby("precision")}
+
     def lines(self) -> list[str]:
         out = [
             "leave-one-architecture-out over "
@@ -63,6 +69,12 @@ class Evaluation:
             self.fitted.line("fitted model"),
             self.prior.line("roofline prior"),
         ]
+        per_precision = self.by_precision()
+        if len(per_precision) > 1:
+            out.extend(s.line(f"  fitted, {p}") for p, s in sorted(per_precision.items()))
+        below = int(self.predictions["below_range"].sum()) if "below_range" in self.predictions else 0
+        if below:
+            out.append(f"{below} held-out prediction(s) fell below the fitted range and came from the prior")
         if self.skipped:
             out.append(f"not evaluated (no other data for their route): {', '.join(self.skipped)}")
         return out
@@ -128,18 +140,22 @@ def leave_one_architecture_out(
         groups = {
             (g.target, g.route.framework, g.route.compiler, g.route.layout, g.route.precision, g.threads): g
             for g in result.groups
+            if g.usable
         }
         for _, row in held_out.iterrows():
             group = groups.get(tuple(row[k] for k in _GROUP))
             if group is None:
                 skipped.add(family)
                 continue
+            prior = prior_seconds(row["x"], row["peak_flops"], row["bandwidth"])
+            below = group.below_range(row["x"])  # the planner answers with the prior there, and so do we
             records.append(
                 {
                     **{k: row[k] for k in [*_GROUP, "model", "family", "batch"]},
                     "y": row["y"],
-                    "predicted": group.seconds(row["x"]),
-                    "prior": prior_seconds(row["x"], row["peak_flops"], row["bandwidth"]),
+                    "predicted": prior if below else group.seconds(row["x"]),
+                    "prior": prior,
+                    "below_range": below,
                 }
             )
     predictions = pd.DataFrame.from_records(records)

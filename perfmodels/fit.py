@@ -5,23 +5,35 @@ The model
 For one target (a machine, see ``perfmodels.targets``) and one measured route (framework, compiler, layout,
 precision, threads) the time of one query of ``batch`` samples is modelled as a non-negative sum of costs::
 
-    t = w_conv·conv FLOPs + w_gemm·gemm FLOPs + w_norm·norm FLOPs + w_other·other FLOPs
-        + w_act·activation bytes + w_cached·parameter bytes up to 32 MiB + w_streamed·parameter bytes beyond
-        + w_node·graph nodes
+    t = Σ_class w_class·FLOPs of the class  (conv, depthwise conv, gemm, gemv, norm, LRN, other)
+        + w_act·activation bytes
+        + w_hot·gemv weight bytes up to 1 MiB + w_cached·… up to 32 MiB + w_streamed·… beyond
+        + w_conv_node·convolution nodes + w_node·other nodes + w_query
 
-(FLOPs and activation bytes for the whole batch; parameters are read once per query, and the first 32 MiB of them
-stay in the caches between queries; every node costs a dispatch). Each ``w`` is an inverse rate the route reaches
-on that machine (s/FLOP, s/byte, s/node). Normalisation has its own weight because LRN and LayerNorm kernels cost
-orders of magnitude more per FLOP than elementwise ones. The prediction is reported as the
-roofline prior (``RooflinePrior`` at the machine's measured GEMM peak and bandwidth) times a correction
-``t / t_prior``: the learned part. The weights are fitted by non-negative least squares on *relative* error
-(Lawson–Hanson NNLS on rows scaled by 1/t), with a light ridge pull toward the
-roofline's own rates so a family missing from the data does not leave a weight unconstrained.
+(FLOPs and activation bytes for the whole batch.) The weights of one-row-per-sample matrix products (``gemv``:
+fully-connected layers) are read once per query, and at small batches reading them is their cost: the first MiB stays
+in a core's own cache, the first 32 MiB in the shared cache, the rest streams from memory. Every node costs a
+dispatch (a convolution node more: eager frameworks create a primitive per call) and every query a fixed overhead.
+Op classes come from ``optimiser.modelinfo``: depthwise convolutions and fully-connected layers have their own
+weights because they cost orders of magnitude more per FLOP than dense convolutions and GEMMs, and LRN one to two
+orders more per element than LayerNorm. Each ``w`` is an inverse rate the route reaches on that machine (s/FLOP,
+s/byte, s/node, s/query).
+
+The prediction is reported as the roofline prior (``RooflinePrior`` at the machine's measured GEMM peak and
+bandwidth) times a correction ``t / t_prior``: the learned part. The weights minimise the rows' squared *relative*
+error with pulls that keep them physical (``fit_weights``): each rate is a multiple of its roofline value (compute
+at the GEMM peak, memory-bound classes at the copy bandwidth, weights at the cache or memory bandwidth), and rates of
+one kind (dense matrix work, memory-bound work, weight reads) are pulled, on a log scale, toward an efficiency they
+share. A rate the training rows barely exercise so takes the efficiency its route shows on related work instead of
+drifting arbitrarily. The overheads have no physical prior and are pulled only weakly toward zero; they are learned
+from the suite's tiny models, which come from several architecture families.
 
 Rows used: measured, SingleStream, inference, with model features, the median of repeated measurements. The time
-of a row is its median wall-clock latency, except on a busy machine (1-minute load average above its core count):
-there a single-threaded row uses its median process CPU time (``effective_ms``), and multi-threaded rows are left
-out of the fit (``unreliable``).
+of a row is its median wall-clock latency, except for a row measured under load (other processes used more than
+``BUSY_OTHER_CPU`` cores while it ran, or, for rows recorded before that was measured, the 1-minute load average
+exceeded the core count): there a single-threaded row uses its median process CPU time (``effective_ms``), and
+multi-threaded rows are left out of the fit (``unreliable``). A group needs ``MIN_GROUP_ROWS`` rows from
+``MIN_GROUP_FAMILIES`` architecture families to be used for predictions.
 """
 
 from __future__ import annotations
@@ -36,27 +48,67 @@ import numpy as np
 import pandas as pd
 
 from perfmodels.features import BYTES_PER_ELEMENT, Device, Route, Workload
+from perfmodels.results_db import BUSY_OTHER_CPU
 from perfmodels.roofline import RooflinePrior
 
 FEATURES = (
     "conv_flops",
+    "conv_dw_flops",
     "gemm_flops",
+    "gemv_flops",
     "norm_flops",
+    "lrn_flops",
     "other_flops",
     "activation_bytes",
-    "param_bytes_cached",
-    "param_bytes_streamed",
-    "nodes",
+    "gemv_weight_bytes_hot",
+    "gemv_weight_bytes_cached",
+    "gemv_weight_bytes_streamed",
+    "conv_nodes",
+    "other_nodes",
+    "queries",
 )
-#: Op class -> feature index; elementwise, pool and anything else share "other_flops". Normalisation has its own
-#: weight because its kernels differ by orders of magnitude per FLOP from elementwise ones (LRN, LayerNorm).
-_CLASS_TO_FEATURE = {"conv": 0, "gemm": 1, "norm": 2}
-_OTHER, _ACT, _PARAM, _STREAMED, _NODES = 3, 4, 5, 6, 7
-#: Parameter bytes up to this size are taken to stay in the caches between queries; the rest streams from memory.
+_INDEX = {name: i for i, name in enumerate(FEATURES)}
+#: Op class -> FLOP feature; elementwise, pool and anything else share "other_flops".
+_CLASS_TO_FEATURE = {c: _INDEX[f"{c}_flops"] for c in ("conv", "conv_dw", "gemm", "gemv", "norm", "lrn")}
+_OTHER, _ACT = _INDEX["other_flops"], _INDEX["activation_bytes"]
+_HOT, _CACHED, _STREAMED = (_INDEX[f"gemv_weight_bytes_{t}"] for t in ("hot", "cached", "streamed"))
+_CONV_NODES, _NODES, _QUERIES = _INDEX["conv_nodes"], _INDEX["other_nodes"], _INDEX["queries"]
+#: The FLOP features, the byte features and the overheads.
+FLOP_FEATURES = slice(0, _OTHER + 1)
+BYTE_FEATURES = slice(_ACT, _STREAMED + 1)
+OVERHEAD_FEATURES = slice(_CONV_NODES, _QUERIES + 1)
+#: Op classes whose nodes count as convolution nodes.
+_CONV_CLASSES = ("conv", "conv_dw")
+#: gemv weight bytes up to this size stay in a core's own cache between queries, up to ``CACHED_PARAM_BYTES`` in the
+#: shared cache; the rest streams from memory.
+HOT_PARAM_BYTES = 2**20
 CACHED_PARAM_BYTES = 32 * 2**20
-#: Strength of the pull toward the roofline's rates, relative to one row's squared relative error (chosen by
+#: Bytes of weights per gemv FLOP of one sample at fp32: each weight is one multiply-add (2 FLOPs) per sample row.
+_GEMV_WEIGHT_BYTES_PER_FLOP = 2.0
+#: Strength of the pull of each rate's log-efficiency toward the one its group shares, per row (chosen by
 #: leave-one-architecture-out on the shipped data).
-DEFAULT_RIDGE = 0.3
+DEFAULT_RIDGE = 0.03
+#: Strength of the pull of each group's shared log-efficiency toward 0 (the roofline): only decides a group no row
+#: uses.
+GROUP_RIDGE = 1e-5
+#: Features whose rates share an efficiency: dense matrix work; memory-bound work. LRN, which implementations run
+#: far from any roofline, is a group of its own (its rate is the data's alone); features in no group (the weight
+#: reads, whose rates the machine's measured bandwidths predict well) are pulled toward their own prior rate.
+RIDGE_GROUPS: tuple[tuple[int, ...], ...] = (
+    tuple(_INDEX[f] for f in ("conv_flops", "gemm_flops", "gemv_flops")),
+    tuple(_INDEX[f] for f in ("conv_dw_flops", "norm_flops", "other_flops", "activation_bytes")),
+    (_INDEX["lrn_flops"],),
+)
+#: Strength of the pull of the overheads toward zero, in units of the largest share of a row's time they could
+#: explain.
+OVERHEAD_RIDGE = 0.01
+#: A group is used for predictions only with this many rows from this many architecture families.
+MIN_GROUP_ROWS = 8
+MIN_GROUP_FAMILIES = 3
+#: A workload whose roofline time is this many times shorter than that of every row a group was fitted on lies
+#: below the fitted range: its time would be mostly the overheads, which such a group cannot have learned, so the
+#: prior answers instead. (Longer workloads extrapolate well: the overheads vanish and the rates stay.)
+BELOW_RANGE_FACTOR = 10.0
 
 
 @dataclass(frozen=True)
@@ -80,24 +132,36 @@ def query_features(
     batch: int,
     precision: str,
     nodes: float = 0.0,
+    ops_by_class: Mapping[str, float] | None = None,
 ) -> np.ndarray:
-    """The feature vector (``FEATURES`` order) of one query of ``batch`` samples (``nodes``: graph node count)."""
+    """The feature vector (``FEATURES`` order) of one query of ``batch`` samples.
+
+    Node counts come from ``ops_by_class`` (by op class) when given, else ``nodes`` counts as non-convolution nodes.
+    ``params`` is accepted for callers that have it; the cost model reads weights through the ``gemv`` class (the
+    weights of other ops are reused across many outputs, so reading them hides behind their compute).
+    """
+    del params
     x = np.zeros(len(FEATURES))
     classified = 0.0
     for klass, flops in flops_by_class.items():
-        index = _CLASS_TO_FEATURE.get(klass, _OTHER)
-        x[index] += flops * batch
+        x[_CLASS_TO_FEATURE.get(klass, _OTHER)] += flops * batch
         classified += flops
     if not flops_by_class:
-        x[1] = flops_per_sample * batch  # unknown split: count it as GEMM work
+        x[_CLASS_TO_FEATURE["gemm"]] = flops_per_sample * batch  # unknown split: count it as GEMM work
     elif flops_per_sample > classified * 1.001:
         x[_OTHER] += (flops_per_sample - classified) * batch
     scale = BYTES_PER_ELEMENT.get(precision, 4) / 4
     x[_ACT] = activation_bytes_per_sample * batch * scale
-    param_bytes = params * 4 * scale
-    x[_PARAM] = min(param_bytes, CACHED_PARAM_BYTES)
-    x[_STREAMED] = max(0.0, param_bytes - CACHED_PARAM_BYTES)
-    x[_NODES] = nodes
+    weights = _GEMV_WEIGHT_BYTES_PER_FLOP * float(flops_by_class.get("gemv", 0.0)) * scale
+    x[_HOT] = min(weights, HOT_PARAM_BYTES)
+    x[_CACHED] = min(max(weights - HOT_PARAM_BYTES, 0.0), CACHED_PARAM_BYTES - HOT_PARAM_BYTES)
+    x[_STREAMED] = max(0.0, weights - CACHED_PARAM_BYTES)
+    if ops_by_class:
+        x[_CONV_NODES] = sum(float(v) for k, v in ops_by_class.items() if k in _CONV_CLASSES)
+        x[_NODES] = sum(float(v) for k, v in ops_by_class.items() if k not in _CONV_CLASSES)
+    else:
+        x[_NODES] = nodes
+    x[_QUERIES] = 1.0
     return x
 
 
@@ -109,16 +173,24 @@ def workload_features(workload: Workload, precision: str) -> np.ndarray:
         workload.params,
         workload.batch_size,
         precision,
-        sum(workload.ops_by_class.values()),
+        ops_by_class=workload.ops_by_class,
     )
+
+
+def roofline_seconds(x: np.ndarray, peak_flops: float, bandwidth: float) -> float:
+    """The workload's size on a machine: max(FLOPs at the peak, activations written and read + weights read at the
+    bandwidth), without overheads. What ``BELOW_RANGE_FACTOR`` compares."""
+    compute = float(x[FLOP_FEATURES].sum()) / peak_flops
+    memory = (2 * float(x[_ACT]) + float(x[_HOT] + x[_CACHED] + x[_STREAMED])) / bandwidth
+    return max(compute, memory)
 
 
 def prior_seconds(x: np.ndarray, peak_flops: float, bandwidth: float) -> float:
     """The roofline prior for a feature vector at a machine's measured peaks (efficiency 1, no overheads)."""
     workload = Workload(
-        flops_per_sample=float(x[: _OTHER + 1].sum()),
+        flops_per_sample=float(x[FLOP_FEATURES].sum()),
         activation_bytes_per_sample=float(x[_ACT]),
-        params=float(x[_PARAM] + x[_STREAMED]) / 4,
+        params=float(x[_HOT] + x[_CACHED] + x[_STREAMED]) / 4,
         mode="inference",
         batch_size=1,
     )
@@ -142,12 +214,29 @@ class GroupFit:
     models: tuple[str, ...]
     families: tuple[str, ...]
     train_rmspe: float
+    #: Shortest and longest measured query time (s) of the rows.
+    measured_range: tuple[float, float] = (0.0, math.inf)
+    #: Shortest and longest ``roofline_seconds`` of the rows: the workload sizes the fit has seen.
+    size_range: tuple[float, float] = (0.0, math.inf)
+
+    @property
+    def usable(self) -> bool:
+        """Enough rows and architecture families for the weights to mean something (else predictions skip it)."""
+        return self.rows >= MIN_GROUP_ROWS and len(self.families) >= MIN_GROUP_FAMILIES
 
     def seconds(self, x: np.ndarray) -> float:
         return float(np.dot(self.coef, x))
 
     def prior(self, x: np.ndarray) -> float:
         return prior_seconds(x, self.peak_flops, self.bandwidth)
+
+    def below_range(self, x: np.ndarray) -> bool:
+        """Whether ``x`` is far smaller than every workload the group was fitted on (see ``BELOW_RANGE_FACTOR``)."""
+        return roofline_seconds(x, self.peak_flops, self.bandwidth) * BELOW_RANGE_FACTOR < self.size_range[0]
+
+    def overhead_seconds(self, x: np.ndarray) -> float:
+        """The part of ``seconds(x)`` that is per-node and per-query overhead."""
+        return float(np.dot(np.asarray(self.coef)[OVERHEAD_FEATURES], x[OVERHEAD_FEATURES]))
 
     def as_dict(self) -> dict[str, object]:
         return {
@@ -159,6 +248,10 @@ class GroupFit:
             "bandwidth_gbs": self.bandwidth / 1e9,
             "rows": self.rows,
             "models": list(self.models),
+            "families": list(self.families),
+            "measured_range_s": list(self.measured_range),
+            "size_range_s": list(self.size_range),
+            "usable": self.usable,
             "train_rmspe": self.train_rmspe,
         }
 
@@ -186,12 +279,24 @@ def _json(value: object) -> dict[str, float]:
 Statistic = Literal["auto", "wall", "cpu"]
 
 
-def effective_ms(frame: pd.DataFrame, statistic: Statistic = "auto") -> pd.Series:
-    """Per row, the time a fit uses (ms): the wall-clock median, or for one thread on a busy machine its CPU time.
+def measured_under_load(frame: pd.DataFrame) -> pd.Series:
+    """Rows measured while other processes competed for the CPUs.
 
-    ``auto``: a single-threaded row measured while the 1-minute load average exceeded the core count uses its median
-    process CPU time (other processes stretch wall time, not the CPU time one thread needs); other rows use wall
-    time. ``cpu`` uses CPU time for every single-threaded row, ``wall`` for none.
+    ``other_cpu`` (other processes' CPU use during the measurement) above ``BUSY_OTHER_CPU`` where it was recorded;
+    for older rows, a 1-minute load average above the core count.
+    """
+    other = frame["other_cpu"].astype("Float64") if "other_cpu" in frame else pd.Series(pd.NA, index=frame.index)
+    by_other = other > BUSY_OTHER_CPU
+    by_load = frame["load_avg"].astype("Float64") > frame["cores"].astype("Float64")
+    return by_other.where(other.notna(), by_load).fillna(False).astype(bool)
+
+
+def effective_ms(frame: pd.DataFrame, statistic: Statistic = "auto") -> pd.Series:
+    """Per row, the time a fit uses (ms): the wall-clock median, or for one thread under load its CPU time.
+
+    ``auto``: a single-threaded row measured under load (``measured_under_load``) uses its median process CPU time
+    (other processes stretch wall time, not the CPU time one thread needs); other rows use wall time. ``cpu`` uses
+    CPU time for every single-threaded row, ``wall`` for none.
     """
     wall = frame["median_ms"].astype("Float64")
     if statistic == "wall" or "cpu_ms" not in frame:
@@ -199,16 +304,14 @@ def effective_ms(frame: pd.DataFrame, statistic: Statistic = "auto") -> pd.Serie
     cpu = frame["cpu_ms"].astype("Float64")
     use_cpu = cpu.notna() & (frame["threads"].astype("Int64") == 1)
     if statistic == "auto":
-        busy = frame["load_avg"].astype("Float64") > frame["cores"].astype("Float64")
-        use_cpu = use_cpu & busy.fillna(False)
+        use_cpu = use_cpu & measured_under_load(frame)
     return wall.where(~use_cpu.fillna(False), cpu)
 
 
 def unreliable(frame: pd.DataFrame) -> pd.Series:
-    """Multi-threaded rows measured on a busy machine: their threads waited on each other behind other processes,
-    so neither wall nor CPU time recovers the quiet-machine time. They stay in the database but are not fitted."""
-    busy = frame["load_avg"].astype("Float64") > frame["cores"].astype("Float64")
-    return (busy.fillna(False) & (frame["threads"].astype("Int64") > 1).fillna(False)).astype(bool)
+    """Multi-threaded rows measured under load: their threads waited on each other behind other processes, so
+    neither wall nor CPU time recovers the quiet-machine time. They stay in the database but are not fitted."""
+    return (measured_under_load(frame) & (frame["threads"].astype("Int64") > 1).fillna(False)).astype(bool)
 
 
 def training_rows(frame: pd.DataFrame, statistic: Statistic = "auto") -> pd.DataFrame:
@@ -238,6 +341,7 @@ def training_rows(frame: pd.DataFrame, statistic: Statistic = "auto") -> pd.Data
                 "x",
                 "peak_flops",
                 "bandwidth",
+                "cache_bandwidth",
             ]
         )
     keys = ["target", "framework", "compiler", "layout", "precision", "threads", "model", "batch"]
@@ -251,9 +355,11 @@ def training_rows(frame: pd.DataFrame, statistic: Statistic = "auto") -> pd.Data
             float(first["params"] or 0.0),
             int(first["batch"]),
             str(first["precision"]),
-            sum(_json(first["ops_by_class"]).values()),
+            ops_by_class=_json(first["ops_by_class"]),
         )
         bandwidth = group["bandwidth_gbs"].astype("float64").median()
+        bandwidth = float(bandwidth) if not math.isnan(bandwidth) else 10.0
+        cache = group["cache_bandwidth_gbs"].astype("float64").median() if "cache_bandwidth_gbs" in group else math.nan
         records.append(
             {
                 **dict(zip(keys, key, strict=True)),
@@ -261,7 +367,9 @@ def training_rows(frame: pd.DataFrame, statistic: Statistic = "auto") -> pd.Data
                 "y": float(group["effective_ms"].astype("float64").median()) / 1e3,
                 "x": x,
                 "peak_flops": float(group["peak_gflops"].astype("float64").median()) * 1e9,
-                "bandwidth": (float(bandwidth) if not math.isnan(bandwidth) else 10.0) * 1e9,
+                "bandwidth": bandwidth * 1e9,
+                # rows recorded before the cache bandwidth was measured: the memory bandwidth stands in
+                "cache_bandwidth": (float(cache) if not math.isnan(cache) else bandwidth) * 1e9,
                 "repeats": len(group),
             }
         )
@@ -272,9 +380,32 @@ def training_rows(frame: pd.DataFrame, statistic: Statistic = "auto") -> pd.Data
     return out
 
 
-def _prior_weights(peak_flops: float, bandwidth: float) -> np.ndarray:
-    """The roofline's own rates: compute at the GEMM peak, activations written and read once at the bandwidth."""
-    return np.array([1 / peak_flops] * 4 + [2 / bandwidth, 1 / bandwidth, 1 / bandwidth, 0.0])
+def _prior_weights(peak_flops: float, bandwidth: float, cache_bandwidth: float, threads: int = 1) -> np.ndarray:
+    """The machine's own rates (s per unit of each feature), the values the fit's pulls start from.
+
+    Dense convolutions, GEMMs and gemv FLOPs at the GEMM peak; depthwise convolutions, normalisation, LRN and
+    elementwise work are memory-bound (about half a byte, one byte, one byte and four bytes read per FLOP) at the
+    copy bandwidth; activations are written and read once; weights at twice the cache bandwidth while they fit a
+    core's own cache, at the cache bandwidth while they fit the shared cache, else at the memory bandwidth; overheads
+    have no prior (0). The bandwidths are measured by one thread; cached weights are read by ``threads`` cores, each
+    from its own caches, so their rates scale with the threads (the GEMM peak is measured at the group's threads).
+    """
+    cache_bandwidth *= max(threads, 1)
+    rates = dict.fromkeys(FEATURES, 0.0)
+    rates.update(
+        conv_flops=1 / peak_flops,
+        conv_dw_flops=0.5 / bandwidth,
+        gemm_flops=1 / peak_flops,
+        gemv_flops=1 / peak_flops,
+        norm_flops=1 / bandwidth,
+        lrn_flops=1 / bandwidth,
+        other_flops=4 / bandwidth,
+        activation_bytes=2 / bandwidth,
+        gemv_weight_bytes_hot=0.5 / cache_bandwidth,
+        gemv_weight_bytes_cached=1 / cache_bandwidth,
+        gemv_weight_bytes_streamed=1 / bandwidth,
+    )
+    return np.array([rates[f] for f in FEATURES])
 
 
 def nnls(a: np.ndarray, b: np.ndarray, max_iter: int = 500) -> np.ndarray:
@@ -307,17 +438,95 @@ def nnls(a: np.ndarray, b: np.ndarray, max_iter: int = 500) -> np.ndarray:
     return w
 
 
-def fit_weights(x: np.ndarray, y: np.ndarray, prior: np.ndarray, ridge: float = DEFAULT_RIDGE) -> np.ndarray:
-    """Non-negative weights minimising Σ(x·w/y − 1)² + ridge·n·Σ((w − prior)·scale)² (scale: column size)."""
+def fit_weights(
+    x: np.ndarray,
+    y: np.ndarray,
+    prior: np.ndarray,
+    ridge: float = DEFAULT_RIDGE,
+    overhead_ridge: float = OVERHEAD_RIDGE,
+    groups: tuple[tuple[int, ...], ...] | None = None,
+) -> np.ndarray:
+    """Non-negative weights minimising the rows' squared relative error plus pulls that keep them physical.
+
+    Each feature with a prior rate is fitted as a multiple ``v = exp(θ)`` of it. Features of one group
+    (``RIDGE_GROUPS``: dense matrix work, memory-bound work, weight reads) share a log-efficiency ``η`` (fitted too)
+    and each ``θ`` is pulled toward its group's ``η`` (strength ``ridge``); ``η`` is pulled very weakly toward 0 (the
+    roofline), other features toward 0 directly. The pulls act on logarithms, so a rate may sit an order of magnitude
+    from the roofline where the rows say so (LRN in a NumPy runtime), while a rate the rows barely exercise takes
+    the efficiency its route shows on the related costs it does exercise (a runtime slow at convolutions is taken to
+    be slow at GEMMs) instead of drifting arbitrarily. Features without a prior (the overheads) are fitted in units
+    of the largest share of a row's time they could explain and pulled toward 0 (strength ``overhead_ridge``).
+
+    Minimises Σ_rows (x·w/y − 1)² + n·(ridge·Σ_j (θ_j − η_g(j))² + GROUP_RIDGE·Σ_g η_g² + overhead_ridge·Σ_k v_k²)
+    by Levenberg–Marquardt, started from the plain NNLS solution.
+    """
+    groups = RIDGE_GROUPS if groups is None else groups
+    n_rows, n_features = x.shape
     a = x / y[:, None]
-    scale = np.maximum(np.abs(a).max(axis=0), 1e-30)  # columns to comparable size
-    a_scaled = a / scale
-    b = np.ones(len(y))
-    if ridge > 0:
-        strength = math.sqrt(ridge * len(y))
-        a_scaled = np.vstack([a_scaled, strength * np.eye(len(scale))])
-        b = np.concatenate([b, strength * prior * scale])
-    return nnls(a_scaled, b) / scale
+    column_max = np.maximum(np.abs(a).max(axis=0), 1e-30)
+    has_prior = prior > 0
+    unit = np.where(has_prior, prior, 1 / column_max)
+    au = a * unit  # rows in units of each feature's prior (or scale)
+    member_of = np.full(n_features, -1)
+    grouped = [[j for j in g if has_prior[j]] for g in groups]
+    grouped = [g for g in grouped if g]
+    for g, members in enumerate(grouped):
+        member_of[members] = g
+    n_groups = len(grouped)
+    scale = math.sqrt(n_rows)
+
+    def residuals(theta: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        v = np.exp(theta[:n_features])
+        eta = theta[n_features:]
+        r = [au @ v - 1.0]
+        jac = [np.hstack([au * v, np.zeros((n_rows, n_groups))])]
+        for j in range(n_features):
+            row = np.zeros(n_features + n_groups)
+            if has_prior[j]:
+                g = member_of[j]
+                strength = scale * math.sqrt(ridge)
+                row[j] = strength
+                target = 0.0
+                if g >= 0:
+                    row[n_features + g] = -strength
+                    target = 0.0
+                r.append(np.array([strength * theta[j] - (strength * eta[g] if g >= 0 else target)]))
+            else:
+                strength = scale * math.sqrt(overhead_ridge)
+                row[j] = strength * v[j]
+                r.append(np.array([strength * v[j]]))
+            jac.append(row[None, :])
+        for g in range(n_groups):
+            row = np.zeros(n_features + n_groups)
+            strength = scale * math.sqrt(GROUP_RIDGE)
+            row[n_features + g] = strength
+            r.append(np.array([strength * eta[g]]))
+            jac.append(row[None, :])
+        return np.concatenate(r), np.vstack(jac)
+
+    start = nnls(au, np.ones(n_rows))
+    theta = np.concatenate([np.log(np.maximum(start, 1e-3)), np.zeros(n_groups)])
+    for g, members in enumerate(grouped):
+        theta[n_features + g] = float(np.mean(theta[members]))
+    r, jac = residuals(theta)
+    cost, damping = float(r @ r), 1e-3
+    for _ in range(200):
+        jtj, gradient = jac.T @ jac, jac.T @ r
+        step = np.linalg.solve(jtj + damping * (np.diag(np.diag(jtj)) + 1e-12 * np.eye(len(theta))), -gradient)
+        trial = theta + np.clip(step, -5.0, 5.0)
+        r_trial, jac_trial = residuals(trial)
+        trial_cost = float(r_trial @ r_trial)
+        if trial_cost < cost:
+            converged = cost - trial_cost < 1e-12 * max(cost, 1e-30)
+            theta, r, jac, cost = trial, r_trial, jac_trial, trial_cost
+            damping = max(damping / 3, 1e-9)
+            if converged:
+                break
+        else:
+            damping *= 4
+            if damping > 1e12:
+                break
+    return np.exp(theta[:n_features]) * unit
 
 
 def _rmspe(predicted: np.ndarray, measured: np.ndarray) -> float:
@@ -325,7 +534,11 @@ def _rmspe(predicted: np.ndarray, measured: np.ndarray) -> float:
 
 
 def fit(
-    frame: pd.DataFrame, ridge: float = DEFAULT_RIDGE, data: pd.DataFrame | None = None, statistic: Statistic = "auto"
+    frame: pd.DataFrame,
+    ridge: float = DEFAULT_RIDGE,
+    data: pd.DataFrame | None = None,
+    statistic: Statistic = "auto",
+    overhead_ridge: float = OVERHEAD_RIDGE,
 ) -> FitResult:
     """Fit every target × route × threads group that has measurements (``frame``: a results DataFrame)."""
     rows = training_rows(frame, statistic) if data is None else data
@@ -339,7 +552,9 @@ def fit(
         y = group["y"].to_numpy(dtype=float)
         peak = float(group["peak_flops"].median())
         bandwidth = float(group["bandwidth"].median())
-        w = fit_weights(x, y, _prior_weights(peak, bandwidth), ridge)
+        cache = float(group["cache_bandwidth"].median()) if "cache_bandwidth" in group else bandwidth
+        w = fit_weights(x, y, _prior_weights(peak, bandwidth, cache, int(threads)), ridge, overhead_ridge)
+        sizes = [roofline_seconds(row, peak, bandwidth) for row in x]
         groups.append(
             GroupFit(
                 target=str(target),
@@ -352,6 +567,8 @@ def fit(
                 models=tuple(sorted(set(group["model"]))),
                 families=tuple(sorted(set(group["family"]))),
                 train_rmspe=_rmspe(x @ w, y),
+                measured_range=(float(y.min()), float(y.max())),
+                size_range=(min(sizes), max(sizes)),
             )
         )
     return FitResult(tuple(groups), rows)

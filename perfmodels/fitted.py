@@ -7,7 +7,12 @@
   from what was measured only in precision, layout or compiler, the nearest measured route is scaled by the prior's
   ratio between the two (``basis: fitted:<target> x prior(<what differs>)``);
 * otherwise (another machine, an unmeasured framework, training, several devices) → the roofline prior
-  (``basis: roofline-prior``).
+  (``basis: roofline-prior``);
+* a workload far smaller than anything the route was measured on (``GroupFit.below_range``: its time would be
+  mostly per-query and per-node overhead the group could not have learned) → the prior as well
+  (``basis: roofline-prior (below the fitted range of <target>)``).
+
+Groups with too few rows or families (``GroupFit.usable``) are never used.
 
 Example::
 
@@ -20,8 +25,10 @@ Example::
 from __future__ import annotations
 
 import functools
+import hashlib
+import json
 import os
-from dataclasses import replace
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -29,7 +36,7 @@ import pandas as pd
 
 from perfmodels.evaluate import Evaluation, leave_one_architecture_out
 from perfmodels.features import Device, Route, Workload
-from perfmodels.fit import FitResult, GroupFit, fit, workload_features
+from perfmodels.fit import BYTE_FEATURES, FLOP_FEATURES, FitResult, GroupFit, fit, workload_features
 from perfmodels.prediction import PerformanceModel, Prediction
 from perfmodels.priors import layout_factor
 from perfmodels.roofline import RooflinePrior
@@ -37,6 +44,74 @@ from perfmodels.targets import local_target_key, target_key, usable_cores
 
 #: Device names that mean "the machine we are running on".
 LOCAL_NAMES = ("local",)
+
+
+@dataclass(frozen=True)
+class HeldOutFigures:
+    """The fitted model's leave-one-architecture-out scores, as the plan report shows them."""
+
+    rmspe: float
+    within_10pct: float
+    spearman: float
+    mean_regret: float
+    max_regret: float
+    predictions: int
+    families: int
+
+    @classmethod
+    def from_evaluation(cls, evaluation: Evaluation, precision: str | None = None) -> HeldOutFigures:
+        """The overall figures, or those of one precision's predictions."""
+        rows = evaluation.predictions
+        s = evaluation.fitted
+        if precision is not None:
+            rows = rows[rows["precision"] == precision]
+            s = evaluation.by_precision()[precision]
+        families = int(rows["family"].nunique())
+        return cls(s.rmspe, s.within_10pct, s.spearman, s.mean_regret, s.max_regret, s.predictions, families)
+
+    def as_detail(self) -> dict[str, float]:
+        """``Prediction.detail`` entries (``heldout_*``)."""
+        return {f"heldout_{k}": float(v) for k, v in asdict(self).items()}
+
+
+def evaluation_path(db: Path) -> Path:
+    """The evaluation summary written next to a database (``default.csv`` → ``default.evaluation.json``)."""
+    return db.with_suffix(".evaluation.json")
+
+
+def _digest(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def write_evaluation_summary(db: Path, evaluation: Evaluation) -> Path:
+    """Store the held-out figures of ``db``'s fitted model next to it, keyed by the database's checksum, so plans
+    can show them without refitting (``appopt models evaluate`` and ``bench record-default`` write it)."""
+    out = evaluation_path(db)
+    payload = {
+        "db": db.name,
+        "db_sha256": _digest(db),
+        "fitted": asdict(HeldOutFigures.from_evaluation(evaluation)),
+        "by_precision": {
+            p: asdict(HeldOutFigures.from_evaluation(evaluation, p)) for p in sorted(evaluation.by_precision())
+        },
+        "lines": evaluation.lines(),
+    }
+    out.write_text(json.dumps(payload, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+    return out
+
+
+def read_evaluation_summary(db: Path) -> dict[str, HeldOutFigures] | None:
+    """The stored held-out figures of ``db``: ``""`` → overall, else by precision (None when missing or written for
+    another version of the file)."""
+    try:
+        payload = json.loads(evaluation_path(db).read_text(encoding="utf-8"))
+        if payload.get("db_sha256") != _digest(db):
+            return None
+        figures = {"": HeldOutFigures(**payload["fitted"])}
+        figures.update({p: HeldOutFigures(**f) for p, f in payload.get("by_precision", {}).items()})
+        return figures
+    except (OSError, ValueError, TypeError, KeyError):
+        return None
 
 
 class FittedModel:
@@ -48,13 +123,16 @@ class FittedModel:
         prior: PerformanceModel | None = None,
         source: str = "",
         frame: pd.DataFrame | None = None,
+        db: Path | None = None,
     ) -> None:
         self.result = result
         self.prior = prior or RooflinePrior()
         self.source = source
         self.name = f"fitted ({source})" if source else "fitted"
         self._frame = frame
+        self._db = db
         self._evaluation: Evaluation | None = None
+        self._heldout: dict[str, HeldOutFigures] | None = None
 
     def evaluation(self) -> Evaluation | None:
         """Leave-one-architecture-out figures of this model's data (computed once; None without data).
@@ -67,6 +145,23 @@ class FittedModel:
             except ValueError:
                 return None
         return self._evaluation
+
+    def heldout(self, precision: str | None = None) -> HeldOutFigures | None:
+        """The held-out scores (of ``precision``'s predictions when it has any, else overall): from the summary
+        stored next to the database when it matches, else computed."""
+        if self._heldout is None:
+            stored = read_evaluation_summary(self._db) if self._db is not None else None
+            evaluation = None if stored is not None else self.evaluation()
+            if stored is not None:
+                self._heldout = stored
+            elif evaluation is not None:
+                self._heldout = {"": HeldOutFigures.from_evaluation(evaluation)}
+                self._heldout.update(
+                    {p: HeldOutFigures.from_evaluation(evaluation, p) for p in evaluation.by_precision()}
+                )
+            else:
+                self._heldout = {}
+        return self._heldout.get(precision or "", self._heldout.get(""))
 
     # --- which measurements apply ------------------------------------------------------------------------------
 
@@ -92,7 +187,7 @@ class FittedModel:
         target = self.target_for(device)
         if target is None:
             return None
-        groups = [g for g in self.result.for_target(target) if g.route.framework == route.framework]
+        groups = [g for g in self.result.for_target(target) if g.route.framework == route.framework and g.usable]
         if not groups:
             return None
         wanted = self._wanted_threads(target) or max(g.threads for g in groups)
@@ -116,7 +211,9 @@ class FittedModel:
         if group is None:
             return prior
         x = workload_features(workload, group.route.precision)
-        step = group.seconds(x)
+        if group.below_range(x):
+            return replace(prior, basis=f"{prior.basis} (below the fitted range of {group.target})")
+        step = raw = group.seconds(x)
         differs = [
             name
             for name, ours, theirs in (
@@ -139,7 +236,7 @@ class FittedModel:
             step *= prior.step_seconds / self.prior.predict(workload, measured_route, device).step_seconds
             basis += f" x prior({', '.join(differs)})"
         terms = np.asarray(group.coef) * x
-        compute, memory = float(terms[:4].sum()), float(terms[4:7].sum())  # FLOP terms vs byte terms
+        compute, memory = float(terms[FLOP_FEATURES].sum()), float(terms[BYTE_FEATURES].sum())
         steps = None if workload.total_samples is None else workload.total_samples / workload.batch_size
         return Prediction(
             step_seconds=step,
@@ -153,20 +250,24 @@ class FittedModel:
                 "threads": float(group.threads),
                 "fitted_rows": float(group.rows),
                 "train_rmspe": group.train_rmspe,
+                # the per-node and per-query part of the step (scaled like the step when the route differs)
+                "overhead_s": group.overhead_seconds(x) * step / raw if raw > 0 else 0.0,
+                **(figures.as_detail() if (figures := self.heldout(group.route.precision)) is not None else {}),
             },
         )
 
     def describe(self) -> list[str]:
         """One line per fitted group."""
         return [
-            f"{g.target} {g.route.describe()} {g.threads}t: {g.rows} rows, train RMSPE {g.train_rmspe:.1%}"
+            f"{g.target} {g.route.describe()} {g.threads}t: {g.rows} rows from {len(g.families)} families, "
+            f"train RMSPE {g.train_rmspe:.1%}" + ("" if g.usable else " (too little data: not used)")
             for g in self.result.groups
         ]
 
 
-def fit_model(frame: pd.DataFrame, source: str = "") -> FittedModel:
-    """A ``FittedModel`` from a results DataFrame (``perfmodels.results_db.read_results``)."""
-    return FittedModel(fit(frame), source=source, frame=frame)
+def fit_model(frame: pd.DataFrame, source: str = "", db: Path | None = None) -> FittedModel:
+    """A ``FittedModel`` from a results DataFrame (``perfmodels.results_db.read_results``) read from ``db``."""
+    return FittedModel(fit(frame), source=source, frame=frame, db=db)
 
 
 def default_db_path() -> Path:
@@ -197,5 +298,5 @@ def _load(path: str, stamp: int) -> PerformanceModel:
     from perfmodels.results_db import read_results
 
     frame = read_results(path, warn=False)
-    model = fit_model(frame, source=Path(path).name)
+    model = fit_model(frame, source=Path(path).name, db=Path(path))
     return model if model.result.groups else RooflinePrior()

@@ -44,7 +44,7 @@ from typing import Any, Literal
 
 import pandas as pd
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 #: The database shipped with appopt (measurements on the development machine plus literature rows).
 #: The shipped database: measurements live with the benchmarks that made them (benchmarks/results/), read here as
 #: package data so that perfmodels never imports benchmark code.
@@ -133,7 +133,18 @@ COLUMNS: tuple[Column, ...] = (
     Column("duration_s", "float", "Wall time of the timed part, s."),
     Column("peak_gflops", "float", "Measured GEMM peak of this machine at these threads, GFLOP/s."),
     Column("bandwidth_gbs", "float", "Measured memory bandwidth (NumPy copy, read + write), GB/s."),
-    Column("load_avg", "float", "1-minute load average as the measurement ended (above cores: a busy machine)."),
+    Column(
+        "cache_bandwidth_gbs",
+        "float",
+        "Measured bandwidth of a copy that stays in the caches (8 MiB, read + write), GB/s (schema v2).",
+    ),
+    Column("load_avg", "float", "1-minute load average as the measurement ended (it lags and counts this process)."),
+    Column(
+        "other_cpu",
+        "float",
+        "Cores' worth of CPU time other processes used while the measurement ran (all CPUs' busy time from "
+        "/proc/stat minus this process's, per wall second); above ``BUSY_OTHER_CPU``: measured under load (v2).",
+    ),
     Column("accuracy", "str", "pass/fail against the reference backend, or empty.", False, ("", "pass", "fail")),
     Column("max_abs_error", "float", "Largest |output - reference| in accuracy mode."),
     Column("notes", "str", "Anything else (skipped reasons are not rows; see the run report)."),
@@ -141,6 +152,18 @@ COLUMNS: tuple[Column, ...] = (
 COLUMN_NAMES: tuple[str, ...] = tuple(c.name for c in COLUMNS)
 _BY_NAME = {c.name: c for c in COLUMNS}
 HEADER_LINE = ",".join((*COLUMN_NAMES, "crc")) + "\n"
+#: Columns each older schema version lacks; files in those versions are read with the columns left empty.
+_ADDED_IN = {2: ("cache_bandwidth_gbs", "other_cpu")}
+#: Header line -> the columns (in file order) of every schema version a reader accepts.
+_KNOWN_HEADERS = {
+    ",".join((*names, "crc")) + "\n": names
+    for names in (
+        tuple(n for n in COLUMN_NAMES if not any(n in added for v, added in _ADDED_IN.items() if v > version))
+        for version in range(1, SCHEMA_VERSION + 1)
+    )
+}
+#: A measurement during which other processes used more than this many cores' worth of CPU was made under load.
+BUSY_OTHER_CPU = 0.25
 
 
 class ResultsSchemaError(ValueError):
@@ -270,6 +293,17 @@ def _ends_with_newline(path: Path) -> bool:
         return handle.read(1) == b"\n"
 
 
+def _check_current_header(path: Path) -> None:
+    """Appending to a file of an older schema version would mix row layouts: ask for a merge (which upgrades)."""
+    with open(path, "rb") as handle:
+        first = handle.readline().decode("utf-8", errors="replace")
+    if first != HEADER_LINE:
+        version = "an older schema" if first in _KNOWN_HEADERS else "an unknown schema"
+        raise ResultsSchemaError(
+            f"{path}:1: written with {version}; upgrade it first (appopt bench merge {path.name} -o NEW.csv)"
+        )
+
+
 def append_rows(path: str | Path, rows: Iterable[Mapping[str, Any]]) -> int:
     """Append validated rows; each lands whole or (if the process dies mid-write) is dropped on read."""
     path = Path(path)
@@ -281,6 +315,7 @@ def append_rows(path: str | Path, rows: Iterable[Mapping[str, Any]]) -> int:
         return 0
     _ensure_file(path)
     with _locked_append(path) as fd:
+        _check_current_header(path)
         if not _ends_with_newline(path):
             os.write(fd, b"\n")  # a writer died mid-row: start on a fresh line, leave its fragment to the reader
         for line in lines:
@@ -333,9 +368,11 @@ def _read_rows(path: Path) -> tuple[list[dict[str, Any]], list[str]]:
         raise ResultsSchemaError(f"{path}: no such results file") from None
     text = raw.decode("utf-8", errors="replace")
     lines = text.split("\n")
-    if not lines or lines[0] + "\n" != HEADER_LINE:
+    names = _KNOWN_HEADERS.get(lines[0] + "\n") if lines else None
+    if names is None:
         got = lines[0][:80] if lines else ""
         raise ResultsSchemaError(f"{path}:1: header does not match results schema v{SCHEMA_VERSION} (got {got!r}…)")
+    columns = [_BY_NAME[n] for n in names]
     # split() leaves the text after the last newline as the final element: "" when the file ends cleanly, else the
     # fragment of a row whose writer stopped mid-write.
     body, tail = lines[1:-1], lines[-1] if len(lines) > 1 else ""
@@ -351,12 +388,13 @@ def _read_rows(path: Path) -> tuple[list[dict[str, Any]], list[str]]:
             dropped.append(f"line {number}: checksum mismatch (torn write or edited by hand)")
             continue
         fields = next(csv.reader([content]))
-        if len(fields) != len(COLUMNS):
-            dropped.append(f"line {number}: {len(fields)} fields, expected {len(COLUMNS)}")
+        if len(fields) != len(columns):
+            dropped.append(f"line {number}: {len(fields)} fields, expected {len(columns)}")
             continue
         where = f"{path}:{number}"
         try:
-            row = {c.name: _parse_field(c, f) for c, f in zip(COLUMNS, fields, strict=True)}
+            row = dict.fromkeys(COLUMN_NAMES)
+            row.update({c.name: _parse_field(c, f) for c, f in zip(columns, fields, strict=True)})
         except ValueError as error:
             raise ResultsSchemaError(f"{where}: {error}") from None
         validate_row(row, where)

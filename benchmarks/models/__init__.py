@@ -1,4 +1,5 @@
-"""The benchmark model suite: networks built in code with seeded weights, plus the onnx wheel's light model zoo.
+"""The benchmark model suite: networks built in code with seeded weights, the onnx wheel's light model zoo, and tiny
+models (MLPerf Tiny-like, LeNet-5, a 2-layer BERT) whose times are mostly per-query and per-node overhead.
 
 Every entry is a ``SuiteModel``: a name, an architecture family (the unit of leave-one-architecture-out), a builder
 that returns an ``onnx.ModelProto``, and seeded input feeds for any batch it supports.
@@ -23,6 +24,7 @@ import numpy as np
 import onnx
 
 from benchmarks.models.convnets import mobilenet_v2, resnet18, resnet50
+from benchmarks.models.tiny import bert_tiny, ds_cnn, fc_autoencoder, lenet5, mobilenet_v1, resnet8
 from benchmarks.models.transformer import VOCAB, bert_encoder, mlp
 from benchmarks.models.zoo import LIGHT_MODELS, light_model_path, load_light_model
 
@@ -110,23 +112,53 @@ _CORE: tuple[SuiteModel, ...] = (
     SuiteModel("mlp", "mlp", mlp, (InputSpec("input", (784,)),), description="MLP 784-1024-1024-10", tags=("core",)),
 )
 
+_TINY: tuple[SuiteModel, ...] = tuple(
+    SuiteModel(name, family, builder, inputs, description=description, tags=("tiny",))
+    for name, family, builder, inputs, description in (
+        ("tiny_resnet8", "resnet", resnet8, (InputSpec("input", (3, 32, 32)),), "ResNet-8, CIFAR-10 (MLPerf Tiny)"),
+        ("tiny_dscnn", "ds-cnn", ds_cnn, (InputSpec("input", (1, 49, 10)),), "DS-CNN keyword spotting (MLPerf Tiny)"),
+        (
+            "tiny_mobilenetv1",
+            "mobilenet",
+            mobilenet_v1,
+            (InputSpec("input", (3, 96, 96)),),
+            "MobileNetV1 0.25 at 96x96, visual wake words (MLPerf Tiny)",
+        ),
+        (
+            "tiny_autoencoder",
+            "mlp",
+            fc_autoencoder,
+            (InputSpec("input", (640,)),),
+            "FC autoencoder 640-128-…-8-…-640, anomaly detection (MLPerf Tiny)",
+        ),
+        ("tiny_lenet5", "lenet", lenet5, (InputSpec("input", (1, 28, 28)),), "LeNet-5, 28x28 digits"),
+        (
+            "tiny_bert",
+            "bert",
+            bert_tiny,
+            (InputSpec("input_ids", (64,), "int64", 0, VOCAB),),
+            "BERT-like encoder, 2 layers, hidden 128, seq 64",
+        ),
+    )
+)
+
 #: Suite names accepted by ``suite()``.
-SUITES = ("all", "core", "zoo", "quick")
+SUITES = ("all", "core", "zoo", "tiny", "quick")
 #: A fast subset for smoke tests and CI.
 _QUICK = ("mlp", "bert", "zoo_squeezenet")
 
 
 def _all_models() -> tuple[SuiteModel, ...]:
     zoo = tuple(_zoo_entry(stem) for stem in LIGHT_MODELS if light_model_path(stem).is_file())
-    return _CORE + zoo
+    return _CORE + zoo + _TINY
 
 
 def suite(which: str = "all") -> list[SuiteModel]:
-    """The models of a named suite (``all``, ``core``, ``zoo``, ``quick``) or a comma-separated list of names."""
+    """The models of a named suite (``all``, ``core``, ``zoo``, ``tiny``, ``quick``) or names joined by commas."""
     models = _all_models()
     if which == "all":
         return list(models)
-    if which in ("core", "zoo"):
+    if which in ("core", "zoo", "tiny"):
         return [m for m in models if which in m.tags]
     names = _QUICK if which == "quick" else tuple(n.strip() for n in which.split(",") if n.strip())
     by_name = {m.name: m for m in models}

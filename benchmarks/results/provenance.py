@@ -1,17 +1,24 @@
-"""Where a measurement was made: host, CPU, cores, accelerator, BLAS, library versions and the appopt revision.
+"""Where a measurement was made: host, CPU, cores, accelerator, BLAS, library versions and the appopt revision;
+and how quiet the machine was while it ran (other processes' CPU use, load average).
 
-Collected once per process (it shells out to git and reads /proc) and stamped on every row the harness writes.
+Provenance is collected once per process (it shells out to git and reads /proc) and stamped on every row the harness
+writes; ``interference()`` is measured around each measurement.
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
+import os
 import platform
 import re
 import shutil
 import subprocess
+import time
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
 
 from perfmodels.targets import cpu_model_and_flags, target_key, usable_cores
 
@@ -107,3 +114,77 @@ def collect() -> Provenance:
         blas=blas_in_use(),
         appopt_revision=appopt_revision(),
     )
+
+
+# --- how quiet the machine was --------------------------------------------------------------------------------
+
+_CLOCK_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+
+
+def busy_cpu_seconds() -> float | None:
+    """CPU seconds all CPUs have spent busy since boot (user, nice, system, irq, softirq, steal), or None off Linux.
+
+    Steal time counts as busy: on a virtual machine it is time another guest took from us.
+    """
+    try:
+        with open("/proc/stat", encoding="ascii") as handle:
+            fields = handle.readline().split()
+    except OSError:
+        return None
+    if not fields or fields[0] != "cpu":
+        return None
+    values = [int(v) for v in fields[1:]]
+    user, nice, system, _idle, _iowait, irq, softirq, steal = (values + [0] * 8)[:8]
+    return (user + nice + system + irq + softirq + steal) / _CLOCK_TICKS
+
+
+#: Blocks shorter than this get no reading: /proc/stat counts in clock ticks (10 ms), too coarse for them.
+MIN_PROBE_S = 0.25
+
+
+@dataclass
+class Interference:
+    """CPU time other processes used while a block ran (``other_cpu``: cores' worth; None where unknown)."""
+
+    other_cpu: float | None = None
+    wall_s: float = 0.0
+
+
+@contextlib.contextmanager
+def interference() -> Iterator[Interference]:
+    """Measure what else ran on the machine during the block: all CPUs' busy time minus this process's CPU time.
+
+    ``with interference() as probe: run(); probe.other_cpu`` → e.g. 0.02 on a quiet machine, 1.0 when another
+    process kept one core busy. Resolution: one clock tick (10 ms) per block, so blocks shorter than
+    ``MIN_PROBE_S`` get None.
+    """
+    probe = Interference()
+    busy0, own0, wall0 = busy_cpu_seconds(), time.process_time(), time.perf_counter()
+    try:
+        yield probe
+    finally:
+        busy1, own1, wall1 = busy_cpu_seconds(), time.process_time(), time.perf_counter()
+        probe.wall_s = wall1 - wall0
+        if busy0 is not None and busy1 is not None and probe.wall_s >= MIN_PROBE_S:
+            probe.other_cpu = max(0.0, ((busy1 - busy0) - (own1 - own0)) / probe.wall_s)
+
+
+def load_average() -> float | None:
+    """The 1-minute load average (None where the platform has none)."""
+    try:
+        return os.getloadavg()[0]
+    except OSError:
+        return None
+
+
+def wait_until_quiet(
+    threshold: float = 0.25, window_s: float = 5.0, timeout_s: float = 0.0, sleep: Any = time.sleep
+) -> float | None:
+    """Other processes' CPU use over ``window_s`` (cores' worth), retried until it is below ``threshold`` or
+    ``timeout_s`` passes; returns the last reading (None where it cannot be measured)."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        with interference() as probe:
+            sleep(window_s)
+        if probe.other_cpu is None or probe.other_cpu <= threshold or time.monotonic() >= deadline:
+            return probe.other_cpu

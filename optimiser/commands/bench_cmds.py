@@ -265,18 +265,26 @@ def record_default_cmd(
     out: Annotated[
         Path | None, typer.Option("-o", "--out", help="Database to replace (default: the shipped one).")
     ] = None,
-    min_duration: Annotated[float, typer.Option(help="Minimum seconds per measurement.", min=0.0)] = 1.0,
-    min_queries: Annotated[int, typer.Option(help="Minimum queries per measurement.", min=1)] = 7,
+    min_duration: Annotated[float, typer.Option(help="Minimum seconds per measurement.", min=0.0)] = 0.5,
+    min_queries: Annotated[int, typer.Option(help="Minimum queries per measurement.", min=1)] = 5,
+    max_duration: Annotated[
+        float, typer.Option(help="Stop a slow measurement after this many seconds (at least 3 queries).", min=0.0)
+    ] = 2.5,
     threads: Annotated[list[int] | None, typer.Option("--threads", help="Thread counts (repeatable).")] = None,
     kernels: Annotated[bool, typer.Option(help="Also run the kernel suite.")] = True,
+    quiet_wait: Annotated[
+        float, typer.Option(help="Seconds to wait for other processes to go quiet before starting.", min=0.0)
+    ] = 60.0,
 ) -> None:
-    """Regenerate the shipped result database from scratch on this machine (run it on a quiet machine)."""
+    """Regenerate the shipped result database from scratch on this machine (about 10 minutes; run it quiet)."""
     from dataclasses import replace
 
     from benchmarks.record import RECORD_SETTINGS, record_default
     from perfmodels.results_db import DEFAULT_DB
 
-    settings = replace(RECORD_SETTINGS, min_duration_s=min_duration, min_queries=min_queries)
+    settings = replace(
+        RECORD_SETTINGS, min_duration_s=min_duration, min_queries=min_queries, max_duration_s=max_duration or None
+    )
     record_default(
         model_features,
         catalog_literature_rows(),
@@ -285,7 +293,24 @@ def record_default_cmd(
         tuple(threads or (1, 2)),
         kernels,
         progress=typer.echo,
+        quiet_wait_s=quiet_wait,
     )
+
+
+@bench_app.command("refresh-features")
+@user_errors
+def refresh_features_cmd(
+    db: Annotated[Path | None, typer.Option("--db", help="Database to update (default: the shipped one).")] = None,
+) -> None:
+    """Recompute the model features of suite-model rows with the current model analyser (measurements stay)."""
+    from benchmarks.record import refresh_features
+    from perfmodels.results_db import DEFAULT_DB, ResultsSchemaError
+
+    try:
+        changed = refresh_features(model_features, db or DEFAULT_DB)
+    except ResultsSchemaError as error:
+        raise AppoptError(f"--db: {error}") from None
+    typer.echo(f"updated the features of {changed} row(s) in {db or DEFAULT_DB}")
 
 
 def register(app: typer.Typer) -> None:

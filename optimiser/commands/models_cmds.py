@@ -69,9 +69,13 @@ def evaluate_cmd(
         str, typer.Option(help="auto (CPU time for 1-thread rows on a busy machine) | wall | cpu.")
     ] = "auto",
     threads: Annotated[int | None, typer.Option(help="Only measurements at this thread count.", min=1)] = None,
+    save: Annotated[
+        bool, typer.Option(help="Store the figures next to the database (plans then show them without refitting).")
+    ] = False,
 ) -> None:
     """Leave-one-architecture-out: RMSPE, share within ±10%, Spearman, top-1 regret (fitted vs prior)."""
     from perfmodels.evaluate import leave_one_architecture_out
+    from perfmodels.fitted import default_db_path, write_evaluation_summary
 
     if statistic not in ("auto", "wall", "cpu"):
         raise AppoptError(f"--statistic: {statistic!r} is not one of auto, wall, cpu")
@@ -81,6 +85,14 @@ def evaluate_cmd(
         raise AppoptError(f"--db: {error}") from None
     for line in evaluation.lines():
         typer.echo(line)
+    paths = db or [default_db_path()]
+    if save:
+        if len(paths) != 1 or statistic != "auto" or threads is not None:
+            raise AppoptError("--save: only for one --db evaluated with the defaults (what plans use)")
+        try:  # what plans show as the model's accuracy (read back while the database is unchanged)
+            typer.echo(f"wrote {write_evaluation_summary(paths[0], evaluation)}")
+        except OSError as error:
+            typer.echo(f"note: could not store the figures next to {paths[0]}: {error.strerror}", err=True)
     if per_family:
         typer.echo(evaluation.per_family().to_string(float_format=lambda v: f"{v:.3f}"))
     if plot is not None:
@@ -105,13 +117,16 @@ def show_cmd(db: DbOption = None) -> None:
 #: How each fitted weight is shown: (header, unit scale, as a rate (1/w) or as a cost (w)).
 _DISPLAY = {
     "conv_flops": ("conv GF/s", 1e-9, True),
+    "conv_dw_flops": ("dwconv GF/s", 1e-9, True),
     "gemm_flops": ("gemm GF/s", 1e-9, True),
+    "gemv_flops": ("gemv GF/s", 1e-9, True),
     "norm_flops": ("norm GF/s", 1e-9, True),
     "other_flops": ("other GF/s", 1e-9, True),
     "activation_bytes": ("act GB/s", 1e-9, True),
-    "param_bytes_cached": ("cached GB/s", 1e-9, True),
-    "param_bytes_streamed": ("stream GB/s", 1e-9, True),
+    "gemv_weight_bytes_cached": ("wts GB/s", 1e-9, True),
+    "gemv_weight_bytes_streamed": ("stream GB/s", 1e-9, True),
     "nodes": ("us/node", 1e6, False),
+    "queries": ("us/query", 1e6, False),
 }
 
 

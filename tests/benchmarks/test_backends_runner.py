@@ -72,6 +72,25 @@ def test_onnxruntime_int8_runs_and_stays_close():
     assert np.abs(got - want).max() < 0.1 * np.abs(want).max()
 
 
+def test_int8_quantises_a_model_once_for_every_thread_count(monkeypatch):
+    pytest.importorskip("onnxruntime")
+    import benchmarks.backends as backends
+
+    calls: list[int] = []
+    real = backends._quantize_dynamic_uncached
+
+    def counting(data: bytes) -> bytes:
+        calls.append(len(data))
+        return real(data)
+
+    monkeypatch.setattr(backends, "_quantize_dynamic_uncached", counting)
+    backends._QUANTIZED.clear()
+    mlp = get_model("mlp").model()
+    for threads in (1, 2):
+        get_backend("onnxruntime").prepare(mlp, threads=threads, precision="int8")
+    assert len(calls) == 1
+
+
 def test_runner_writes_valid_rows_with_provenance(tmp_path):
     db = tmp_path / "shard.csv"
     request = BenchRequest(

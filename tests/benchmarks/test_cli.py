@@ -135,3 +135,41 @@ def test_models_commands_report_a_bad_database_in_one_line(tmp_path):
     result = runner.invoke(app(), ["models", "evaluate", "--db", str(bad)])
     assert result.exit_code == 1
     assert "error: --db:" in result.output and "Traceback" not in result.output
+
+
+def test_models_evaluate_save_stores_the_figures_plans_show(tmp_path):
+    import shutil
+
+    from perfmodels.fitted import read_evaluation_summary
+    from perfmodels.results_db import DEFAULT_DB
+
+    db = tmp_path / "db.csv"
+    shutil.copy(DEFAULT_DB, db)
+    result = runner.invoke(app(), ["models", "evaluate", "--db", str(db), "--save"])
+    assert result.exit_code == 0, result.output
+    assert "db.evaluation.json" in result.output and read_evaluation_summary(db) is not None
+    refused = runner.invoke(app(), ["models", "evaluate", "--db", str(db), "--threads", "1", "--save"])
+    assert refused.exit_code == 1 and "error: --save:" in refused.output
+
+
+def test_bench_refresh_features_updates_suite_rows(tmp_path):
+    db = tmp_path / "db.csv"
+    append_rows(
+        db,
+        [
+            make_row(
+                source="measured",
+                target="t-2c",
+                backend="onnxruntime",
+                model="mlp",
+                scenario="SingleStream",
+                metric="p90_latency_ms",
+                value=0.3,
+                flops_per_sample=1.0,
+                flops_by_class={"gemm": 1.0},
+            )
+        ],
+    )
+    result = runner.invoke(app(), ["bench", "refresh-features", "--db", str(db)])
+    assert result.exit_code == 0 and "updated the features of 1 row(s)" in result.output
+    assert "gemv" in read_results(db)["flops_by_class"].iloc[0]

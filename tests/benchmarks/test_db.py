@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import csv
+import io
 import os
 import signal
 import subprocess
 import sys
 import textwrap
 import time
+import zlib
 from pathlib import Path
 
 import pandas as pd
@@ -15,9 +18,11 @@ import pytest
 
 from perfmodels.results_db import (
     COLUMN_NAMES,
+    COLUMNS,
     HEADER_LINE,
     ResultsSchemaError,
     append_rows,
+    format_row,
     make_row,
     merge,
     read_results,
@@ -201,3 +206,22 @@ def test_schema_is_documented_for_every_column():
     text = schema_markdown()
     for name in COLUMN_NAMES:
         assert f"| {name} |" in text
+
+
+def test_files_of_the_previous_schema_are_read_and_upgraded_by_merge(tmp_path):
+    old_names = [c for c in COLUMN_NAMES if c not in ("cache_bandwidth_gbs", "other_cpu")]
+    old = tmp_path / "v1.csv"
+    body = format_row(row(load_avg=0.5))  # a current row, then re-encoded without the v2 columns
+    fields = next(csv.reader([body.rpartition(",")[0]]))
+    kept = [f for c, f in zip(COLUMNS, fields, strict=True) if c.name in old_names]
+    buffer = io.StringIO()
+    csv.writer(buffer, lineterminator="").writerow(kept)
+    line = buffer.getvalue()
+    old.write_text(",".join((*old_names, "crc")) + "\n" + f"{line},{zlib.crc32(line.encode()):08x}\n")
+    frame = read_results(old)
+    assert len(frame) == 1 and frame["load_avg"].iloc[0] == 0.5 and frame["other_cpu"].isna().all()
+    with pytest.raises(ResultsSchemaError, match="older schema"):
+        append_rows(old, [row()])
+    merged = tmp_path / "v2.csv"
+    merge([old], merged)
+    assert merged.read_text().startswith(HEADER_LINE) and len(read_results(merged)) == 1

@@ -145,3 +145,21 @@ def test_compare_outputs_passes_within_tolerance_and_fails_outside():
 def test_unknown_scenario_is_an_error():
     with pytest.raises(ValueError, match="unknown scenario"):
         run_scenario("Bogus", lambda i: None)  # type: ignore[arg-type]
+
+
+def test_max_duration_stops_a_slow_sut_after_three_queries():
+    fake = FakeTime()
+    sut, calls = sut_with_latencies(fake, [1000])  # one second per query
+    settings = ScenarioSettings(min_duration_s=0.5, min_queries=7, max_duration_s=2.5, warmup_queries=2)
+    result = run_scenario("SingleStream", sut, settings, clock=fake.clock)
+    assert result.queries == 3 and len(calls) == 5  # the cap overrides min_queries, but never below three
+    fast, _ = sut_with_latencies(fake, [1])
+    assert run_scenario("SingleStream", fast, settings, clock=fake.clock).queries == 500  # the cap does not bind
+
+
+def test_warm_up_stops_early_once_its_time_is_spent():
+    fake = FakeTime()
+    sut, calls = sut_with_latencies(fake, [800, 10])
+    settings = ScenarioSettings(min_duration_s=0.0, min_queries=3, warmup_queries=2, warmup_max_s=0.5)
+    run_scenario("SingleStream", sut, settings, clock=fake.clock)
+    assert len(calls) == 1 + 3  # one slow warm-up query was enough

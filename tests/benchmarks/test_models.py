@@ -11,11 +11,15 @@ from benchmarks.runner import feeds_digest
 from optimiser.modelinfo import analyse_onnx
 
 
-def test_suites_list_the_core_and_zoo_models():
+def test_suites_list_the_core_zoo_and_tiny_models():
     assert [m.name for m in suite("core")] == ["resnet50", "resnet18", "mobilenetv2", "bert", "mlp"]
     zoo = suite("zoo")
     assert len(zoo) == 9 and all(m.fixed_batch == 1 and m.source == "onnx-light-zoo" for m in zoo)
-    assert len(suite("all")) == 14
+    tiny = suite("tiny")
+    assert len(tiny) == 6 and all(m.fixed_batch is None for m in tiny)
+    # the overheads tiny models measure are learned from several architecture families, not one
+    assert len({m.family for m in tiny}) >= 5
+    assert len(suite("all")) == 20
     assert [m.name for m in suite("mlp,bert")] == ["mlp", "bert"]
     assert {m.family for m in suite("all") if "resnet" in m.name} == {"resnet"}
 
@@ -49,6 +53,12 @@ def test_fixed_batch_models_refuse_other_batches():
         ("mobilenetv2", 0.60, 3.5),
         ("bert", 0.88, 5.3),
         ("mlp", 0.0037, 1.86),
+        ("tiny_resnet8", 0.0252, 0.078),
+        ("tiny_dscnn", 0.0055, 0.023),
+        ("tiny_mobilenetv1", 0.0154, 0.21),
+        ("tiny_autoencoder", 0.00053, 0.266),
+        ("tiny_lenet5", 0.00085, 0.062),
+        ("tiny_bert", 0.0557, 1.45),
     ],
 )
 def test_built_models_cost_what_the_architectures_cost(name, gflops, mparams):
@@ -67,7 +77,7 @@ def test_built_models_are_reproducible_from_their_seed():
     assert a.SerializeToString() != mlp(seed=1).SerializeToString()
 
 
-@pytest.mark.parametrize("name", ["mlp", "bert", "mobilenetv2", "zoo_squeezenet"])
+@pytest.mark.parametrize("name", ["mlp", "bert", "mobilenetv2", "zoo_squeezenet", *(m.name for m in suite("tiny"))])
 def test_models_run_on_onnxruntime_with_finite_outputs(name):
     ort = pytest.importorskip("onnxruntime")
     model = get_model(name)

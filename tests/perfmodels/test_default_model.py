@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 from pathlib import Path
 
@@ -12,7 +13,7 @@ import pytest
 from benchmarks.models import suite
 from optimiser.catalog import load_catalog
 from perfmodels.evaluate import leave_one_architecture_out
-from perfmodels.fit import training_rows
+from perfmodels.fit import training_rows, unreliable
 from perfmodels.fitted import FittedModel, load_default_model
 from perfmodels.results_db import DEFAULT_DB, read_results
 
@@ -77,13 +78,30 @@ def test_default_model_is_fitted_and_cached():
 
 
 def test_leave_one_architecture_out_on_the_shipped_data(shipped):
-    """The issue's goals: top-1 regret ≤ 1.10 is met; RMSPE ≤ 15% is not yet (see the report), so it is bounded."""
+    """The issue's goals: top-1 regret ≤ 1.10 is met; RMSPE ≤ 15% is not (about 31% at fp32, 41% with onnxruntime's
+    dynamically quantised int8, whose times depend on the quantiser's rewrite more than on the fp32 graph; see
+    the report), so it is bounded here to catch regressions."""
     evaluation = leave_one_architecture_out(shipped)
     assert evaluation.fitted.mean_regret <= 1.10
-    assert evaluation.fitted.spearman >= 0.85
-    # fitting must beat the uncorrected roofline by a wide margin on ranking
+    assert evaluation.fitted.spearman >= 0.95
+    assert evaluation.by_precision()["fp32"].rmspe < 0.40
+    assert evaluation.fitted.rmspe < 0.60
+    # fitting must beat the uncorrected roofline by a wide margin, on accuracy and on ranking
+    assert evaluation.fitted.rmspe < 0.5 * evaluation.prior.rmspe
     assert evaluation.fitted.mean_regret < evaluation.prior.mean_regret
-    assert evaluation.fitted.rmspe < 1.0
+    # every family is held out at least once, tiny models included
+    assert {"mlp", "lenet", "ds-cnn", "bert", "resnet"} <= set(evaluation.predictions["family"])
+
+
+def test_the_shipped_recording_was_quiet_and_within_its_budget(shipped):
+    from benchmarks.record import RECORD_BUDGET_S, summary_path
+
+    summary = json.loads(summary_path(DEFAULT_DB).read_text(encoding="utf-8"))
+    assert summary["duration_s"] <= RECORD_BUDGET_S
+    assert summary["rows_under_load"] <= 0.05 * summary["rows_measured"]
+    single = shipped[(shipped["scenario"] == "SingleStream") & (shipped["source"] == "measured")]
+    assert single["other_cpu"].notna().all() and single["load_avg"].notna().all()
+    assert (single["threads"] == 2).any() and not unreliable(single).any()  # multi-threaded rows are all usable
 
 
 SPEC = """\
@@ -114,6 +132,11 @@ def fastest_measured(data: pd.DataFrame, target: str, threads: int, model: str, 
     return rows.groupby(["framework", "layout"])["y"].median().sort_values()
 
 
+#: Two measurements of one configuration on a quiet machine differ by a few per cent; a framework measured within
+#: this factor of the fastest is as fast as far as the data can tell.
+NEAR_TIE = 1.03
+
+
 def test_the_local_plan_picks_the_backend_that_measures_fastest(shipped, tmp_path, monkeypatch):
     import perfmodels.fitted as fitted
     from optimiser.planner import make_plan
@@ -124,7 +147,7 @@ def test_the_local_plan_picks_the_backend_that_measures_fastest(shipped, tmp_pat
     monkeypatch.setattr(fitted, "usable_cores", lambda: cores)
     model = load_default_model()
     data = training_rows(shipped)
-    regrets = []
+    regrets, wrong = [], []
     for suite_model in suite("all"):
         path = tmp_path / f"{suite_model.name}.onnx"
         onnx.save(suite_model.model(), str(path))
@@ -136,10 +159,37 @@ def test_the_local_plan_picks_the_backend_that_measures_fastest(shipped, tmp_pat
             threads = int(plan.choice.prediction.detail["threads"])  # the measurements the prediction stands on
             measured = fastest_measured(data, target, threads, suite_model.name, batch)
             assert len(measured) >= 2, (suite_model.name, batch, threads)
-            best_framework = measured.index[0][0]
-            assert choice.framework == best_framework, (suite_model.name, batch, choice.key, measured.to_dict())
+            # the fastest framework, up to the measurements' repeatability: frameworks within NEAR_TIE of the
+            # fastest measured the same within noise (a 1% difference between two runs is no ranking)
+            framework_best = measured.groupby(level=0).min()
+            tied = set(framework_best[framework_best <= framework_best.min() * NEAR_TIE].index)
+            if choice.framework not in tied:
+                wrong.append((suite_model.name, batch, choice.key, measured.to_dict()))
             regrets.append(measured.get((choice.framework, choice.layout), math.inf) / measured.iloc[0])
         Path(path).unlink()
+    assert not wrong, wrong
     assert len(regrets) >= len(suite("all"))
     # the layout within the fastest framework is right on average (single near-ties may go either way)
     assert sum(regrets) / len(regrets) <= 1.10, regrets
+
+
+def test_a_tiny_model_gets_fitted_microsecond_predictions_in_the_right_order(tmp_path, monkeypatch):
+    """A 64-128-64-10 MLP (the README's digits example) is far smaller than the core models: the tiny suite models
+    put it inside the fitted range, so it is predicted from per-query and per-node overheads, not the prior's
+    200 µs, and onnxruntime (about 7 µs here) ranks before our runtime (about 45 µs)."""
+    import perfmodels.fitted as fitted
+    from benchmarks.models.transformer import mlp
+    from optimiser.planner import make_plan
+    from optimiser.spec import parse_spec
+
+    target, cores = measured_target(read_results(DEFAULT_DB))
+    monkeypatch.setattr(fitted, "local_target_key", lambda: target)
+    monkeypatch.setattr(fitted, "usable_cores", lambda: cores)
+    onnx.save(mlp(sizes=(64, 128, 64, 10)), str(tmp_path / "digits.onnx"))
+    spec = parse_spec(SPEC.format(name="digits", file="digits.onnx", batch=1), base_dir=tmp_path)
+    plan = make_plan(spec, model=load_default_model())
+    by_framework = {c.route.framework: c.prediction for c in plan.candidates if c.route.compiler == "none"}
+    ort, ours = by_framework["onnxruntime"], by_framework["appopt-runtime"]
+    assert ort.basis.startswith(f"fitted:{target}") and ours.basis.startswith(f"fitted:{target}")
+    assert 1e-6 < ort.step_seconds < 50e-6 and 5e-6 < ours.step_seconds < 300e-6
+    assert ort.step_seconds < ours.step_seconds and plan.choice.route.framework == "onnxruntime"
