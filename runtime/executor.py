@@ -1,13 +1,22 @@
 """Compile a model into an executable plan and run it.
 
-``compile_model`` = load -> (old opsets converted) -> shape/dtype inference -> IR -> function expansion ->
-static checks -> graph passes -> kernels resolved and built once. ``Executable.run`` walks the nodes in topological
-order over a name -> value map and drops every value right after its last reader.
+``compile_model`` = load -> (old opsets converted) -> (input shapes fixed, if asked) -> shape/dtype inference -> IR
+-> function expansion -> static checks -> graph passes (``runtime/passes/pipeline.py``) -> kernels resolved and
+built once, with their constant inputs handed to them (``prepare``: weight packing, per-shape algorithm choice).
 
-Threads: ``threads=N`` caps the BLAS/OpenMP pools NumPy uses, through threadpoolctl when it is importable (applied
-around each ``run`` so other code in the process keeps its own setting). Without threadpoolctl the cap can only be
-set through ``OPENBLAS_NUM_THREADS``/``OMP_NUM_THREADS`` before NumPy is imported; ``Executable.threads_applied``
-says which happened.
+``Executable.run`` walks the steps in topological order over a name -> value map and drops every value right after
+its last reader. The first run for an input signature records every step's shapes; later runs with that signature
+use a static plan (``runtime/passes/memory_plan.py``): intermediate tensors live in a few reused per-thread buffers
+(in place where a kernel allows), graph inputs are staged into fixed buffers, and every step whose inputs then sit
+at fixed addresses runs as a prebound compiled call, so the run loop is a short list of calls. A step meeting
+shapes other than recorded (value-dependent shapes) makes the run start again unplanned.
+
+Threads: ``threads=N`` sizes the compiled kernels' pool (``runtime.native``; default every available CPU), whose
+workers stay hot during a run, and caps the BLAS/OpenMP pools NumPy uses (to one thread when the pool exists, so the
+two never compete) through threadpoolctl when it is importable, around each ``run`` so other code in the process
+keeps its own setting. Without threadpoolctl the cap can only be set through ``OPENBLAS_NUM_THREADS``/
+``OMP_NUM_THREADS`` before NumPy is imported; ``Executable.threads_applied`` says which happened ("not needed" when
+no step can reach BLAS).
 
 Example::
 
@@ -64,6 +73,12 @@ class CompileOptions:
     node_opsets: Mapping[str, int] = field(default_factory=dict)
     #: Skip onnx inference and the static checks (only for artifacts this runtime already checked).
     prechecked: bool = False
+    #: Layout pass mode: "auto" (NHWC where the compiled kernels exist), "nhwc" or "nchw".
+    layout: str = "auto"
+    #: Measure algorithm alternatives at compile time (``runtime.tuning``); None follows ``APPOPT_TUNING``.
+    tune: bool | None = None
+    #: Input name -> fixed shape: specialises every shape in the graph (static layout, tuning and memory plan).
+    input_shapes: Mapping[str, Sequence[int]] | None = None
 
 
 def resolve_kernel(node: Node) -> type[Kernel]:
@@ -126,6 +141,8 @@ class Plan:
         self.constants: dict[str, Any] = dict(graph.initializers)
         self.input_names = graph.input_names
         self.output_names = graph.output_names
+        self._static: dict[tuple[Any, ...], _StaticPlan] | None = None
+        self._unplannable: set[tuple[Any, ...]] = set()
         self.steps = self._build_steps(order)
 
     def _build_steps(self, order: list[Node]) -> list[_Step]:
@@ -145,6 +162,7 @@ class Plan:
         steps = []
         for idx, node in enumerate(order):
             kernel = self._instantiate(node)
+            self._prepare(node, kernel)
             steps.append(
                 _Step(
                     node=node,
@@ -156,6 +174,21 @@ class Plan:
                 )
             )
         return steps
+
+    def _prepare(self, node: Node, kernel: Kernel) -> None:
+        """Give kernels that want them their constant inputs (weights) once, at compile time."""
+        prepare = getattr(kernel, "prepare", None)
+        if prepare is None:
+            return
+        overridable = set(self.graph.input_names)
+        constants = tuple(
+            self.constants.get(name) if name and name not in overridable else None for name in node.inputs
+        )
+        shapes = tuple(self.visible[name].shape if name in self.visible else None for name in node.inputs)
+        try:
+            prepare(constants, shapes)
+        except Exception:  # preparation is an optimisation: the kernel still works unprepared
+            return
 
     def _instantiate(self, node: Node) -> Kernel:
         cls = resolve_kernel(node)
@@ -206,7 +239,55 @@ class Plan:
 
     # -- execution ---------------------------------------------------------------------------------------------
     def execute(self, env: dict[str, Any]) -> list[Any]:
-        """Run every step; ``env`` holds the inputs (and outer values) and is consumed."""
+        """Run every step; ``env`` holds the inputs (and outer values) and is consumed.
+
+        With a memory plan enabled (``enable_static``), the first run for an input signature records the shapes,
+        and later runs with that signature write into the planned per-thread buffers instead of allocating.
+        """
+        static = self._static
+        if static is None:
+            return self._execute_generic(env)
+        signature = _signature(env, self.input_names)
+        if signature is None:
+            return self._execute_generic(env)
+        compiled = static.get(signature)
+        if compiled is None:
+            if signature in self._unplannable or len(static) >= MAX_STATIC_PLANS:
+                return self._execute_generic(env)
+            record: list[tuple[Any, ...]] = []
+            feeds = dict(env)
+            outputs = self._execute_generic(env, record)
+            static[signature] = _StaticPlan(self, record, feeds)
+            return outputs
+        feeds = dict(env)
+        try:
+            return compiled.execute(env)
+        except _Replan:
+            del static[signature]
+            self._unplannable.add(signature)
+            return self._execute_generic(feeds)
+
+    @property
+    def planned_bytes(self) -> int:
+        """Bytes of the planned buffers (slots and staged inputs) of one thread, summed over input signatures."""
+        if not self._static:
+            return 0
+        return sum(p.buffer_bytes for p in self._static.values())
+
+    @property
+    def may_use_blas(self) -> bool:
+        """Whether a run may reach NumPy's BLAS: false only when every step of the current static plans is a
+        prebound compiled call, a fixed view, or an op that never multiplies matrices."""
+        if not self._static:
+            return True
+        return any(plan.may_use_blas for plan in self._static.values())
+
+    def enable_static(self) -> None:
+        """Plan buffers per input signature (the ``memory_plan`` pass)."""
+        self._static = {}
+        self._unplannable = set()
+
+    def _execute_generic(self, env: dict[str, Any], record: list[tuple[Any, ...]] | None = None) -> list[Any]:
         for name, value in self.constants.items():
             env.setdefault(name, value)
         previous = getattr(self._local, "env", None)
@@ -226,6 +307,8 @@ class Plan:
                 for name, value in zip(outputs, results, strict=False):
                     if name:
                         env[name] = np.asarray(value) if isinstance(value, np.generic) else value
+                if record is not None:
+                    record.append((tuple(_shape_of(a) for a in args), _meta(results[0] if results else None)))
                 for name in step.free_after:
                     env.pop(name, None)
             return [env[name] for name in self.output_names]
@@ -233,6 +316,256 @@ class Plan:
             raise KernelError(f"value {exc.args[0]!r} was not available when needed") from None
         finally:
             self._local.env = previous
+
+
+#: Input signatures (shape sets) a plan keeps static buffers for.
+MAX_STATIC_PLANS = 4
+
+
+class _Replan(Exception):
+    """A planned step met inputs of other shapes than recorded (value-dependent shapes): run unplanned."""
+
+
+def _shape_of(value: Any) -> tuple[int, ...] | None:
+    return value.shape if isinstance(value, np.ndarray) else None
+
+
+def _meta(value: Any) -> tuple[tuple[int, ...], np.dtype[Any]] | None:
+    """Shape and dtype of a plannable result (a non-empty, non-object array)."""
+    if isinstance(value, np.ndarray) and value.dtype != object and value.size > 0:
+        return value.shape, value.dtype
+    return None
+
+
+def _signature(env: Mapping[str, Any], names: Sequence[str]) -> tuple[Any, ...] | None:
+    sig = []
+    for name in names:
+        value = env.get(name)
+        if not isinstance(value, np.ndarray):
+            return None
+        sig.append((value.shape, value.dtype.str))
+    return tuple(sig)
+
+
+class _StaticPlan:
+    """One input signature's schedule with planned buffers (built from a recorded run).
+
+    Graph inputs are copied into fixed buffers at the start of a run and outputs that live in planned buffers are
+    copied out at the end, so every step whose kernel can bind runs as a prebound compiled call.
+    """
+
+    def __init__(self, plan: Plan, record: list[tuple[Any, ...]], inputs: Mapping[str, Any]) -> None:
+        from runtime.passes.memory_plan import StepInfo, plan_buffers
+
+        self.plan = plan
+        infos = []
+        self.arg_shapes: list[tuple[Any, ...]] = []
+        self.out_meta: list[tuple[tuple[int, ...], np.dtype[Any]] | None] = []
+        for step, (arg_shapes, first) in zip(plan.steps, record, strict=True):
+            kernel = step.kernel
+            into = hasattr(kernel, "compute_into") and len(step.outputs) == 1 and first is not None
+            reads = tuple(_reads(step.node))
+            inplace = tuple(_read_position(step.node, p) for p in getattr(kernel, "inplace_inputs", ()))
+            infos.append(
+                StepInfo(
+                    reads=reads,
+                    outputs=step.outputs,
+                    writes_into=into,
+                    fresh=bool(getattr(kernel, "fresh_output", False)),
+                    inplace=tuple(p for p in inplace if p is not None),
+                    out_nbytes=int(np.prod(first[0], dtype=np.int64)) * first[1].itemsize if into else None,
+                )
+            )
+            self.arg_shapes.append(arg_shapes)
+            self.out_meta.append(first if into else None)
+        # outputs are read (copied out) after the last step
+        infos.append(StepInfo(reads=tuple(plan.output_names), outputs=()))
+        self.memory = plan_buffers(infos, set())
+        self.planned = [self.memory.slot_of.get(step.outputs[0]) if step.outputs else None for step in plan.steps]
+        #: Graph inputs staged into fixed buffers: name -> (shape, dtype) of this signature.
+        self.staged = {
+            name: (value.shape, value.dtype)
+            for name, value in inputs.items()
+            if name in plan.input_names and isinstance(value, np.ndarray) and value.dtype != object
+        }
+        self._local = threading.local()
+        #: Refined when a thread builds its program (until then assume BLAS may be used).
+        self.may_use_blas = True
+        #: Bytes one thread's planned buffers take (slots plus staged inputs).
+        self.buffer_bytes = self.memory.total_bytes + sum(
+            int(np.prod(shape, dtype=np.int64)) * np.dtype(dtype).itemsize for shape, dtype in self.staged.values()
+        )
+
+    def _state(self) -> tuple[dict[str, Any], list[tuple[str, Any, _Step, Any]], list[np.ndarray]]:
+        """This thread's environment template, program and buffers (built once per thread)."""
+        state = getattr(self._local, "state", None)
+        if state is None:
+            state = self._build_state()
+            self._local.state = state
+        return state
+
+    def _build_state(self) -> tuple[dict[str, Any], list[tuple[str, Any, _Step, Any]], list[np.ndarray]]:
+        """Allocate (and touch) the slots and input buffers, then decide per step how it runs:
+
+        ``bound``: a prebound compiled call (every input lives at a fixed address: a constant, a staged input, a
+        planned buffer or a fixed view of one); ``into``: the kernel writes into its planned buffer; ``skip``: a
+        view op whose result is a fixed view computed here once; ``run``: the ordinary kernel call.
+        """
+        plan = self.plan
+        slots = [np.zeros(n, dtype=np.uint8) for n in self.memory.slot_bytes]
+        staged = {name: np.zeros(shape, dtype=dtype) for name, (shape, dtype) in self.staged.items()}
+        overridable = set(plan.input_names)
+        stable: dict[str, Any] = {k: v for k, v in plan.constants.items() if k not in overridable}
+        stable.update(staged)
+        program: list[tuple[str, Any]] = []
+        for step, slot, meta in zip(plan.steps, self.planned, self.out_meta, strict=True):
+            inputs_stable = all(not name or name in stable for name in step.inputs)
+            args = [stable.get(name) if name else None for name in step.inputs]
+            if slot is not None and meta is not None:
+                shape, dtype = meta
+                out = np.ndarray(shape, dtype=dtype, buffer=slots[slot])
+                bound = None
+                bind = getattr(step.kernel, "bind", None)
+                if inputs_stable and bind is not None:
+                    try:
+                        bound = bind(out, *args)
+                    except Exception:  # binding is an optimisation; the step still runs unbound
+                        bound = None
+                stable[step.outputs[0]] = out
+                program.append(("bound", bound) if bound is not None else ("into", out))
+                continue
+            if inputs_stable and _is_view_op(step.node) and len(step.outputs) == 1:
+                try:
+                    view = step.kernel.run(*args)[0]
+                except Exception:
+                    view = None
+                if isinstance(view, np.ndarray) and isinstance(args[0], np.ndarray) and np.shares_memory(view, args[0]):
+                    stable[step.outputs[0]] = view
+                    program.append(("skip", None))
+                    continue
+            program.append(("run", None))
+        env = dict(plan.constants)
+        env.update(stable)
+        buffers = slots + list(staged.values())
+        self.may_use_blas = any(
+            kind != "bound" and kind != "skip" and step.node.op_type in BLAS_OPS
+            for (kind, _), step in zip(program, plan.steps, strict=True)
+        )
+        # the run loop walks only the steps that do something, with what they need bound up front
+        compact = [
+            (kind, payload, step, self.arg_shapes[i])
+            for i, ((kind, payload), step) in enumerate(zip(program, plan.steps, strict=True))
+            if kind != "skip"
+        ]
+        return env, compact, buffers
+
+    def execute(self, env: dict[str, Any]) -> list[Any]:
+        plan = self.plan
+        template, program, buffers = self._state()
+        feeds = env
+        env = template.copy()
+        staged = self.staged
+        for name, value in feeds.items():
+            if name in staged:
+                np.copyto(env[name], value)
+            else:
+                env[name] = value
+        previous = getattr(plan._local, "env", None)
+        plan._local.env = env
+        limit = plan.shared.options.max_alloc_bytes
+        try:
+            for kind, payload, step, arg_shapes in program:
+                if kind == "bound":
+                    payload()
+                    continue
+                args = [env[name] if name else None for name in step.inputs]
+                if kind == "into":
+                    for a, shape in zip(args, arg_shapes, strict=True):
+                        if shape is not None and (not isinstance(a, np.ndarray) or a.shape != shape):
+                            raise _Replan
+                    _compute_into(step, payload, args)
+                else:
+                    if step.guard_size:
+                        _guard_size(step, args, limit)
+                    results = step.kernel.run(*args)
+                    outputs = step.outputs
+                    if len(results) < len(outputs) and any(outputs[len(results) :]):
+                        raise KernelError(
+                            f"{step.node.label()}: kernel returned {len(results)} outputs, {len(outputs)} expected"
+                        )
+                    for name, value in zip(outputs, results, strict=False):
+                        if name:
+                            env[name] = np.asarray(value) if isinstance(value, np.generic) else value
+            return [_detach(env[name], buffers) for name in plan.output_names]
+        except KeyError as exc:
+            raise KernelError(f"value {exc.args[0]!r} was not available when needed") from None
+        finally:
+            plan._local.env = previous
+
+
+#: Ops that return views of their first input (their result is fixed when that input's buffer is).
+VIEW_OPS = frozenset({"Reshape", "Transpose", "Squeeze", "Unsqueeze", "Flatten", "Identity"})
+
+
+def _is_view_op(node: Node) -> bool:
+    return node.op_type in VIEW_OPS and not node.domain
+
+
+#: Ops whose kernels (or NumPy fallbacks) may call BLAS.
+BLAS_OPS = frozenset(
+    {
+        "MatMul",
+        "Gemm",
+        "Conv",
+        "ConvTranspose",
+        "Einsum",
+        "FusedMatMul",
+        "FusedConv",
+        "NhwcConv",
+        "LSTM",
+        "GRU",
+        "RNN",
+        "Attention",
+        "MatMulInteger",
+        "QLinearMatMul",
+        "QLinearConv",
+        "ConvInteger",
+        "DeformConv",
+        "Loop",
+        "If",
+        "Scan",
+        "MultiHeadAttention",
+        "Det",
+        "DFT",
+        "STFT",
+    }
+)
+
+
+def _detach(value: Any, buffers: Sequence[np.ndarray]) -> Any:
+    """A copy of an output that lives in (or views) this thread's reusable buffers; the value itself otherwise."""
+    if isinstance(value, np.ndarray) and any(np.may_share_memory(value, b) for b in buffers):
+        return value.copy()
+    return value
+
+
+def _compute_into(step: _Step, out: np.ndarray, args: list[Any]) -> None:
+    try:
+        result = step.kernel.compute_into(out, *args)  # type: ignore[attr-defined]
+        if result is not None and result is not out:
+            np.copyto(out, result)
+    except (KernelError, _Replan):
+        raise
+    except Exception as exc:
+        node = step.node
+        raise KernelError(f"node {node.name!r} ({node.op_type}): {type(exc).__name__}: {exc}") from exc
+
+
+def _read_position(node: Node, input_index: int) -> int | None:
+    """Index into ``_reads(node)`` of input ``input_index`` (empty optional inputs are not read)."""
+    if input_index >= len(node.inputs) or not node.inputs[input_index]:
+        return None
+    return sum(1 for name in node.inputs[:input_index] if name)
 
 
 def _reads(node: Node) -> list[str]:
@@ -279,18 +612,81 @@ def _threadpool_controller() -> Any:
     return _CONTROLLER
 
 
+def available_cpus() -> int:
+    """CPUs this process may run on (its affinity mask where the OS has one)."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):
+        return max(1, os.cpu_count() or 1)
+
+
 @contextlib.contextmanager
-def limit_threads(threads: int | None) -> Iterator[str]:
-    """Cap BLAS/OpenMP threads for the duration of the block; yields how it was applied."""
-    if not threads:
-        yield "unlimited"
+def native_threads(threads: int | None, hold: bool = False) -> Iterator[bool]:
+    """Threads of the compiled kernels' pool for the duration of the block (default: every available CPU);
+    ``hold`` keeps its workers spinning between operations (a model run). Yields whether the pool exists."""
+    from runtime import native
+
+    lib = native.lib()
+    if lib is None:
+        yield False
         return
-    controller = _threadpool_controller()
-    if controller:
-        with controller.limit(limits=threads):
-            yield "threadpoolctl"
+    wanted = threads or available_cpus()
+    if hold:
+        previous = lib.run_begin(wanted)
+        try:
+            yield True
+        finally:
+            lib.run_end(previous)
         return
-    yield "environment" if os.environ.get("OMP_NUM_THREADS") == str(threads) else "not applied"
+    previous = native.get_threads()
+    native.set_threads(wanted)
+    try:
+        yield True
+    finally:
+        native.set_threads(previous)
+
+
+_BLAS_LIBS: list[Any] | None = None
+
+
+def _blas_controllers() -> list[Any]:
+    """threadpoolctl's per-library controllers (queried once; empty without threadpoolctl)."""
+    global _BLAS_LIBS
+    if _BLAS_LIBS is None:
+        controller = _threadpool_controller()
+        _BLAS_LIBS = list(getattr(controller, "lib_controllers", [])) if controller else []
+    return _BLAS_LIBS
+
+
+@contextlib.contextmanager
+def limit_threads(threads: int | None, blas: bool = True) -> Iterator[str]:
+    """Set the compiled kernels' pool size and cap BLAS/OpenMP threads for the duration of a run; yields how the
+    cap was applied. With the compiled kernels present, BLAS runs single-threaded: the pool does the parallel
+    work, and two thread pools spinning on the same cores slow each other down. ``blas=False`` (no step of the
+    run can reach a BLAS library) skips the cap and its cost."""
+    with native_threads(threads, hold=True) as pooled:
+        if not blas:
+            yield "not needed"
+            return
+        blas_threads = 1 if pooled else threads
+        if not blas_threads:
+            yield "unlimited"
+            return
+        libs = _blas_controllers()
+        if libs:
+            changed = []
+            try:
+                for lc in libs:
+                    current = lc.get_num_threads()
+                    if current != blas_threads:
+                        lc.set_num_threads(blas_threads)
+                        changed.append((lc, current))
+                yield "threadpoolctl"
+            finally:
+                for lc, current in changed:
+                    lc.set_num_threads(current)
+            return
+        yield "environment" if os.environ.get("OMP_NUM_THREADS") == str(blas_threads) else "not applied"
 
 
 # -- the public object -----------------------------------------------------------------------------------------
@@ -317,9 +713,23 @@ class Executable:
     def run(self, feeds: Mapping[str, Any]) -> dict[str, Any]:
         """Run once. Tensors are NumPy arrays (strings: dtype=object), sequences lists, empty optionals None."""
         env = self._check_feeds(feeds)
-        with limit_threads(self.threads) as how:
+        plan = self.plan
+        if not plan.may_use_blas:
+            # the common planned case: only the compiled kernels' pool to set, two foreign calls
+            from runtime import native
+
+            lib = native.lib()
+            if lib is not None:
+                previous = lib.run_begin(self.threads or available_cpus())
+                try:
+                    values = plan.execute(env)
+                finally:
+                    lib.run_end(previous)
+                self.threads_applied = "not needed"
+                return dict(zip(self.output_names, values, strict=True))
+        with limit_threads(self.threads, blas=plan.may_use_blas) as how:
             self.threads_applied = how
-            values = self.plan.execute(env)
+            values = plan.execute(env)
         return dict(zip(self.output_names, values, strict=True))
 
     def _check_feeds(self, feeds: Mapping[str, Any]) -> dict[str, Any]:
@@ -365,8 +775,15 @@ def compile_model(
     disable: Sequence[str] = (),
     max_alloc_bytes: int | None = None,
     base_dir: str | None = None,
+    layout: str = "auto",
+    tune: bool | None = None,
+    input_shapes: Mapping[str, Sequence[int]] | None = None,
 ) -> Executable:
     """Load, check, optimise and prepare ``model`` (path, bytes or ``onnx.ModelProto``) for ``run``.
+
+    ``layout`` picks the convolution layout ("auto": NHWC where the compiled kernels exist), ``tune`` allows
+    measuring algorithm alternatives (default: ``APPOPT_TUNING``), ``input_shapes`` fixes input shapes so every
+    shape in the graph becomes static (the model then only accepts those shapes).
 
     Raises ``RuntimeModelError`` (``UnsupportedOpError``/``ModelCheckError``) before any kernel runs when the
     model is malformed, unsafe or uses an op with neither a kernel nor a function body.
@@ -384,7 +801,12 @@ def compile_model(
         disable=tuple(disable),
         max_alloc_bytes=max_alloc_bytes if max_alloc_bytes is not None else DEFAULT_MAX_ALLOC_BYTES,
         base_dir=base_dir,
+        layout=layout,
+        tune=tune,
+        input_shapes=input_shapes,
     )
+    if layout not in ("auto", "nhwc", "nchw"):
+        raise RuntimeModelError(f"layout must be 'auto', 'nhwc' or 'nchw', not {layout!r}")
     proto = load_model_proto(model, base_dir)
     return compile_proto(proto, options)
 
@@ -400,12 +822,44 @@ def _sort_proto_nodes(proto: onnx.ModelProto, order: list[int] | None) -> None:
     proto.graph.node.extend(nodes)
 
 
+def specialise_input_shapes(proto: onnx.ModelProto, shapes: Mapping[str, Sequence[int]]) -> onnx.ModelProto:
+    """A copy of ``proto`` whose named inputs have the given fixed shapes (shape inference then propagates them)."""
+    proto = _copy(proto)
+    by_name = {vi.name: vi for vi in proto.graph.input}
+    for name, dims in shapes.items():
+        vi = by_name.get(name)
+        if vi is None:
+            raise RuntimeModelError(f"input_shapes: the model has no input {name!r}; inputs: {list(by_name)}")
+        if not vi.type.HasField("tensor_type"):
+            raise RuntimeModelError(f"input_shapes: input {name!r} is not a tensor")
+        shape = vi.type.tensor_type.shape
+        if len(shape.dim) and len(shape.dim) != len(dims):
+            raise RuntimeModelError(f"input_shapes: input {name!r} has rank {len(shape.dim)}, got {list(dims)}")
+        for i, d in enumerate(dims):
+            if i < len(shape.dim) and shape.dim[i].HasField("dim_value") and shape.dim[i].dim_value != int(d):
+                raise RuntimeModelError(
+                    f"input_shapes: input {name!r} dim {i} is fixed at {shape.dim[i].dim_value}, got {int(d)}"
+                )
+        shape.ClearField("dim")
+        for d in dims:
+            shape.dim.add().dim_value = int(d)
+    return proto
+
+
+def _copy(proto: onnx.ModelProto) -> onnx.ModelProto:
+    out = onnx.ModelProto()
+    out.CopyFrom(proto)
+    return out
+
+
 def compile_proto(proto: onnx.ModelProto, options: CompileOptions) -> Executable:
     """Compile an already loaded ModelProto (external data resolved)."""
     started = time.perf_counter()
     stats: dict[str, Any] = {}
     if not options.prechecked:
         proto = upgrade_old_opset(proto, stats)
+    if options.input_shapes:
+        proto = specialise_input_shapes(proto, options.input_shapes)
     try:
         model = Model.from_onnx(proto)
     except RuntimeModelError:
@@ -429,11 +883,21 @@ def compile_proto(proto: onnx.ModelProto, options: CompileOptions) -> Executable
     expand_graph(model.graph, shared.functions, has_kernel, shared.expansion)
     _check_graph(model.graph, {}, options)
 
+    from runtime import tuning
     from runtime.passes.pipeline import run_passes
 
-    stats["passes"] = run_passes(model, options.passes, options.disable, options.max_alloc_bytes)
-    order = topological_order(model.graph)
-    plan = Plan(model.graph, shared, checked_order=order)
+    tune = options.tune if options.tune is not None else tuning.mode() != "off"
+    # tuning inside the passes and kernel preparation must measure under the threading a run uses
+    with limit_threads(options.threads):
+        stats["passes"] = run_passes(
+            model, options.passes, options.disable, options.max_alloc_bytes, options.layout, tune
+        )
+        order = topological_order(model.graph)
+        plan = Plan(model.graph, shared, checked_order=order)
+    # the memory plan rewrites nothing, so ``passes=[]`` (e.g. a compiled artifact's fast load) keeps it; it is
+    # switched off by name only
+    if "memory_plan" not in options.disable:
+        plan.enable_static()
     stats.update(shared.expansion.as_dict())
     stats["nodes"] = len(plan.steps)
     stats["subgraphs_compiled"] = shared.subgraphs_compiled

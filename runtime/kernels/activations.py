@@ -328,9 +328,47 @@ class _Coerced2D(_AxisNormalise):
 @register
 class Softmax(_AxisNormalise):
     op_type = "Softmax"
+    fresh_output = True
+    inplace_inputs = (0,)
 
     def fn(self, x: np.ndarray, axis: int) -> np.ndarray:
         return _softmax(x, axis)
+
+    def _native(self, x: np.ndarray) -> Any:
+        """The compiled row kernel when it applies: float32, normalising the last axis."""
+        if type(self) is not Softmax or x.dtype != np.float32 or x.ndim == 0 or x.size == 0:
+            return None
+        if int(self.attrs["axis"]) % x.ndim != x.ndim - 1:
+            return None
+        from runtime import native
+
+        return native.lib()
+
+    def compute(self, x: np.ndarray) -> np.ndarray:
+        if self._native(x) is not None:
+            return self.compute_into(None, x)
+        return super().compute(x)
+
+    def bind(self, out: np.ndarray, x: np.ndarray) -> Any:
+        """A prebound compiled call over fixed buffers (the executor's static plan), or None."""
+        lib = self._native(x)
+        if lib is None:
+            return None
+        from runtime.native import ops
+
+        return ops.bind_rows(lib, "softmax", x, out)
+
+    def compute_into(self, out: np.ndarray | None, x: np.ndarray) -> np.ndarray:
+        lib = self._native(x)
+        if lib is not None:
+            from runtime.native import ops
+
+            return ops.softmax_rows(lib, np.ascontiguousarray(x), out)
+        y = self.compute(x)
+        if out is None:
+            return y
+        np.copyto(out, y)
+        return out
 
 
 @register

@@ -98,8 +98,64 @@ class LayerNormalization(Kernel):
     op_type = "LayerNormalization"
     since_version = 17
     attr_defaults: ClassVar[dict[str, Any]] = {"axis": -1, "epsilon": 1e-5, "stash_type": 1}
+    fresh_output = True
+    inplace_inputs = (0,)
+
+    def _native_ok(self, x: np.ndarray, scale: np.ndarray, bias: np.ndarray | None) -> bool:
+        """float32, normalising the last axis only, Y the only output: the compiled row kernel applies."""
+        if self.node.n_outputs > 1 and any(self.node.output_present[1:]):
+            return False
+        if x.dtype != np.float32 or x.ndim == 0 or int(self.attrs["axis"]) % x.ndim != x.ndim - 1:
+            return False
+        n = x.shape[-1]
+        return (
+            scale.dtype == np.float32
+            and scale.size == n
+            and (bias is None or (bias.dtype == np.float32 and bias.size == n))
+        )
+
+    def compute_into(
+        self, out: np.ndarray | None, x: np.ndarray, scale: np.ndarray, bias: np.ndarray | None = None
+    ) -> Any:
+        from runtime import native
+        from runtime.native import ops
+
+        lib = native.lib()
+        if lib is not None and x.size and self._native_ok(x, scale, bias):
+            return ops.layernorm_rows(
+                lib,
+                np.ascontiguousarray(x),
+                np.ascontiguousarray(scale.reshape(-1)),
+                None if bias is None else np.ascontiguousarray(bias.reshape(-1)),
+                float(self.attrs["epsilon"]),
+                out,
+            )
+        y = self.compute_numpy(x, scale, bias)
+        if out is None:
+            return y
+        np.copyto(out, y[0] if isinstance(y, tuple) else y)
+        return out
+
+    def bind(self, out: np.ndarray, x: np.ndarray, scale: np.ndarray, bias: np.ndarray | None = None) -> Any:
+        """A prebound compiled call over fixed buffers (the executor's static plan), or None."""
+        from runtime import native
+        from runtime.native import ops
+
+        lib = native.lib()
+        if lib is None or not x.size or not self._native_ok(x, scale, bias):
+            return None
+        if not scale.flags.c_contiguous or (bias is not None and not bias.flags.c_contiguous):
+            return None
+        return ops.bind_rows(lib, "layernorm", x, out, scale, bias, float(self.attrs["epsilon"]))
 
     def compute(self, x: np.ndarray, scale: np.ndarray, bias: np.ndarray | None = None) -> Any:
+        from runtime import native
+
+        if native.lib() is not None and x.size and self._native_ok(x, scale, bias):
+            return self.compute_into(None, x, scale, bias)
+        return self.compute_numpy(x, scale, bias)
+
+    def compute_numpy(self, x: np.ndarray, scale: np.ndarray, bias: np.ndarray | None = None) -> Any:
         st = _stash_dtype(self.attrs["stash_type"], x)
         axis = int(self.attrs["axis"]) % x.ndim
         axes = tuple(range(axis, x.ndim))

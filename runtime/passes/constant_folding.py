@@ -4,6 +4,10 @@
     # op(c1, c2, ...) with every input constant -> initializer (deterministic ops, no subgraphs, result small)
 
 Initializers that are also graph inputs can be overridden at run time, so they are not constants here.
+
+Results are kept up to ``fold_limit_bytes`` (the model must not balloon), except values read as weights (the
+second and later inputs of Conv, Gemm, MatMul, BatchNormalization...): those are allocated by every run when left
+as nodes (e.g. the model zoo's ConstantOfShape weights) and must be constants for the fusion and layout passes.
 """
 
 from __future__ import annotations
@@ -67,14 +71,39 @@ def _kernel(node: Node) -> Kernel | None:
         return None
 
 
+#: Ops whose inputs from this position on are parameters (weights, biases, statistics).
+WEIGHT_INPUTS = {
+    "Conv": 1,
+    "ConvTranspose": 1,
+    "Gemm": 1,
+    "MatMul": 1,
+    "BatchNormalization": 1,
+    "InstanceNormalization": 1,
+    "LayerNormalization": 1,
+    "PRelu": 1,
+}
+
+
+def weight_names(graph: Graph) -> set[str]:
+    """Names read as parameters by the ops in ``WEIGHT_INPUTS``."""
+    names: set[str] = set()
+    for node in graph.nodes:
+        start = WEIGHT_INPUTS.get(node.op_type) if not node.domain else None
+        if start is not None:
+            names.update(i for i in node.inputs[start:] if i)
+    return names
+
+
 def run(graph: Graph, ctx: PassContext) -> int:
     """Fold in graph order; returns the number of nodes replaced by initializers."""
     overridable = set(graph.input_names)
     consts = {k: v for k, v in graph.initializers.items() if k not in overridable}
+    weights = weight_names(graph)
     folded = 0
     keep: list[Node] = []
     for node in graph.nodes:
-        results = _fold(node, consts, ctx.fold_limit_bytes)
+        limit = ctx.weight_limit_bytes if any(o in weights for o in node.outputs) else ctx.fold_limit_bytes
+        results = _fold(node, consts, limit)
         if results is None:
             keep.append(node)
             continue

@@ -9,9 +9,23 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from runtime.check import topological_order
 from runtime.errors import RuntimeModelError
 from runtime.ir import Graph, Model
-from runtime.passes import constant_folding, dead_nodes, identity_elimination
+from runtime.passes import (
+    constant_folding,
+    conv_bn_fusion,
+    conv_fusion,
+    dead_nodes,
+    depthwise_fusion,
+    elementwise_chain,
+    gelu_fusion,
+    identity_elimination,
+    layout,
+    matmul_fusion,
+    transpose_reshape,
+)
+from runtime.passes.util import APPOPT_DOMAIN
 
 
 @dataclass(frozen=True)
@@ -19,6 +33,12 @@ class PassContext:
     #: Constant folding keeps a result only up to this many bytes (or the size of its inputs), so a folded
     #: model does not balloon (e.g. ConstantOfShape weight generators stay nodes).
     fold_limit_bytes: int = 1 << 20
+    #: Folded values read as weights may be this large (they are materialised at run time anyway).
+    weight_limit_bytes: int = 1 << 31
+    #: "auto": NHWC where the compiled kernels exist; "nhwc": always (tests); "nchw": never.
+    layout: str = "auto"
+    #: Let passes measure alternatives (runtime.tuning) when shapes are static.
+    tune: bool = True
 
 
 PassFn = Callable[[Graph, PassContext], int]
@@ -44,14 +64,82 @@ PIPELINE: tuple[Pass, ...] = (
         "initializers",
     ),
     Pass(
+        "conv_bn_fusion",
+        conv_bn_fusion.run,
+        "before conv_fusion: a BatchNormalization between a Conv and its activation would block that fusion",
+    ),
+    Pass(
+        "gelu_fusion",
+        gelu_fusion.run,
+        "before matmul_fusion and elementwise_chain: the Erf pattern becomes one op before its Muls look fusable",
+    ),
+    Pass(
+        "matmul_fusion",
+        matmul_fusion.run,
+        "Gemm/MatMul absorb scale, bias, residual and activation while those are still separate nodes",
+    ),
+    Pass(
+        "conv_fusion",
+        conv_fusion.run,
+        "Conv absorbs bias, residual and activation (after BN folding, before the layout change)",
+    ),
+    Pass(
+        "layout",
+        layout.run,
+        "after the fusions: converts fused convolutions to NHWC and sinks the remaining ops between them",
+    ),
+    Pass(
+        "depthwise_fusion",
+        depthwise_fusion.run,
+        "after layout, on NHWC convolutions: a depthwise conv and the 1x1 conv reading it become one pass",
+    ),
+    Pass(
+        "elementwise_chain",
+        elementwise_chain.run,
+        "after layout: what is left elementwise (e.g. BatchNormalization turned affine, then Relu) joins one chain",
+    ),
+    Pass(
+        "transpose_reshape",
+        transpose_reshape.run,
+        "late: layout changes and fusions have settled, so only truly redundant shuffles remain",
+    ),
+    Pass(
         "dead_node_elimination",
         dead_nodes.run,
-        "last: removes what the earlier passes orphaned (folded producers, unused initializers)",
+        "removes what the earlier passes orphaned (folded producers, unused initializers)",
+    ),
+    Pass(
+        "memory_plan",
+        lambda graph, ctx: 0,
+        "last, and run by the executor: static buffer reuse once every shape is known (no graph change, so it "
+        "stays on with passes=[]; disable it by name)",
     ),
 )
 
 #: The pipeline repeats while it still changes something, at most this often.
 MAX_ROUNDS = 3
+
+#: Called as ``verifier(graph, pass_name)`` after every pass that changed something (tests install one).
+verifier: Callable[[Graph, str], None] | None = None
+
+
+def verify_graph(graph: Graph, after: str = "") -> None:
+    """Structural checks a rewritten graph must pass: every read defined, one producer per value, no cycle,
+    a kernel for every node, every graph output produced. Raises ``ModelCheckError`` naming the pass."""
+    from runtime import kernels
+    from runtime.errors import ModelCheckError
+
+    try:
+        order = topological_order(graph)
+        for node in order:
+            kernels.resolve(node.op_type, node.domain, node.opset or 10_000)
+    except RuntimeModelError as exc:
+        raise ModelCheckError(f"after pass {after!r}: {exc}") from None
+    produced = {o for n in graph.nodes for o in n.outputs if o}
+    known = produced | set(graph.initializers) | set(graph.input_names)
+    missing = [o for o in graph.output_names if o not in known]
+    if missing:
+        raise ModelCheckError(f"after pass {after!r}: graph output {missing[0]!r} is no longer produced")
 
 
 def pass_names() -> list[str]:
@@ -63,6 +151,8 @@ def run_passes(
     names: Sequence[str] | None = None,
     disable: Sequence[str] = (),
     max_alloc_bytes: int | None = None,
+    layout_mode: str = "auto",
+    tune: bool = True,
 ) -> dict[str, int]:
     """Run the selected passes (default: all, in pipeline order) on ``model``; return rewrites per pass."""
     known = pass_names()
@@ -74,14 +164,23 @@ def run_passes(
     limit = 1 << 20
     if max_alloc_bytes is not None:
         limit = min(limit, max_alloc_bytes)
-    ctx = PassContext(fold_limit_bytes=limit)
+    weight_limit = max_alloc_bytes if max_alloc_bytes is not None else PassContext.weight_limit_bytes
+    ctx = PassContext(fold_limit_bytes=limit, weight_limit_bytes=weight_limit, layout=layout_mode, tune=tune)
     counts = {p.name: 0 for p in selected}
     for _ in range(MAX_ROUNDS):
         changed = 0
         for p in selected:
             n = p.run(model.graph, ctx)
+            if n:
+                # rewrites may place a fused node before a producer it now reads: restore topological order,
+                # which also verifies every read is still defined
+                model.graph.nodes = topological_order(model.graph)
+                if verifier is not None:
+                    verifier(model.graph, p.name)
             counts[p.name] += n
             changed += n
         if not changed:
             break
+    if APPOPT_DOMAIN in model.graph.opsets or any(n.domain == APPOPT_DOMAIN for n in model.graph.nodes):
+        model.opsets.setdefault(APPOPT_DOMAIN, 1)
     return counts

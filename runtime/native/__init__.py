@@ -1,0 +1,275 @@
+"""Compiled kernels: ``kernels.c`` built with the system C compiler at first use, cached, loaded with ctypes.
+
+The runtime works without them: every caller checks ``lib()`` and falls back to NumPy when it is ``None``
+(no compiler, a failed build, or ``APPOPT_NATIVE=0``). The shared object is cached under the appopt cache
+directory, keyed by the source, the compiler, the flags and the CPU (``-march=native`` code must not run on
+another machine sharing a home directory), and written atomically so concurrent first uses do not collide.
+
+Each C entry point takes one pointer to an int64 argument block (``Args``), so a call costs ~0.2 µs; float
+parameters travel as float32 bit patterns (``Args.f32``).
+
+>>> from runtime import native
+>>> native.lib() is not None or native.status()      # doctest: +SKIP
+True
+"""
+
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import os
+import platform
+import shutil
+import subprocess
+import tempfile
+import threading
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+__all__ = [
+    "Args",
+    "NativeLib",
+    "addr",
+    "cache_dir",
+    "lib",
+    "set_enabled",
+    "set_threads",
+    "status",
+]
+
+SOURCE = Path(__file__).with_name("kernels.c")
+FLAGS = ("-O3", "-march=native", "-fPIC", "-shared", "-pthread", "-Wno-psabi", "-fno-math-errno")
+#: Entry points, each ``void f(const int64_t *args)``.
+ENTRY_POINTS = (
+    "ap_conv",
+    "ap_conv2d",
+    "ap_pack_b",
+    "ap_dwconv",
+    "ap_pool",
+    "ap_gap",
+    "ap_transpose",
+    "ap_softmax",
+    "ap_layernorm",
+    "ap_gelu",
+    "ap_ew",
+    "ap_channel_shuffle",
+    "ap_dwpw",
+)
+
+_lock = threading.Lock()
+_state: dict[str, Any] = {"lib": None, "tried": False, "reason": "not built yet", "enabled": None}
+
+
+def cache_dir() -> Path:
+    """The appopt cache root: ``$APPOPT_CACHE_DIR``, else ``$XDG_CACHE_HOME/appopt``, else ``~/.cache/appopt``."""
+    explicit = os.environ.get("APPOPT_CACHE_DIR")
+    if explicit:
+        return Path(explicit)
+    xdg = os.environ.get("XDG_CACHE_HOME")
+    return Path(xdg) / "appopt" if xdg else Path.home() / ".cache" / "appopt"
+
+
+def machine_signature() -> str:
+    """CPU model and feature flags (what ``-march=native`` code depends on), hashed."""
+    parts = [platform.machine(), platform.system()]
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as fh:
+            for line in fh:
+                if line.startswith(("model name", "flags", "Features", "CPU part")):
+                    parts.append(line.strip())
+                if len(parts) > 6:
+                    break
+    except OSError:
+        parts.append(platform.processor())
+    return hashlib.sha256("\n".join(parts).encode()).hexdigest()[:16]
+
+
+def _compiler() -> str | None:
+    for cand in (os.environ.get("CC"), "cc", "gcc", "clang"):
+        if cand and shutil.which(cand):
+            return cand
+    return None
+
+
+def _compiler_version(cc: str) -> str:
+    try:
+        out = subprocess.run([cc, "--version"], capture_output=True, text=True, timeout=30, check=False)
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+    return out.stdout.splitlines()[0] if out.stdout else "unknown"
+
+
+def _build(cc: str, flags: tuple[str, ...] = FLAGS, roots: tuple[Path, ...] | None = None) -> Path:
+    source = SOURCE.read_bytes()
+    key = hashlib.sha256(
+        source + " ".join(flags).encode() + _compiler_version(cc).encode() + machine_signature().encode()
+    ).hexdigest()[:20]
+    if roots is None:
+        roots = (cache_dir() / "native", Path(tempfile.gettempdir()) / f"appopt-native-{os.getuid()}")
+    for root in roots:
+        target = root / f"appopt_kernels_{key}.so"
+        if target.is_file():
+            return target
+        try:
+            root.mkdir(parents=True, exist_ok=True)
+            fd, tmp = tempfile.mkstemp(suffix=".so", dir=root)
+            os.close(fd)
+        except OSError:
+            continue  # read-only cache: try the next location
+        try:
+            proc = subprocess.run(
+                [cc, *flags, "-o", tmp, str(SOURCE)], capture_output=True, text=True, timeout=300, check=False
+            )
+            if proc.returncode != 0:
+                raise RuntimeError(f"{cc} failed: {proc.stderr.strip()[:500]}")
+            os.replace(tmp, target)
+        finally:
+            if os.path.exists(tmp):
+                os.unlink(tmp)
+        return target
+    raise RuntimeError("no writable cache directory for the compiled kernels")
+
+
+def _address(fn: Any) -> int:
+    address = ctypes.cast(fn, ctypes.c_void_p).value
+    if address is None:
+        raise RuntimeError("symbol without an address")
+    return int(address)
+
+
+class NativeLib:
+    """The loaded library: one ``ctypes`` function per entry point, each taking an ``Args`` pointer."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.cdll = ctypes.CDLL(str(path))
+        proto = ctypes.CFUNCTYPE(None, ctypes.c_void_p)
+        self.fn: dict[str, Any] = {}
+        for name in ENTRY_POINTS:
+            self.fn[name] = proto(_address(getattr(self.cdll, name)))
+        self.cdll.ap_set_threads.argtypes = [ctypes.c_int]
+        self.cdll.ap_hold.argtypes = [ctypes.c_int]
+        self.run_begin = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_int)(_address(self.cdll.ap_run_begin))
+        self.run_end = ctypes.CFUNCTYPE(None, ctypes.c_int)(_address(self.cdll.ap_run_end))
+        self.cdll.ap_get_threads.restype = ctypes.c_int
+        self.cdll.ap_vector_width.restype = ctypes.c_int
+        self.vector_width = int(self.cdll.ap_vector_width())
+
+    def __getattr__(self, name: str) -> Any:
+        fn = self.__dict__.get("fn", {}).get(f"ap_{name}")
+        if fn is None:
+            raise AttributeError(name)
+        return fn
+
+
+def _wanted() -> bool:
+    if _state["enabled"] is not None:
+        return bool(_state["enabled"])
+    return os.environ.get("APPOPT_NATIVE", "1").strip().lower() not in ("0", "off", "false", "no")
+
+
+_ACTIVE: list[NativeLib | None] = []  # [lib] once decided for the current enabled setting (the fast path)
+
+
+def lib() -> NativeLib | None:
+    """The compiled kernels, building them on first use; ``None`` when unavailable or disabled."""
+    if _ACTIVE:
+        return _ACTIVE[0]
+    with _lock:
+        if not _wanted():
+            _ACTIVE[:] = [None]
+            return None
+        if not _state["tried"]:
+            _state["lib"], _state["reason"] = _load()
+            _state["tried"] = True
+        _ACTIVE[:] = [_state["lib"]]
+    loaded: NativeLib | None = _state["lib"]
+    return loaded
+
+
+def _load() -> tuple[NativeLib | None, str]:
+    cc = _compiler()
+    if cc is None:
+        return None, "no C compiler found (set CC or install gcc)"
+    if not SOURCE.is_file():
+        return None, f"kernel source {SOURCE} is missing"
+    try:
+        loaded = NativeLib(_build(cc))
+    except Exception as exc:  # any build or load problem: run on NumPy
+        return None, f"{type(exc).__name__}: {exc}"
+    return loaded, f"loaded {loaded.path.name}"
+
+
+def build_variant(flags: tuple[str, ...], directory: Path) -> NativeLib:
+    """Build and load the kernels with other compiler flags (e.g. a portable ``-march``), for tests of the
+    code paths the local CPU would not take. Raises when there is no compiler or the build fails."""
+    cc = _compiler()
+    if cc is None:
+        raise RuntimeError("no C compiler found")
+    return NativeLib(_build(cc, flags, (directory,)))
+
+
+def status() -> str:
+    """Why the compiled kernels are or are not in use (one line)."""
+    if not _wanted():
+        return "disabled (APPOPT_NATIVE=0 or set_enabled(False))"
+    lib()
+    return str(_state["reason"])
+
+
+def set_enabled(enabled: bool | None) -> None:
+    """Force the compiled kernels on/off for this process (``None``: follow ``APPOPT_NATIVE``, read again now).
+    For tests and benchmarks that compare both paths; ``APPOPT_NATIVE`` is otherwise read once, at first use."""
+    _state["enabled"] = enabled
+    _ACTIVE.clear()
+
+
+def set_threads(threads: int) -> None:
+    """Threads the compiled kernels use (the caller's thread included)."""
+    loaded = lib()
+    if loaded is not None:
+        loaded.cdll.ap_set_threads(max(1, int(threads)))
+
+
+def hold(on: bool) -> None:
+    """Keep the pool's workers spinning for a model run (``True``), or let them sleep again (``False``)."""
+    loaded = lib()
+    if loaded is not None:
+        loaded.cdll.ap_hold(1 if on else 0)
+
+
+def get_threads() -> int:
+    loaded = lib()
+    return int(loaded.cdll.ap_get_threads()) if loaded is not None else 1
+
+
+def addr(array: np.ndarray) -> int:
+    """Address of an array's first element."""
+    return int(array.ctypes.data)
+
+
+class Args:
+    """An int64 argument block for one C call, built once and patched per call where addresses change."""
+
+    __slots__ = ("block", "keep", "ptr")
+
+    def __init__(self, size: int) -> None:
+        self.block = np.zeros(size, dtype=np.int64)
+        self.ptr = int(self.block.ctypes.data)
+        #: Arrays the block points into (kept alive as long as the block).
+        self.keep: list[Any] = []
+
+    def __setitem__(self, index: int, value: int) -> None:
+        self.block[index] = value
+
+    @staticmethod
+    def f32(value: float) -> int:
+        """A float32's bit pattern, as the C side reads float parameters."""
+        return int(np.array(value, dtype=np.float32).view(np.int32))
+
+    def pin(self, array: np.ndarray) -> int:
+        """Keep ``array`` alive with this block and return its address."""
+        self.keep.append(array)
+        return addr(array)

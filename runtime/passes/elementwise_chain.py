@@ -1,0 +1,167 @@
+"""Fuse straight lines of float32 elementwise ops into one ElementwiseChain, evaluated in one pass over memory.
+
+    # Relu(Add(Mul(x, s), b)) -> ElementwiseChain(x; Mul s, Add b, Relu)
+    # op(ElementwiseChain(x; ...)) -> ElementwiseChain(x; ..., op)        extends an existing chain
+
+A step is a unary op (Relu, Neg, Abs, Exp, Erf, Sigmoid, Tanh, Sqrt, Reciprocal, Clip with constant bounds) or a
+binary one (Add, Sub, Mul, Div, Max, Min) whose other operand is a scalar constant, a vector along the last axis,
+or any tensor broadcasting to the chain's shape. Every link's output is read only by the next link and is not a
+graph output; every step keeps the chain's shape (the first input is never broadcast up). At least two steps, or a
+lone Relu/Clip reading the output of one of the passes' fused ops.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from runtime.ir import Graph, Node
+from runtime.kernels.fused import CHAIN_BINARY, CHAIN_UNARY, KIND_FULL, KIND_INNER, KIND_NONE, KIND_SCALAR
+from runtime.passes.util import GraphIndex, activation_of, is_float32, make_node, remove_nodes, replace_node, shape_of
+
+if TYPE_CHECKING:
+    from runtime.passes.pipeline import PassContext
+
+_MIN_OPSET = {"Add": 7, "Sub": 7, "Mul": 7, "Div": 7, "Max": 8, "Min": 8}
+
+
+@dataclass
+class _Chain:
+    x: str
+    shape: tuple[object, ...]
+    steps: list[int] = field(default_factory=list)
+    operands: list[str] = field(default_factory=list)
+    scalars: list[float] = field(default_factory=list)
+    nodes: list[Node] = field(default_factory=list)
+    out: str = ""
+
+    def add_operand(self, name: str) -> int:
+        if name in self.operands:
+            return self.operands.index(name)
+        self.operands.append(name)
+        return len(self.operands) - 1
+
+
+def _step(node: Node, current: str, chain: _Chain, graph: Graph, index: GraphIndex) -> bool:
+    """Append ``node`` (reading ``current``) to ``chain``; False when it is not a chain link."""
+    if node.domain or not is_float32(graph, node.outputs[0]) or len(node.outputs) != 1:
+        return False
+    if shape_of(graph, node.outputs[0]) != chain.shape:
+        return False
+    op = node.op_type
+    if op in CHAIN_BINARY:
+        if node.opset < _MIN_OPSET[op] or len(node.inputs) != 2 or node.inputs[0] == node.inputs[1]:
+            return False
+        swapped = int(node.inputs[1] == current)
+        other = node.inputs[1 - swapped]
+        if not is_float32(graph, other):
+            return False
+        const = index.constant(other)
+        last = chain.shape[-1] if chain.shape else None
+        if const is not None and const.size == 1:
+            chain.steps += [CHAIN_BINARY[op], KIND_SCALAR, len(chain.scalars), swapped]
+            chain.scalars.append(float(np.float32(const.reshape(-1)[0])))
+        elif const is not None and const.size == last and const.ndim >= 1 and const.shape[-1] == last:
+            chain.steps += [CHAIN_BINARY[op], KIND_INNER, chain.add_operand(other), swapped]
+        else:
+            other_shape = shape_of(graph, other)
+            if other_shape is None or len(other_shape) > len(chain.shape):
+                return False
+            chain.steps += [CHAIN_BINARY[op], KIND_FULL, chain.add_operand(other), swapped]
+    elif op in CHAIN_UNARY:
+        if op == "Clip":
+            act = activation_of(node, index)
+            if act is None:
+                return False
+            chain.steps += [CHAIN_UNARY[op], KIND_NONE, len(chain.scalars), 0]
+            chain.scalars += [act[1], act[2]]
+        else:
+            if len(node.inputs) != 1:
+                return False
+            chain.steps += [CHAIN_UNARY[op], KIND_NONE, 0, 0]
+    else:
+        return False
+    chain.nodes.append(node)
+    chain.out = node.outputs[0]
+    return True
+
+
+def _from_existing(node: Node) -> _Chain | None:
+    if node.op_type != "ElementwiseChain" or node.domain != "com.appopt":
+        return None
+    return _Chain(
+        x=node.inputs[0],
+        shape=(),
+        steps=[int(v) for v in node.attrs.get("steps", [])],
+        operands=list(node.inputs[1:]),
+        scalars=[float(v) for v in node.attrs.get("scalars", [])],
+        nodes=[node],
+        out=node.outputs[0],
+    )
+
+
+def _grow(start: Node, graph: Graph, index: GraphIndex) -> _Chain | None:
+    existing = _from_existing(start)
+    if existing is not None:
+        shape = shape_of(graph, start.outputs[0])
+        if shape is None:
+            return None
+        existing.shape = shape
+        chain = existing
+    else:
+        if start.domain or not start.inputs or not start.outputs:
+            return None
+        out_shape = shape_of(graph, start.outputs[0])
+        mains = [i for i in start.inputs[:2] if i and index.constant(i) is None and shape_of(graph, i) == out_shape]
+        if not mains or out_shape is None or not all(isinstance(d, int) for d in out_shape):
+            return None
+        x, shape = mains[0], out_shape
+        chain = _Chain(x=x, shape=shape)
+        if not _step(start, x, chain, graph, index):
+            return None
+    while True:
+        nxt = index.sole_consumer(chain.out)
+        if nxt is None or not _step(nxt, chain.out, chain, graph, index):
+            break
+    fresh_steps = len(chain.nodes) - (1 if existing is not None else 0)
+    if existing is not None and fresh_steps == 0:
+        return None
+    if existing is None and len(chain.nodes) < 2 and not _lone_activation(chain, index):
+        return None
+    return chain
+
+
+def _lone_activation(chain: _Chain, index: GraphIndex) -> bool:
+    """A single Relu or Clip right after one of the passes' fused ops is worth a chain too: the compiled kernel
+    writes into a planned buffer, so the ops around it can run prebound. (Elsewhere the op keeps its own kernel.)"""
+    if len(chain.nodes) != 1 or chain.nodes[0].op_type not in ("Relu", "Clip") or len(chain.shape) < 2:
+        return False
+    producer = index.producers.get(chain.x)
+    return producer is not None and producer.domain == "com.appopt"
+
+
+def run(graph: Graph, ctx: PassContext) -> int:
+    index = GraphIndex(graph)
+    fused = 0
+    for start in list(graph.nodes):
+        if not any(n is start for n in graph.nodes):
+            continue
+        chain = _grow(start, graph, index)
+        if chain is None:
+            continue
+        scalars = chain.scalars or [0.0]
+        node = make_node(
+            graph,
+            "ElementwiseChain",
+            [chain.x, *chain.operands],
+            [chain.out],
+            f"{start.name}_chain",
+            attributes={"steps": chain.steps, "scalars": scalars},
+        )
+        replace_node(graph, chain.nodes[0], [node])
+        remove_nodes(graph, chain.nodes[1:])
+        index.refresh()
+        fused += max(1, len(chain.nodes) - 1)
+    return fused

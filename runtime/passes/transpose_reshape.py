@@ -1,0 +1,97 @@
+"""Remove layout shuffles that do nothing or undo each other.
+
+    # Transpose(Transpose(x, p), q) -> Transpose(x, p[q])       and -> x when p[q] is the identity
+    # Transpose(x, identity) -> x
+    # Reshape(Reshape(x, s1), s2) -> Reshape(x, s2)             s2 constant without 0 entries
+    # Reshape(x, s) -> x                                         x already has the (static) target shape
+
+Readers are rewired only when the removed value is not a graph output and no subgraph reads it; a Transpose or
+Reshape whose output becomes unread is left for dead-node elimination.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from runtime.ir import Graph, Node
+from runtime.passes.util import GraphIndex, shape_of
+
+if TYPE_CHECKING:
+    from runtime.passes.pipeline import PassContext
+
+
+def _rewire(index: GraphIndex, old: str, new: str) -> bool:
+    readers = index.consumers.get(old, [])
+    if old in index.outputs or any(any(True for _ in r.subgraphs()) for r in readers):
+        return False
+    for reader in readers:
+        reader.inputs = [new if i == old else i for i in reader.inputs]
+    return bool(readers)
+
+
+def _perm(node: Node, rank: int | None) -> list[int] | None:
+    perm = node.attrs.get("perm")
+    if perm is not None:
+        return [int(p) for p in perm]
+    return list(reversed(range(rank))) if rank is not None else None
+
+
+def _static(shape: object) -> bool:
+    return isinstance(shape, tuple) and all(isinstance(d, int) for d in shape)
+
+
+def run(graph: Graph, ctx: PassContext) -> int:
+    index = GraphIndex(graph)
+    rewrites = 0
+    for node in list(graph.nodes):
+        if node.domain or not node.outputs or not node.inputs:
+            continue
+        out = node.outputs[0]
+        if node.op_type == "Transpose":
+            in_shape = shape_of(graph, node.inputs[0])
+            perm = _perm(node, len(in_shape) if in_shape is not None else None)
+            if perm is None:
+                continue
+            if perm == list(range(len(perm))):
+                if _rewire(index, out, node.inputs[0]):
+                    rewrites += 1
+                continue
+            inner = index.producers.get(node.inputs[0])
+            if inner is not None and inner.op_type == "Transpose" and not inner.domain:
+                inner_shape = shape_of(graph, inner.inputs[0])
+                p = _perm(inner, len(inner_shape) if inner_shape is not None else None)
+                if p is None or len(p) != len(perm):
+                    continue
+                composed = [p[q] for q in perm]
+                if composed == list(range(len(composed))):
+                    if _rewire(index, out, inner.inputs[0]):
+                        rewrites += 1
+                else:
+                    from onnx import helper
+
+                    node.inputs = [inner.inputs[0]]
+                    node.attributes = [a for a in node.attributes if a.name != "perm"]
+                    node.attributes.append(helper.make_attribute("perm", composed))
+                    node._decoded = None
+                    rewrites += 1
+                index.refresh()
+        elif node.op_type == "Reshape" and node.opset >= 5 and len(node.inputs) == 2:
+            in_shape, out_shape = shape_of(graph, node.inputs[0]), shape_of(graph, out)
+            if _static(in_shape) and in_shape == out_shape:
+                if _rewire(index, out, node.inputs[0]):
+                    rewrites += 1
+                    index.refresh()
+                continue
+            inner = index.producers.get(node.inputs[0])
+            target = index.constant(node.inputs[1])
+            if (
+                inner is not None
+                and inner.op_type == "Reshape"
+                and not inner.domain
+                and target is not None
+                and not (target == 0).any()
+            ):
+                node.inputs = [inner.inputs[0], node.inputs[1]]
+                index.refresh()
+                rewrites += 1
+    return rewrites

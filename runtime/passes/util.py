@@ -1,0 +1,178 @@
+"""Helpers the rewrite passes share: constants, consumers, shapes, and building new nodes."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+import onnx
+from onnx import helper
+
+from runtime.ir import Graph, Node, Value, value_of_array
+
+#: Domain of the ops the passes introduce (kernels in ``runtime/kernels/fused.py``).
+APPOPT_DOMAIN = "com.appopt"
+FLOAT = onnx.TensorProto.FLOAT
+
+
+class GraphIndex:
+    """Producers, consumers and graph outputs of a graph, kept current by the rewrites that use it."""
+
+    def __init__(self, graph: Graph) -> None:
+        self.graph = graph
+        self.refresh()
+
+    def refresh(self) -> None:
+        self.producers = self.graph.producers()
+        self.consumers = self.graph.consumers()
+        self.outputs = set(self.graph.output_names)
+        self.inputs = set(self.graph.input_names)
+
+    def sole_consumer(self, name: str) -> Node | None:
+        """The only node reading ``name`` (as a plain input, once), if ``name`` is not a graph output."""
+        readers = self.consumers.get(name, [])
+        if name in self.outputs or len(readers) != 1:
+            return None
+        reader = readers[0]
+        if reader.inputs.count(name) != 1 or any(True for _ in reader.subgraphs()):
+            return None
+        return reader
+
+    def constant(self, name: str) -> np.ndarray | None:
+        """The value of an initializer that callers cannot override (not a graph input)."""
+        if not name or name in self.inputs:
+            return None
+        return self.graph.initializers.get(name)
+
+
+def shape_of(graph: Graph, name: str) -> tuple[Any, ...] | None:
+    value = graph.values.get(name)
+    if value is None or value.kind != "tensor" or value.shape is None:
+        arr = graph.initializers.get(name)
+        return tuple(arr.shape) if arr is not None else None
+    return value.shape
+
+
+def elem_type_of(graph: Graph, name: str) -> int:
+    value = graph.values.get(name)
+    if value is not None and value.kind == "tensor":
+        return value.elem_type
+    arr = graph.initializers.get(name)
+    if arr is not None:
+        return value_of_array(name, arr).elem_type
+    return 0
+
+
+def is_float32(graph: Graph, name: str) -> bool:
+    return elem_type_of(graph, name) == FLOAT
+
+
+def scalar_of(arr: np.ndarray | None) -> float | None:
+    """The single value of a one-element float array."""
+    if arr is None or arr.size != 1 or arr.dtype.kind != "f":
+        return None
+    return float(arr.reshape(-1)[0])
+
+
+def add_constant(graph: Graph, base: str, value: np.ndarray) -> str:
+    name = graph.unique_name(base)
+    graph.initializers[name] = value
+    graph.values[name] = value_of_array(name, value)
+    return name
+
+
+def make_node(
+    graph: Graph,
+    op_type: str,
+    inputs: Sequence[str],
+    outputs: Sequence[str],
+    name: str,
+    domain: str = APPOPT_DOMAIN,
+    opset: int = 1,
+    attributes: Mapping[str, Any] | None = None,
+) -> Node:
+    """A new IR node (attributes given as Python values; ``None`` values are left out)."""
+    protos = [helper.make_attribute(k, v) for k, v in (attributes or {}).items() if v is not None]
+    taken = {n.name for n in graph.nodes}
+    unique = name
+    i = 1
+    while unique in taken:
+        unique = f"{name}__{i}"
+        i += 1
+    if domain == APPOPT_DOMAIN:
+        graph.opsets.setdefault(APPOPT_DOMAIN, 1)
+    return Node(unique, op_type, domain, list(inputs), list(outputs), protos, opset)
+
+
+def set_value(graph: Graph, name: str, elem_type: int, shape: Sequence[Any] | None) -> None:
+    graph.values[name] = Value(name, "tensor", elem_type, None if shape is None else tuple(shape))
+
+
+def replace_node(graph: Graph, old: Node, new: Sequence[Node]) -> None:
+    """Put ``new`` where ``old`` was (graph order is re-sorted by the executor anyway)."""
+    idx = next(i for i, n in enumerate(graph.nodes) if n is old)
+    graph.nodes[idx : idx + 1] = list(new)
+
+
+def remove_nodes(graph: Graph, dead: Sequence[Node]) -> None:
+    ids = {id(n) for n in dead}
+    graph.nodes = [n for n in graph.nodes if id(n) not in ids]
+
+
+def attr(node: Node, name: str, default: Any = None) -> Any:
+    return node.attrs.get(name, default)
+
+
+def activation_of(node: Node, index: GraphIndex) -> tuple[str, float, float] | None:
+    """``(name, lo, hi)`` when ``node`` is an activation a fused kernel can apply (float Relu, Clip with constant
+    bounds, LeakyRelu)."""
+    if node.domain:
+        return None
+    if node.op_type == "Relu":
+        return ("Relu", 0.0, 0.0)
+    if node.op_type == "LeakyRelu":
+        return ("LeakyRelu", float(node.attrs.get("alpha", 0.01)), 0.0)
+    if node.op_type == "Clip":
+        if node.opset < 11:
+            lo = float(node.attrs.get("min", -3.4028234663852886e38))
+            hi = float(node.attrs.get("max", 3.4028234663852886e38))
+            return ("Clip", lo, hi)
+        bounds: list[float] = []
+        for i, default in ((1, -np.inf), (2, np.inf)):
+            name = node.inputs[i] if len(node.inputs) > i else ""
+            if not name:
+                bounds.append(default)
+                continue
+            value = scalar_of(index.constant(name))
+            if value is None:
+                return None
+            bounds.append(value)
+        return ("Clip", bounds[0], bounds[1])
+    return None
+
+
+def rebuild(
+    graph: Graph,
+    old: Node,
+    op_type: str,
+    inputs: Sequence[str],
+    outputs: Sequence[str],
+    domain: str = APPOPT_DOMAIN,
+    attributes: Mapping[str, Any] | None = None,
+) -> Node:
+    """Replace ``old`` by a new node of the same name (trailing empty inputs dropped)."""
+    ins = list(inputs)
+    while ins and not ins[-1]:
+        ins.pop()
+    protos = [helper.make_attribute(k, v) for k, v in (attributes or {}).items() if v is not None]
+    if domain == APPOPT_DOMAIN:
+        graph.opsets.setdefault(APPOPT_DOMAIN, 1)
+    node = Node(old.name, op_type, domain, ins, list(outputs), protos, 1 if domain == APPOPT_DOMAIN else old.opset)
+    replace_node(graph, old, [node])
+    return node
+
+
+def plain_attrs(node: Node) -> dict[str, Any]:
+    """A node's attributes as Python values (for copying into a rebuilt node)."""
+    return {a.name: node.attrs[a.name] for a in node.attributes}

@@ -1,0 +1,83 @@
+"""Straight lines of elementwise ops fuse into one ElementwiseChain."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+from onnx import helper
+
+from tests.runtime.graphs import const, model, vi
+from tests.runtime.passes.conftest import compare, ops_of
+
+rng = np.random.default_rng(4)
+SHAPE = [2, 3, 5, 16]
+FEEDS = {"x": rng.standard_normal(SHAPE).astype(np.float32), "z": rng.standard_normal(SHAPE).astype(np.float32)}
+INIT = [
+    const("two", 2.0),
+    const("vec", rng.uniform(0.5, 2, 16)),
+    const("lo", -1.0),
+    const("hi", 1.5),
+    const("plane", rng.standard_normal((5, 1))),
+]
+
+
+def _m(nodes: list, outputs: tuple = ("y",)) -> onnx.ModelProto:
+    return model(nodes, [vi("x", shape=SHAPE), vi("z", shape=SHAPE)], [vi(o, shape=SHAPE) for o in outputs], INIT)
+
+
+NODES = [
+    helper.make_node("Mul", ["x", "vec"], ["a"]),
+    helper.make_node("Sub", ["two", "a"], ["b"]),
+    helper.make_node("Sigmoid", ["b"], ["c"]),
+    helper.make_node("Div", ["c", "z"], ["d"]),
+    helper.make_node("Add", ["d", "plane"], ["e"]),
+    helper.make_node("Clip", ["e", "lo", "hi"], ["f"]),
+    helper.make_node("Tanh", ["f"], ["y"]),
+]
+
+
+def test_a_chain_becomes_one_node_and_matches_exactly_on_numpy(numpy_only: None) -> None:
+    exe = compare(_m(NODES), FEEDS, passes=["elementwise_chain"], exact=True)
+    assert ops_of(exe) == ["ElementwiseChain"]
+
+
+def test_the_compiled_chain_agrees() -> None:
+    exe = compare(_m(NODES), FEEDS, passes=["elementwise_chain"], rtol=2e-6)
+    assert ops_of(exe) == ["ElementwiseChain"]
+
+
+def test_a_value_read_outside_splits_the_chain() -> None:
+    exe = compare(_m(NODES, outputs=("y", "c")), FEEDS, passes=["elementwise_chain"])
+    assert ops_of(exe) == ["ElementwiseChain", "ElementwiseChain"]
+
+
+def test_a_broadcast_that_grows_the_tensor_is_not_chained() -> None:
+    nodes = [
+        helper.make_node("Relu", ["small"], ["r"]),
+        helper.make_node("Add", ["r", "x"], ["s"]),
+        helper.make_node("Neg", ["s"], ["y"]),
+    ]
+    m = model(nodes, [vi("small", shape=[16]), vi("x", shape=SHAPE)], [vi("y", shape=SHAPE)])
+    exe = compare(
+        m, {"small": rng.standard_normal(16).astype(np.float32), "x": FEEDS["x"]}, passes=["elementwise_chain"]
+    )
+    assert ops_of(exe)[0] == "Relu"
+
+
+def test_a_lone_relu_after_a_fused_op_becomes_a_compiled_chain() -> None:
+    from onnx import TensorProto
+
+    nodes = [
+        helper.make_node("Relu", ["x"], ["r"]),
+        helper.make_node("Exp", ["r"], ["e"]),
+        helper.make_node("MatMul", ["e", "w"], ["m"]),
+        helper.make_node("Relu", ["m"], ["y"]),
+    ]
+    init = [*INIT, const("w", rng.standard_normal((16, 16)))]
+    m = model(nodes, [vi("x", shape=SHAPE)], [vi("y", TensorProto.FLOAT, SHAPE)], init)
+    exe = compare(m, {"x": FEEDS["x"]}, passes=["elementwise_chain"], rtol=2e-6)
+    assert ops_of(exe) == ["ElementwiseChain", "MatMul", "Relu"]  # a plain MatMul: the Relu keeps its kernel
+    with_fusion = compare(m, {"x": FEEDS["x"]}, passes=["matmul_fusion", "elementwise_chain"], rtol=2e-5)
+    assert ops_of(with_fusion) == ["ElementwiseChain", "FusedMatMul"]  # the Relu went into the product
+    lone_exp = model([helper.make_node("Exp", ["x"], ["y"])], [vi("x", shape=SHAPE)], [vi("y", shape=SHAPE)])
+    assert ops_of(compare(lone_exp, {"x": FEEDS["x"]}, passes=["elementwise_chain"])) == ["Exp"]

@@ -1,0 +1,92 @@
+"""The whole pipeline: order, names, the verifier, and real models against their unoptimised selves."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import pytest
+
+from runtime import RuntimeModelError, compile_model
+from runtime.passes import pass_names
+from runtime.passes.pipeline import PIPELINE
+
+
+def test_every_pass_has_a_reason_and_a_unique_name() -> None:
+    names = pass_names()
+    assert len(names) == len(set(names))
+    assert all(p.reason for p in PIPELINE)
+    assert names.index("conv_bn_fusion") < names.index("conv_fusion") < names.index("layout")
+    assert names[-1] == "memory_plan"
+
+
+def test_unknown_pass_names_fail_clearly() -> None:
+    from onnx import helper
+
+    from tests.runtime.graphs import model, vi
+
+    m = model([helper.make_node("Relu", ["x"], ["y"])], [vi("x", shape=[1])], [vi("y", shape=[1])])
+    with pytest.raises(RuntimeModelError, match="unknown pass 'fuse_all'"):
+        compile_model(m, disable=["fuse_all"])
+
+
+def _suite(name: str):
+    models = pytest.importorskip("benchmarks.models")
+    return models.get_model(name)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["resnet18", "mobilenetv2", "bert", "mlp", "zoo_squeezenet", "zoo_inception_v2"])
+def test_suite_models_match_their_unoptimised_graphs(name: str, _verify_after_each_pass: list[str]) -> None:
+    m = _suite(name)
+    feeds = m.feeds(2 if m.supports_batch(2) else 1)
+    plain = compile_model(m.model(), passes=[]).run(dict(feeds))
+    exe = compile_model(m.model(), threads=2)
+    assert _verify_after_each_pass, "the verifier ran after the rewriting passes"
+    for _ in range(2):  # the second run is the planned one
+        out = exe.run(dict(feeds))
+        for key in plain:
+            scale = float(np.abs(plain[key]).max())
+            np.testing.assert_allclose(out[key], plain[key], rtol=1e-4, atol=1e-4 * scale)
+
+
+@pytest.mark.slow
+def test_suite_model_on_numpy_only(numpy_only: None) -> None:
+    m = _suite("resnet18")
+    feeds = m.feeds(1)
+    plain = compile_model(m.model(), passes=[]).run(dict(feeds))
+    exe = compile_model(m.model(), threads=2)
+    assert any(n.op_type == "FusedConv" for n in exe.model.graph.nodes)  # no NHWC without the compiled kernels
+    out = exe.run(dict(feeds))
+    for key in plain:
+        np.testing.assert_allclose(out[key], plain[key], rtol=1e-4, atol=1e-4)
+
+
+def _dynamic_conv() -> onnx.ModelProto:
+    from onnx import helper
+
+    from tests.runtime.graphs import const, model, vi
+
+    w = np.random.default_rng(0).standard_normal((4, 3, 3, 3)).astype(np.float32)
+    node = helper.make_node("Conv", ["x", "w"], ["y"], auto_pad="SAME_UPPER")
+    return model([node], [vi("x", shape=["n", 3, "h", "w"])], [vi("y", shape=["n", 4, "h", "w"])], [const("w", w)])
+
+
+def test_fixed_input_shapes_make_every_shape_static() -> None:
+    m = _dynamic_conv()
+    x = np.random.default_rng(1).standard_normal((2, 3, 9, 7)).astype(np.float32)
+    exe = compile_model(m, input_shapes={"x": (2, 3, 9, 7)}, layout="nhwc")
+    assert exe.model.graph.values["y"].shape == (2, 4, 9, 7)
+    # SAME padding could only be resolved with static spatial sizes: the convolution went NHWC
+    assert "NhwcConv" in [n.op_type for n in exe.model.graph.nodes]
+    np.testing.assert_allclose(exe.run({"x": x})["y"], compile_model(m, passes=[]).run({"x": x})["y"], atol=1e-4)
+    with pytest.raises(RuntimeModelError, match="expected shape"):
+        exe.run({"x": x[:1]})
+
+
+@pytest.mark.parametrize(
+    ("shapes", "message"),
+    [({"nope": (1, 3, 4, 4)}, "no input 'nope'"), ({"x": (1, 3, 4)}, "has rank 4"), ({"w": (1,)}, "no input 'w'")],
+)
+def test_bad_input_shapes_fail_clearly(shapes: dict, message: str) -> None:
+    with pytest.raises(RuntimeModelError, match=message):
+        compile_model(_dynamic_conv(), input_shapes=shapes)
