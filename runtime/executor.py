@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import sys
 import threading
 import time
 from collections.abc import Iterator, Mapping, Sequence
@@ -599,16 +600,24 @@ _CONTROLLER: Any = None
 _CONTROLLER_LOCK = threading.Lock()
 
 
+_CONTROLLER_MODULES = -1
+
+
 def _threadpool_controller() -> Any:
-    global _CONTROLLER
+    """threadpoolctl's view of the loaded BLAS/OpenMP libraries, rescanned when new Python modules were imported
+    since the last look (that is how a new native library, e.g. torch's OpenMP, usually arrives)."""
+    global _CONTROLLER, _CONTROLLER_MODULES
     with _CONTROLLER_LOCK:
-        if _CONTROLLER is None:
+        if _CONTROLLER is False:
+            return _CONTROLLER
+        if _CONTROLLER is None or len(sys.modules) != _CONTROLLER_MODULES:
             try:
                 from threadpoolctl import ThreadpoolController
             except ImportError:
                 _CONTROLLER = False
             else:
                 _CONTROLLER = ThreadpoolController()
+                _CONTROLLER_MODULES = len(sys.modules)
     return _CONTROLLER
 
 
@@ -646,16 +655,10 @@ def native_threads(threads: int | None, hold: bool = False) -> Iterator[bool]:
         native.set_threads(previous)
 
 
-_BLAS_LIBS: list[Any] | None = None
-
-
 def _blas_controllers() -> list[Any]:
-    """threadpoolctl's per-library controllers (queried once; empty without threadpoolctl)."""
-    global _BLAS_LIBS
-    if _BLAS_LIBS is None:
-        controller = _threadpool_controller()
-        _BLAS_LIBS = list(getattr(controller, "lib_controllers", [])) if controller else []
-    return _BLAS_LIBS
+    """threadpoolctl's per-library controllers (empty without threadpoolctl)."""
+    controller = _threadpool_controller()
+    return list(getattr(controller, "lib_controllers", [])) if controller else []
 
 
 @contextlib.contextmanager
