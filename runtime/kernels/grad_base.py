@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 
+from runtime.kernels import conv
 from runtime.kernels.base import Kernel
 
 #: The private domain of the training ops (gradients, training-mode forward ops, overflow checks).
@@ -67,23 +68,11 @@ def resolve_pads(
     strides: Sequence[int],
     dilations: Sequence[int],
 ) -> list[int]:
-    """Explicit ``[begin..., end...]`` pads of a forward window op (Conv, pools) after ``auto_pad``."""
-    nd = len(in_shape)
-    if auto_pad in ("SAME_UPPER", "SAME_LOWER"):
-        begin, end = [], []
-        for size, k, s, d in zip(in_shape, kernel, strides, dilations, strict=True):
-            out = -(-size // s)
-            total = max(0, (out - 1) * s + (k - 1) * d + 1 - size)
-            small, big = total // 2, total - total // 2
-            begin.append(small if auto_pad == "SAME_UPPER" else big)
-            end.append(big if auto_pad == "SAME_UPPER" else small)
-        return begin + end
-    if auto_pad == "VALID":
-        return [0] * (2 * nd)
-    pads = list(pads) if pads else [0] * (2 * nd)
-    if any(p < 0 for p in pads):
-        raise ValueError(f"negative pads {pads} are not supported by the gradient kernels")
-    return pads
+    """The forward op's explicit pads (``conv.resolve_pads``); the gradient kernels refuse negative (cropping) ones."""
+    resolved = conv.resolve_pads(auto_pad, pads, in_shape, kernel, strides, dilations)
+    if any(p < 0 for p in resolved):
+        raise ValueError(f"negative pads {resolved} are not supported by the gradient kernels")
+    return resolved
 
 
 def pad_spatial(x: np.ndarray, pads: Sequence[int], value: float = 0.0) -> np.ndarray:
