@@ -18,7 +18,7 @@ import numpy as np
 from runtime.ir import Graph, Node
 from runtime.passes.util import (
     GraphIndex,
-    activation_of,
+    absorb_activation,
     add_constant,
     is_float32,
     plain_attrs,
@@ -68,11 +68,8 @@ def _absorb(conv: Node, nxt: Node, graph: Graph, index: GraphIndex) -> bool:
             ins[3] = other
         else:
             return False
-    else:
-        act = activation_of(nxt, index)
-        if act is None or attrs.get("activation"):
-            return False
-        attrs["activation"], attrs["act_lo"], attrs["act_hi"] = act
+    elif not absorb_activation(attrs, nxt, index):
+        return False
     rebuild(graph, conv, "FusedConv", ins, nxt.outputs, attributes=attrs)
     remove_nodes(graph, [nxt])
     return True

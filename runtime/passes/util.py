@@ -152,6 +152,15 @@ def activation_of(node: Node, index: GraphIndex) -> tuple[str, float, float] | N
     return None
 
 
+def absorb_activation(attrs: dict[str, Any], node: Node, index: GraphIndex) -> bool:
+    """Record ``node``'s activation (Relu, Clip, ...) in a fused op's ``attrs``; False if it is none or one is set."""
+    act = activation_of(node, index)
+    if act is None or attrs.get("activation"):
+        return False
+    attrs["activation"], attrs["act_lo"], attrs["act_hi"] = act
+    return True
+
+
 def rebuild(
     graph: Graph,
     old: Node,
