@@ -86,7 +86,7 @@ def load_data(name: str, seed: int = 0) -> tuple[np.ndarray, np.ndarray, np.ndar
         try:
             from sklearn.datasets import load_digits
         except ImportError:
-            raise AppoptError("--data digits needs scikit-learn (pip install scikit-learn)") from None
+            raise AppoptError('--data digits needs scikit-learn (pip install "appopt[datasets]")') from None
         raw = load_digits()
         ds = split((raw.data / 16.0).astype(np.float32), raw.target.astype(np.int64), 0.2, seed)
     else:
