@@ -57,6 +57,9 @@ class Evaluation:
     predictions: pd.DataFrame = field(repr=False)
     #: Families that could not be held out (they were the only data of a group).
     skipped: tuple[str, ...] = ()
+    #: The same rows predicted by a fit on all families: the floor the features reach on data they have seen (the
+    #: gap to ``fitted`` is what generalising to a new architecture costs).
+    in_sample: Scores | None = None
 
     def by_precision(self) -> dict[str, Scores]:
         """The fitted model's scores on each precision's held-out predictions (routes compete within one)."""
@@ -69,6 +72,8 @@ class Evaluation:
             self.fitted.line("fitted model"),
             self.prior.line("roofline prior"),
         ]
+        if self.in_sample is not None:
+            out.append(self.in_sample.line("in-sample fit"))
         per_precision = self.by_precision()
         if len(per_precision) > 1:
             out.extend(s.line(f"  fitted, {p}") for p, s in sorted(per_precision.items()))
@@ -162,5 +167,24 @@ def leave_one_architecture_out(
     if predictions.empty:
         raise ValueError("no family could be held out: every route was measured on one family only")
     return Evaluation(
-        scores(predictions, "predicted"), scores(predictions, "prior"), predictions, tuple(sorted(skipped))
+        scores(predictions, "predicted"),
+        scores(predictions, "prior"),
+        predictions,
+        tuple(sorted(skipped)),
+        _in_sample(frame, data, predictions, ridge),
     )
+
+
+def _in_sample(frame: pd.DataFrame, data: pd.DataFrame, predictions: pd.DataFrame, ridge: float) -> Scores:
+    """Scores of a fit on every family, on the rows that were held out one family at a time."""
+    groups = {
+        (g.target, g.route.framework, g.route.compiler, g.route.layout, g.route.precision, g.threads): g
+        for g in fit(frame, ridge=ridge, data=data).groups
+    }
+    keys = [*_GROUP, "model", "batch"]
+    x_by_row = {tuple(row[k] for k in keys): row["x"] for _, row in data.iterrows()}
+    fitted = [
+        groups[tuple(row[k] for k in _GROUP)].seconds(x_by_row[tuple(row[k] for k in keys)])
+        for _, row in predictions.iterrows()
+    ]
+    return scores(predictions.assign(in_sample=fitted), "in_sample")

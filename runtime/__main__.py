@@ -1,7 +1,7 @@
 """``python -m runtime``: the runtime's own command line, for images that carry the runtime without appopt.
 
     python -m runtime compile MODEL.onnx -o OUT
-    python -m runtime run MODEL_OR_OUT [--input name=file.npy ...] [--random] [--repeat N] [--threads N]
+    python -m runtime run MODEL_OR_OUT [--input name=file.npy ...] [--random] [--repeat N] [--threads N] [--profile]
 
 Only argparse and the runtime's own dependencies: this is what runs inside the built images.
 """
@@ -27,6 +27,7 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--random", action="store_true", help="fill inputs not given with seeded random data")
     run.add_argument("--repeat", type=int, default=1, help="runs to time (default 1)")
     run.add_argument("--threads", type=int, default=None, help="threads for kernels and BLAS")
+    run.add_argument("--profile", action="store_true", help="print where the time goes, per op type and node")
     return parser
 
 
@@ -39,7 +40,9 @@ def main(argv: list[str] | None = None) -> int:
             manifest = tools.compile_to_dir(args.model, args.out, disable=args.disable)
             lines = tools.format_compile(manifest, args.out)
         else:
-            report = tools.run_model(args.model, args.input, args.random, args.repeat, args.threads)
+            report = tools.run_model(
+                args.model, args.input, args.random, args.repeat, args.threads, profile=args.profile
+            )
             lines = tools.format_run(report)
     except RuntimeModelError as exc:
         print(f"error: {exc}", file=sys.stderr)

@@ -53,6 +53,7 @@ from runtime.functions import ExpansionStats, FunctionKey, expand_graph, local_f
 from runtime.ir import Graph, Model, Node, Value, elem_type_name, graph_free_names
 from runtime.kernels.base import Kernel, NodeContext, SubgraphFn
 from runtime.loader import ModelSource, load_model_proto, upgrade_old_opset, validate_proto
+from runtime.profiling import Profile
 from runtime.shapes import SIZE_CREATING_OPS, estimate_output_elements, infer_model
 
 __all__ = ["CompileOptions", "Executable", "compile_model", "compile_proto", "resolve_kernel"]
@@ -112,6 +113,8 @@ class _Shared:
         self.functions = functions
         self.expansion = ExpansionStats()
         self.subgraphs_compiled = 0
+        #: Set while ``Executable.profiling()`` is on: steps of the main graph record their time there.
+        self.profile: Profile | None = None
 
 
 class Plan:
@@ -240,6 +243,17 @@ class Plan:
 
     # -- execution ---------------------------------------------------------------------------------------------
     def execute(self, env: dict[str, Any]) -> list[Any]:
+        """Run every step; ``env`` holds the inputs (and outer values) and is consumed (see ``_execute``)."""
+        profile = self.shared.profile
+        if profile is None:
+            return self._execute(env)
+        profile.depth += 1
+        try:
+            return self._execute(env)
+        finally:
+            profile.depth -= 1
+
+    def _execute(self, env: dict[str, Any]) -> list[Any]:
         """Run every step; ``env`` holds the inputs (and outer values) and is consumed.
 
         With a memory plan enabled (``enable_static``), the first run for an input signature records the shapes,
@@ -294,12 +308,18 @@ class Plan:
         previous = getattr(self._local, "env", None)
         self._local.env = env
         limit = self.shared.options.max_alloc_bytes
+        profile = _recording(self.shared)
         try:
             for step in self.steps:
                 args = [env[name] if name else None for name in step.inputs]
                 if step.guard_size:
                     _guard_size(step, args, limit)
-                results = step.kernel.run(*args)
+                if profile is None:
+                    results = step.kernel.run(*args)
+                else:
+                    started = time.perf_counter()
+                    results = step.kernel.run(*args)
+                    profile.add(step.node.name or step.node.label(), step.node.op_type, time.perf_counter() - started)
                 outputs = step.outputs
                 if len(results) < len(outputs) and any(outputs[len(results) :]):
                     raise KernelError(
@@ -317,6 +337,12 @@ class Plan:
             raise KernelError(f"value {exc.args[0]!r} was not available when needed") from None
         finally:
             self._local.env = previous
+
+
+def _recording(shared: _Shared) -> Profile | None:
+    """The profile the current steps record into: only the main graph's (a subgraph's time is its node's)."""
+    profile = shared.profile
+    return profile if profile is not None and profile.depth == 1 else None
 
 
 #: Input signatures (shape sets) a plan keeps static buffers for.
@@ -474,18 +500,20 @@ class _StaticPlan:
         previous = getattr(plan._local, "env", None)
         plan._local.env = env
         limit = plan.shared.options.max_alloc_bytes
+        profile = _recording(plan.shared)
         try:
             for kind, payload, step, arg_shapes in program:
+                started = time.perf_counter() if profile is not None else 0.0
                 if kind == "bound":
                     payload()
-                    continue
-                args = [env[name] if name else None for name in step.inputs]
-                if kind == "into":
+                elif kind == "into":
+                    args = [env[name] if name else None for name in step.inputs]
                     for a, shape in zip(args, arg_shapes, strict=True):
                         if shape is not None and (not isinstance(a, np.ndarray) or a.shape != shape):
                             raise _Replan
                     _compute_into(step, payload, args)
                 else:
+                    args = [env[name] if name else None for name in step.inputs]
                     if step.guard_size:
                         _guard_size(step, args, limit)
                     results = step.kernel.run(*args)
@@ -497,6 +525,8 @@ class _StaticPlan:
                     for name, value in zip(outputs, results, strict=False):
                         if name:
                             env[name] = np.asarray(value) if isinstance(value, np.generic) else value
+                if profile is not None:
+                    profile.add(step.node.name or step.node.label(), step.node.op_type, time.perf_counter() - started)
             return [_detach(env[name], buffers) for name in plan.output_names]
         except KeyError as exc:
             raise KernelError(f"value {exc.args[0]!r} was not available when needed") from None
@@ -715,6 +745,17 @@ class Executable:
 
     def run(self, feeds: Mapping[str, Any]) -> dict[str, Any]:
         """Run once. Tensors are NumPy arrays (strings: dtype=object), sequences lists, empty optionals None."""
+        profile = self.plan.shared.profile
+        if profile is None:
+            return self._run(feeds)
+        started = time.perf_counter()
+        try:
+            return self._run(feeds)
+        finally:
+            profile.runs += 1
+            profile.run_seconds += time.perf_counter() - started
+
+    def _run(self, feeds: Mapping[str, Any]) -> dict[str, Any]:
         env = self._check_feeds(feeds)
         plan = self.plan
         if not plan.may_use_blas:
@@ -734,6 +775,16 @@ class Executable:
             self.threads_applied = how
             values = plan.execute(env)
         return dict(zip(self.output_names, values, strict=True))
+
+    @contextlib.contextmanager
+    def profiling(self) -> Iterator[Profile]:
+        """Record per-node times of the runs made inside the ``with`` block (one caller thread at a time)."""
+        shared = self.plan.shared
+        previous, shared.profile = shared.profile, Profile()
+        try:
+            yield shared.profile
+        finally:
+            shared.profile = previous
 
     def _check_feeds(self, feeds: Mapping[str, Any]) -> dict[str, Any]:
         unknown = [k for k in feeds if k not in self.inputs]

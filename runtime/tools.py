@@ -7,6 +7,7 @@ output summaries and latency figures; ``format_*`` turn those into printable lin
 
 from __future__ import annotations
 
+import contextlib
 import os
 import statistics
 import time
@@ -22,6 +23,7 @@ from runtime.artifact import save_artifact
 from runtime.errors import RuntimeModelError
 from runtime.executor import Executable, compile_model
 from runtime.ir import Value
+from runtime.profiling import Profile
 
 
 @dataclass
@@ -44,6 +46,8 @@ class RunReport:
     compile_s: float
     threads: int | None
     inputs: dict[str, str] = field(default_factory=dict)
+    #: Per-node times of the timed runs, when asked for.
+    profile: Profile | None = None
 
     @property
     def median_ms(self) -> float:
@@ -182,8 +186,12 @@ def run_model(
     repeat: int = 1,
     threads: int | None = None,
     seed: int = 0,
+    profile: bool = False,
 ) -> RunReport:
-    """Compile (or load) ``model``, run it ``repeat`` times; outputs of the last run are summarised."""
+    """Compile (or load) ``model``, run it ``repeat`` times; outputs of the last run are summarised.
+
+    With ``profile``, one untimed warm-up run comes first and the timed runs record per-node times.
+    """
     if repeat < 1:
         raise RuntimeModelError(f"--repeat must be at least 1, got {repeat}")
     if not Path(model).exists():
@@ -194,12 +202,15 @@ def run_model(
     feeds, where = build_feeds(exe, parse_input_specs(inputs or []), random, seed)
     latencies = []
     outputs: dict[str, Any] = {}
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        outputs = exe.run(feeds)
-        latencies.append(time.perf_counter() - t0)
+    if profile:
+        exe.run(feeds)  # the first run plans buffers and tunes: not what a profile should show
+    with exe.profiling() if profile else contextlib.nullcontext() as recorded:
+        for _ in range(repeat):
+            t0 = time.perf_counter()
+            outputs = exe.run(feeds)
+            latencies.append(time.perf_counter() - t0)
     summaries = [summarize(name, outputs[name]) for name in exe.output_names]
-    return RunReport(str(model), summaries, latencies, compile_s, threads, where)
+    return RunReport(str(model), summaries, latencies, compile_s, threads, where, recorded)
 
 
 def format_run(report: RunReport) -> list[str]:
@@ -220,4 +231,6 @@ def format_run(report: RunReport) -> list[str]:
     lines.append(
         f"latency over {len(report.latencies_s)} run(s): median {report.median_ms:.3f} ms, p90 {report.p90_ms:.3f} ms"
     )
+    if report.profile is not None:
+        lines.extend(report.profile.lines())
     return lines

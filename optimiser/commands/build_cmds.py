@@ -60,21 +60,29 @@ def _printer(quiet: bool) -> Callable[[str], None]:
     return (lambda _line: None) if quiet else (lambda line: typer.echo(line))
 
 
-OutArg = Annotated[Path, typer.Argument(help="A plan's output directory (from `appopt plan SPEC -o OUT`).",
-                                        show_default=False)]
+OutArg = Annotated[
+    Path, typer.Argument(help="A plan's output directory (from `appopt plan SPEC -o OUT`).", show_default=False)
+]
 
 
 def build_cmd(
     out: OutArg,
-    engine: Annotated[str, typer.Option(
-        help="auto | docker (any Docker Engine API via DOCKER_HOST) | buildah | podman | charliecloud | apptainer.",
-    )] = "auto",
-    tag: Annotated[str | None, typer.Option(help="Image reference to tag (default: the spec's registry:tag, "
-                                                 "else <name>:latest).")] = None,
+    engine: Annotated[
+        str,
+        typer.Option(
+            help="auto | docker (any Docker Engine API via DOCKER_HOST) | buildah | podman | charliecloud | apptainer.",
+        ),
+    ] = "auto",
+    tag: Annotated[
+        str | None, typer.Option(help="Image reference to tag (default: the spec's registry:tag, else <name>:latest).")
+    ] = None,
     platform: Annotated[str | None, typer.Option(help="Target platform, e.g. linux/amd64 or linux/arm64.")] = None,
-    wheelhouse: Annotated[Path | None, typer.Option(
-        help="Install Python requirements only from this directory of wheels (filled by pip download when empty).",
-    )] = None,
+    wheelhouse: Annotated[
+        Path | None,
+        typer.Option(
+            help="Install Python requirements only from this directory of wheels (filled by pip download when empty).",
+        ),
+    ] = None,
     base_image: Annotated[str | None, typer.Option(help="Build on this base image instead of the plan's.")] = None,
     push: Annotated[bool, typer.Option("--push", help="Push the image to --tag after building.")] = False,
     insecure: Annotated[bool, typer.Option("--insecure", help="With --push: no TLS checks / plain HTTP.")] = False,
@@ -90,25 +98,31 @@ def build_cmd(
                 raise BuildError(f"--push: {engine} images are files, not registry images; copy them instead")
             _build_hpc_image(out, engine, tag, base_image, wheelhouse, say)
             return
-        record = build_plan_image(out, engine=engine, tag=tag, platform=platform, base_image=base_image,
-                                  wheelhouse=wheelhouse, on_line=say)
-        typer.echo(f"built {record.image} ({record.image_id[:19] or 'no id'}) with {record.engine_detail} "
-                   f"in {record.seconds:.1f} s; log {out / record.log}")
+        record = build_plan_image(
+            out, engine=engine, tag=tag, platform=platform, base_image=base_image, wheelhouse=wheelhouse, on_line=say
+        )
+        typer.echo(
+            f"built {record.image} ({record.image_id[:19] or 'no id'}) with {record.engine_detail} "
+            f"in {record.seconds:.1f} s; log {out / record.log}"
+        )
         if push:
             result = push_built_image(out, record.image, insecure=insecure, on_line=say)
             typer.echo(f"pushed {result.ref} digest {result.digest}")
 
 
-def _build_hpc_image(out: Path, engine: str, tag: str | None, base_image: str | None, wheelhouse: Path | None,
-                     say: Callable[[str], None]) -> None:
+def _build_hpc_image(
+    out: Path, engine: str, tag: str | None, base_image: str | None, wheelhouse: Path | None, say: Callable[[str], None]
+) -> None:
     from builders import apptainer, charliecloud
     from builders.image_build import default_tag, prepare_build
     from builders.names import dns_label
 
     if engine == "apptainer":
         if base_image or wheelhouse:
-            raise BuildError("--engine apptainer builds Singularity.def as rendered; --base-image and --wheelhouse "
-                             "apply to Dockerfile builds")
+            raise BuildError(
+                "--engine apptainer builds Singularity.def as rendered; --base-image and --wheelhouse "
+                "apply to Dockerfile builds"
+            )
         result = apptainer.build_sif(out, on_line=say)
         if not result.available:
             raise BuildError(f"apptainer: {result.reason}")
@@ -116,19 +130,25 @@ def _build_hpc_image(out: Path, engine: str, tag: str | None, base_image: str | 
         return
     prepared = prepare_build(out, base_image=base_image, wheelhouse=wheelhouse, on_line=say)
     name = tag or default_tag(out, prepared.deployment)
-    image = charliecloud.build(out, prepared.dockerfile, name, log_path=out / "logs" / "build-charliecloud.log",
-                               on_line=say)
+    image = charliecloud.build(
+        out, prepared.dockerfile, name, log_path=out / "logs" / "build-charliecloud.log", on_line=say
+    )
     sqfs = charliecloud.to_squashfs(image, out / f"{dns_label(name.split(':')[0].rsplit('/', 1)[-1])}.sqfs")
-    typer.echo(f"built {sqfs.squashfs} with ch-image in {image.seconds:.1f} s; "
-               f"run: ch-run --set-env {sqfs.squashfs} -- {' '.join(image.command)}")
+    typer.echo(
+        f"built {sqfs.squashfs} with ch-image in {image.seconds:.1f} s; "
+        f"run: ch-run --set-env {sqfs.squashfs} -- {' '.join(image.command)}"
+    )
 
 
 def push_cmd(
     out: OutArg,
-    to: Annotated[str | None, typer.Option("--to", help="Destination registry/repository:tag "
-                                                        "(default: the tag it was built with).")] = None,
-    insecure: Annotated[bool, typer.Option("--insecure", help="Skip TLS verification; fall back to plain HTTP.")]
-    = False,
+    to: Annotated[
+        str | None,
+        typer.Option("--to", help="Destination registry/repository:tag (default: the tag it was built with)."),
+    ] = None,
+    insecure: Annotated[
+        bool, typer.Option("--insecure", help="Skip TLS verification; fall back to plain HTTP.")
+    ] = False,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="Print only the result.")] = False,
 ) -> None:
     """Push the image `appopt build` made for OUT; print and verify its digest."""
@@ -136,8 +156,10 @@ def push_cmd(
 
     with _as_user_errors():
         result = push_built_image(out, to, insecure=insecure, on_line=_printer(quiet))
-    typer.echo(f"pushed {result.ref} digest {result.digest} ({result.blobs_uploaded} blobs sent, "
-               f"{result.blobs_present} already there, {result.retries} retries, {result.seconds:.1f} s)")
+    typer.echo(
+        f"pushed {result.ref} digest {result.digest} ({result.blobs_uploaded} blobs sent, "
+        f"{result.blobs_present} already there, {result.retries} retries, {result.seconds:.1f} s)"
+    )
 
 
 def submit_cmd(out: OutArg) -> None:
@@ -165,8 +187,12 @@ def status_cmd(
         if not wait:
             current = sched.status(job_id)
         else:
-            current = sched.wait(job_id, poll_seconds=poll, timeout_seconds=timeout,
-                                 on_change=lambda s: None if s.finished else typer.echo(s.summary()))
+            current = sched.wait(
+                job_id,
+                poll_seconds=poll,
+                timeout_seconds=timeout,
+                on_change=lambda s: None if s.finished else typer.echo(s.summary()),
+            )
     typer.echo(current.summary())
     if current.stdout_path:
         typer.echo(f"output: {current.stdout_path}")

@@ -37,11 +37,14 @@ def run_model_cmd(
     repeat: Annotated[int, typer.Option("--repeat", "-n", min=1, help="Runs to time.")] = 1,
     threads: Annotated[int | None, typer.Option("--threads", min=1, help="BLAS/OpenMP threads to use.")] = None,
     seed: Annotated[int, typer.Option("--seed", help="Seed for --random.")] = 0,
+    profile: Annotated[
+        bool, typer.Option("--profile", help="Also print where the time goes, per op type and slowest nodes.")
+    ] = False,
 ) -> None:
     """Run MODEL with appopt's runtime; print each output's shape, dtype, mean/min/max and the latency."""
     from runtime.tools import format_run, run_model
 
-    report = run_model(model, inputs=input, random=random, repeat=repeat, threads=threads, seed=seed)
+    report = run_model(model, inputs=input, random=random, repeat=repeat, threads=threads, seed=seed, profile=profile)
     for line in format_run(report):
         typer.echo(line)
 

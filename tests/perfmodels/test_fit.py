@@ -160,6 +160,9 @@ def test_leave_one_architecture_out_meets_the_goals_on_lightly_noisy_data():
     assert set(evaluation.predictions["family"]) == {m[0] for m in MODELS.values()}
     assert evaluation.prior.rmspe > evaluation.fitted.rmspe  # fitting must beat the uncorrected prior here
     assert any("fitted model" in line for line in evaluation.lines())
+    # with its own family in the fit, a row is predicted about as well as the noise allows
+    assert evaluation.in_sample is not None and evaluation.in_sample.rmspe <= evaluation.fitted.rmspe
+    assert any(line.startswith("in-sample fit") for line in evaluation.lines())
 
 
 def test_scores_compute_regret_against_the_measured_best():
