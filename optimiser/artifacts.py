@@ -18,9 +18,12 @@ from optimiser.catalog.models import Catalog, Install
 from optimiser.errors import AppoptError
 from optimiser.planner import Plan
 from optimiser.report import appopt_version, plan_to_dict, render_markdown, spec_digest
+from optimiser.spec import AppSpec
 
 #: Where the model lives inside images.
 IMAGE_APP_DIR = "/opt/app"
+#: Where the application's own code (``application.code``) is copied in the plan output (the build context).
+CODE_DIR = "code"
 #: Our runtime's id in the catalog: the route whose image runs the model with ``python -m runtime``.
 OUR_RUNTIME = "appopt-runtime"
 _LAUNCHERS = {"slurm": "srun", "pbs": "mpirun", "torque": "mpirun"}
@@ -62,7 +65,7 @@ def deployment_from_plan(plan: Plan, catalog: Catalog | None = None) -> Deployme
         env=tuple(sorted(env.items())),
         labels=tuple(_labels(plan).items()),
         model_file=model_file,
-        app_files=("runtime",) if ships_runtime else (),
+        app_files=(*(("runtime",) if ships_runtime else ()), *(f"{CODE_DIR}/{p.name}" for p in spec.application.code)),
         app_dir=IMAGE_APP_DIR,
         compile_argv=compile_argv,
         run_argv=run_argv,
@@ -79,9 +82,16 @@ def deployment_from_plan(plan: Plan, catalog: Catalog | None = None) -> Deployme
     )
 
 
+def _in_app_dir(argv: list[str], shipped: set[str]) -> tuple[str, ...]:
+    """``argv`` with every word that names a shipped code file or directory (``train.py``, ``src/main.py``) made an
+    absolute path in the image's app directory: jobs run in the submission directory, not in the app directory."""
+    return tuple(f"{IMAGE_APP_DIR}/{word}" if word.split("/")[0] in shipped else word for word in argv)
+
+
 def _commands(plan: Plan, model_file: str | None) -> tuple[tuple[str, ...] | None, tuple[str, ...]]:
     """(build-stage compile argv, entrypoint argv) for the chosen route."""
-    user = plan.spec.application.command
+    command = plan.spec.application.command
+    user = _in_app_dir(command, {p.name for p in plan.spec.application.code}) if command else None
     if plan.choice.route.framework == OUR_RUNTIME and model_file is not None:
         compiled = f"{IMAGE_APP_DIR}/compiled"
         compile_argv = ("python3", "-m", "runtime", "compile", f"{IMAGE_APP_DIR}/{model_file}", "-o", compiled)
@@ -134,6 +144,7 @@ def write_plan_outputs(plan: Plan, out_dir: Path, catalog: Catalog | None = None
         written.append(out_dir / dep.model_file)
     if plan.choice.route.framework == OUR_RUNTIME:
         written.append(_copy_runtime_sources(out_dir))
+    written += _copy_code(plan.spec, out_dir)
     try:
         written += render_artifacts(dep, out_dir)
     except RenderError as exc:
@@ -152,6 +163,26 @@ def _copy_runtime_sources(out_dir: Path) -> Path:
         shutil.rmtree(dest)
     shutil.copytree(src, dest, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
     return dest
+
+
+def _copy_code(spec: AppSpec, out_dir: Path) -> list[Path]:
+    """Copy ``application.code`` into ``out_dir/code`` (replacing an earlier copy) for the image build."""
+    dest = out_dir / CODE_DIR
+    if dest.exists():
+        shutil.rmtree(dest)
+    copied = []
+    for given, path in zip(spec.application.code, spec.code_paths(), strict=True):
+        target = dest / path.name
+        target.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            if path.is_dir():
+                shutil.copytree(path, target, ignore=shutil.ignore_patterns("__pycache__", "*.pyc", ".git"))
+            else:
+                shutil.copy2(path, target)
+        except OSError as exc:
+            raise AppoptError(f"application.code: cannot copy {str(given)!r}: {exc.strerror or exc}") from None
+        copied.append(target)
+    return copied
 
 
 def _write_text(path: Path, text: str) -> Path:

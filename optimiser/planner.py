@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from optimiser.catalog import load_catalog
 from optimiser.catalog.models import Catalog, Compiler, Framework, Hardware, Library
 from optimiser.errors import PlanError, SpecError
-from optimiser.spec import AppSpec, Selection
+from optimiser.spec import AppSpec, Selection, check_spec_files
 from optimiser.suggest import unknown_id_message
 from optimiser.target import ResolvedTarget, resolve_target
 from optimiser.workload import workload_for
@@ -81,6 +81,7 @@ def make_plan(
     catalog = catalog or load_catalog()
     model = model or load_default_model()
     check_spec_ids(spec, catalog)
+    check_spec_files(spec)
     target = resolve_target(spec.target, catalog)
     workload = workload_for(spec, catalog)
     enumerator = _Enumerator(spec, catalog, target)
@@ -104,8 +105,22 @@ def make_plan(
         candidates=tuple(candidates),
         excluded=tuple(enumerator.excluded),
         model_name=model.name,
-        notes=target.notes,
+        notes=(*target.notes, *_unshipped_command_files(spec)),
     )
+
+
+#: Command words that look like a script the application runs.
+_SCRIPT_SUFFIXES = (".py", ".sh", ".R", ".jl", ".lua")
+
+
+def _unshipped_command_files(spec: AppSpec) -> list[str]:
+    """A note for each relative script the command runs that ``application.code`` does not ship."""
+    shipped = {path.name for path in spec.application.code}
+    return [
+        f"application.command runs {word}, which application.code does not ship: the base image must provide it"
+        for word in spec.application.command or []
+        if word.endswith(_SCRIPT_SUFFIXES) and not word.startswith("/") and word.split("/")[0] not in shipped
+    ]
 
 
 def _objective(spec: AppSpec, p: Prediction) -> float:

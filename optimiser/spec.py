@@ -18,7 +18,15 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from optimiser.errors import SpecError
 
@@ -30,6 +38,22 @@ ContainerFormat = Literal["docker", "singularity"]
 _ALL_FORMATS: tuple[ContainerFormat, ...] = ("docker", "singularity")
 
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$")
+#: A shipped code file's or directory's name: what it is called in the image's app directory.
+_CODE_NAME_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9._+@-]*$")
+#: Names the app directory already uses (the model, its compiled form, the runtime's sources).
+RESERVED_CODE_NAMES = frozenset({"model.onnx", "compiled", "runtime"})
+
+
+def _code_name(path: Path) -> Path:
+    if not _CODE_NAME_RE.fullmatch(path.name) or path.name in RESERVED_CODE_NAMES:
+        raise ValueError(
+            f"{str(path)!r}: its name must use letters, digits and ._+@- and not be one of "
+            f"{', '.join(sorted(RESERVED_CODE_NAMES))}"
+        )
+    return path
+
+
+CodePath = Annotated[Path, AfterValidator(_code_name)]
 _REPO_RE = re.compile(r"[a-z0-9]([a-z0-9._:-]*[a-z0-9])?(/[a-z0-9]([a-z0-9._-]*[a-z0-9])?)*")
 
 
@@ -73,6 +97,22 @@ class Application(_Strict):
     command: list[str] | None = Field(
         None, description="The application's own entry command (argv) run in the container; default: appopt runs it."
     )
+    code: list[CodePath] = Field(
+        default_factory=list,
+        description="The application's own files or directories (relative to the spec file), copied into the "
+        "image's app directory (/opt/app, on PYTHONPATH); words of `command` that name them (train.py, src/main.py) "
+        "are run from there.",
+    )
+
+    @field_validator("code")
+    @classmethod
+    def _distinct_code_names(cls, paths: list[Path]) -> list[Path]:
+        seen: dict[str, Path] = {}
+        for path in paths:
+            if path.name in seen:
+                raise ValueError(f"{str(seen[path.name])!r} and {str(path)!r} would both be /opt/app/{path.name}")
+            seen[path.name] = path
+        return paths
 
 
 class CPU(_Strict):
@@ -161,6 +201,21 @@ class AppSpec(_Strict):
         """Absolute path of the ONNX model, if the spec names one."""
         onnx = self.application.model.onnx
         return None if onnx is None else (self.base_dir / onnx).resolve()
+
+    def code_paths(self) -> list[Path]:
+        """Absolute paths of the application's code files and directories (``application.code``)."""
+        return [(self.base_dir / path).resolve() for path in self.application.code]
+
+
+def check_spec_files(spec: AppSpec) -> None:
+    """Every file the spec ships must exist (one line per missing one)."""
+    problems = [
+        f"application.code.{i}: {str(given)!r} does not exist (looked for {path})"
+        for i, (given, path) in enumerate(zip(spec.application.code, spec.code_paths(), strict=True))
+        if not path.exists()
+    ]
+    if problems:
+        raise SpecError(*problems)
 
 
 def json_schema() -> dict[str, Any]:

@@ -6,7 +6,7 @@ from pathlib import Path
 
 from optimiser.catalog import load_catalog
 from optimiser.planner import check_spec_ids
-from optimiser.spec import load_spec
+from optimiser.spec import check_spec_files, load_spec
 from optimiser.target import resolve_target
 from optimiser.workload import workload_for
 
@@ -16,6 +16,7 @@ def validate_spec(path: Path) -> str:
     spec = load_spec(path)
     catalog = load_catalog()
     check_spec_ids(spec, catalog)
+    check_spec_files(spec)
     target = resolve_target(spec.target, catalog)
     workload = workload_for(spec, catalog)
     return (

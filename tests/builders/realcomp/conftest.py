@@ -395,6 +395,7 @@ application:
     onnx: digits_mlp.onnx
   batch_size: 1
   framework: appopt-runtime
+  code: [classify.py]
 target:
   platform: hpc
   cpu: {arch: x86_64, model: local}
@@ -404,12 +405,24 @@ container:
 """
 
 
+#: The application's own code shipped with ``application.code``: it uses the runtime the image carries.
+CLASSIFY = """\
+import numpy as np
+from runtime import compile_model
+
+exe = compile_model("/opt/app/compiled", threads=1)
+probabilities = exe.run({"input": np.linspace(0, 1, 64, dtype=np.float32).reshape(1, 64)})["probabilities"]
+print(f"classify.py: class {int(probabilities.argmax())} of {probabilities.shape[1]}")
+"""
+
+
 @pytest.fixture(scope="session")
 def runtime_plan(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """``appopt plan`` output for the digits MLP on ``appopt-runtime`` with a Slurm job (the real CLI)."""
     spec_dir = tmp_path_factory.mktemp("spec")
     shutil.copy2(REPO / "examples" / "digits_mlp.onnx", spec_dir / "digits_mlp.onnx")
     (spec_dir / "app.yaml").write_text(SPEC)
+    (spec_dir / "classify.py").write_text(CLASSIFY)
     out = spec_dir / "out"
     from optimiser.cli import app
 

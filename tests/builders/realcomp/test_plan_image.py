@@ -36,6 +36,12 @@ def test_image_runs_the_compiled_model(runtime_image: BuiltImage) -> None:
     assert RUN_OUTPUT.search(proc.stdout), proc.stdout
 
 
+def test_the_applications_own_code_ships_and_uses_the_runtime(runtime_image: BuiltImage) -> None:
+    proc = _podman("run", "--rm", "--entrypoint", "python3", runtime_image.ref, "/opt/app/classify.py")
+    assert proc.returncode == 0, proc.stderr
+    assert re.fullmatch(r"classify\.py: class \d of 10\n", proc.stdout), proc.stdout
+
+
 def test_build_stage_compiled_and_final_stage_is_slim(runtime_image: BuiltImage) -> None:
     listing = _podman("run", "--rm", "--entrypoint", "ls", runtime_image.ref, "/opt/app/compiled", "/tmp")
     assert listing.returncode == 0, listing.stderr

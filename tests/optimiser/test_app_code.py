@@ -1,0 +1,99 @@
+"""``application.code``: the application's own files ship in the image and its command runs them from there."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from optimiser.cli import app
+
+EXAMPLES = Path(__file__).parents[2] / "examples"
+
+SPEC = """\
+name: digits-app
+application:
+  type: inference
+  model: {{onnx: digits_mlp.onnx}}
+  framework: appopt-runtime
+  command: {command}
+  code: {code}
+target:
+  cpu: {{arch: x86_64, model: local}}
+  scheduler: slurm
+container:
+  formats: [docker, singularity]
+"""
+
+
+def _spec(tmp_path: Path, code: str, command: str = "[python3, serve.py, --threads, '2']") -> Path:
+    shutil.copy2(EXAMPLES / "digits_mlp.onnx", tmp_path / "digits_mlp.onnx")
+    (tmp_path / "serve.py").write_text("print('serving')\n")
+    (tmp_path / "pkg").mkdir(exist_ok=True)
+    (tmp_path / "pkg" / "__init__.py").write_text("")
+    (tmp_path / "pkg" / "__pycache__").mkdir(exist_ok=True)
+    (tmp_path / "pkg" / "__pycache__" / "x.pyc").write_bytes(b"\0")
+    path = tmp_path / "app.yaml"
+    path.write_text(SPEC.format(code=code, command=command))
+    return path
+
+
+def _invoke(*args: str) -> tuple[int, str, str]:
+    result = CliRunner().invoke(app, list(args))
+    return result.exit_code, result.stdout, result.stderr
+
+
+def test_code_is_copied_into_the_image_and_the_command_runs_it_from_the_app_dir(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    code, _, err = _invoke("plan", str(_spec(tmp_path, "[serve.py, pkg]")), "-o", str(out))
+    assert code == 0, err
+    assert (out / "code" / "serve.py").read_text() == "print('serving')\n"
+    assert (out / "code" / "pkg" / "__init__.py").exists()
+    assert not (out / "code" / "pkg" / "__pycache__").exists()
+    deployment = json.loads((out / "deployment.json").read_text())
+    assert deployment["app_files"] == ["runtime", "code/serve.py", "code/pkg"]
+    # jobs run in the submission directory, so the script is named by its place in the image
+    assert deployment["run_argv"] == ["python3", "/opt/app/serve.py", "--threads", "2"]
+    dockerfile = (out / "Dockerfile").read_text()
+    assert "COPY code/serve.py /opt/app/serve.py" in dockerfile
+    assert "COPY code/pkg /opt/app/pkg" in dockerfile
+    assert 'ENTRYPOINT ["python3", "/opt/app/serve.py", "--threads", "2"]' in dockerfile
+    assert "code/serve.py /opt/app/serve.py" in (out / "Singularity.def").read_text()
+    assert "/opt/app/serve.py" in (out / "job.slurm").read_text()
+    assert "does not ship" not in (out / "plan.md").read_text()
+
+
+def test_replanning_replaces_the_earlier_copy(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    assert _invoke("plan", str(_spec(tmp_path, "[serve.py, pkg]")), "-o", str(out))[0] == 0
+    assert _invoke("plan", str(_spec(tmp_path, "[serve.py]")), "-o", str(out))[0] == 0
+    assert sorted(p.name for p in (out / "code").iterdir()) == ["serve.py"]
+
+
+def test_a_script_the_command_runs_but_the_spec_does_not_ship_is_noted(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    code, _, err = _invoke("plan", str(_spec(tmp_path, "[]", "[python3, train.py]")), "-o", str(out))
+    assert code == 0, err
+    assert "application.command runs train.py, which application.code does not ship" in (out / "plan.md").read_text()
+
+
+@pytest.mark.parametrize(
+    ("code_list", "message"),
+    [
+        ("[missing.py]", "error: application.code.0: 'missing.py' does not exist (looked for "),
+        ("[serve.py, other/serve.py]", "error: application.code: 'serve.py' and 'other/serve.py' would"),
+        ("[serve.py, runtime]", "error: application.code.1: 'runtime': its name must use letters"),
+        ("['bad name.py']", "error: application.code.0: 'bad name.py': its name must use letters"),
+    ],
+)
+def test_bad_code_entries_are_one_line_errors_naming_the_entry(tmp_path: Path, code_list: str, message: str) -> None:
+    spec = _spec(tmp_path, code_list)
+    for command in ("validate", "plan"):
+        code, out, err = _invoke(command, str(spec), *(["-o", str(tmp_path / "out")] if command == "plan" else []))
+        assert code == 2, (command, out, err)
+        assert err.startswith(message), err
+        assert len(err.strip().splitlines()) == 1 and "Traceback" not in err
+    assert not (tmp_path / "out").exists()  # nothing written for a bad spec
