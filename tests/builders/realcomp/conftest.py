@@ -21,7 +21,7 @@ import os
 import shutil
 import subprocess
 import tempfile
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -226,7 +226,8 @@ class Registry:
     password: str | None = None
 
 
-def _start_registry(directory: Path, *, tls: bool, auth: bool) -> tuple[servers.Server, Registry]:
+def _start_registry(directory: Path, *, tls: bool, auth: bool,
+                    auth_config: Sequence[str] = ()) -> tuple[servers.Server, Registry]:
     require("docker-registry", "openssl")
     directory.mkdir(parents=True, exist_ok=True)
     port = servers.free_port()
@@ -250,6 +251,7 @@ def _start_registry(directory: Path, *, tls: bool, auth: bool) -> tuple[servers.
         user, password = "appopt", "s3cret-pass"
         (directory / "htpasswd").write_text(servers.bcrypt_htpasswd(user, password) + "\n")
         config += ["auth:", "  htpasswd:", "    realm: appopt-test", f"    path: {directory / 'htpasswd'}"]
+    config += list(auth_config)
     (directory / "config.yml").write_text("\n".join(config) + "\n")
     server = servers.start("docker-registry", ["docker-registry", "serve", str(directory / "config.yml")],
                            directory / "registry.log")
@@ -272,6 +274,26 @@ def auth_registry(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Registry
     server, info = _start_registry(tmp_path_factory.mktemp("auth-registry"), tls=True, auth=True)
     yield info
     server.stop()
+
+
+@dataclass(frozen=True)
+class TokenRegistry:
+    registry: Registry
+    tokens: servers.TokenServer
+
+
+@pytest.fixture(scope="session")
+def token_registry(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TokenRegistry]:
+    """The distribution registry with token (Bearer) authentication against a token server on 127.0.0.1."""
+    require("docker-registry", "openssl")
+    directory = tmp_path_factory.mktemp("token-registry")
+    cert, key = servers.self_signed_cert(directory)
+    tokens = servers.TokenServer(cert, key, user="appopt", password="t0ken-pass")
+    with tokens.running():
+        server, info = _start_registry(directory / "registry", tls=False, auth=False,
+                                       auth_config=tokens.registry_config())
+        yield TokenRegistry(Registry(info.address, info.data, None, tokens.user, tokens.password), tokens)
+        server.stop()
 
 
 # --- Slurm --------------------------------------------------------------------------------------------------------

@@ -212,3 +212,105 @@ class FaultProxy:
             server.shutdown()
             server.server_close()
             thread.join(timeout=5)
+
+
+# --- a token server for the registry's Bearer authentication ---------------------------------------------------------
+
+
+def _b64url(data: bytes) -> str:
+    import base64
+
+    return base64.urlsafe_b64encode(data).rstrip(b"=").decode()
+
+
+@dataclass
+class TokenServer:
+    """The token service of Docker's token authentication, as Harbor, GitLab or GHCR run it, on 127.0.0.1.
+
+    ``GET /token?service=…&scope=repository:NAME:pull,push`` with HTTP Basic credentials answers a JWT (RS256,
+    signed with ``openssl`` by ``key``; ``cert`` in the ``x5c`` header, which the registry checks against its
+    ``rootcertbundle``) granting the scope's actions; wrong or missing credentials get 401. ``seen`` records each
+    request's (user, scope).
+    """
+
+    cert: Path
+    key: Path
+    user: str
+    password: str
+    service: str = "appopt-test-registry"
+    issuer: str = "appopt-test-token-issuer"
+    seen: list[tuple[str, str]] = field(default_factory=list)
+    port: int = 0
+
+    @property
+    def realm(self) -> str:
+        return f"http://127.0.0.1:{self.port}/token"
+
+    def registry_config(self) -> list[str]:
+        """The ``auth:`` section of the registry's config.yml that trusts this server."""
+        return ["auth:", "  token:", f"    realm: {self.realm}", f"    service: {self.service}",
+                f"    issuer: {self.issuer}", f"    rootcertbundle: {self.cert}"]
+
+    def token(self, scope: str) -> str:
+        import base64
+        import json
+
+        der = subprocess.run(["openssl", "x509", "-in", str(self.cert), "-outform", "DER"], capture_output=True,
+                             check=True).stdout
+        header = {"alg": "RS256", "typ": "JWT", "x5c": [base64.b64encode(der).decode()]}
+        now = int(time.time())
+        access = []
+        if scope.startswith("repository:"):
+            _, name, actions = scope.split(":", 2)
+            access.append({"type": "repository", "name": name, "actions": actions.split(",")})
+        claims = {"iss": self.issuer, "sub": self.user, "aud": self.service, "exp": now + 300, "nbf": now - 10,
+                  "iat": now, "jti": os.urandom(8).hex(), "access": access}
+        signing_input = f"{_b64url(json.dumps(header).encode())}.{_b64url(json.dumps(claims).encode())}"
+        signature = subprocess.run(["openssl", "dgst", "-sha256", "-sign", str(self.key)],
+                                   input=signing_input.encode(), capture_output=True, check=True).stdout
+        return f"{signing_input}.{_b64url(signature)}"
+
+    @contextlib.contextmanager
+    def running(self) -> Iterator[TokenServer]:
+        import base64
+        import json
+        import urllib.parse
+
+        tokens = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, format: str, *args: object) -> None:
+                pass
+
+            def do_GET(self) -> None:
+                query = urllib.parse.parse_qs(urllib.parse.urlparse(self.path).query)
+                scope = query.get("scope", [""])[0]
+                given = self.headers.get("Authorization", "")
+                user = password = ""
+                if given.startswith("Basic "):
+                    user, _, password = base64.b64decode(given[6:]).decode().partition(":")
+                tokens.seen.append((user, scope))
+                if (user, password) != (tokens.user, tokens.password):
+                    self._answer(401, {"details": "incorrect username or password"})
+                    return
+                token = tokens.token(scope)
+                self._answer(200, {"token": token, "access_token": token, "expires_in": 300})
+
+            def _answer(self, status: int, payload: dict[str, object]) -> None:
+                data = json.dumps(payload).encode()
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+        server = ThreadingHTTPServer(("127.0.0.1", self.port), Handler)
+        self.port = int(server.server_address[1])
+        thread = threading.Thread(target=server.serve_forever, daemon=True)
+        thread.start()
+        try:
+            yield self
+        finally:
+            server.shutdown()
+            server.server_close()
+            thread.join(timeout=5)

@@ -18,7 +18,7 @@ from typer.testing import Result
 
 from builders.engines import get_engine
 from builders.registry import RegistryError, push_layout
-from tests.builders.realcomp.conftest import Registry
+from tests.builders.realcomp.conftest import Registry, TokenRegistry
 from tests.builders.realcomp.servers import Fault, FaultProxy, free_port
 
 pytestmark = pytest.mark.slow
@@ -99,6 +99,32 @@ def test_push_with_htpasswd_auth_and_verified_tls(built_out: Path, auth_registry
     digest = json.loads((built_out / "push.json").read_text())["digest"]
     creds = f"--creds={auth_registry.user}:{auth_registry.password}"
     assert skopeo_digest(target, creds, "--tls-verify=false") == digest
+
+
+def test_push_with_token_authentication(built_out: Path, token_registry: TokenRegistry, tmp_path: Path,
+                                        appopt: Callable[..., Result], monkeypatch: pytest.MonkeyPatch) -> None:
+    registry, tokens = token_registry.registry, token_registry.tokens
+    assert registry.password is not None
+    monkeypatch.setenv("DOCKER_CONFIG", str(_docker_config(tmp_path, registry, registry.password)))
+    target = f"{registry.address}/team/tokened:v1"
+    result = appopt("push", built_out, "--to", target, "--insecure")
+    assert result.exit_code == 0, result.output
+    # the registry sent us to the token server, which was asked for this repository with our credentials
+    assert (registry.user, "repository:team/tokened:pull,push") in tokens.seen
+    digest = json.loads((built_out / "push.json").read_text())["digest"]
+    creds = f"--creds={registry.user}:{registry.password}"
+    assert skopeo_digest(target, creds, "--tls-verify=false") == digest  # skopeo does its own token dance
+
+
+def test_token_server_refusing_the_password_is_one_line(built_out: Path, token_registry: TokenRegistry,
+                                                        tmp_path: Path, appopt: Callable[..., Result],
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    registry = token_registry.registry
+    monkeypatch.setenv("DOCKER_CONFIG", str(_docker_config(tmp_path, registry, "wrong")))
+    result = appopt("push", built_out, "--to", f"{registry.address}/team/tokened:v2", "--insecure")
+    assert result.exit_code == 5
+    assert result.output.count("error:") == 1
+    assert "were refused (HTTP 401)" in result.output
 
 
 def test_podman_auth_file_is_used(busybox_layout: Path, auth_registry: Registry, tmp_path: Path,
