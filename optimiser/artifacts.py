@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import shutil
@@ -26,6 +27,9 @@ IMAGE_APP_DIR = "/opt/app"
 CODE_DIR = "code"
 #: Our runtime's id in the catalog: the route whose image runs the model with ``python -m runtime``.
 OUR_RUNTIME = "appopt-runtime"
+#: Frameworks whose plans for an ONNX model run it with ``python -m runtime run --engine ENGINE`` when the spec gives
+#: no command of its own (the runtime's sources ship in the image as the runner, with the packages it imports).
+RUNNER_ENGINES = {"onnxruntime": "onnxruntime"}
 _LAUNCHERS = {"slurm": "srun", "pbs": "mpirun", "torque": "mpirun"}
 
 
@@ -42,6 +46,10 @@ def deployment_from_plan(plan: Plan, catalog: Catalog | None = None) -> Deployme
         if route.framework in compiler.install_with:
             installs.append(compiler.install_with[route.framework].for_key(key))
     installs += [catalog.libraries[lib].install.for_key(key) for lib in route.libraries]
+    model_file = "model.onnx" if spec.application.model.onnx is not None else None
+    ships_runtime = ships_runtime_runner(plan, model_file)
+    if ships_runtime and route.framework != OUR_RUNTIME:
+        installs.append(_runner_requirements(catalog, key, installs))
     gpu = spec.target.gpu
     gpus = gpu.count if gpu else 0
     cores = spec.target.cpu.cores or target.hardware.cores or 1
@@ -50,9 +58,7 @@ def deployment_from_plan(plan: Plan, catalog: Catalog | None = None) -> Deployme
     env.setdefault("OMP_NUM_THREADS", str(max(cores // tasks, 1)))
     env["APPOPT_PRECISION"] = route.precision
     env["APPOPT_LAYOUT"] = route.layout
-    model_file = "model.onnx" if spec.application.model.onnx is not None else None
     compile_argv, run_argv = _commands(plan, model_file)
-    ships_runtime = route.framework == OUR_RUNTIME
     return Deployment(
         app_name=spec.name,
         base_image=choice.base_image,
@@ -92,12 +98,54 @@ def _commands(plan: Plan, model_file: str | None) -> tuple[tuple[str, ...] | Non
     """(build-stage compile argv, entrypoint argv) for the chosen route."""
     command = plan.spec.application.command
     user = _in_app_dir(command, {p.name for p in plan.spec.application.code}) if command else None
-    if plan.choice.route.framework == OUR_RUNTIME and model_file is not None:
+    framework = plan.choice.route.framework
+    if framework == OUR_RUNTIME and model_file is not None:
         compiled = f"{IMAGE_APP_DIR}/compiled"
         compile_argv = ("python3", "-m", "runtime", "compile", f"{IMAGE_APP_DIR}/{model_file}", "-o", compiled)
         run_argv = tuple(user) if user else ("python3", "-m", "runtime", "run", compiled, "--random", "--repeat", "20")
         return compile_argv, run_argv
-    return None, tuple(user) if user else ("python3",)
+    if user:
+        return None, tuple(user)
+    if framework in RUNNER_ENGINES and model_file is not None:
+        model = f"{IMAGE_APP_DIR}/{model_file}"
+        engine = RUNNER_ENGINES[framework]
+        return None, ("python3", "-m", "runtime", "run", model, "--engine", engine, "--random", "--repeat", "20")
+    return None, ("python3",)
+
+
+def _entrypoint_notes(plan: Plan, dep: Deployment) -> list[str]:
+    """Say so when the image cannot run the application by itself: no command, and nothing of ours runs it."""
+    if plan.spec.application.command or dep.run_argv != ("python3",):
+        return []
+    return [
+        f"the image starts a bare python3: the spec gives no application.command, and appopt runs only ONNX models "
+        f"itself (with its runtime or onnxruntime), not {plan.choice.route.framework}; add a command (and ship its "
+        f"script with application.code)"
+    ]
+
+
+def ships_runtime_runner(plan: Plan, model_file: str | None) -> bool:
+    """Whether the image carries the runtime's sources: our runtime's route, or the runner of an ONNX model for a
+    framework in ``RUNNER_ENGINES`` when the spec gives no command."""
+    framework = plan.choice.route.framework
+    if framework == OUR_RUNTIME:
+        return True
+    return framework in RUNNER_ENGINES and model_file is not None and not plan.spec.application.command
+
+
+def _runner_requirements(catalog: Catalog, key: str, installs: list[Install]) -> Install:
+    """The runtime's own packages (from the catalog's appopt-runtime entry) the route does not install already."""
+    wanted = catalog.frameworks[OUR_RUNTIME].install.for_key(key)
+    have = {_project(p) for inst in installs for p in inst.pip}
+    return Install(pip=[p for p in wanted.pip if _project(p) not in have])
+
+
+def _project(requirement: str) -> str:
+    """``onnxruntime-gpu==1.19.2`` -> ``onnxruntime-gpu`` (normalised)."""
+    name = requirement.split(";")[0]
+    for mark in ("==", ">=", "<=", "~=", "!=", ">", "<", "["):
+        name = name.split(mark)[0]
+    return name.strip().lower().replace("_", "-")
 
 
 def _labels(plan: Plan) -> dict[str, str]:
@@ -134,6 +182,7 @@ def write_plan_outputs(plan: Plan, out_dir: Path, catalog: Catalog | None = None
     except OSError as exc:
         raise AppoptError(f"{out_dir}: cannot create output directory: {exc.strerror or exc}") from None
     dep = deployment_from_plan(plan, catalog)
+    plan = dataclasses.replace(plan, notes=(*plan.notes, *_entrypoint_notes(plan, dep)))
     written = [
         _write_text(out_dir / "plan.json", json.dumps(plan_to_dict(plan), indent=2) + "\n"),
         _write_text(out_dir / "plan.md", render_markdown(plan)),
@@ -142,7 +191,7 @@ def write_plan_outputs(plan: Plan, out_dir: Path, catalog: Catalog | None = None
     if model is not None and dep.model_file is not None:
         shutil.copyfile(model, out_dir / dep.model_file)
         written.append(out_dir / dep.model_file)
-    if plan.choice.route.framework == OUR_RUNTIME:
+    if "runtime" in dep.app_files:
         written.append(_copy_runtime_sources(out_dir))
     written += _copy_code(plan.spec, out_dir)
     try:

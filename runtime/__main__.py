@@ -1,7 +1,8 @@
 """``python -m runtime``: the runtime's own command line, for images that carry the runtime without appopt.
 
     python -m runtime compile MODEL.onnx -o OUT
-    python -m runtime run MODEL_OR_OUT [--input name=file.npy ...] [--random] [--repeat N] [--threads N] [--profile]
+    python -m runtime run MODEL_OR_OUT [--input name=file.npy ...] [--random] [--repeat N] [--threads N]
+                          [--profile] [--engine appopt|onnxruntime]
 
 Only argparse and the runtime's own dependencies: this is what runs inside the built images.
 """
@@ -28,6 +29,9 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--repeat", type=int, default=1, help="runs to time (default 1)")
     run.add_argument("--threads", type=int, default=None, help="threads for kernels and BLAS")
     run.add_argument("--profile", action="store_true", help="print where the time goes, per op type and node")
+    run.add_argument(
+        "--engine", default="appopt", choices=["appopt", "onnxruntime"], help="what runs the model (default: appopt)"
+    )
     return parser
 
 
@@ -41,7 +45,13 @@ def main(argv: list[str] | None = None) -> int:
             lines = tools.format_compile(manifest, args.out)
         else:
             report = tools.run_model(
-                args.model, args.input, args.random, args.repeat, args.threads, profile=args.profile
+                args.model,
+                args.input,
+                args.random,
+                args.repeat,
+                args.threads,
+                profile=args.profile,
+                engine=args.engine,
             )
             lines = tools.format_run(report)
     except RuntimeModelError as exc:

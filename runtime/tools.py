@@ -20,8 +20,9 @@ import onnx
 from onnx import numpy_helper
 
 from runtime.artifact import save_artifact
+from runtime.engines import ENGINES, ModelRunner, OnnxRuntimeRunner
 from runtime.errors import RuntimeModelError
-from runtime.executor import Executable, compile_model
+from runtime.executor import compile_model
 from runtime.ir import Value
 from runtime.profiling import Profile
 
@@ -48,6 +49,8 @@ class RunReport:
     inputs: dict[str, str] = field(default_factory=dict)
     #: Per-node times of the timed runs, when asked for.
     profile: Profile | None = None
+    #: What ran the model: ``appopt`` (this runtime) or ``onnxruntime`` (with its execution providers).
+    engine: str = "appopt"
 
     @property
     def median_ms(self) -> float:
@@ -141,9 +144,9 @@ def random_input(value: Value, rng: np.random.Generator) -> np.ndarray:
 
 
 def build_feeds(
-    exe: Executable, files: dict[str, Path], random: bool, seed: int = 0
+    exe: ModelRunner, files: dict[str, Path], random: bool, seed: int = 0
 ) -> tuple[dict[str, Any], dict[str, str]]:
-    """Feeds for ``exe`` plus a description of where each came from."""
+    """Feeds for ``exe`` (any engine's runner) plus a description of where each came from."""
     for name in files:
         if name not in exe.inputs:
             raise RuntimeModelError(f"--input {name!r}: the model has no such input; it takes {exe.input_names}")
@@ -187,21 +190,41 @@ def run_model(
     threads: int | None = None,
     seed: int = 0,
     profile: bool = False,
+    engine: str = "appopt",
 ) -> RunReport:
     """Compile (or load) ``model``, run it ``repeat`` times; outputs of the last run are summarised.
 
-    With ``profile``, one untimed warm-up run comes first and the timed runs record per-node times.
+    ``engine`` ``onnxruntime`` runs an ONNX file through onnxruntime instead (the image of an onnxruntime plan).
+    With ``profile`` (this runtime only), one untimed warm-up run comes first and the timed runs record per-node
+    times.
     """
     if repeat < 1:
         raise RuntimeModelError(f"--repeat must be at least 1, got {repeat}")
+    if engine not in ENGINES:
+        raise RuntimeModelError(f"--engine must be one of {', '.join(ENGINES)}, not {engine!r}")
+    if profile and engine != "appopt":
+        raise RuntimeModelError("--profile times this runtime's nodes: it needs --engine appopt")
     if not Path(model).exists():
         raise RuntimeModelError(f"model {str(model)!r} does not exist")
     started = time.perf_counter()
+    if engine == "onnxruntime":
+        runner = OnnxRuntimeRunner(str(model), threads)
+        compile_s = time.perf_counter() - started
+        feeds, where = build_feeds(runner, parse_input_specs(inputs or []), random, seed)
+        latencies = []
+        outputs: dict[str, Any] = {}
+        for _ in range(repeat):
+            t0 = time.perf_counter()
+            outputs = runner.run(feeds)
+            latencies.append(time.perf_counter() - t0)
+        summaries = [summarize(name, outputs[name]) for name in runner.output_names]
+        engine_text = f"onnxruntime ({', '.join(runner.providers)})"
+        return RunReport(str(model), summaries, latencies, compile_s, threads, where, engine=engine_text)
     exe = compile_model(str(model), threads=threads)
     compile_s = time.perf_counter() - started
     feeds, where = build_feeds(exe, parse_input_specs(inputs or []), random, seed)
     latencies = []
-    outputs: dict[str, Any] = {}
+    outputs = {}
     if profile:
         exe.run(feeds)  # the first run plans buffers and tunes: not what a profile should show
     with exe.profiling() if profile else contextlib.nullcontext() as recorded:
@@ -214,8 +237,10 @@ def run_model(
 
 
 def format_run(report: RunReport) -> list[str]:
+    engine = "" if report.engine == "appopt" else f", engine: {report.engine}"
     lines = [
-        f"model: {report.model} (loaded in {report.compile_s * 1e3:.1f} ms, threads: {report.threads or 'default'})"
+        f"model: {report.model} (loaded in {report.compile_s * 1e3:.1f} ms, threads: {report.threads or 'default'}"
+        f"{engine})"
     ]
     for name, source in report.inputs.items():
         lines.append(f"  input  {name}: {source}")

@@ -40,11 +40,21 @@ def run_model_cmd(
     profile: Annotated[
         bool, typer.Option("--profile", help="Also print where the time goes, per op type and slowest nodes.")
     ] = False,
+    engine: Annotated[
+        str, typer.Option("--engine", help="What runs the model: appopt (this runtime) or onnxruntime.")
+    ] = "appopt",
 ) -> None:
     """Run MODEL with appopt's runtime; print each output's shape, dtype, mean/min/max and the latency."""
     from runtime.tools import format_run, run_model
 
-    report = run_model(model, inputs=input, random=random, repeat=repeat, threads=threads, seed=seed, profile=profile)
+    report = run_model(model,
+        inputs=input,
+        random=random,
+        repeat=repeat,
+        threads=threads,
+        seed=seed,
+        profile=profile,
+        engine=engine,)
     for line in format_run(report):
         typer.echo(line)
 

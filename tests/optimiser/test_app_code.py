@@ -97,3 +97,51 @@ def test_bad_code_entries_are_one_line_errors_naming_the_entry(tmp_path: Path, c
         assert err.startswith(message), err
         assert len(err.strip().splitlines()) == 1 and "Traceback" not in err
     assert not (tmp_path / "out").exists()  # nothing written for a bad spec
+
+
+def _framework_spec(tmp_path: Path, framework: str, command: str = "") -> Path:
+    shutil.copy2(EXAMPLES / "digits_mlp.onnx", tmp_path / "digits_mlp.onnx")
+    path = tmp_path / "fw.yaml"
+    path.write_text(
+        f"name: fw\napplication:\n  type: inference\n  model: {{onnx: digits_mlp.onnx}}\n  framework: {framework}\n"
+        + (f"  command: {command}\n" if command else "")
+        + "target:\n  cpu: {arch: x86_64, model: local}\n  scheduler: none\n"
+    )
+    return path
+
+
+def test_an_onnxruntime_plan_runs_the_model_with_the_shipped_runner(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    code, _, err = _invoke("plan", str(_framework_spec(tmp_path, "onnxruntime")), "-o", str(out))
+    assert code == 0, err
+    deployment = json.loads((out / "deployment.json").read_text())
+    assert deployment["run_argv"][:6] == ["python3", "-m", "runtime", "run", "/opt/app/model.onnx", "--engine"]
+    assert deployment["run_argv"][6] == "onnxruntime"
+    assert deployment["app_files"] == ["runtime"] and (out / "runtime" / "engines.py").exists()
+    # the runner's own imports come from the catalog's appopt-runtime entry, next to onnxruntime itself
+    names = [p.split("==")[0] for p in deployment["pip_packages"]]
+    assert names == ["onnxruntime", "numpy", "onnx"]
+    assert "bare python3" not in (out / "plan.md").read_text()
+
+
+def test_a_command_of_its_own_needs_no_runner(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    spec = _framework_spec(tmp_path, "onnxruntime", "[python3, -c, 'print(1)']")
+    assert _invoke("plan", str(spec), "-o", str(out))[0] == 0
+    deployment = json.loads((out / "deployment.json").read_text())
+    assert deployment["run_argv"] == ["python3", "-c", "print(1)"]
+    assert deployment["app_files"] == [] and not (out / "runtime").exists()
+    assert [p.split("==")[0] for p in deployment["pip_packages"]] == ["onnxruntime"]
+
+
+def test_a_model_appopt_cannot_run_itself_says_the_image_needs_a_command(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    spec = tmp_path / "arch.yaml"
+    spec.write_text(
+        "name: arch\napplication:\n  type: inference\n  model: {architecture: resnet50}\n"
+        "target:\n  cpu: {arch: x86_64, model: local}\n  scheduler: none\n"
+    )
+    code, _, err = _invoke("plan", str(spec), "-o", str(out))
+    assert code == 0, err
+    assert json.loads((out / "deployment.json").read_text())["run_argv"] == ["python3"]
+    assert "the image starts a bare python3" in (out / "plan.md").read_text()

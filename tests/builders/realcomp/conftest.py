@@ -453,6 +453,32 @@ def runtime_plan(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return out
 
 
+def plan_for(spec_text: str, directory: Path) -> Path:
+    """``appopt plan`` output (the real CLI) for a spec next to a copy of the digits MLP."""
+    shutil.copy2(REPO / "examples" / "digits_mlp.onnx", directory / "digits_mlp.onnx")
+    (directory / "app.yaml").write_text(spec_text)
+    from optimiser.cli import app
+
+    result = CliRunner().invoke(app, ["plan", str(directory / "app.yaml"), "-o", str(directory / "out")])
+    assert result.exit_code == 0, result.output
+    return directory / "out"
+
+
+def wheelhouse_for(plan_out: Path, cache_dir: Path) -> Path:
+    """Wheels of a plan's Python requirements for the image (CPython 3.11, manylinux x86_64), cached a day."""
+    from builders.image_build import load_deployment
+    from builders.wheelhouse import download_wheelhouse, list_wheels
+
+    dep = load_deployment(plan_out)
+    assert dep is not None, "appopt plan did not write deployment.json"
+    key = hashlib.sha256(" ".join(sorted(dep.pip_packages)).encode()).hexdigest()[:12]
+    target = cache_dir / f"wheelhouse-py311-x86_64-{key}"
+    with _locked(target):
+        if not list_wheels(target):
+            download_wheelhouse(dep.pip_packages, target, python_version="3.11", arch="x86_64")
+    return target
+
+
 @pytest.fixture
 def plan_out(runtime_plan: Path, tmp_path: Path) -> Path:
     """A private copy of the plan output (builds write logs and records into it)."""
@@ -461,18 +487,8 @@ def plan_out(runtime_plan: Path, tmp_path: Path) -> Path:
 
 @pytest.fixture(scope="session")
 def wheelhouse(cache_dir: Path, runtime_plan: Path) -> Path:
-    """Wheels of the plan's Python requirements for the image (CPython 3.11, manylinux x86_64), cached a day."""
-    from builders.image_build import load_deployment
-    from builders.wheelhouse import download_wheelhouse, list_wheels
-
-    dep = load_deployment(runtime_plan)
-    assert dep is not None, "appopt plan did not write deployment.json"
-    key = hashlib.sha256(" ".join(sorted(dep.pip_packages)).encode()).hexdigest()[:12]
-    target = cache_dir / f"wheelhouse-py311-x86_64-{key}"
-    with _locked(target):
-        if not list_wheels(target):
-            download_wheelhouse(dep.pip_packages, target, python_version="3.11", arch="x86_64")
-    return target
+    """Wheels of the runtime plan's Python requirements (see ``wheelhouse_for``)."""
+    return wheelhouse_for(runtime_plan, cache_dir)
 
 
 @dataclass(frozen=True)

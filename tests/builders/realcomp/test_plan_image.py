@@ -17,7 +17,7 @@ import pytest
 from typer.testing import Result
 
 from builders.engines import DockerEngine, get_engine
-from tests.builders.realcomp.conftest import BuiltImage
+from tests.builders.realcomp.conftest import BuiltImage, plan_for, wheelhouse_for
 
 pytestmark = pytest.mark.slow
 
@@ -40,6 +40,35 @@ def test_the_applications_own_code_ships_and_uses_the_runtime(runtime_image: Bui
     proc = _podman("run", "--rm", "--entrypoint", "python3", runtime_image.ref, "/opt/app/classify.py")
     assert proc.returncode == 0, proc.stderr
     assert re.fullmatch(r"classify\.py: class \d of 10\n", proc.stdout), proc.stdout
+
+
+ORT_SPEC = """\
+# the digits MLP on the onnxruntime route: the image runs it with the runtime's runner, --engine onnxruntime
+name: digits-ort
+application:
+  type: inference
+  model: {onnx: digits_mlp.onnx}
+  framework: onnxruntime
+target:
+  cpu: {arch: x86_64, model: local}
+  scheduler: none
+container:
+  formats: [docker]
+"""
+
+
+def test_an_onnxruntime_plan_image_runs_the_model_with_onnxruntime(debian_image: str, cache_dir: Path,
+                                                                    tmp_path: Path,
+                                                                    appopt: Callable[..., Result]) -> None:
+    out = plan_for(ORT_SPEC, tmp_path)
+    ref = "localhost/appopt-test/digits-ort:ci"
+    result = appopt("build", out, "--engine", "buildah", "--base-image", debian_image, "--wheelhouse",
+                    wheelhouse_for(out, cache_dir), "--tag", ref, "--quiet")
+    assert result.exit_code == 0, result.output[-3000:]
+    proc = _podman("run", "--rm", ref)
+    assert proc.returncode == 0, proc.stderr
+    assert "engine: onnxruntime (CPUExecutionProvider)" in proc.stdout
+    assert RUN_OUTPUT.search(proc.stdout), proc.stdout
 
 
 def test_build_stage_compiled_and_final_stage_is_slim(runtime_image: BuiltImage) -> None:
