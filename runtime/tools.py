@@ -207,33 +207,26 @@ def run_model(
     if not Path(model).exists():
         raise RuntimeModelError(f"model {str(model)!r} does not exist")
     started = time.perf_counter()
+    runner: ModelRunner
     if engine == "onnxruntime":
-        runner = OnnxRuntimeRunner(str(model), threads)
-        compile_s = time.perf_counter() - started
-        feeds, where = build_feeds(runner, parse_input_specs(inputs or []), random, seed)
-        latencies = []
-        outputs: dict[str, Any] = {}
-        for _ in range(repeat):
-            t0 = time.perf_counter()
-            outputs = runner.run(feeds)
-            latencies.append(time.perf_counter() - t0)
-        summaries = [summarize(name, outputs[name]) for name in runner.output_names]
-        engine_text = f"onnxruntime ({', '.join(runner.providers)})"
-        return RunReport(str(model), summaries, latencies, compile_s, threads, where, engine=engine_text)
-    exe = compile_model(str(model), threads=threads)
+        runner = ort = OnnxRuntimeRunner(str(model), threads)
+        engine_text = f"onnxruntime ({', '.join(ort.providers)})"
+    else:
+        runner = exe = compile_model(str(model), threads=threads)
+        engine_text = "appopt"
     compile_s = time.perf_counter() - started
-    feeds, where = build_feeds(exe, parse_input_specs(inputs or []), random, seed)
+    feeds, where = build_feeds(runner, parse_input_specs(inputs or []), random, seed)
     latencies = []
-    outputs = {}
+    outputs: dict[str, Any] = {}
     if profile:
         exe.run(feeds)  # the first run plans buffers and tunes: not what a profile should show
     with exe.profiling() if profile else contextlib.nullcontext() as recorded:
         for _ in range(repeat):
             t0 = time.perf_counter()
-            outputs = exe.run(feeds)
+            outputs = runner.run(feeds)
             latencies.append(time.perf_counter() - t0)
-    summaries = [summarize(name, outputs[name]) for name in exe.output_names]
-    return RunReport(str(model), summaries, latencies, compile_s, threads, where, recorded)
+    summaries = [summarize(name, outputs[name]) for name in runner.output_names]
+    return RunReport(str(model), summaries, latencies, compile_s, threads, where, recorded, engine_text)
 
 
 def format_run(report: RunReport) -> list[str]:
