@@ -75,6 +75,11 @@ def _script_values(dep: Deployment) -> dict[str, Any]:
         "job_name": dns_label(dep.app_name),
         "exports": [f"{key}={shell_quote(value)}" for key, value in dep.env],
         "app": shell_join(dep.run_argv),
+        # without a container (APPOPT_CONTAINER=none) words under the image's app directory point into the host's
+        # copy of it, and the build-stage compile runs first
+        "app_dir": dep.app_dir,
+        "app_dir_prefix": dep.app_dir.rstrip("/") + "/",  # a SAFE_PATH (builders.validate): no quoting needed
+        "compile": shell_join(dep.compile_argv) if dep.compile_argv else "",
     }
 
 
@@ -104,6 +109,7 @@ def _hpc_values(dep: Deployment) -> dict[str, Any]:
         "oci_image": shell_quote(image_name(dep)),
         "sqfs_image": shell_quote(squashfs_name(dep)),
         "workdir": workdir,
+        "host_app_dir": '"$WORKDIR"',
         "container_flags": _gpu_flags(dep, SINGULARITY_GPU_FLAGS),
         "podman_flags": _gpu_flags(dep, PODMAN_GPU_FLAGS),
         "launch": _launch(dep),
@@ -171,6 +177,7 @@ def _slurm_time(seconds: int) -> str:
 def _local_values(dep: Deployment) -> dict[str, Any]:
     return {
         "default_container": "docker" if "docker" in dep.formats else "singularity",
+        "host_app_dir": '"$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"',
         "oci_image": shell_quote(image_name(dep)),
         "sif_image": shell_quote(_singularity_image(dep)),
         "docker_flags": _gpu_flags(dep, DOCKER_GPU_FLAGS),

@@ -93,6 +93,32 @@ def test_container_none_runs_the_application_directly(tmp_path: Path) -> None:
     assert run.argv == ["direct"]
 
 
+#: A python3 stand-in that appends its argv and PYTHONPATH, one line per call.
+_PYTHON_STUB = 'printf "%s|" "$@" >> "$WORKDIR_LOG"; printf "PYTHONPATH=%s\\n" "$PYTHONPATH" >> "$WORKDIR_LOG"\n'
+
+
+@pytest.mark.parametrize("case", ["slurm_cpu", "pbs", "none"])
+def test_without_a_container_the_plan_directory_stands_in_for_the_app_dir(case: str, tmp_path: Path) -> None:
+    dep = dataclasses.replace(
+        JOB_CASES[case](),
+        run_argv=("python3", "/opt/app/serve.py", "--model=/opt/app/x", "/opt/application"),
+        compile_argv=("python3", "-m", "runtime", "compile", "/opt/app/model.onnx", "-o", "/opt/app/compiled"),
+    )
+    text = re.sub(r"CONTAINER=\$\{APPOPT_CONTAINER:-\w+\}", "CONTAINER=none", render_job(dep)[1])
+    (tmp_path / "stub-bin").mkdir()
+    stub = tmp_path / "stub-bin" / "python3"
+    stub.write_text("#!/bin/bash\n" + _PYTHON_STUB.replace("WORKDIR_LOG", "HOME/log"))
+    stub.chmod(0o755)
+    run = run_script(text, tmp_path, extra_args=("--extra",))
+    assert run.returncode == 0, run.stderr
+    calls = (tmp_path / "log").read_text().splitlines()
+    here = str(tmp_path)
+    assert calls[0] == f"-m|runtime|compile|{here}/model.onnx|-o|{here}/compiled|PYTHONPATH={here}"
+    # only words that start with the app directory move: an option's value or a longer path stays as written
+    app_call = f"{here}/serve.py|--model=/opt/app/x|/opt/application|--extra|PYTHONPATH={here}"
+    assert calls[1:] == [app_call]
+
+
 def test_pbs_pro_select_and_mpirun(tmp_path: Path) -> None:
     name, text = render_job(pbs_arm())
     assert name == "job.pbs"

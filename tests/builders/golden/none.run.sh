@@ -21,6 +21,11 @@ case "$CONTAINER" in
         IMAGE=${APPOPT_IMAGE:-docker://hello:latest}
         exec "$CONTAINER" exec --bind "$WORKDIR" --pwd "$WORKDIR" "$IMAGE" "${APP[@]}" "$@" ;;
     none)
+        # No container: the plan's output directory (model, runtime, code) stands in for the image's
+        # /opt/app.
+        APP_DIR=${APPOPT_APP_DIR:-"$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"}
+        export PYTHONPATH="$APP_DIR${PYTHONPATH:+:$PYTHONPATH}"
+        APP=("${APP[@]/#"/opt/app/"/"$APP_DIR/"}")
         exec "${APP[@]}" "$@" ;;
     *)
         echo "run.sh: APPOPT_CONTAINER must be docker, podman, singularity, apptainer or none, not '$CONTAINER'" >&2

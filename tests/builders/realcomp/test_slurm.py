@@ -7,7 +7,9 @@ exists here, so the job uses the script's podman case: the job really starts the
 from __future__ import annotations
 
 import json
+import os
 import re
+import sys
 from collections.abc import Callable
 from pathlib import Path
 
@@ -42,6 +44,21 @@ def test_submitted_job_runs_the_container_and_completes(slurm: Slurm, runtime_im
     assert "model: /opt/app/compiled" in text
     assert re.search(r"output probabilities: float32\[1, 10\].*latency over 20 run", text, re.DOTALL), text
     assert job_id in [job["job_id"] for job in json.loads((out / "jobs.json").read_text())]
+
+
+def test_a_job_without_a_container_runs_from_the_plan_directory(slurm: Slurm, plan_out: Path,
+                                                                appopt: Callable[..., Result],
+                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    """APPOPT_CONTAINER=none, for sites without a container runtime: the job compiles the model into the plan's
+    directory (the image's build step) and runs it there with this Python (which has numpy and onnx)."""
+    monkeypatch.setenv("APPOPT_CONTAINER", "none")
+    monkeypatch.setenv("PATH", f"{Path(sys.executable).parent}:{os.environ['PATH']}")
+    job_id = _job_id(appopt("submit", plan_out))
+    status = appopt("status", job_id, "--wait", "--poll", "0.5", "--timeout", "300")
+    assert status.exit_code == 0, status.output
+    text = (plan_out / f"digits-mlp-{job_id}.out").read_text()
+    assert f"model: {plan_out}/compiled" in text and (plan_out / "compiled" / "manifest.json").exists()
+    assert re.search(r"output probabilities: float32\[1, 10\].*latency over 20 run", text, re.DOTALL), text
 
 
 def test_failed_job_reports_its_exit_code(slurm: Slurm, tmp_path: Path, appopt: Callable[..., Result]) -> None:
