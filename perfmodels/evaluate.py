@@ -126,11 +126,15 @@ def scores(predictions: pd.DataFrame, column: str) -> Scores:
 
 
 def leave_one_architecture_out(
-    frame: pd.DataFrame, ridge: float = DEFAULT_RIDGE, statistic: Statistic = "auto", threads: int | None = None
+    frame: pd.DataFrame,
+    ridge: float = DEFAULT_RIDGE,
+    statistic: Statistic = "auto",
+    threads: int | None = None,
+    share_routes: bool = True,
 ) -> Evaluation:
     """Hold out each family in turn, refit on the rest, predict it; score all held-out predictions.
 
-    ``threads`` restricts the evaluation to measurements at that thread count.
+    ``threads`` restricts the evaluation to measurements at that thread count; ``share_routes`` is ``fit``'s.
     """
     data = training_rows(frame, statistic)
     if threads is not None:
@@ -141,7 +145,7 @@ def leave_one_architecture_out(
     skipped: set[str] = set()
     for family in sorted(data["family"].unique()):
         held_out = data[data["family"] == family]
-        result = fit(frame, ridge=ridge, data=data[data["family"] != family])
+        result = fit(frame, ridge=ridge, data=data[data["family"] != family], share_routes=share_routes)
         groups = {
             (g.target, g.route.framework, g.route.compiler, g.route.layout, g.route.precision, g.threads): g
             for g in result.groups
@@ -171,15 +175,17 @@ def leave_one_architecture_out(
         scores(predictions, "prior"),
         predictions,
         tuple(sorted(skipped)),
-        _in_sample(frame, data, predictions, ridge),
+        _in_sample(frame, data, predictions, ridge, share_routes),
     )
 
 
-def _in_sample(frame: pd.DataFrame, data: pd.DataFrame, predictions: pd.DataFrame, ridge: float) -> Scores:
+def _in_sample(
+    frame: pd.DataFrame, data: pd.DataFrame, predictions: pd.DataFrame, ridge: float, share_routes: bool
+) -> Scores:
     """Scores of a fit on every family, on the rows that were held out one family at a time."""
     groups = {
         (g.target, g.route.framework, g.route.compiler, g.route.layout, g.route.precision, g.threads): g
-        for g in fit(frame, ridge=ridge, data=data).groups
+        for g in fit(frame, ridge=ridge, data=data, share_routes=share_routes).groups
     }
     keys = [*_GROUP, "model", "batch"]
     x_by_row = {tuple(row[k] for k in keys): row["x"] for _, row in data.iterrows()}

@@ -26,7 +26,8 @@ at the GEMM peak, memory-bound classes at the copy bandwidth, weights at the cac
 one kind (dense matrix work, memory-bound work, weight reads) are pulled, on a log scale, toward an efficiency they
 share. A rate the training rows barely exercise so takes the efficiency its route shows on related work instead of
 drifting arbitrarily. The overheads have no physical prior and are pulled only weakly toward zero; they are learned
-from the suite's tiny models, which come from several architecture families.
+from the suite's tiny models, which come from several architecture families. A second pass moves the rates the
+pulls aim at from the roofline's to what the machine's fp32 routes reach together (``fit``'s ``share_routes``).
 
 Rows used: measured, SingleStream, inference, with model features, the median of repeated measurements. The time
 of a row is its median wall-clock latency, except for a row measured under load (other processes used more than
@@ -87,7 +88,7 @@ CACHED_PARAM_BYTES = 32 * 2**20
 _GEMV_WEIGHT_BYTES_PER_FLOP = 2.0
 #: Strength of the pull of each rate's log-efficiency toward the one its group shares, per row (chosen by
 #: leave-one-architecture-out on the shipped data).
-DEFAULT_RIDGE = 0.03
+DEFAULT_RIDGE = 0.05
 #: Strength of the pull of each group's shared log-efficiency toward 0 (the roofline): only decides a group no row
 #: uses.
 GROUP_RIDGE = 1e-5
@@ -211,6 +212,8 @@ class GroupFit:
     peak_flops: float
     bandwidth: float
     rows: int
+    #: Median measured bandwidth of a copy that stays in the caches (bytes/s): the prior's weight reads.
+    cache_bandwidth: float
     models: tuple[str, ...]
     families: tuple[str, ...]
     train_rmspe: float
@@ -246,6 +249,7 @@ class GroupFit:
             "coef": dict(zip(FEATURES, self.coef, strict=True)),
             "peak_gflops": self.peak_flops / 1e9,
             "bandwidth_gbs": self.bandwidth / 1e9,
+            "cache_bandwidth_gbs": self.cache_bandwidth / 1e9,
             "rows": self.rows,
             "models": list(self.models),
             "families": list(self.families),
@@ -539,36 +543,80 @@ def fit(
     data: pd.DataFrame | None = None,
     statistic: Statistic = "auto",
     overhead_ridge: float = OVERHEAD_RIDGE,
+    share_routes: bool = True,
 ) -> FitResult:
-    """Fit every target × route × threads group that has measurements (``frame``: a results DataFrame)."""
+    """Fit every target × route × threads group that has measurements (``frame``: a results DataFrame).
+
+    With ``share_routes`` the fit runs twice: the first pass fits each group toward the machine's roofline rates;
+    the second pulls each group toward the rates the fp32 routes of its machine and thread count reach *together*
+    (per feature, the median over those routes of the first pass's efficiency). A cost a route's rows barely
+    exercise so takes the efficiency other frameworks show on the same hardware, not the roofline's (weights a
+    framework never streams are still read at the bandwidth the others measure).
+    """
     rows = training_rows(frame, statistic) if data is None else data
-    groups: list[GroupFit] = []
     if rows.empty:
         return FitResult((), rows)
-    keys = ["target", "framework", "compiler", "layout", "precision", "threads"]
-    for key, group in rows.groupby(keys, sort=True):
-        target, framework, compiler, layout, precision, threads = key
-        x = np.vstack(group["x"].to_list())
-        y = group["y"].to_numpy(dtype=float)
-        peak = float(group["peak_flops"].median())
-        bandwidth = float(group["bandwidth"].median())
-        cache = float(group["cache_bandwidth"].median()) if "cache_bandwidth" in group else bandwidth
-        w = fit_weights(x, y, _prior_weights(peak, bandwidth, cache, int(threads)), ridge, overhead_ridge)
-        sizes = [roofline_seconds(row, peak, bandwidth) for row in x]
-        groups.append(
-            GroupFit(
-                target=str(target),
-                route=RouteKey(str(framework), str(compiler), str(layout), str(precision)),
-                threads=int(threads),
-                coef=tuple(float(v) for v in w),
-                peak_flops=peak,
-                bandwidth=bandwidth,
-                rows=len(group),
-                models=tuple(sorted(set(group["model"]))),
-                families=tuple(sorted(set(group["family"]))),
-                train_rmspe=_rmspe(x @ w, y),
-                measured_range=(float(y.min()), float(y.max())),
-                size_range=(min(sizes), max(sizes)),
-            )
+    groups = [(key, group) for key, group in rows.groupby(_GROUP_KEYS, sort=True)]
+    first = [_fit_group(key, group, ridge, overhead_ridge) for key, group in groups]
+    if not share_routes:
+        return FitResult(tuple(first), rows)
+    shared = _shared_efficiency(first)
+    second = [
+        _fit_group(key, group, ridge, overhead_ridge, shared.get((fitted.target, fitted.threads)))
+        for (key, group), fitted in zip(groups, first, strict=True)
+    ]
+    return FitResult(tuple(second), rows)
+
+
+_GROUP_KEYS = ["target", "framework", "compiler", "layout", "precision", "threads"]
+
+
+def _shared_efficiency(groups: list[GroupFit]) -> dict[tuple[str, int], np.ndarray]:
+    """Per (target, threads): the median over the usable fp32 groups of each feature's log(rate / roofline rate)
+    (0 for features without a roofline rate)."""
+    logs: dict[tuple[str, int], list[np.ndarray]] = {}
+    for g in groups:
+        if g.route.precision != "fp32" or not g.usable:
+            continue
+        prior = _prior_weights(g.peak_flops, g.bandwidth, g.cache_bandwidth, g.threads)
+        coef = np.maximum(np.asarray(g.coef), 1e-300)
+        logs.setdefault((g.target, g.threads), []).append(
+            np.where(prior > 0, np.log(coef / np.where(prior > 0, prior, 1.0)), 0.0)
         )
-    return FitResult(tuple(groups), rows)
+    return {key: np.clip(np.median(np.vstack(v), axis=0), -5.0, 5.0) for key, v in logs.items()}
+
+
+def _fit_group(
+    key: tuple[object, ...],
+    group: pd.DataFrame,
+    ridge: float,
+    overhead_ridge: float,
+    shared_log_efficiency: np.ndarray | None = None,
+) -> GroupFit:
+    """One group's weights; ``shared_log_efficiency`` (see ``_shared_efficiency``) moves the rates the pulls aim at."""
+    target, framework, compiler, layout, precision, threads = key
+    x = np.vstack(group["x"].to_list())
+    y = group["y"].to_numpy(dtype=float)
+    peak = float(group["peak_flops"].median())
+    bandwidth = float(group["bandwidth"].median())
+    cache = float(group["cache_bandwidth"].median()) if "cache_bandwidth" in group else bandwidth
+    prior = _prior_weights(peak, bandwidth, cache, int(str(threads)))
+    if shared_log_efficiency is not None:
+        prior = prior * np.exp(shared_log_efficiency)
+    w = fit_weights(x, y, prior, ridge, overhead_ridge)
+    sizes = [roofline_seconds(row, peak, bandwidth) for row in x]
+    return GroupFit(
+        target=str(target),
+        route=RouteKey(str(framework), str(compiler), str(layout), str(precision)),
+        threads=int(str(threads)),
+        coef=tuple(float(v) for v in w),
+        peak_flops=peak,
+        bandwidth=bandwidth,
+        cache_bandwidth=cache,
+        rows=len(group),
+        models=tuple(sorted(set(group["model"]))),
+        families=tuple(sorted(set(group["family"]))),
+        train_rmspe=_rmspe(x @ w, y),
+        measured_range=(float(y.min()), float(y.max())),
+        size_range=(min(sizes), max(sizes)),
+    )
