@@ -61,7 +61,11 @@ def recipe_from_deployment(dep: Deployment) -> Recipe:
     if python is not None or app.has_work:
         build = [
             BaseImage(dep.base_image, BUILD_STAGE),
-            Comment("The build stage installs the dependencies and compiles the model."),
+            Comment(
+                "The build stage installs the dependencies and compiles the model."
+                if dep.compile_argv
+                else "The build stage installs the dependencies and gathers the application's files."
+            ),
         ]
         build += [step for block in blocks for step in block.build()]
         stages.append(tuple(build))

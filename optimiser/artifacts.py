@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import os
 import shutil
 import subprocess
@@ -99,6 +100,8 @@ def _commands(plan: Plan, model_file: str | None) -> tuple[tuple[str, ...] | Non
     command = plan.spec.application.command
     user = _in_app_dir(command, {p.name for p in plan.spec.application.code}) if command else None
     framework = plan.choice.route.framework
+    if framework == OUR_RUNTIME and model_file is not None and plan.spec.application.type == "training":
+        return None, tuple(user) if user else _training_argv(plan, f"{IMAGE_APP_DIR}/{model_file}")
     if framework == OUR_RUNTIME and model_file is not None:
         compiled = f"{IMAGE_APP_DIR}/compiled"
         compile_argv = ("python3", "-m", "runtime", "compile", f"{IMAGE_APP_DIR}/{model_file}", "-o", compiled)
@@ -113,9 +116,41 @@ def _commands(plan: Plan, model_file: str | None) -> tuple[tuple[str, ...] | Non
     return None, ("python3",)
 
 
+#: Where a training job writes the trained model and its checkpoints: relative, so in the job's working directory.
+TRAINED_MODEL = "trained.onnx"
+CHECKPOINTS = "checkpoints"
+
+
+def _training_argv(plan: Plan, model: str) -> tuple[str, ...]:
+    """``python -m runtime train`` on the spec's data, resuming from the job directory's checkpoints when a
+    previous (preempted) run left some."""
+    app = plan.spec.application
+    argv = ["python3", "-m", "runtime", "train", model]
+    if app.data is not None and app.data.path:
+        argv += ["--data", app.data.path]
+    argv += ["-o", TRAINED_MODEL, "--batch-size", str(app.batch_size), "--precision", plan.choice.route.precision]
+    if app.data is not None:
+        argv += ["--epochs", str(max(1, math.ceil(app.data.epochs)))]
+    return (*argv, "--checkpoint", CHECKPOINTS, "--resume")
+
+
 def _entrypoint_notes(plan: Plan, dep: Deployment) -> list[str]:
-    """Say so when the image cannot run the application by itself: no command, and nothing of ours runs it."""
-    if plan.spec.application.command or dep.run_argv != ("python3",):
+    """Say so when the image cannot run the application by itself: no command, and nothing of ours runs it, or our
+    trainer has no data to read."""
+    app = plan.spec.application
+    if app.command:
+        return []
+    if dep.run_argv[3:4] == ("train",):
+        path = app.data.path if app.data is not None else None
+        if not path:
+            return [
+                "the image trains with `python -m runtime train`, which needs the data: set application.data.path "
+                "to an .npz file on the target, or pass --data FILE.npz when submitting"
+            ]
+        if not path.endswith(".npz"):
+            return [f"application.data.path {path!r}: appopt's runtime trains from .npz arrays (x_train/y_train, x/y)"]
+        return []
+    if dep.run_argv != ("python3",):
         return []
     return [
         f"the image starts a bare python3: the spec gives no application.command, and appopt runs only ONNX models "

@@ -1,6 +1,7 @@
 """``python -m runtime``: the runtime's own command line, for images that carry the runtime without appopt.
 
     python -m runtime compile MODEL.onnx -o OUT
+    python -m runtime train MODEL.onnx --data FILE.npz -o TRAINED.onnx [--epochs N] [--checkpoint DIR --resume] ...
     python -m runtime run MODEL_OR_OUT [--input name=file.npy ...] [--random] [--repeat N] [--threads N]
                           [--profile] [--engine appopt|onnxruntime]
 
@@ -32,7 +33,38 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument(
         "--engine", default="appopt", choices=["appopt", "onnxruntime"], help="what runs the model (default: appopt)"
     )
+    train = sub.add_parser("train", help="train a model on arrays from an .npz file and write the trained model")
+    train.add_argument("model", help="an ONNX file")
+    train.add_argument("--data", required=True, help="FILE.npz with x_train/y_train (+ x_test/y_test) or x/y")
+    train.add_argument("-o", "--out", required=True, help="where to write the trained ONNX model")
+    train.add_argument("--epochs", type=int, default=10)
+    train.add_argument("--batch-size", type=int, default=32)
+    train.add_argument("--lr", type=float, default=None, help="learning rate (default 0.05 sgd, 1e-3 adam)")
+    train.add_argument("--optimizer", default="sgd", choices=["sgd", "adam"])
+    train.add_argument("--precision", default="fp32", choices=["fp32", "fp16", "bf16"])
+    train.add_argument("--checkpoint", default=None, help="directory for atomic checkpoints (after every epoch)")
+    train.add_argument("--resume", action="store_true", help="continue from --checkpoint when it holds one")
+    train.add_argument("--threads", type=int, default=None)
+    train.add_argument("--seed", type=int, default=0)
     return parser
+
+
+def _train(args: argparse.Namespace) -> None:
+    from runtime.training.data import load_npz
+    from runtime.training.run import train_to_file, training_config
+
+    config = training_config(
+        epochs=args.epochs,
+        batch_size=args.batch_size,
+        lr=args.lr,
+        optimizer=args.optimizer,
+        precision=args.precision,
+        checkpoint=args.checkpoint,
+        threads=args.threads,
+        seed=args.seed,
+    )
+    data = load_npz(args.data, 0.2, args.seed)
+    train_to_file(args.model, data, args.out, config, resume=args.resume, echo=lambda line: print(line, flush=True))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -40,6 +72,9 @@ def main(argv: list[str] | None = None) -> int:
     from runtime import tools
 
     try:
+        if args.command == "train":
+            _train(args)
+            return 0
         if args.command == "compile":
             manifest = tools.compile_to_dir(args.model, args.out, disable=args.disable)
             lines = tools.format_compile(manifest, args.out)

@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -145,3 +148,59 @@ def test_a_model_appopt_cannot_run_itself_says_the_image_needs_a_command(tmp_pat
     assert code == 0, err
     assert json.loads((out / "deployment.json").read_text())["run_argv"] == ["python3"]
     assert "the image starts a bare python3" in (out / "plan.md").read_text()
+
+
+TRAIN_SPEC = """\
+name: digits-train
+application:
+  type: training
+  model: {{onnx: digits_mlp.onnx}}
+  batch_size: 16
+  framework: appopt-runtime
+  {data}
+target:
+  cpu: {{arch: x86_64, model: local}}
+  scheduler: none
+"""
+
+
+def test_a_training_plan_trains_and_its_job_runs_without_a_container(tmp_path: Path) -> None:
+    from tests.runtime.training.test_runtime_train_cli import _separable_npz
+
+    data = _separable_npz(tmp_path / "data.npz")
+    shutil.copy2(EXAMPLES / "digits_mlp.onnx", tmp_path / "digits_mlp.onnx")
+    (tmp_path / "train.yaml").write_text(TRAIN_SPEC.format(data=f"data: {{path: {data}, epochs: 2}}"))
+    out = tmp_path / "out"
+    code, _, err = _invoke("plan", str(tmp_path / "train.yaml"), "-o", str(out))
+    assert code == 0, err
+    deployment = json.loads((out / "deployment.json").read_text())
+    assert deployment["compile_argv"] is None  # nothing to compile for inference
+    assert deployment["run_argv"] == [
+        "python3", "-m", "runtime", "train", "/opt/app/model.onnx", "--data", str(data), "-o", "trained.onnx",
+        "--batch-size", "16", "--precision", "fp32", "--epochs", "2", "--checkpoint", "checkpoints", "--resume",
+    ]
+    # the job itself, here without a container: it trains in its working directory
+    job_dir = tmp_path / "job"
+    job_dir.mkdir()
+    env = {**os.environ, "APPOPT_CONTAINER": "none", "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"}
+    done = subprocess.run(["bash", str(out / "run.sh")], cwd=job_dir, env=env, capture_output=True, text=True,
+                          timeout=300, check=False)
+    assert done.returncode == 0, done.stderr
+    assert "epoch 2/2" in done.stdout and (job_dir / "trained.onnx").exists()
+    assert (job_dir / "checkpoints").is_dir()
+
+
+@pytest.mark.parametrize(
+    ("data", "note"),
+    [
+        ("", "the image trains with `python -m runtime train`, which needs the data: set application.data.path"),
+        ("data: {path: /scratch/imagenet}", "application.data.path '/scratch/imagenet': appopt's runtime trains from"),
+    ],
+)
+def test_a_training_plan_without_usable_data_says_so(tmp_path: Path, data: str, note: str) -> None:
+    shutil.copy2(EXAMPLES / "digits_mlp.onnx", tmp_path / "digits_mlp.onnx")
+    (tmp_path / "train.yaml").write_text(TRAIN_SPEC.format(data=data))
+    out = tmp_path / "out"
+    code, _, err = _invoke("plan", str(tmp_path / "train.yaml"), "-o", str(out))
+    assert code == 0, err
+    assert note in (out / "plan.md").read_text()

@@ -7,6 +7,7 @@ the Python requirements installed only from a wheelhouse made by ``pip download`
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
 import subprocess
@@ -69,6 +70,43 @@ def test_an_onnxruntime_plan_image_runs_the_model_with_onnxruntime(debian_image:
     assert proc.returncode == 0, proc.stderr
     assert "engine: onnxruntime (CPUExecutionProvider)" in proc.stdout
     assert RUN_OUTPUT.search(proc.stdout), proc.stdout
+
+
+TRAIN_SPEC = """\
+# training the digits MLP with appopt's runtime in its image; the data sits in the job's directory
+name: digits-train
+application:
+  type: training
+  model: {{onnx: digits_mlp.onnx}}
+  batch_size: 16
+  framework: appopt-runtime
+  data: {{path: {data}, epochs: 2}}
+target:
+  cpu: {{arch: x86_64, model: local}}
+  scheduler: none
+container:
+  formats: [docker]
+"""
+
+
+def test_a_training_plan_image_trains_in_the_job_directory(debian_image: str, cache_dir: Path, tmp_path: Path,
+                                                           appopt: Callable[..., Result]) -> None:
+    from tests.runtime.training.test_runtime_train_cli import _separable_npz
+
+    job = tmp_path / "job"
+    job.mkdir()
+    data = _separable_npz(job / "data.npz")
+    out = plan_for(TRAIN_SPEC.format(data=data), tmp_path)
+    ref = "localhost/appopt-test/digits-train:ci"
+    result = appopt("build", out, "--engine", "buildah", "--base-image", debian_image, "--wheelhouse",
+                    wheelhouse_for(out, cache_dir), "--tag", ref, "--quiet")
+    assert result.exit_code == 0, result.output[-3000:]
+    env = {**os.environ, "APPOPT_CONTAINER": "podman", "APPOPT_IMAGE": ref}
+    done = subprocess.run(["bash", str(out / "run.sh")], cwd=job, env=env, capture_output=True, text=True,
+                          timeout=300, check=False)
+    assert done.returncode == 0, done.stderr
+    assert "epoch 2/2" in done.stdout and "test accuracy" in done.stdout
+    assert (job / "trained.onnx").stat().st_size > 0 and (job / "checkpoints").is_dir()
 
 
 def test_build_stage_compiled_and_final_stage_is_slim(runtime_image: BuiltImage) -> None:

@@ -1,0 +1,115 @@
+"""One training run from arrays to a trained ONNX file, with a line per epoch: what ``python -m runtime train`` (inside
+images) and ``appopt train`` (on a workstation) both do.
+
+>>> data = load_npz("digits.npz")                                                          # doctest: +SKIP
+>>> outcome = train_to_file("mlp.onnx", data, "trained.onnx", training_config(epochs=5))   # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from runtime.training.config import TrainConfig, TrainingError
+from runtime.training.data import Dataset
+from runtime.training.export import save_model_atomic
+from runtime.training.trainer import EpochStats, Trainer
+
+OPTIMIZERS = ("sgd", "adam")
+PRECISIONS = ("fp32", "fp16", "bf16")
+
+
+@dataclass
+class TrainOutcome:
+    output: Path
+    epochs_run: int
+    test_accuracy: float | None
+    test_loss: float | None
+    seconds_per_epoch: float | None
+    resumed_from: Path | None
+
+
+def training_config(
+    *,
+    epochs: int = 10,
+    batch_size: int = 32,
+    lr: float | None = None,
+    optimizer: str = "sgd",
+    precision: str = "fp32",
+    checkpoint: str | os.PathLike[str] | None = None,
+    threads: int | None = None,
+    seed: int = 0,
+) -> TrainConfig:
+    """A ``TrainConfig`` from command-line choices (``lr`` defaults to 0.05 for SGD, 1e-3 for Adam); a bad choice
+    raises ``TrainingError`` naming the flag."""
+    if optimizer not in OPTIMIZERS:
+        raise TrainingError(f"--optimizer: {optimizer!r}; use sgd or adam")
+    if precision not in PRECISIONS:
+        raise TrainingError(f"--precision: {precision!r}; use fp32, fp16 or bf16")
+    return TrainConfig(
+        epochs=epochs,
+        batch_size=batch_size,
+        lr=lr if lr is not None else (0.05 if optimizer == "sgd" else 1e-3),
+        optimizer=optimizer,
+        precision=precision,
+        checkpoint_dir=str(checkpoint) if checkpoint is not None else None,
+        threads=threads,
+        seed=seed,
+    )
+
+
+def train_to_file(
+    model: str | os.PathLike[str],
+    data: Dataset,
+    output: str | os.PathLike[str],
+    config: TrainConfig,
+    *,
+    resume: bool = False,
+    echo: Callable[[str], None] = print,
+) -> TrainOutcome:
+    """Train ``model`` on ``data`` (validating on its test arrays when it has them), print a line per epoch, write
+    the trained model atomically to ``output``; ``resume`` continues from ``config.checkpoint_dir`` when it holds a
+    checkpoint (a preempted batch job simply runs again)."""
+    if resume and config.checkpoint_dir is None:
+        raise TrainingError("--resume needs --checkpoint DIR")
+    validation = (data.x_test, data.y_test) if data.x_test is not None and data.y_test is not None else None
+    trainer = Trainer(str(model), config, resume=resume)
+    if trainer.resumed_from is not None:
+        echo(f"resumed from {trainer.resumed_from} at epoch {trainer.epoch}")
+    trainer.fit(
+        data.x_train, data.y_train, validation=validation, on_epoch=lambda s: echo(epoch_line(s, config.epochs))
+    )
+    metrics = trainer.evaluate(*validation) if validation is not None else {}
+    written = save_model_atomic(trainer.export(), output)
+    times = [h.seconds for h in trainer.history if h.steps]
+    outcome = TrainOutcome(
+        output=written,
+        epochs_run=trainer.epoch,
+        test_accuracy=metrics.get("accuracy"),
+        test_loss=metrics.get("loss"),
+        seconds_per_epoch=float(np.median(times)) if times else None,
+        resumed_from=trainer.resumed_from,
+    )
+    summary = f"wrote {output}"
+    if outcome.test_accuracy is not None:
+        summary += f" (test accuracy {100 * outcome.test_accuracy:.2f}%)"
+    echo(summary)
+    return outcome
+
+
+def epoch_line(stats: EpochStats, total: int) -> str:
+    parts = [f"epoch {stats.epoch}/{total}", f"loss {stats.loss:.4f}"]
+    if stats.train_accuracy is not None:
+        parts.append(f"train acc {100 * stats.train_accuracy:.1f}%")
+    if stats.val_accuracy is not None:
+        parts.append(f"test acc {100 * stats.val_accuracy:.1f}%")
+    elif stats.val_loss is not None:
+        parts.append(f"test loss {stats.val_loss:.4f}")
+    if stats.loss_scale is not None:
+        parts.append(f"loss scale {stats.loss_scale:g} ({stats.skipped_steps} skipped)")
+    parts.append(f"{stats.seconds:.2f} s")
+    return "  ".join(parts)
