@@ -201,17 +201,24 @@ class FaultProxy:
 
             do_GET = do_PUT = do_POST = do_PATCH = do_HEAD = do_DELETE = _handle
 
-        server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.port = int(server.server_address[1])
-        self._server = server
-        thread = threading.Thread(target=server.serve_forever, daemon=True)
-        thread.start()
-        try:
+        with serving(Handler) as server:
+            self.port = int(server.server_address[1])
+            self._server = server
             yield self
-        finally:
-            server.shutdown()
-            server.server_close()
-            thread.join(timeout=5)
+
+
+@contextlib.contextmanager
+def serving(handler: type[BaseHTTPRequestHandler], port: int = 0) -> Iterator[ThreadingHTTPServer]:
+    """``handler`` served on 127.0.0.1 (``port`` 0: any free one) by a background thread while the block runs."""
+    server = ThreadingHTTPServer(("127.0.0.1", port), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield server
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(timeout=5)
 
 
 # --- a token server for the registry's Bearer authentication ---------------------------------------------------------
@@ -304,13 +311,6 @@ class TokenServer:
                 self.end_headers()
                 self.wfile.write(data)
 
-        server = ThreadingHTTPServer(("127.0.0.1", self.port), Handler)
-        self.port = int(server.server_address[1])
-        thread = threading.Thread(target=server.serve_forever, daemon=True)
-        thread.start()
-        try:
+        with serving(Handler, self.port) as server:
+            self.port = int(server.server_address[1])
             yield self
-        finally:
-            server.shutdown()
-            server.server_close()
-            thread.join(timeout=5)
