@@ -134,6 +134,12 @@ def _training_argv(plan: Plan, model: str) -> tuple[str, ...]:
     return (*argv, "--checkpoint", CHECKPOINTS, "--resume")
 
 
+def with_deployment_notes(plan: Plan, dep: Deployment | None = None, catalog: Catalog | None = None) -> Plan:
+    """``plan`` with the notes about what its image will run (``_entrypoint_notes``) added once."""
+    dep = dep or deployment_from_plan(plan, catalog)
+    return dataclasses.replace(plan, notes=tuple(dict.fromkeys((*plan.notes, *_entrypoint_notes(plan, dep)))))
+
+
 def _entrypoint_notes(plan: Plan, dep: Deployment) -> list[str]:
     """Say so when the image cannot run the application by itself: no command, and nothing of ours runs it, or our
     trainer has no data to read."""
@@ -217,7 +223,7 @@ def write_plan_outputs(plan: Plan, out_dir: Path, catalog: Catalog | None = None
     except OSError as exc:
         raise AppoptError(f"{out_dir}: cannot create output directory: {exc.strerror or exc}") from None
     dep = deployment_from_plan(plan, catalog)
-    plan = dataclasses.replace(plan, notes=(*plan.notes, *_entrypoint_notes(plan, dep)))
+    plan = with_deployment_notes(plan, dep)
     written = [
         _write_text(out_dir / "plan.json", json.dumps(plan_to_dict(plan), indent=2) + "\n"),
         _write_text(out_dir / "plan.md", render_markdown(plan)),

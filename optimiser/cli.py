@@ -57,7 +57,7 @@ def plan(
     top: Annotated[int | None, typer.Option(help="Rank this many candidates in the table/report.", min=1)] = None,
 ) -> None:
     """Rank every compatible route for SPEC and explain the choice; with -o also render the artifacts."""
-    from optimiser.artifacts import write_plan_outputs
+    from optimiser.artifacts import with_deployment_notes, write_plan_outputs
     from optimiser.planner import make_plan
     from optimiser.report import render_table
     from optimiser.spec import load_spec
@@ -67,8 +67,10 @@ def plan(
         app_spec = app_spec.model_copy(
             update={"optimisation": app_spec.optimisation.model_copy(update={"top": top})}
         )
-    result = make_plan(app_spec)
+    result = with_deployment_notes(make_plan(app_spec))
     typer.echo(render_table(result))
+    for note in result.notes:
+        typer.echo(f"note: {note}", err=True)
     if out is not None:
         for path in write_plan_outputs(result, out):
             typer.echo(f"wrote {path}")

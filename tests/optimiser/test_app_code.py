@@ -80,7 +80,10 @@ def test_a_script_the_command_runs_but_the_spec_does_not_ship_is_noted(tmp_path:
     out = tmp_path / "out"
     code, _, err = _invoke("plan", str(_spec(tmp_path, "[]", "[python3, train.py]")), "-o", str(out))
     assert code == 0, err
-    assert "application.command runs train.py, which application.code does not ship" in (out / "plan.md").read_text()
+    note = "application.command runs train.py, which application.code does not ship"
+    assert note in (out / "plan.md").read_text()
+    assert f"note: {note}" in err  # on the terminal too, once
+    assert err.count(note) == 1 and (out / "plan.md").read_text().count(note) == 1
 
 
 @pytest.mark.parametrize(
