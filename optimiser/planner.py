@@ -163,6 +163,14 @@ class _Enumerator:
 
     # --- frameworks ---------------------------------------------------------------------------------------------
 
+    def _tasks_per_node(self) -> int:
+        gpu = self.spec.target.gpu
+        return max(gpu.count if gpu else 0, 1)
+
+    def _processes(self) -> int:
+        """Processes a job starts: one per GPU (or one per CPU node) on every node."""
+        return self.spec.target.nodes * self._tasks_per_node()
+
     def _framework_ok(self, fw: Framework) -> bool:
         pinned = self.spec.application.framework
         t = self.target
@@ -183,6 +191,11 @@ class _Enumerator:
             (
                 self.spec.application.model.onnx is None or fw.reads_onnx,
                 "cannot load an ONNX model file (application.model.onnx)",
+            ),
+            (
+                self.mode != "training" or fw.distributed_training or self._processes() == 1,
+                f"trains in one process; the spec asks for {self._processes()} "
+                f"({self.spec.target.nodes} node(s) x {self._tasks_per_node()} task(s))",
             ),
         ]
         for ok, reason in checks:

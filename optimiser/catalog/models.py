@@ -165,6 +165,9 @@ class Framework(Component):
     efficiency: dict[DeviceKey, float] = Field(default_factory=dict)
     #: True if it reads ONNX directly (others need an exporter step or a native model definition).
     reads_onnx: bool = False
+    #: False if it trains in one process only: a training plan on several nodes (or GPUs) would start independent
+    #: copies of the same run.
+    distributed_training: bool = True
 
 
 class Compiler(Component):

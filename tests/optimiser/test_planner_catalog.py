@@ -98,3 +98,17 @@ def test_plans_are_deterministic() -> None:
     spec = load_spec(EXAMPLES / "bert-inference-k8s.yaml")
     first, second = make_plan(spec), make_plan(spec)
     assert [c.route.key for c in first.candidates] == [c.route.key for c in second.candidates]
+
+
+def test_single_process_trainers_are_not_planned_across_nodes() -> None:
+    one_node = plan_for("training", {**X86_CPU, "scheduler": "slurm"}, framework="appopt-runtime")
+    assert one_node.choice.route.framework == "appopt-runtime"
+    many = plan_for("training", {**X86_CPU, "scheduler": "slurm", "nodes": 2}, framework="auto")
+    assert "appopt-runtime" not in {c.route.framework for c in many.candidates}
+    assert [e.reason for e in many.excluded if e.what.get("framework") == "appopt-runtime"] == [
+        "trains in one process; the spec asks for 2 (2 node(s) x 1 task(s))"
+    ]
+    # frameworks with distributed training stay, and inference on several nodes (replicas) stays open to all
+    assert {c.route.framework for c in many.candidates} >= {"pytorch", "tensorflow"}
+    replicas = plan_for("inference", {**X86_CPU, "scheduler": "slurm", "nodes": 2}, framework="appopt-runtime")
+    assert replicas.choice.route.framework == "appopt-runtime"
