@@ -1128,76 +1128,85 @@ typedef struct {
   long rows, per;
 } dp_ctx;
 
-static void dwpw_row(const int64_t *a, long task) {
+/* Rows r0..r1-1 of the flattened N*OH output rows: the task's pixels are taken in order, across row ends, in
+ * strips of up to NOWMAX (NOWMAX16) pixels, so each pointwise weight block loaded serves a full strip even when
+ * rows are short (7x7 and 25x5 maps): the depthwise result of a strip's pixels goes to buf, then the pointwise
+ * GEMM strips read it. */
+static void dwpw_rows(const int64_t *a, long r0, long r1) {
   long H = a[DP_H], W = a[DP_W], C = a[DP_C], OH = a[DP_OH], OW = a[DP_OW], KH = a[DP_KH], KW = a[DP_KW];
   long sh = a[DP_SH], sw = a[DP_SW], dh = a[DP_DH], dwd = a[DP_DWD], pt = a[DP_PT], pl = a[DP_PL];
   long M = a[DP_M], nmb = a[DP_NMB];
   int bw = a[DP_BW] == VL ? VL : NB, pixmax = bw == VL ? NOWMAX16 : NOWMAX;
   const strip_fn *strips = bw == VL ? STRIPS16 : STRIPS;
-  long oh = task % OH, n = task / OH;
-  const float *x = (const float *)a[DP_X] + n * H * W * C;
   const float *wdw = (const float *)a[DP_WDW], *bdw = (const float *)a[DP_BDW], *zero = (const float *)a[DP_ZERO];
   const float *wpw = (const float *)a[DP_WPW], *bpw = (const float *)a[DP_BPW], *res = (const float *)a[DP_RES];
   float *y = (float *)a[DP_Y];
   int dact = (int)a[DP_DACT], act = (int)a[DP_ACT];
   float dlo = f32(a[DP_DLO]), dhi = f32(a[DP_DHI]), lo = f32(a[DP_LO]), hi = f32(a[DP_HI]);
   long Cp = (C + VL - 1) / VL * VL;
-  long ih0 = oh * sh - pt;
   long ow_lo = (pl + sw - 1) / sw, span = (KW - 1) * dwd;
   long ow_hi = W - 1 - span + pl >= 0 ? (W - 1 - span + pl) / sw + 1 : 0;
   if (ow_lo > OW) ow_lo = OW;
   if (ow_hi > OW) ow_hi = OW;
   if (ow_hi < ow_lo) ow_hi = ow_lo;
-  int rows_ok = ih0 >= 0 && ih0 + (KH - 1) * dh < H;
   float buf[NOWMAX16 * DP_MAXC];
-  long nstrips = (OW + pixmax - 1) / pixmax, base_n = OW / nstrips, extra = OW % nstrips, ow = 0;
+  long total = (r1 - r0) * OW;
+  long nstrips = (total + pixmax - 1) / pixmax, base_n = total / nstrips, extra = total % nstrips;
+  long r = r0, ow = 0; /* the next pixel: row r (image r / OH, output row r % OH), column ow */
   int64_t yo[NOWMAX16], ro[NOWMAX16];
   tap_row tp[1];
   for (long s = 0; s < nstrips; s++) {
     int now = (int)(base_n + (s < extra));
-    /* depthwise for pixels ow .. ow+now-1 into buf[p][c] */
-    long p = 0;
+    /* depthwise for the strip's pixels into buf[p][c] */
+    int p = 0;
     while (p < now) {
-      long q = ow + p;
-      if (rows_ok && q >= ow_lo && q < ow_hi) {
-        int np = (int)(ow_hi - q < DW_PIX ? ow_hi - q : DW_PIX);
-        if (np > now - p) np = (int)(now - p);
-        const float *base = x + (ih0 * W + q * sw - pl) * C;
+      long oh = r % OH, ih0 = oh * sh - pt;
+      const float *x = (const float *)a[DP_X] + (r / OH) * H * W * C;
+      int rows_ok = ih0 >= 0 && ih0 + (KH - 1) * dh < H;
+      int np = 1;
+      if (rows_ok && ow >= ow_lo && ow < ow_hi) {
+        np = (int)(ow_hi - ow < DW_PIX ? ow_hi - ow : DW_PIX);
+        if (np > now - p) np = now - p;
+        const float *base = x + (ih0 * W + ow * sw - pl) * C;
         for (long c = 0; c < C; c += VL) {
           int nv = (int)(C - c < VL ? C - c : VL);
           DW_STRIPS[np](base + c, sw * C, W * C * dh, dwd * C, KH, KW, wdw + c, Cp, bdw ? bdw + c : NULL,
                         buf + p * C + c, C, NULL, dact, dlo, dhi, nv);
         }
-        p += np;
       } else {
-        dw_border_pixel(x, H, W, C, Cp, ih0, q * sw - pl, KH, KW, dh, dwd, wdw, bdw, zero, buf + p * C, NULL, dact,
+        dw_border_pixel(x, H, W, C, Cp, ih0, ow * sw - pl, KH, KW, dh, dwd, wdw, bdw, zero, buf + p * C, NULL, dact,
                         dlo, dhi);
-        p++;
       }
-    }
-    for (int k = 0; k < now; k++) {
-      tp[0][k] = buf + k * C;
-      yo[k] = ((n * OH + oh) * OW + ow + k) * M;
-      ro[k] = yo[k];
+      for (int k = p; k < p + np; k++) {
+        tp[0][k] = buf + k * C;
+        yo[k] = ro[k] = (r * OW + ow + (k - p)) * M;
+      }
+      p += np;
+      ow += np;
+      if (ow == OW) { ow = 0; r++; }
     }
     for (long mb = 0; mb < nmb; mb++) {
       int nvalid = (int)(M - mb * bw < bw ? M - mb * bw : bw);
       strips[now](tp, 1, (int)C, wpw + mb * C * bw, y + mb * bw, yo, res ? res + mb * bw : NULL, ro,
                   bpw ? bpw + mb * bw : NULL, act, lo, hi, 1.0f, nvalid);
     }
-    ow += now;
   }
 }
-
 static void dwpw_task(const void *vctx, long task) {
   const dp_ctx *cx = (const dp_ctx *)vctx;
-  for (long r = task * cx->per; r < cx->rows && r < (task + 1) * cx->per; r++) dwpw_row(cx->a, r);
+  long r0 = task * cx->per, r1 = r0 + cx->per < cx->rows ? r0 + cx->per : cx->rows;
+  dwpw_rows(cx->a, r0, r1);
 }
-
 API void ap_dwpw(const int64_t *a) {
   if (a[DP_C] > DP_MAXC) return;
   double row_work = (double)a[DP_OW] * a[DP_C] * (a[DP_KH] * a[DP_KW] + a[DP_M]);
   dp_ctx cx = {a, a[DP_N] * a[DP_OH], 1};
   cx.per = row_work >= 32768.0 ? 1 : (long)(32768.0 / (row_work > 1.0 ? row_work : 1.0)) + 1;
+  /* enough rows per task for nearly full strips (short rows: a task's pixels split into strips evenly, so about
+   * three strips' worth), while leaving at least two tasks per thread to balance them */
+  long pixmax = a[DP_BW] == VL ? NOWMAX16 : NOWMAX, strip_rows = (3 * pixmax + a[DP_OW] - 1) / a[DP_OW];
+  long threads = atomic_load(&g_threads), balance = cx.rows / (2 * (threads > 0 ? threads : 1));
+  if (balance < 1) balance = 1;
+  if (cx.per < strip_rows) cx.per = strip_rows < balance ? strip_rows : (cx.per > balance ? cx.per : balance);
   parallel_for_work((cx.rows + cx.per - 1) / cx.per, dwpw_task, &cx, row_work * cx.rows);
 }

@@ -71,3 +71,39 @@ def test_a_depthwise_output_read_twice_stays_separate() -> None:
     m.graph.output.append(vi("a", shape=[2, 24, 8, 8]))
     exe = compile_model(m, layout="nhwc")
     assert "NhwcDwPwConv" not in [n.op_type for n in exe.model.graph.nodes]
+
+
+def _separable_map(images: int, h: int, w: int, channels: int, out: int, stride: int) -> onnx.ModelProto:
+    nodes = [
+        helper.make_node("Conv", ["x", "wd"], ["d"], pads=[1, 1, 1, 1], strides=[stride, stride], group=channels),
+        helper.make_node("Relu", ["d"], ["a"]),
+        helper.make_node("Conv", ["a", "wp", "bp"], ["y"]),
+    ]
+    init = [
+        const("wd", rng.standard_normal((channels, 1, 3, 3))),
+        const("wp", rng.standard_normal((out, channels, 1, 1))),
+        const("bp", rng.standard_normal(out)),
+    ]
+    return model(nodes, [vi("x", shape=[images, channels, h, w])], [vi("y", shape=None)], init)
+
+
+@pytest.mark.skipif(native.lib() is None, reason="the NHWC layout needs the compiled kernels")
+@pytest.mark.parametrize(
+    ("images", "h", "w", "channels", "out", "stride"),
+    [
+        (3, 5, 7, 24, 40, 1),  # 7-pixel rows: strips of 12 cross row ends (and the border pixels there)
+        (2, 9, 5, 32, 16, 2),  # 3-pixel rows, one-vector (16-channel) pointwise blocks: strips of 24 cross images
+        (8, 7, 7, 96, 64, 1),  # many rows: several tasks, each spanning rows
+        (1, 3, 40, 16, 40, 1),  # long rows: strips inside one row, as before
+    ],
+)
+def test_strips_that_cross_rows_and_images_match(
+    images: int, h: int, w: int, channels: int, out: int, stride: int
+) -> None:
+    m = _separable_map(images, h, w, channels, out, stride)
+    feeds = {"x": rng.standard_normal((images, channels, h, w)).astype(np.float32)}
+    for threads in (1, 2):
+        plain = compile_model(m, passes=[]).run(feeds)["y"]
+        fused = compile_model(m, threads=threads, layout="nhwc")
+        assert "NhwcDwPwConv" in [n.op_type for n in fused.model.graph.nodes]
+        np.testing.assert_allclose(fused.run(feeds)["y"], plain, rtol=1e-4, atol=1e-4)
