@@ -569,19 +569,33 @@ enum {
 static void dw_border_pixel(const float *x, long H, long W, long C, long Cp, long ih0, long iw0, long KH, long KW,
                             long dh, long dwd, const float *w, const float *bias, const float *zero, float *yp,
                             const float *rp, int act, float lo, float hi) {
-  for (long c = 0; c < C; c += VL) {
-    int nv = (int)(C - c < VL ? C - c : VL);
-    v16 acc = bias ? vload(bias + c) : vsplat(0.0f);
-    for (long i = 0; i < KH; i++) {
-      long ih = ih0 + i * dh;
-      for (long j = 0; j < KW; j++) {
-        long iw = iw0 + j * dwd;
-        const float *src = (ih >= 0 && ih < H && iw >= 0 && iw < W) ? x + (ih * W + iw) * C : zero;
-        acc += vload_n(src + c, nv) * vload(w + (i * KW + j) * Cp + c);
+  /* only the taps inside the image (the others read zeros); up to four channel vectors at once, so the FMA
+   * chains of a pixel overlap instead of waiting on each other */
+  (void)zero;
+  long i_lo = ih0 < 0 ? (-ih0 + dh - 1) / dh : 0, i_hi = ih0 <= H - 1 ? (H - 1 - ih0) / dh + 1 : 0;
+  long j_lo = iw0 < 0 ? (-iw0 + dwd - 1) / dwd : 0, j_hi = iw0 <= W - 1 ? (W - 1 - iw0) / dwd + 1 : 0;
+  if (i_hi > KH) i_hi = KH;
+  if (j_hi > KW) j_hi = KW;
+  for (long c = 0; c < C; c += 4 * VL) {
+    int nk = 0, nv[4];
+    v16 acc[4];
+    for (; nk < 4 && c + nk * VL < C; nk++) {
+      long cc = c + nk * VL;
+      nv[nk] = (int)(C - cc < VL ? C - cc : VL);
+      acc[nk] = bias ? vload(bias + cc) : vsplat(0.0f);
+    }
+    for (long i = i_lo; i < i_hi; i++) {
+      for (long j = j_lo; j < j_hi; j++) {
+        const float *src = x + ((ih0 + i * dh) * W + iw0 + j * dwd) * C + c;
+        const float *wt = w + (i * KW + j) * Cp + c;
+        for (int k = 0; k < nk; k++) acc[k] += vload_n(src + k * VL, nv[k]) * vload(wt + k * VL);
       }
     }
-    if (rp) acc += vload_n(rp + c, nv);
-    vstore_n(yp + c, activate(acc, act, lo, hi), nv);
+    for (int k = 0; k < nk; k++) {
+      v16 r = acc[k];
+      if (rp) r += vload_n(rp + c + k * VL, nv[k]);
+      vstore_n(yp + c + k * VL, activate(r, act, lo, hi), nv[k]);
+    }
   }
 }
 

@@ -67,6 +67,8 @@ CONV_CASES = [
     (1, 13, 13, 8, 16, 3, 1, 1, (0, 1, 2, 1), 1, "", False),  # asymmetric pads
     (1, 7, 7, 64, 96, 3, 1, 1, (1, 1, 1, 1), 1, "Relu", True),  # strips across rows on a small image
     (1, 6, 6, 300, 20, 3, 1, 1, (1, 1, 1, 1), 1, "", False),  # long rows: per-tap tables
+    (2, 9, 8, 72, 72, 3, 1, 2, (2, 1, 2, 3), 72, "Relu", True),  # depthwise, dilated, uneven pads: border taps
+    (1, 6, 5, 40, 40, 5, 2, 1, (4, 4, 3, 3), 40, "Clip", False),  # depthwise 5x5, pads wider than the kernel's reach
 ]
 
 
