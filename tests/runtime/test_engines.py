@@ -13,7 +13,7 @@ from runtime import RuntimeModelError
 from runtime.engines import OnnxRuntimeRunner
 from runtime.tools import build_feeds, format_run, run_model
 
-pytest.importorskip("onnxruntime")
+pytest.importorskip("onnxruntime", reason="onnxruntime is the peer these tests compare with (a test extra)")
 
 ROOT = Path(__file__).resolve().parents[2]
 MLP = ROOT / "examples" / "digits_mlp.onnx"

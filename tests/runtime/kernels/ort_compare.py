@@ -11,7 +11,9 @@ from onnx import helper
 
 from runtime import compile_model
 
-ort = __import__("pytest").importorskip("onnxruntime")
+ort = __import__("pytest").importorskip(
+    "onnxruntime", reason="onnxruntime is the peer these tests compare with (a test extra)"
+)
 
 
 def one_node_model(

@@ -30,7 +30,9 @@ def test_unknown_pass_names_fail_clearly() -> None:
 
 
 def _suite(name: str):
-    models = pytest.importorskip("benchmarks.models")
+    models = pytest.importorskip(
+        "benchmarks.models", reason="the benchmark suite ships with appopt, not with the runtime alone"
+    )
     return models.get_model(name)
 
 
