@@ -230,6 +230,29 @@ class _PerThread(threading.local):
     def __init__(self) -> None:
         self.blocks: dict[Any, Any] = {}
 
+    def get(self, key: Any, build: Callable[[Any], Any]) -> Any:
+        """This thread's block for ``key``, built by ``build(key)`` the first time."""
+        value = self.blocks.get(key)
+        if value is None:
+            value = self.blocks[key] = build(key)
+        return value
+
+
+def _bind_args(
+    geometry: Callable[[tuple[int, ...]], tuple[Args, tuple[int, ...]]],
+    x: np.ndarray,
+    res: np.ndarray | None,
+    out: np.ndarray,
+) -> Args | None:
+    """A copy of the argument block for ``x``'s shape, or None when the arrays cannot be bound (not contiguous
+    float32, or not the output shape the block computes)."""
+    if not _c_float(x) or not _c_float(out) or (res is not None and not _c_float(res)):
+        return None
+    geo, out_shape = geometry(x.shape)
+    if out.shape != out_shape or (res is not None and res.shape != out_shape):
+        return None
+    return _copy_args(geo)
+
 
 class _Workspace(threading.local):
     """Per-thread scratch buffers (packed operands), reused while their shape stays the same."""
@@ -384,20 +407,14 @@ class NhwcConv2d:
 
     def geometry(self, in_shape: tuple[int, ...]) -> tuple[Args, tuple[int, ...]]:
         """This thread's argument block for an input shape, and the output shape."""
-        blocks = self._geometry.blocks
-        geo = blocks.get(in_shape)
-        if geo is None:
-            geo = blocks[in_shape] = self._build(in_shape)
+        geo: tuple[Args, tuple[int, ...]] = self._geometry.get(in_shape, self._build)
         return geo
 
     def bind(self, x: np.ndarray, res: np.ndarray | None, out: np.ndarray) -> Bound | None:
         """A prebound call computing ``out`` from ``x`` (and ``res``) at their current addresses."""
-        if not _c_float(x) or not _c_float(out) or (res is not None and not _c_float(res)):
+        a = _bind_args(self.geometry, x, res, out)
+        if a is None:
             return None
-        geo, out_shape = self.geometry(x.shape)
-        if out.shape != out_shape or (res is not None and res.shape != out_shape):
-            return None
-        a = _copy_args(geo)
         if self.depthwise:
             a[DW_X], a[DW_Y], a[DW_RES] = addr(x), addr(out), 0 if res is None else addr(res)
             return _bound(self.native.dwconv, a, x, out, res)
@@ -499,10 +516,7 @@ class PackedMatMul:
         return a
 
     def _args_for(self, rows: int) -> Args:
-        blocks = self._args.blocks
-        args = blocks.get(rows)
-        if args is None:
-            args = blocks[rows] = self._build(rows)
+        args: Args = self._args.get(rows, self._build)
         return args
 
     def bind(self, a: np.ndarray, res: np.ndarray | None, out: np.ndarray) -> Bound | None:
@@ -909,19 +923,13 @@ class NhwcDwPw:
         return a, (n, oh, ow, pw.m)
 
     def geometry(self, in_shape: tuple[int, ...]) -> tuple[Args, tuple[int, ...]]:
-        blocks = self._args.blocks
-        geo = blocks.get(in_shape)
-        if geo is None:
-            geo = blocks[in_shape] = self._build(in_shape)
+        geo: tuple[Args, tuple[int, ...]] = self._args.get(in_shape, self._build)
         return geo
 
     def bind(self, x: np.ndarray, res: np.ndarray | None, out: np.ndarray) -> Bound | None:
-        if not _c_float(x) or not _c_float(out) or (res is not None and not _c_float(res)):
+        a = _bind_args(self.geometry, x, res, out)
+        if a is None:
             return None
-        geo, out_shape = self.geometry(x.shape)
-        if out.shape != out_shape or (res is not None and res.shape != out_shape):
-            return None
-        a = _copy_args(geo)
         a[DP_X], a[DP_Y], a[DP_RES] = addr(x), addr(out), 0 if res is None else addr(res)
         return _bound(self.native.dwpw, a, x, out, res)
 
