@@ -94,12 +94,57 @@ def _missing(module: str) -> str | None:
 # --- onnxruntime ------------------------------------------------------------------------------------------------
 
 
+#: Op types that only convert between a model's NCHW inputs/outputs and a backend's internal layout (ours:
+#: NHWC; onnxruntime's level ``all``: blocked NCHWc).
+LAYOUT_BOUNDARY_OPS = frozenset({"ToNhwc", "ToNchw", "ReorderInput", "ReorderOutput"})
+
+
+def boundary_ms(session: Session, feeds: Mapping[str, np.ndarray], runs: int = 10) -> float:
+    """Milliseconds per run the session spends converting layouts at the model's inputs and outputs, by the
+    backend's own profiler (0 when the backend converts nothing or cannot profile).
+
+    A one-kernel model pays these conversions once per kernel, a whole model once: a kernel sweep subtracts them.
+    """
+    probe = getattr(session, "boundary_ms", None)
+    return float(probe(feeds, runs)) if probe is not None else 0.0
+
+
 class _OrtSession:
-    def __init__(self, session: Any) -> None:
+    def __init__(self, session: Any, data: bytes = b"", options: Any = None) -> None:
         self._session = session
+        self._data = data
+        self._options = options
 
     def run(self, feeds: Mapping[str, np.ndarray]) -> list[np.ndarray]:
         return list(self._session.run(None, dict(feeds)))
+
+    def boundary_ms(self, feeds: Mapping[str, np.ndarray], runs: int) -> float:
+        """Reorder nodes' time from onnxruntime's profiler (a second, profiled session of the same model)."""
+        import json
+        import tempfile
+        from pathlib import Path
+
+        import onnxruntime as ort
+
+        if self._options is None or self._options.graph_optimization_level != ort.GraphOptimizationLevel.ORT_ENABLE_ALL:
+            return 0.0
+        with tempfile.TemporaryDirectory() as tmp:
+            self._options.enable_profiling = True
+            self._options.profile_file_prefix = str(Path(tmp, "profile"))
+            try:
+                session = ort.InferenceSession(self._data, self._options, providers=["CPUExecutionProvider"])
+            finally:
+                self._options.enable_profiling = False
+            for _ in range(runs + 1):
+                session.run(None, dict(feeds))
+            events = json.loads(Path(session.end_profiling()).read_text(encoding="utf-8"))
+        per_run: dict[str, list[float]] = {}
+        for event in events:
+            is_kernel = event.get("cat") == "Node" and str(event.get("name", "")).endswith("_kernel_time")
+            if is_kernel and event.get("args", {}).get("op_name") in LAYOUT_BOUNDARY_OPS:
+                per_run.setdefault(event["name"], []).append(float(event["dur"]) / 1e3)
+        # each reorder node ran runs + 1 times: drop the first (warm-up) run, take the median of the rest
+        return float(sum(np.median(times[1:]) for times in per_run.values() if len(times) > 1))
 
 
 class OnnxRuntimeBackend(Backend):
@@ -146,7 +191,7 @@ class OnnxRuntimeBackend(Backend):
             session = ort.InferenceSession(data, options, providers=["CPUExecutionProvider"])
         except Exception as error:  # onnxruntime raises its own Fail/InvalidGraph/NotImplemented types
             raise BackendSkipped(f"onnxruntime cannot load the model: {str(error).splitlines()[0]}") from None
-        return _OrtSession(session)
+        return _OrtSession(session, data, options)
 
 
 #: Quantised models by the fp32 model's digest: one model is quantised once per process, not once per thread count.
@@ -185,6 +230,14 @@ class _AppoptSession:
 
     def run(self, feeds: Mapping[str, np.ndarray]) -> list[np.ndarray]:
         return list(self._exe.run(dict(feeds)).values())
+
+    def boundary_ms(self, feeds: Mapping[str, np.ndarray], runs: int) -> float:
+        """ToNhwc/ToNchw nodes' time from the runtime's own profiler."""
+        with self._exe.profiling() as profile:
+            for _ in range(runs):
+                self._exe.run(dict(feeds))
+        seconds = sum(n.seconds for n in profile.nodes.values() if n.op_type in LAYOUT_BOUNDARY_OPS)
+        return seconds / max(profile.runs, 1) * 1e3
 
 
 class AppoptRuntimeBackend(Backend):

@@ -93,6 +93,8 @@ class Kernel:
     build: Callable[[], onnx.ModelProto]
     inputs: Mapping[str, tuple[int, ...]]
     origin: str = ""
+    #: The kernel as encoded kernel units (``perfmodels.units``), for unit-sweep kernels.
+    units: str = ""
 
     def feeds(self, seed: int = 0) -> dict[str, np.ndarray]:
         rng = np.random.default_rng(seed)
@@ -247,11 +249,13 @@ def run_kernel_suite(
     threads: list[int],
     settings: object | None = None,
     db_path: str | None = None,
+    precision: str = "fp32",
 ) -> Iterator[KernelOutcome]:
-    """Measure each kernel on each backend and thread count, appending rows to ``db_path`` when given."""
+    """Measure each kernel on each backend and thread count at ``precision``, appending rows to ``db_path`` when
+    given."""
     import json
 
-    from benchmarks.backends import BackendSkipped, get_backend
+    from benchmarks.backends import BackendSkipped, boundary_ms, get_backend
     from benchmarks.harness import ScenarioSettings, single_stream
     from benchmarks.results.provenance import collect, interference, load_average
     from perfmodels.results_db import append_rows, make_row
@@ -266,7 +270,7 @@ def run_kernel_suite(
             backend = get_backend(name)
             for kernel in kernels:
                 try:
-                    session = backend.prepare(kernel.build(), threads=n_threads)
+                    session = backend.prepare(kernel.build(), threads=n_threads, precision=precision)
                 except BackendSkipped as skipped:
                     yield KernelOutcome(kernel, name, n_threads, "skipped", reason=str(skipped))
                     continue
@@ -278,6 +282,7 @@ def run_kernel_suite(
                     yield KernelOutcome(kernel, name, n_threads, "failed", reason=f"{type(error).__name__}: {error}")
                     continue
                 gflops = kernel.flops / (result.median_ms / 1e3) / 1e9
+                boundary = boundary_ms(session, feeds) if kernel.units else None
                 row = make_row(
                     source="measured",
                     target=prov.target,
@@ -296,10 +301,11 @@ def run_kernel_suite(
                     backend_version=next(iter(backend.versions().values()), ""),
                     library_versions=backend.versions(),
                     threads=n_threads,
-                    precision="fp32",
+                    precision=precision,
                     mode="inference",
                     model=kernel.name,
                     family=f"kernel-{kernel.kind}",
+                    units=kernel.units or None,
                     batch=1,
                     flops_per_sample=kernel.flops,
                     scenario="kernel",
@@ -318,6 +324,7 @@ def run_kernel_suite(
                     cache_bandwidth_gbs=cache_bandwidth,
                     load_avg=load_average(),
                     other_cpu=probe.other_cpu,
+                    boundary_ms=boundary,
                     notes=f"{gflops / peak:.0%} of GEMM peak; {kernel.origin}",
                 )
                 if db_path is not None:

@@ -52,6 +52,8 @@ class ModelFeatures:
     params: float
     flops_by_class: dict[str, float] = field(default_factory=dict)
     ops_by_class: dict[str, int] = field(default_factory=dict)
+    #: The model's kernel units (``perfmodels.units.encode_units``), or "" when the analyser gives none.
+    units: str = ""
 
 
 Analyser = Callable[[onnx.ModelProto], ModelFeatures]
@@ -287,6 +289,7 @@ def _base_row(job: Job, backend: Backend, batch: int, features: ModelFeatures | 
             ops_by_class=features.ops_by_class,
             activation_bytes_per_sample=features.activation_bytes_per_sample,
             params=features.params,
+            units=features.units or None,
         )
     return row
 

@@ -7,6 +7,7 @@ from optimiser.errors import SpecError
 from optimiser.modelinfo import ModelCost, analyse_onnx, cost_from_architecture
 from optimiser.spec import AppSpec
 from optimiser.suggest import unknown_id_message
+from optimiser.unitgraph import graph_units
 from perfmodels import Workload
 
 
@@ -47,4 +48,5 @@ def workload_for(spec: AppSpec, catalog: Catalog) -> Workload:
         flops_by_class={str(k): v.flops for k, v in cost.by_class.items()},
         ops_by_class={str(k): v.count for k, v in cost.by_class.items()},
         model_name=name,
+        units=tuple(graph_units(path)) if path is not None else (),
     )

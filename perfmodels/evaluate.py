@@ -10,6 +10,11 @@ predict them. Over all held-out predictions we report:
   ranks first divided by the best measured time among the routes measured there (1.0 = always picks the fastest).
 
 The same figures for the uncorrected roofline prior (at each machine's measured peaks) show what fitting buys.
+
+The planner's estimate combines two models (``perfmodels.unitfit.combine``): the whole-model fit, refitted without
+the held-out family, and the sum of the model's kernel units predicted from the unit sweeps. The sweeps are sampled
+shapes, not taken from any family's model, so they need no refit; the figures of each model alone are reported
+too.
 Held-out predictions are made as the planner makes them: a workload far below the range a group was fitted on is
 answered by the prior (``GroupFit.below_range``), and groups with too little data are not used.
 """
@@ -23,6 +28,8 @@ import numpy as np
 import pandas as pd
 
 from perfmodels.fit import DEFAULT_RIDGE, Statistic, fit, prior_seconds, training_rows
+from perfmodels.unitfit import UnitFit, combine, fit_units
+from perfmodels.units import decode_units
 
 _GROUP = ["target", "framework", "compiler", "layout", "precision", "threads"]
 #: One planner decision: routes compete at a fixed precision (the planner never picks int8 on its own).
@@ -60,6 +67,9 @@ class Evaluation:
     #: The same rows predicted by a fit on all families: the floor the features reach on data they have seen (the
     #: gap to ``fitted`` is what generalising to a new architecture costs).
     in_sample: Scores | None = None
+    #: The whole-model fit alone, and the kernel-unit sum alone (on the predictions it covers).
+    whole: Scores | None = None
+    units: Scores | None = None
 
     def by_precision(self) -> dict[str, Scores]:
         """The fitted model's scores on each precision's held-out predictions (routes compete within one)."""
@@ -72,6 +82,9 @@ class Evaluation:
             self.fitted.line("fitted model"),
             self.prior.line("roofline prior"),
         ]
+        for label, part in (("  whole-model fit", self.whole), ("  kernel units", self.units)):
+            if part is not None and part.predictions:
+                out.append(part.line(label))
         if self.in_sample is not None:
             out.append(self.in_sample.line("in-sample fit"))
         per_precision = self.by_precision()
@@ -131,11 +144,14 @@ def leave_one_architecture_out(
     statistic: Statistic = "auto",
     threads: int | None = None,
     share_routes: bool = True,
+    units: bool = True,
 ) -> Evaluation:
     """Hold out each family in turn, refit on the rest, predict it; score all held-out predictions.
 
-    ``threads`` restricts the evaluation to measurements at that thread count; ``share_routes`` is ``fit``'s.
+    ``threads`` restricts the evaluation to measurements at that thread count; ``share_routes`` is ``fit``'s;
+    ``units``: combine with the kernel-unit model where the frame has unit sweeps.
     """
+    unit_fit = fit_units(frame, statistic) if units else None
     data = training_rows(frame, statistic)
     if threads is not None:
         data = data[data["threads"] == threads]
@@ -158,11 +174,15 @@ def leave_one_architecture_out(
                 continue
             prior = prior_seconds(row["x"], row["peak_flops"], row["bandwidth"])
             below = group.below_range(row["x"])  # the planner answers with the prior there, and so do we
+            whole = prior if below else group.seconds(row["x"])
+            by_units = unit_seconds(unit_fit, row)
             records.append(
                 {
                     **{k: row[k] for k in [*_GROUP, "model", "family", "batch"]},
                     "y": row["y"],
-                    "predicted": prior if below else group.seconds(row["x"]),
+                    "predicted": combine(whole, by_units),
+                    "whole": whole,
+                    "units": by_units,
                     "prior": prior,
                     "below_range": below,
                 }
@@ -170,13 +190,26 @@ def leave_one_architecture_out(
     predictions = pd.DataFrame.from_records(records)
     if predictions.empty:
         raise ValueError("no family could be held out: every route was measured on one family only")
+    covered = predictions[predictions["units"].notna()]
     return Evaluation(
         scores(predictions, "predicted"),
         scores(predictions, "prior"),
         predictions,
         tuple(sorted(skipped)),
         _in_sample(frame, data, predictions, ridge, share_routes),
+        whole=scores(predictions, "whole"),
+        units=scores(covered, "units") if len(covered) else None,
     )
+
+
+def unit_seconds(unit_fit: UnitFit | None, row: pd.Series) -> float:
+    """The kernel-unit model's time for a ``training_rows`` row (NaN without sweeps for its route or units)."""
+    if unit_fit is None or not row.get("units"):
+        return math.nan
+    route = unit_fit.route(tuple(row[k] for k in _GROUP))
+    if route is None:
+        return math.nan
+    return unit_fit.seconds(route, decode_units(row["units"]), int(row["batch"]))
 
 
 def _in_sample(
@@ -190,7 +223,7 @@ def _in_sample(
     keys = [*_GROUP, "model", "batch"]
     x_by_row = {tuple(row[k] for k in keys): row["x"] for _, row in data.iterrows()}
     fitted = [
-        groups[tuple(row[k] for k in _GROUP)].seconds(x_by_row[tuple(row[k] for k in keys)])
+        combine(groups[tuple(row[k] for k in _GROUP)].seconds(x_by_row[tuple(row[k] for k in keys)]), row["units"])
         for _, row in predictions.iterrows()
     ]
     return scores(predictions.assign(in_sample=fitted), "in_sample")

@@ -8,6 +8,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
+from perfmodels.units import Unit
+
 Mode = Literal["training", "inference"]
 
 BYTES_PER_ELEMENT = {"fp32": 4, "fp16": 2, "bf16": 2, "int8": 1}
@@ -33,6 +35,8 @@ class Workload:
     ops_by_class: dict[str, int] = field(default_factory=dict)
     #: Model name (architecture id or file stem): the key for fitted corrections.
     model_name: str = ""
+    #: The model's kernel units for one sample (``perfmodels.units``), when it has a graph.
+    units: tuple[Unit, ...] = ()
 
 
 @dataclass(frozen=True)

@@ -223,6 +223,12 @@ class GroupFit:
     size_range: tuple[float, float] = (0.0, math.inf)
 
     @property
+    def key(self) -> tuple[str, str, str, str, str, int]:
+        """(target, framework, compiler, layout, precision, threads): the key unit models share."""
+        r = self.route
+        return (self.target, r.framework, r.compiler, r.layout, r.precision, self.threads)
+
+    @property
     def usable(self) -> bool:
         """Enough rows and architecture families for the weights to mean something (else predictions skip it)."""
         return self.rows >= MIN_GROUP_ROWS and len(self.families) >= MIN_GROUP_FAMILIES
@@ -287,11 +293,15 @@ def measured_under_load(frame: pd.DataFrame) -> pd.Series:
     """Rows measured while other processes competed for the CPUs.
 
     ``other_cpu`` (other processes' CPU use during the measurement) above ``BUSY_OTHER_CPU`` where it was recorded;
-    for older rows, a 1-minute load average above the core count.
+    for rows written before it existed (schema v1), a 1-minute load average above the core count. Later rows
+    without it were too short for the probe (kernel sweeps); their load average is no evidence either way (it
+    counts the measurement's own threads), so they count as quiet.
     """
     other = frame["other_cpu"].astype("Float64") if "other_cpu" in frame else pd.Series(pd.NA, index=frame.index)
     by_other = other > BUSY_OTHER_CPU
     by_load = frame["load_avg"].astype("Float64") > frame["cores"].astype("Float64")
+    if "schema_version" in frame:
+        by_load = by_load & (frame["schema_version"].astype("Int64") < 2).fillna(True)
     return by_other.where(other.notna(), by_load).fillna(False).astype(bool)
 
 
@@ -346,6 +356,7 @@ def training_rows(frame: pd.DataFrame, statistic: Statistic = "auto") -> pd.Data
                 "peak_flops",
                 "bandwidth",
                 "cache_bandwidth",
+                "units",
             ]
         )
     keys = ["target", "framework", "compiler", "layout", "precision", "threads", "model", "batch"]
@@ -375,6 +386,7 @@ def training_rows(frame: pd.DataFrame, statistic: Statistic = "auto") -> pd.Data
                 # rows recorded before the cache bandwidth was measured: the memory bandwidth stands in
                 "cache_bandwidth": (float(cache) if not math.isnan(cache) else bandwidth) * 1e9,
                 "repeats": len(group),
+                "units": str(first["units"]) if "units" in group and isinstance(first["units"], str) else "",
             }
         )
     out = pd.DataFrame.from_records(records)

@@ -8,6 +8,9 @@
   ratio between the two (``basis: fitted:<target> x prior(<what differs>)``);
 * otherwise (another machine, an unmeasured framework, training, several devices) → the roofline prior
   (``basis: roofline-prior``);
+* the workload has a graph (an ONNX model: ``Workload.units``) and the route was swept kernel by kernel
+  (``perfmodels.unitfit``) → the geometric mean of the whole-model fit and the sum of the model's kernel units
+  (``basis: fitted:<target> + kernel units``), the combination ``appopt models evaluate`` scores;
 * a workload far smaller than anything the route was measured on (``GroupFit.below_range``: its time would be
   mostly per-query and per-node overhead the group could not have learned) → the prior as well
   (``basis: roofline-prior (below the fitted range of <target>)``).
@@ -41,6 +44,7 @@ from perfmodels.prediction import PerformanceModel, Prediction
 from perfmodels.priors import layout_factor
 from perfmodels.roofline import RooflinePrior
 from perfmodels.targets import local_target_key, target_key, usable_cores
+from perfmodels.unitfit import UnitFit, cache_dir_for, combine, fit_units
 
 #: Device names that mean "the machine we are running on".
 LOCAL_NAMES = ("local",)
@@ -133,6 +137,21 @@ class FittedModel:
         self._db = db
         self._evaluation: Evaluation | None = None
         self._heldout: dict[str, HeldOutFigures] | None = None
+        self._units: UnitFit | None = None
+
+    def units(self) -> UnitFit | None:
+        """The kernel-unit models of the data's unit sweeps (routes fitted when first used; None without data)."""
+        if self._units is None and self._frame is not None:
+            self._units = fit_units(self._frame, cache_dir=cache_dir_for(self._db) if self._db is not None else None)
+        return self._units
+
+    def units_seconds(self, workload: Workload, group: GroupFit) -> float:
+        """The kernel-unit sum for ``workload`` on ``group``'s route (NaN when either is missing)."""
+        unit_fit = self.units() if workload.units else None
+        route = unit_fit.route(group.key) if unit_fit is not None else None
+        if unit_fit is None or route is None:
+            return float("nan")
+        return unit_fit.seconds(route, workload.units, workload.batch_size)
 
     def evaluation(self) -> Evaluation | None:
         """Leave-one-architecture-out figures of this model's data (computed once; None without data).
@@ -213,7 +232,9 @@ class FittedModel:
         x = workload_features(workload, group.route.precision)
         if group.below_range(x):
             return replace(prior, basis=f"{prior.basis} (below the fitted range of {group.target})")
-        step = raw = group.seconds(x)
+        whole = group.seconds(x)
+        by_units = self.units_seconds(workload, group)
+        step = raw = combine(whole, by_units)
         differs = [
             name
             for name, ours, theirs in (
@@ -223,7 +244,7 @@ class FittedModel:
             )
             if ours != theirs
         ]
-        basis = f"fitted:{group.target}"
+        basis = f"fitted:{group.target}" + ("" if np.isnan(by_units) else " + kernel units")
         if differs:
             measured_route = replace(
                 route,
@@ -246,12 +267,14 @@ class FittedModel:
             basis=basis,
             detail={
                 "prior_step_s": prior.step_seconds,
+                "whole_model_step_s": whole * step / raw if raw > 0 else whole,
+                **({} if np.isnan(by_units) else {"kernel_units_step_s": by_units * step / raw}),
                 "correction": step / prior.step_seconds,
                 "threads": float(group.threads),
                 "fitted_rows": float(group.rows),
                 "train_rmspe": group.train_rmspe,
                 # the per-node and per-query part of the step (scaled like the step when the route differs)
-                "overhead_s": group.overhead_seconds(x) * step / raw if raw > 0 else 0.0,
+                "overhead_s": group.overhead_seconds(x) * step / whole if whole > 0 else 0.0,
                 **(figures.as_detail() if (figures := self.heldout(group.route.precision)) is not None else {}),
             },
         )

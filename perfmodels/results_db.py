@@ -44,7 +44,7 @@ from typing import Any, Literal
 
 import pandas as pd
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 #: The database shipped with appopt (measurements on the development machine plus literature rows).
 #: The shipped database: measurements live with the benchmarks that made them (benchmarks/results/), read here as
 #: package data so that perfmodels never imports benchmark code.
@@ -106,6 +106,11 @@ COLUMNS: tuple[Column, ...] = (
     Column("ops_by_class", "json", "Node count by op class."),
     Column("activation_bytes_per_sample", "float", "Bytes of activations written per sample at fp32."),
     Column("params", "float", "Parameter count."),
+    Column(
+        "units",
+        "json",
+        "The kernel units of one sample (perfmodels.units: [kind, dimensions, count] each) (schema v3).",
+    ),
     # the measurement
     Column(
         "scenario",
@@ -147,13 +152,19 @@ COLUMNS: tuple[Column, ...] = (
     ),
     Column("accuracy", "str", "pass/fail against the reference backend, or empty.", False, ("", "pass", "fail")),
     Column("max_abs_error", "float", "Largest |output - reference| in accuracy mode."),
+    Column(
+        "boundary_ms",
+        "float",
+        "Kernel sweeps: ms per query spent converting layouts at the model's inputs and outputs (the backend's "
+        "profiler; a whole model pays it once, a one-kernel model once per kernel) (schema v3).",
+    ),
     Column("notes", "str", "Anything else (skipped reasons are not rows; see the run report)."),
 )
 COLUMN_NAMES: tuple[str, ...] = tuple(c.name for c in COLUMNS)
 _BY_NAME = {c.name: c for c in COLUMNS}
 HEADER_LINE = ",".join((*COLUMN_NAMES, "crc")) + "\n"
 #: Columns each older schema version lacks; files in those versions are read with the columns left empty.
-_ADDED_IN = {2: ("cache_bandwidth_gbs", "other_cpu")}
+_ADDED_IN = {2: ("cache_bandwidth_gbs", "other_cpu"), 3: ("units", "boundary_ms")}
 #: Header line -> the columns (in file order) of every schema version a reader accepts.
 _KNOWN_HEADERS = {
     ",".join((*names, "crc")) + "\n": names

@@ -28,6 +28,8 @@ def model_features(model: Any) -> Any:
     """The benchmark analyser: ``optimiser.modelinfo.analyse_onnx`` at batch 1, as ``ModelFeatures``."""
     from benchmarks.runner import ModelFeatures
     from optimiser.modelinfo import analyse_onnx
+    from optimiser.unitgraph import graph_units
+    from perfmodels.units import encode_units
 
     cost = analyse_onnx(model, batch_size=1)
     return ModelFeatures(
@@ -36,6 +38,7 @@ def model_features(model: Any) -> Any:
         params=float(cost.params),
         flops_by_class={str(k): v.flops for k, v in cost.by_class.items()},
         ops_by_class={str(k): v.count for k, v in cost.by_class.items()},
+        units=encode_units(graph_units(model)),
     )
 
 
@@ -160,6 +163,36 @@ def kernels_cmd(
         typer.echo(outcome.describe())
 
 
+@bench_app.command("units")
+@user_errors
+def units_cmd(
+    per_kind: Annotated[
+        int | None, typer.Option("--per-kind", help="Units sampled per kind (default: the full sweep).", min=1)
+    ] = None,
+    kind: Annotated[list[str] | None, typer.Option("--kind", help="Unit kinds (repeatable; default: all).")] = None,
+    backend: Annotated[list[str] | None, typer.Option("--backend", help="Backends (repeatable).")] = None,
+    threads: Annotated[list[int] | None, typer.Option("--threads", help="Thread counts (repeatable).", min=1)] = None,
+    int8: Annotated[bool, typer.Option(help="Also measure the quantisable units at int8 (onnxruntime).")] = True,
+    seed: Annotated[int, typer.Option(help="Seed of the sampled shapes.")] = 0,
+    db: Annotated[Path | None, typer.Option("--db", help="Append result rows to this database file.")] = None,
+) -> None:
+    """Kernel-unit sweep: sampled convolutions, matrix products, pools, norms… measured alone on each backend,
+    the data the kernel-level performance models learn from (``appopt models evaluate`` scores them)."""
+    from benchmarks.backends import all_backends
+    from benchmarks.unit_sweep import SWEEP_BACKENDS, run_unit_sweep, sample_units
+    from perfmodels.units import KINDS
+
+    backends = tuple(backend or SWEEP_BACKENDS)
+    _check_choices("--backend", list(backends), list(all_backends()))
+    _check_choices("--kind", kind or [], list(KINDS))
+    units = sample_units(per_kind, seed, tuple(kind) if kind else None)
+    measured = 0
+    for outcome in run_unit_sweep(units, str(db) if db else None, backends, tuple(threads or (1,)), int8):
+        measured += outcome.status == "ok"
+        typer.echo(outcome.describe())
+    typer.echo(f"measured {measured} unit(s)" + (f"; rows appended to {db}" if db else ""))
+
+
 @bench_app.command("train")
 @user_errors
 def train_cmd(
@@ -272,11 +305,12 @@ def record_default_cmd(
     ] = 2.5,
     threads: Annotated[list[int] | None, typer.Option("--threads", help="Thread counts (repeatable).")] = None,
     kernels: Annotated[bool, typer.Option(help="Also run the kernel suite.")] = True,
+    units: Annotated[bool, typer.Option(help="Also run the kernel-unit sweep (about 15 minutes).")] = True,
     quiet_wait: Annotated[
         float, typer.Option(help="Seconds to wait for other processes to go quiet before starting.", min=0.0)
     ] = 60.0,
 ) -> None:
-    """Regenerate the shipped result database from scratch on this machine (about 10 minutes; run it quiet)."""
+    """Regenerate the shipped result database from scratch on this machine (about 25 minutes; run it quiet)."""
     from dataclasses import replace
 
     from benchmarks.record import RECORD_SETTINGS, record_default
@@ -294,6 +328,7 @@ def record_default_cmd(
         kernels,
         progress=typer.echo,
         quiet_wait_s=quiet_wait,
+        units=units,
     )
 
 

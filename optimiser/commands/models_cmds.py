@@ -112,6 +112,13 @@ def show_cmd(db: DbOption = None) -> None:
     typer.echo(f"this machine: {local_target_key()}")
     for line in describe_rates(model.result.groups):
         typer.echo(line)
+    unit_fit = model.units()
+    if unit_fit is not None and unit_fit.keys():
+        typer.echo("kernel-unit models (learned from unit sweeps; train RMSPE per kind):")
+        for key in unit_fit.keys():  # noqa: SIM118 (UnitFit is not a dict)
+            route = unit_fit.route(key)
+            if route is not None:
+                typer.echo(route.describe())
 
 
 #: How each fitted weight is shown: (header, unit scale, as a rate (1/w) or as a cost (w)).

@@ -208,10 +208,14 @@ def test_schema_is_documented_for_every_column():
         assert f"| {name} |" in text
 
 
-def test_files_of_the_previous_schema_are_read_and_upgraded_by_merge(tmp_path):
-    old_names = [c for c in COLUMN_NAMES if c not in ("cache_bandwidth_gbs", "other_cpu")]
-    old = tmp_path / "v1.csv"
-    body = format_row(row(load_avg=0.5))  # a current row, then re-encoded without the v2 columns
+@pytest.mark.parametrize(
+    "version, added_since",
+    [(1, ("cache_bandwidth_gbs", "other_cpu", "units", "boundary_ms")), (2, ("units", "boundary_ms"))],
+)
+def test_files_of_the_previous_schema_are_read_and_upgraded_by_merge(tmp_path, version, added_since):
+    old_names = [c for c in COLUMN_NAMES if c not in added_since]
+    old = tmp_path / f"v{version}.csv"
+    body = format_row(row(load_avg=0.5))  # a current row, then re-encoded without the newer columns
     fields = next(csv.reader([body.rpartition(",")[0]]))
     kept = [f for c, f in zip(COLUMNS, fields, strict=True) if c.name in old_names]
     buffer = io.StringIO()
@@ -219,9 +223,9 @@ def test_files_of_the_previous_schema_are_read_and_upgraded_by_merge(tmp_path):
     line = buffer.getvalue()
     old.write_text(",".join((*old_names, "crc")) + "\n" + f"{line},{zlib.crc32(line.encode()):08x}\n")
     frame = read_results(old)
-    assert len(frame) == 1 and frame["load_avg"].iloc[0] == 0.5 and frame["other_cpu"].isna().all()
+    assert len(frame) == 1 and frame["load_avg"].iloc[0] == 0.5 and frame["units"].isna().all()
     with pytest.raises(ResultsSchemaError, match="older schema"):
         append_rows(old, [row()])
-    merged = tmp_path / "v2.csv"
+    merged = tmp_path / "current.csv"
     merge([old], merged)
     assert merged.read_text().startswith(HEADER_LINE) and len(read_results(merged)) == 1

@@ -84,6 +84,7 @@ def test_record_default_writes_rows_with_their_quietness_and_a_summary(tmp_path,
         kernels=False,
         progress=lines.append,
         quiet_wait_s=0.0,
+        units=False,
     )
     frame = read_results(out)
     single = frame[frame["scenario"] == "SingleStream"]

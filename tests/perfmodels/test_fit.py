@@ -368,6 +368,7 @@ def test_busy_machine_rows_use_cpu_time_or_are_left_out():
             cpu_ms=cpu,
             peak_gflops=100.0,
             bandwidth_gbs=10.0,
+            schema_version=1,  # recorded before other_cpu existed: the load average decides
         )
 
     frame = to_frame(
@@ -403,10 +404,11 @@ def test_rows_measured_under_load_are_judged_by_other_processes_cpu_use():
         [
             make_row(**base, cores=2, load_avg=3.0, other_cpu=0.05),  # our own threads raised the load: quiet
             make_row(**base, cores=2, load_avg=0.5, other_cpu=0.9),  # another process ran: busy
-            make_row(**base, cores=2, load_avg=3.0),  # recorded before other_cpu existed: the load average decides
+            make_row(**base, cores=2, load_avg=3.0, schema_version=1),  # before other_cpu: the load average decides
+            make_row(**base, cores=2, load_avg=3.0),  # too short for the probe: the load average proves nothing
         ]
     )
-    assert measured_under_load(frame).tolist() == [False, True, True]
+    assert measured_under_load(frame).tolist() == [False, True, True, False]
 
 
 def test_predictions_carry_the_held_out_figures_stored_next_to_the_database(tmp_path):

@@ -1,0 +1,412 @@
+"""Sampled kernel units, each built as a one-unit ONNX model: what ``perfmodels.unitfit`` learns each route from.
+
+nn-Meter's recipe (Zhang et al., MobiSys 2021): rather than fit whole models, measure the kernels models are made of
+over a sampled configuration space, learn each kernel kind's latency per route, and add up a model's kernels. The
+samples are drawn from ranges that cover CNNs and transformers at batch 1 to 8 (seeded; no shape is taken from a
+suite model, so holding a model family out of the fit never leaves its kernels unmeasured). Each unit is measured
+as what a framework runs as one kernel: a convolution with its bias, activation and residual add; a fully-connected
+layer; a batched attention product; a pool; a normalisation; one element-wise or data-movement node; and chains of
+1 to 8 softmax nodes on one number, which give each route's fixed cost per query and per node.
+
+Example::
+
+    >>> [k.name for k in unit_kernels(sample_units(per_kind=1))][:2]    # doctest: +SKIP
+    ['unit_conv_1_64_64_56_56_3_3_1_1_56_56_1_0_1', 'unit_dwconv_…']
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+from benchmarks.harness import ScenarioSettings
+from benchmarks.kernels import Kernel, KernelOutcome, run_kernel_suite
+from benchmarks.models.graph import OPSET
+from perfmodels.units import Unit, encode_units, unit_flops
+
+#: Samples per kind of the full sweep (``sample_units(per_kind=None)``); chosen so that the sweep of all measured
+#: routes at 1 and 2 threads takes about 15 minutes on a 2-core machine.
+SWEEP_SIZES = {
+    "conv": 240,
+    "dwconv": 70,
+    "gemm": 80,
+    "bmm": 30,
+    "pool": 40,
+    "eltwise": 40,
+    "layernorm": 20,
+    "softmax": 20,
+    "lrn": 12,
+    "move": 30,
+    "noop": 4,
+}
+#: Units above this many FLOPs are scaled down before measuring: their efficiency no longer changes with size, and
+#: the regressors predict time per roofline time, so larger ones cost measuring time and teach nothing new.
+MAX_UNIT_FLOPS = 4e8
+
+
+def _log_int(rng: np.random.Generator, low: float, high: float) -> int:
+    return round(math.exp(rng.uniform(math.log(low), math.log(high))))
+
+
+def _choice(rng: np.random.Generator, values: list[int], weights: list[float]) -> int:
+    p = np.asarray(weights, dtype=float)
+    return int(rng.choice(values, p=p / p.sum()))
+
+
+def _channels(rng: np.random.Generator, low: int, high: int) -> int:
+    """A channel count: usually a multiple of 8, as networks are built, sometimes any number."""
+    c = _log_int(rng, low, high)
+    return max(8, round(c / 8) * 8) if rng.uniform() < 0.7 else c
+
+
+def _batch(rng: np.random.Generator) -> int:
+    return _choice(rng, [1, 2, 4, 8], [4, 1, 1, 3])
+
+
+def _out_size(size: int, kernel: int, stride: int, pad: int) -> int:
+    return (size + 2 * pad - kernel) // stride + 1
+
+
+def _conv(rng: np.random.Generator) -> Unit:
+    n = _batch(rng)
+    k = _choice(rng, [1, 3, 5, 7, 11], [8, 8, 2, 1, 0.5])
+    stride = _choice(rng, [1, 2, 4], [7, 3, 0.3 if k >= 7 else 0])
+    out = _log_int(rng, 1, 112)
+    cin = 3 if rng.uniform() < 0.08 else _channels(rng, 4, 1024)
+    cout = _channels(rng, 4, 1024)
+    group = 1
+    if rng.uniform() < 0.12:
+        group = _choice(rng, [2, 3, 4, 8], [1, 2, 1, 1])
+        cin, cout = max(cin // group, 1) * group, max(cout // group, 1) * group
+    while 2.0 * n * cout * out * out * (cin // group) * k * k > MAX_UNIT_FLOPS and out > 1:
+        out = max(1, int(out * 0.8))
+    pad = k // 2
+    size = max(k, (out - 1) * stride + k - 2 * pad)
+    oh = _out_size(size, k, stride, pad)
+    return Unit(
+        "conv",
+        {
+            "n": n,
+            "cin": cin,
+            "cout": cout,
+            "h": size,
+            "w": size,
+            "kh": k,
+            "kw": k,
+            "stride": stride,
+            "group": group,
+            "oh": oh,
+            "ow": oh,
+            "act": int(rng.uniform() < 0.75),
+            "residual": int(rng.uniform() < 0.2),
+            "init_w": 1,
+        },
+    )
+
+
+def _dwconv(rng: np.random.Generator) -> Unit:
+    n = _batch(rng)
+    k = _choice(rng, [3, 5, 7], [8, 2, 1])
+    stride = _choice(rng, [1, 2], [7, 3])
+    c = _channels(rng, 8, 1024)
+    out = _log_int(rng, 2, 112)
+    while 2.0 * n * c * out * out * k * k > MAX_UNIT_FLOPS / 4 and out > 2:
+        out = max(2, int(out * 0.8))
+    pad = k // 2
+    size = max(k, (out - 1) * stride + k - 2 * pad)
+    oh = _out_size(size, k, stride, pad)
+    return Unit(
+        "dwconv",
+        {
+            "n": n,
+            "c": c,
+            "mult": 1,
+            "h": size,
+            "w": size,
+            "kh": k,
+            "kw": k,
+            "stride": stride,
+            "oh": oh,
+            "ow": oh,
+            "act": int(rng.uniform() < 0.75),
+            "residual": int(rng.uniform() < 0.1),
+            "init_w": 1,
+        },
+    )
+
+
+def _gemm(rng: np.random.Generator) -> Unit:
+    m = _choice(rng, [1, 2, 4, 8], [4, 1, 1, 2]) if rng.uniform() < 0.5 else _log_int(rng, 16, 1024)
+    k, n = _log_int(rng, 16, 9216), _log_int(rng, 8, 4096)
+    while 2.0 * m * k * n > MAX_UNIT_FLOPS and m > 1:
+        m = max(1, int(m * 0.7))
+    return Unit("gemm", {"m": m, "k": k, "n": n, "act": int(rng.uniform() < 0.5), "init_w": 1})
+
+
+def _bmm(rng: np.random.Generator) -> Unit:
+    b = _log_int(rng, 1, 96)
+    m, k, n = _log_int(rng, 8, 512), _log_int(rng, 16, 512), _log_int(rng, 16, 512)
+    while 2.0 * b * m * k * n > MAX_UNIT_FLOPS and b > 1:
+        b = max(1, int(b * 0.7))
+    return Unit("bmm", {"b": b, "m": m, "k": k, "n": n})
+
+
+def _pool(rng: np.random.Generator) -> Unit:
+    n, c = _batch(rng), _log_int(rng, 8, 1024)
+    if rng.uniform() < 0.3:  # global
+        size = _log_int(rng, 1, 14)
+        return Unit(
+            "pool",
+            {"n": n, "c": c, "h": size, "w": size, "kh": size, "kw": size, "stride": 1, "oh": 1, "ow": 1, "avg": 1},
+        )
+    k = _choice(rng, [2, 3, 5], [3, 6, 1])
+    stride = _choice(rng, [1, 2], [1, 3])
+    out = _log_int(rng, 2, 112)
+    while n * c * out * out * k * k > MAX_UNIT_FLOPS / 8 and out > 2:
+        out = max(2, int(out * 0.8))
+    size = (out - 1) * stride + k
+    return Unit(
+        "pool",
+        {
+            "n": n,
+            "c": c,
+            "h": size,
+            "w": size,
+            "kh": k,
+            "kw": k,
+            "stride": stride,
+            "oh": out,
+            "ow": out,
+            "avg": int(rng.uniform() < 0.3),
+        },
+    )
+
+
+def _eltwise(rng: np.random.Generator) -> Unit:
+    inputs, heavy = _choice(rng, [1, 2], [1, 1]), int(rng.uniform() < 0.35)
+    return Unit("eltwise", {"elements": _log_int(rng, 64, 8e6), "inputs": inputs, "heavy": heavy})
+
+
+def _rows_cols(kind: str) -> Callable[[np.random.Generator], Unit]:
+    def sample(rng: np.random.Generator) -> Unit:
+        return Unit(kind, {"rows": _log_int(rng, 1, 4096), "cols": _log_int(rng, 16, 4096)})
+
+    return sample
+
+
+def _lrn(rng: np.random.Generator) -> Unit:
+    return Unit("lrn", {"n": _batch(rng), "c": _log_int(rng, 16, 256), "hw": _log_int(rng, 49, 3136), "size": 5})
+
+
+def _move(rng: np.random.Generator) -> Unit:
+    return Unit("move", {"elements": _log_int(rng, 64, 8e6)})
+
+
+_SAMPLERS: dict[str, Callable[[np.random.Generator], Unit]] = {
+    "conv": _conv,
+    "dwconv": _dwconv,
+    "gemm": _gemm,
+    "bmm": _bmm,
+    "pool": _pool,
+    "eltwise": _eltwise,
+    "layernorm": _rows_cols("layernorm"),
+    "softmax": _rows_cols("softmax"),
+    "lrn": _lrn,
+    "move": _move,
+}
+
+
+def sample_units(per_kind: int | None = None, seed: int = 0, kinds: tuple[str, ...] | None = None) -> list[Unit]:
+    """Seeded samples of every kind (``SWEEP_SIZES`` each, or ``per_kind``), plus the no-op chains."""
+    rng = np.random.default_rng(seed)
+    units: list[Unit] = []
+    for kind, size in SWEEP_SIZES.items():
+        if kinds is not None and kind not in kinds:
+            continue
+        count = size if per_kind is None else min(per_kind, size)
+        if kind == "noop":
+            units.extend(Unit("noop", {"nodes": nodes}) for nodes in (1, 2, 4, 8)[: max(count, 2)])
+            continue
+        units.extend(_SAMPLERS[kind](rng) for _ in range(count))
+    return units
+
+
+# --- one unit as an ONNX model ---------------------------------------------------------------------------------------
+
+
+class _Graph:
+    def __init__(self, seed: int) -> None:
+        self.rng = np.random.default_rng(seed)
+        self.nodes: list[onnx.NodeProto] = []
+        self.inputs: dict[str, tuple[int, ...]] = {}
+        self.initializers: list[onnx.TensorProto] = []
+        self.count = 0
+
+    def input(self, shape: tuple[int, ...]) -> str:
+        name = f"x{len(self.inputs)}"
+        self.inputs[name] = shape
+        return name
+
+    def const(self, shape: tuple[int, ...], scale: float = 0.05) -> str:
+        name = f"c{len(self.initializers)}"
+        value = (self.rng.standard_normal(shape) * scale).astype(np.float32)
+        self.initializers.append(numpy_helper.from_array(value, name))
+        return name
+
+    def scalar(self, value: float) -> str:
+        name = f"c{len(self.initializers)}"
+        self.initializers.append(numpy_helper.from_array(np.asarray(value, dtype=np.float32), name))
+        return name
+
+    def node(self, op: str, inputs: list[str], **attrs: Any) -> str:
+        self.count += 1
+        out = f"t{self.count}"
+        self.nodes.append(helper.make_node(op, inputs, [out], **attrs))
+        return out
+
+    def model(self, out: str) -> onnx.ModelProto:
+        graph = helper.make_graph(
+            self.nodes,
+            "unit",
+            [helper.make_tensor_value_info(n, TensorProto.FLOAT, list(s)) for n, s in self.inputs.items()],
+            [helper.make_tensor_value_info(out, TensorProto.FLOAT, None)],
+            self.initializers,
+        )
+        model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET)])
+        model.ir_version = 8
+        inferred = {v.name: v for v in onnx.shape_inference.infer_shapes(model).graph.output}
+        if out in inferred:  # declare the output's shape (the checker wants one)
+            model.graph.output[0].CopyFrom(inferred[out])
+        return model
+
+
+def _squarest_divisor(n: int) -> int:
+    """The largest divisor of ``n`` not above its square root (a transpose of n elements as square as it gets)."""
+    return next(d for d in range(math.isqrt(max(n, 1)), 0, -1) if n % d == 0)
+
+
+def _conv_pads(size: int, out: int, kernel: int, stride: int) -> list[int]:
+    total = max((out - 1) * stride + kernel - size, 0)
+    return [total // 2, total - total // 2]
+
+
+def unit_model(unit: Unit) -> tuple[onnx.ModelProto, dict[str, tuple[int, ...]]]:
+    """A one-unit ONNX model and its input shapes (the unit's dimensions taken as they are: ``n`` is the batch)."""
+    u, g = unit, _Graph(seed=1)
+    k = u.kind
+    if k in ("conv", "dwconv"):
+        cin = u["cin"] if k == "conv" else u["c"]
+        cout = u["cout"] if k == "conv" else u["c"] * u["mult"]
+        group = u["group"] if k == "conv" else u["c"]
+        x = g.input((u["n"], cin, u["h"], u["w"]))
+        weight = g.const((cout, cin // group, u["kh"], u["kw"]), 1.0 / math.sqrt(cin // group * u["kh"] * u["kw"]))
+        ph, pw = _conv_pads(u["h"], u["oh"], u["kh"], u["stride"]), _conv_pads(u["w"], u["ow"], u["kw"], u["stride"])
+        y = g.node(
+            "Conv",
+            [x, weight, g.const((cout,))],
+            kernel_shape=[u["kh"], u["kw"]],
+            strides=[u["stride"]] * 2,
+            pads=[ph[0], pw[0], ph[1], pw[1]],
+            group=group,
+        )
+        if u["residual"]:
+            y = g.node("Add", [y, g.input((u["n"], cout, u["oh"], u["ow"]))])
+        if u["act"]:
+            y = g.node("Relu", [y])
+    elif k == "gemm":
+        x = g.input((u["m"], u["k"]))
+        y = g.node("Gemm", [x, g.const((u["k"], u["n"]), 1.0 / math.sqrt(u["k"])), g.const((u["n"],))])
+        if u["act"]:
+            y = g.node("Relu", [y])
+    elif k == "bmm":
+        y = g.node("MatMul", [g.input((u["b"], u["m"], u["k"])), g.input((u["b"], u["k"], u["n"]))])
+    elif k == "pool":
+        x = g.input((u["n"], u["c"], u["h"], u["w"]))
+        if u["oh"] == 1 and u["kh"] == u["h"] and u["avg"]:
+            y = g.node("GlobalAveragePool", [x])
+        else:
+            op = "AveragePool" if u["avg"] else "MaxPool"
+            y = g.node(op, [x], kernel_shape=[u["kh"], u["kw"]], strides=[u["stride"]] * 2)
+    elif k == "eltwise":
+        y = x = g.input((u["elements"],))
+        if u["inputs"] > 1:
+            y = g.node("Add", [x, g.input((u["elements"],))])
+        if u["heavy"]:  # the exact GELU, x·½·(1 + erf(x/√2)): the transcendental activation models use most
+            erf = g.node("Erf", [g.node("Div", [y, g.scalar(math.sqrt(2.0))])])
+            y = g.node("Mul", [g.node("Mul", [y, g.scalar(0.5)]), g.node("Add", [erf, g.scalar(1.0)])])
+        elif u["inputs"] == 1:
+            y = g.node("Relu", [x])
+    elif k == "layernorm":
+        x = g.input((u["rows"], u["cols"]))
+        y = g.node("LayerNormalization", [x, g.const((u["cols"],)), g.const((u["cols"],))], axis=-1)
+    elif k == "softmax":
+        y = g.node("Softmax", [g.input((u["rows"], u["cols"]))], axis=-1)
+    elif k == "lrn":  # across channels: the image's shape does not matter, only its size
+        y = g.node("LRN", [g.input((u["n"], u["c"], 1, u["hw"]))], size=u["size"])
+    elif k == "move":
+        rows = _squarest_divisor(u["elements"])
+        y = g.node("Transpose", [g.input((rows, u["elements"] // rows))], perm=[1, 0])
+    else:  # noop: a chain of Softmax on one number (element-wise chains would fuse into one node)
+        y = g.input((1, 1))
+        for _ in range(u["nodes"]):
+            y = g.node("Softmax", [y], axis=-1)
+    return g.model(y), g.inputs
+
+
+def _built_model(unit: Unit) -> onnx.ModelProto:
+    return unit_model(unit)[0]
+
+
+def unit_kernels(units: list[Unit]) -> list[Kernel]:
+    """Each unit as a benchmark kernel of kind ``unit`` (its encoded self in ``units``); models are built when
+    measured, so a sweep holds one unit's weights at a time."""
+    kernels = []
+    for unit in units:
+        _, inputs = unit_model(unit)
+        kernels.append(
+            Kernel(
+                f"unit_{unit.signature()}",
+                "unit",
+                unit_flops(unit),
+                functools.partial(_built_model, unit),
+                inputs,
+                origin=f"sampled {unit.kind} unit",
+                units=encode_units([unit]),
+            )
+        )
+    return kernels
+
+
+#: Backends the sweep measures at fp32, and the (backend, kinds) it measures at int8: the quantiser converts only
+#: convolutions and matrix products; every other unit of an int8 model runs as it does at fp32.
+SWEEP_BACKENDS = ("appopt-runtime", "onnxruntime", "onnxruntime-extended", "torch")
+INT8_SWEEP = ("onnxruntime", ("conv", "dwconv", "gemm", "bmm", "noop"))
+
+
+def sweep_settings() -> ScenarioSettings:
+    """Short runs: a unit's median over at least 5 queries and 0.1 s (at most 1 s)."""
+    return ScenarioSettings(min_duration_s=0.1, min_queries=5, max_duration_s=1.0, warmup_queries=2, warmup_max_s=0.3)
+
+
+def run_unit_sweep(
+    units: list[Unit],
+    db_path: str | None,
+    backends: tuple[str, ...] = SWEEP_BACKENDS,
+    threads: tuple[int, ...] = (1, 2),
+    int8: bool = True,
+    settings: ScenarioSettings | None = None,
+) -> Iterator[KernelOutcome]:
+    """Measure ``units`` on each backend and thread count (fp32), then the quantisable ones at int8."""
+    run = settings or sweep_settings()
+    kernels = unit_kernels(units)
+    yield from run_kernel_suite(kernels, list(backends), list(threads), run, db_path)
+    backend, kinds = INT8_SWEEP
+    if int8 and backend in backends:
+        quantisable = [k for k, u in zip(kernels, units, strict=True) if u.kind in kinds]
+        yield from run_kernel_suite(quantisable, [backend], list(threads), run, db_path, precision="int8")

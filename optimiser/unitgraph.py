@@ -1,0 +1,310 @@
+"""Cut an ONNX graph into kernel units (``perfmodels.units``): what inference frameworks run as one kernel each.
+
+The cut follows the fusions every CPU framework we measure makes: a convolution or matrix product absorbs the bias,
+batch norm, scale, activation and one residual add that follow it alone; constant subgraphs fold away; shape-only
+nodes (Reshape, Flatten, Squeeze, Dropout…) cost nothing. Everything else is one unit per node. Dimensions are those
+of one sample (the model is analysed at batch 1).
+
+Example::
+
+    >>> units = graph_units("resnet50.onnx")                          # doctest: +SKIP
+    >>> sum(u.count for u in units if u.kind == "conv")               # doctest: +SKIP
+    53
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from dataclasses import dataclass
+from pathlib import Path
+
+import onnx
+from onnx import shape_inference
+
+from optimiser.errors import SpecError
+from optimiser.modelinfo import _attr, _constant_tensors, _known_shapes, _load, _shape_inference_model
+from perfmodels.units import Unit
+
+Shape = tuple[int, ...]
+
+#: Nodes that only relabel memory: no unit.
+FREE = {"Reshape", "Flatten", "Squeeze", "Unsqueeze", "Dropout", "Identity", "Shape", "Constant", "Size"}
+HEADS = {"Conv", "ConvTranspose", "Gemm", "MatMul"}
+#: Single-input element-wise ops a convolution or matrix product fuses as its activation.
+ACTIVATIONS = {"Relu", "Clip", "LeakyRelu", "Sigmoid", "HardSigmoid", "HardSwish", "Tanh", "Elu", "Gelu"}
+#: Binary ops a head fuses when the other operand is constant (bias, scale); Add/Sum also as a residual.
+AFFINE = {"Add", "Sum", "Mul", "Sub", "Div"}
+HEAVY = {"Erf", "Exp", "Tanh", "Sigmoid", "Log", "Pow", "Sqrt", "Gelu", "Softplus", "Elu", "Reciprocal"}
+ELEMENTWISE = {
+    "Add",
+    "Sub",
+    "Mul",
+    "Div",
+    "Sum",
+    "Max",
+    "Min",
+    "Mean",
+    "Relu",
+    "Clip",
+    "LeakyRelu",
+    "PRelu",
+    "Sigmoid",
+    "HardSigmoid",
+    "HardSwish",
+    "Tanh",
+    "Erf",
+    "Exp",
+    "Log",
+    "Sqrt",
+    "Pow",
+    "Neg",
+    "Abs",
+    "Reciprocal",
+    "Gelu",
+    "Softplus",
+    "Elu",
+    "BatchNormalization",
+    "InstanceNormalization",
+    "Where",
+    "Equal",
+    "Less",
+    "Greater",
+    "Not",
+    "Floor",
+    "Ceil",
+    "Round",
+    "Sign",
+    "ReduceMean",
+    "ReduceSum",
+    "ReduceMax",
+    "ReduceMin",
+    "ReduceL2",
+}
+POOLS = {"MaxPool", "AveragePool", "GlobalAveragePool", "GlobalMaxPool"}
+
+
+def graph_units(path_or_model: str | Path | onnx.ModelProto, dims: dict[str, int] | None = None) -> list[Unit]:
+    """The kernel units of one sample through the model, in graph order (identical units are not merged).
+
+    Nodes whose shapes shape inference cannot resolve are left out. Raises ``SpecError`` for unreadable models.
+    """
+    model, source = _load(path_or_model)
+    small, _, _ = _shape_inference_model(model, 1, dims or {}, [])
+    try:
+        inferred = shape_inference.infer_shapes(small, data_prop=True)
+    except Exception as error:  # onnx raises InferenceError, ValidationError…
+        first_line = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+        raise SpecError(f"{source}: ONNX shape inference failed ({first_line})") from None
+    shapes, _ = _known_shapes(inferred)
+    return _Cutter(model.graph, shapes).units()
+
+
+@dataclass
+class _Island:
+    """Element-wise nodes fused into one kernel."""
+
+    inputs: int
+    elements: int = 1
+    heavy: bool = False
+
+    def unit(self) -> Unit:
+        return Unit("eltwise", {"elements": self.elements, "inputs": self.inputs, "heavy": int(self.heavy)})
+
+
+class _Cutter:
+    def __init__(self, graph: onnx.GraphProto, shapes: dict[str, Shape]) -> None:
+        self.graph = graph
+        self.shapes = shapes
+        self.constant = _constant_tensors(graph)
+        self.initializers = {t.name for t in graph.initializer}
+        self.consumers: dict[str, list[onnx.NodeProto]] = defaultdict(list)
+        for node in graph.node:
+            for name in node.input:
+                if name:
+                    self.consumers[name].append(node)
+        self.outputs = {o.name for o in graph.output}
+        #: Tensor -> the tensor its element-wise island reads.
+        self._root: dict[str, str] = {}
+
+    def units(self) -> list[Unit]:
+        absorbed: set[int] = set()
+        out: list[Unit | _Island] = []
+        islands: dict[str, _Island] = {}
+        for node in self.graph.node:
+            if id(node) in absorbed or node.op_type in FREE:
+                continue
+            if node.output and all(o in self.constant for o in node.output if o):
+                continue  # folded before the model runs
+            if node.op_type in HEADS:
+                tail = self._fused_tail(node)
+                absorbed.update(id(n) for n in tail)
+                unit = self._head_unit(node, tail)
+                if unit is not None:
+                    out.append(unit)
+            elif node.op_type in ELEMENTWISE and node.output and node.output[0] in self.shapes:
+                self._add_to_island(node, islands, out)
+            elif (unit := self._single_unit(node)) is not None:
+                out.append(unit)
+        return [item.unit() if isinstance(item, _Island) else item for item in out]
+
+    def _add_to_island(self, node: onnx.NodeProto, islands: dict[str, _Island], out: list[Unit | _Island]) -> None:
+        """Element-wise nodes computed from one tensor (and constants) run as one fused kernel (# x -> f(g(x))):
+        each joins the island of the tensor it reads; a node reading two tensors starts a new island."""
+        roots = {self._root.get(i, i) for i in node.input if i and i not in self.constant}
+        if len(roots) == 1:
+            root = next(iter(roots))
+            if root not in islands:
+                islands[root] = _Island(inputs=1)
+                out.append(islands[root])
+        else:
+            root = node.output[0]
+            islands[root] = _Island(inputs=max(len(roots), 1))
+            out.append(islands[root])
+        island = islands[root]
+        island.elements = max(island.elements, math.prod(self.shapes[node.output[0]]))
+        island.heavy = island.heavy or node.op_type in HEAVY
+        for name in node.output:
+            self._root[name] = root
+
+    # --- heads and what they absorb ---------------------------------------------------------------------------
+
+    def _fused_tail(self, head: onnx.NodeProto) -> list[onnx.NodeProto]:
+        """The nodes after ``head`` that a framework fuses into it: each the only consumer of the one before."""
+        tail: list[onnx.NodeProto] = []
+        current, residual = head, False
+        while current.output and current.output[0] not in self.outputs:
+            users = self.consumers.get(current.output[0], [])
+            if len(users) != 1:
+                break
+            nxt = users[0]
+            others = [i for i in nxt.input if i and i != current.output[0]]
+            activation = nxt.op_type in ACTIVATIONS or (nxt.op_type == "BatchNormalization" and not tail)
+            affine = nxt.op_type in AFFINE and all(i in self.constant for i in others)
+            adds_branch = nxt.op_type in ("Add", "Sum") and len(others) == 1 and not affine and self._same_shape(nxt)
+            if adds_branch and not residual:
+                residual = True
+            elif not (activation or affine):
+                break
+            tail.append(nxt)
+            current = nxt
+        return tail
+
+    def _constant_operand(self, node: onnx.NodeProto) -> bool:
+        """Whether a binary node's second operand is known before the model runs (a bias, a scale)."""
+        return sum(1 for i in node.input if i and i not in self.constant) <= 1
+
+    def _same_shape(self, node: onnx.NodeProto) -> bool:
+        shapes = [self.shapes.get(i) for i in node.input if i]
+        return all(s is not None and s == shapes[0] for s in shapes)
+
+    def _head_unit(self, head: onnx.NodeProto, tail: list[onnx.NodeProto]) -> Unit | None:
+        act = int(any(n.op_type in ACTIVATIONS for n in tail))
+        residual = int(any(n.op_type in ("Add", "Sum") and not self._constant_operand(n) for n in tail))
+        if head.op_type in ("Conv", "ConvTranspose"):
+            return self._conv_unit(head, act, residual)
+        return self._matmul_unit(head, act)
+
+    def _conv_unit(self, node: onnx.NodeProto, act: int, residual: int) -> Unit | None:
+        x, w, y = (self.shapes.get(n) for n in (node.input[0], node.input[1], node.output[0]))
+        if x is None or w is None or y is None or len(x) < 3 or len(x) > 4:
+            return None
+        h, wd = (x[2], x[3]) if len(x) == 4 else (x[2], 1)
+        oh, ow = (y[2], y[3]) if len(y) == 4 else (y[2], 1)
+        kh, kw = (w[2], w[3]) if len(w) == 4 else (w[2], 1)
+        strides = _attr(node, "strides", None) or [1]
+        group = int(_attr(node, "group", 1) or 1)  # type: ignore[call-overload]
+        stride = int(strides[0])  # type: ignore[index]
+        cin, cout = int(x[1]), int(y[1])
+        init_w = int(node.input[1] in self.initializers)
+        if node.op_type == "ConvTranspose":  # cost as the convolution that computes its gradient
+            cin, cout, h, wd, oh, ow = cout, cin, oh, ow, h, wd
+        if group > 1 and group == cin and cout % cin == 0:
+            return Unit(
+                "dwconv",
+                {
+                    "n": x[0],
+                    "c": cin,
+                    "mult": cout // cin,
+                    "h": h,
+                    "w": wd,
+                    "kh": kh,
+                    "kw": kw,
+                    "stride": stride,
+                    "oh": oh,
+                    "ow": ow,
+                    "act": act,
+                    "residual": residual,
+                    "init_w": init_w,
+                },
+            )
+        return Unit(
+            "conv",
+            {
+                "n": x[0],
+                "cin": cin,
+                "cout": cout,
+                "h": h,
+                "w": wd,
+                "kh": kh,
+                "kw": kw,
+                "stride": stride,
+                "group": group,
+                "oh": oh,
+                "ow": ow,
+                "act": act,
+                "residual": residual,
+                "init_w": init_w,
+            },
+        )
+
+    def _matmul_unit(self, node: onnx.NodeProto, act: int) -> Unit | None:
+        a, b, y = (self.shapes.get(n) for n in (node.input[0], node.input[1], node.output[0]))
+        if a is None or b is None or y is None or not y:
+            return None
+        k = (b[1] if _attr(node, "transB", 0) else b[0]) if node.op_type == "Gemm" else a[-1]
+        n = y[-1]
+        if node.input[1] in self.constant:
+            rows = math.prod(y[:-1]) if len(y) > 1 else 1
+            init_w = int(node.input[1] in self.initializers)
+            return Unit("gemm", {"m": rows, "k": k, "n": n, "act": act, "init_w": init_w})
+        m = y[-2] if len(y) > 1 else 1
+        return Unit("bmm", {"b": math.prod(y[:-2]) if len(y) > 2 else 1, "m": m, "k": k, "n": n})
+
+    # --- everything else ------------------------------------------------------------------------------------------
+
+    def _single_unit(self, node: onnx.NodeProto) -> Unit | None:
+        op = node.op_type
+        y = self.shapes.get(node.output[0]) if node.output else None
+        if y is None:
+            return None
+        elements = max(math.prod(y), 1)
+        if op in POOLS:
+            x = self.shapes.get(node.input[0])
+            if x is None or len(x) != 4:
+                return None
+            is_global = op.startswith("Global")
+            kernel = [x[2], x[3]] if is_global else list(_attr(node, "kernel_shape", [1, 1]))  # type: ignore[call-overload]
+            strides = [1] if is_global else list(_attr(node, "strides", None) or [1])  # type: ignore[call-overload]
+            return Unit(
+                "pool",
+                {
+                    "n": x[0],
+                    "c": x[1],
+                    "h": x[2],
+                    "w": x[3],
+                    "kh": int(kernel[0]),
+                    "kw": int(kernel[-1]),
+                    "stride": int(strides[0]),
+                    "oh": y[2],
+                    "ow": y[3],
+                    "avg": int("Average" in op),
+                },
+            )
+        if op == "LayerNormalization":
+            return Unit("layernorm", {"rows": elements // y[-1], "cols": y[-1]})
+        if op in ("Softmax", "LogSoftmax"):
+            return Unit("softmax", {"rows": elements // y[-1], "cols": y[-1]})
+        if op == "LRN":
+            return Unit("lrn", {"n": y[0], "c": y[1], "hw": math.prod(y[2:]), "size": int(_attr(node, "size", 5))})  # type: ignore[call-overload]
+        return Unit("move", {"elements": elements})

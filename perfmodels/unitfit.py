@@ -1,0 +1,314 @@
+"""Kernel-level performance models: each route's time per kernel unit, learned from unit sweeps.
+
+nn-Meter's approach (Zhang et al., MobiSys 2021) on our routes: ``benchmarks.unit_sweep`` measures sampled kernel
+units alone; for each target × route × thread count and each unit kind, a gradient-boosted regressor learns the
+unit's time as a multiple of its roofline time (``perfmodels.units.roofline_seconds`` at the measured GEMM peak and
+copy bandwidth) from the unit's shape (``unit_features``). A model's time is then the route's fixed cost per query
+plus the sum of its units' predicted times. The prior (the roofline) times the learned correction is the prediction,
+as for whole-model fits, but the correction now depends on each kernel's shape rather than on the model's totals.
+
+The fixed cost per query comes from chains of 1 to 8 no-op nodes (``noop`` units): a straight line through their
+times gives the cost of a call and of a node; each measured unit pays one call, which is taken off before learning.
+So is the time a backend spends converting a one-unit model's inputs and outputs to its own layout
+(``boundary_ms``, from its profiler): a whole model converts once, not around every kernel.
+
+Routes measured at int8 learn only the units their quantiser converts (convolutions, matrix products with weights
+stored in the model): every other unit of an int8 model runs as at fp32, and is predicted by the same route's fp32
+models.
+
+Rows used: measured ``kernel`` rows with one unit in ``units`` (``family`` ``kernel-unit``), with the time rules of
+``perfmodels.fit`` (a single-threaded row measured under load uses its CPU time; multi-threaded ones are left out).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import os
+import pickle
+import tempfile
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from perfmodels.fit import RouteKey, Statistic, effective_ms, unreliable
+from perfmodels.units import QUANTISABLE, Unit, decode_units, roofline_seconds, unit_features
+
+#: Bump when the fit changes, so that routes cached by an older version are fitted again.
+CACHE_VERSION = 1
+#: Family of the unit-sweep rows.
+UNIT_FAMILY = "kernel-unit"
+#: A kind is learned for a route from at least this many sweep rows.
+MIN_KIND_ROWS = 6
+#: Share of a unit's measured time always attributed to the unit itself (a small unit's time is mostly the call,
+#: and subtracting a noisy call cost must not leave it nothing).
+MIN_WORK_SHARE = 0.15
+_GROUP = ["target", "framework", "compiler", "layout", "precision", "threads"]
+_SWEEP_COLUMNS = [*_GROUP, "unit", "t", "boundary", "peak_flops", "bandwidth"]
+
+
+def sweep_rows(frame: pd.DataFrame, statistic: Statistic = "auto") -> pd.DataFrame:
+    """The unit-sweep rows a fit can use, one per (route, threads, unit) with the median time ``t`` (s)."""
+    if frame.empty or "units" not in frame:
+        return pd.DataFrame(columns=_SWEEP_COLUMNS)
+    rows = frame[
+        (frame["source"] == "measured")
+        & (frame["scenario"] == "kernel")
+        & (frame["family"] == UNIT_FAMILY)
+        & frame["units"].notna()
+    ]
+    rows = rows.assign(effective_ms=effective_ms(rows, statistic))
+    if statistic == "auto" and len(rows):
+        rows = rows[~unreliable(rows)]
+    rows = rows.dropna(subset=["effective_ms", "peak_gflops", "bandwidth_gbs", "threads"])
+    if rows.empty:
+        return pd.DataFrame(columns=_SWEEP_COLUMNS)
+    numbers = rows.assign(
+        t=rows["effective_ms"].astype("float64") / 1e3,
+        boundary=rows["boundary_ms"].astype("float64").fillna(0.0) / 1e3 if "boundary_ms" in rows else 0.0,
+        peak_flops=rows["peak_gflops"].astype("float64") * 1e9,
+        bandwidth=rows["bandwidth_gbs"].astype("float64") * 1e9,
+    )
+    for col in ("target", "framework", "compiler", "layout", "precision"):
+        numbers[col] = numbers[col].fillna("").astype(str)
+    numbers["threads"] = numbers["threads"].astype(int)
+    medians = (
+        numbers.groupby([*_GROUP, "units"], sort=True)[["t", "boundary", "peak_flops", "bandwidth"]]
+        .median()
+        .reset_index()
+    )
+    decoded = [decode_units(str(text)) for text in medians["units"]]
+    keep = [len(units) == 1 for units in decoded]
+    out = medians[keep].drop(columns="units").assign(unit=[units[0] for units in decoded if len(units) == 1])
+    out = out[_SWEEP_COLUMNS].reset_index(drop=True)
+    for col in ("target", "framework", "compiler", "layout", "precision"):
+        out[col] = out[col].fillna("").astype(str)
+    out["compiler"] = out["compiler"].replace("", "none")
+    return out
+
+
+def _regressor() -> Any:
+    from sklearn.ensemble import GradientBoostingRegressor
+
+    return GradientBoostingRegressor(n_estimators=150, max_depth=3, learning_rate=0.1, subsample=0.8, random_state=0)
+
+
+@dataclass(frozen=True)
+class KindModel:
+    """One unit kind on one route: log(time / roofline time) as a function of ``unit_features``."""
+
+    kind: str
+    rows: int
+    regressor: Any = field(repr=False, compare=False)
+    #: Root-mean-square relative error on the sweep rows it was fitted on.
+    train_rmspe: float = math.nan
+
+    def log_ratio(self, features: np.ndarray) -> np.ndarray:
+        return np.asarray(self.regressor.predict(features), dtype=float)
+
+
+@dataclass(frozen=True)
+class UnitRoute:
+    """A target × route × thread count's learned unit times and fixed costs."""
+
+    target: str
+    route: RouteKey
+    threads: int
+    peak_flops: float
+    bandwidth: float
+    #: Seconds per query and per node (from the no-op chains).
+    call_s: float
+    node_s: float
+    kinds: dict[str, KindModel] = field(compare=False)
+    rows: int = 0
+
+    @property
+    def key(self) -> tuple[str, str, str, str, str, int]:
+        r = self.route
+        return (self.target, r.framework, r.compiler, r.layout, r.precision, self.threads)
+
+    def describe(self) -> str:
+        kinds = ", ".join(f"{k} {m.rows} ({m.train_rmspe:.0%})" for k, m in sorted(self.kinds.items()))
+        return (
+            f"{self.target} {self.route.describe()} {self.threads}t: {self.rows} sweep rows, "
+            f"{self.call_s * 1e6:.1f} us/query + {self.node_s * 1e6:.2f} us/node; {kinds}"
+        )
+
+    def unit_seconds(self, units: Sequence[Unit], batch: int) -> np.ndarray:
+        """Predicted seconds of each unit (one of each, at ``batch``); NaN for kinds this route has not learned."""
+        out = np.full(len(units), math.nan)
+        by_kind: dict[str, list[int]] = {}
+        for i, unit in enumerate(units):
+            by_kind.setdefault(unit.kind, []).append(i)
+        for kind, index in by_kind.items():
+            model = self.kinds.get(kind)
+            if model is None:
+                continue
+            scaled = [units[i].at_batch(batch) for i in index]
+            features = np.array([unit_features(u) for u in scaled])
+            prior = np.array([roofline_seconds(u, 1, self.peak_flops, self.bandwidth) for u in scaled])
+            out[index] = prior * np.exp(model.log_ratio(features))
+        return out
+
+
+def fit_unit_route(rows: pd.DataFrame) -> UnitRoute:
+    """Fit one route's fixed costs and per-kind regressors from its sweep rows (``sweep_rows`` of one group)."""
+    first = rows.iloc[0]
+    peak = float(rows["peak_flops"].median())
+    bandwidth = float(rows["bandwidth"].median())
+    is_noop = np.array([u.kind == "noop" for u in rows["unit"]])
+    call_s = node_s = 0.0
+    if is_noop.sum() >= 2:
+        nodes = np.array([u["nodes"] for u in rows["unit"][is_noop]], dtype=float)
+        a = np.c_[np.ones(len(nodes)), nodes]
+        call_s, node_s = (max(float(v), 0.0) for v in np.linalg.lstsq(a, rows["t"][is_noop].to_numpy(), rcond=None)[0])
+    kinds: dict[str, KindModel] = {}
+    for kind, group in rows[~is_noop].groupby([u.kind for u in rows["unit"][~is_noop]]):
+        if len(group) < MIN_KIND_ROWS:
+            continue
+        units = list(group["unit"])
+        t = group["t"].to_numpy()
+        work = np.maximum(t - call_s - group["boundary"].to_numpy(), MIN_WORK_SHARE * t)
+        prior = np.array([roofline_seconds(u, 1, peak, bandwidth) for u in units])
+        features = np.array([unit_features(u) for u in units])
+        target = np.log(work / prior)
+        regressor = _regressor().fit(features, target)
+        fitted = prior * np.exp(regressor.predict(features))
+        rmspe = float(np.sqrt(np.mean((fitted / work - 1) ** 2)))
+        kinds[str(kind)] = KindModel(str(kind), len(group), regressor, rmspe)
+    return UnitRoute(
+        target=str(first["target"]),
+        route=RouteKey(str(first["framework"]), str(first["compiler"]), str(first["layout"]), str(first["precision"])),
+        threads=int(first["threads"]),
+        peak_flops=peak,
+        bandwidth=bandwidth,
+        call_s=call_s,
+        node_s=node_s,
+        kinds=kinds,
+        rows=len(rows),
+    )
+
+
+Key = tuple[str, str, str, str, str, int]
+
+
+class UnitFit:
+    """Every swept route's unit model (each fitted when first asked for), and the model-level prediction that adds
+    units up."""
+
+    def __init__(self, rows: pd.DataFrame, cache_dir: Path | None = None) -> None:
+        self._rows: dict[Key, pd.DataFrame] = (
+            {_key(k): g for k, g in rows.groupby(_GROUP, sort=True)} if len(rows) else {}
+        )
+        self._fitted: dict[Key, UnitRoute] = {}
+        #: Where fitted routes are kept between processes (one file per route; None: not kept).
+        self.cache_dir = cache_dir
+
+    def keys(self) -> list[Key]:
+        return sorted(self._rows)
+
+    def route(self, key: Iterable[object]) -> UnitRoute | None:
+        """The unit model of (target, framework, compiler, layout, precision, threads), or None if not swept."""
+        wanted = _key(tuple(key))
+        if wanted not in self._fitted:
+            if wanted not in self._rows:
+                return None
+            cached = self._load(wanted)
+            if cached is None:
+                try:
+                    cached = fit_unit_route(self._rows[wanted])
+                except ImportError:  # scikit-learn missing: the whole-model fit answers alone
+                    return None
+                self._store(wanted, cached)
+            self._fitted[wanted] = cached
+        return self._fitted[wanted]
+
+    def _cache_file(self, key: Key) -> Path | None:
+        if self.cache_dir is None:
+            return None
+        name = hashlib.sha256(repr(key).encode()).hexdigest()[:24]
+        return self.cache_dir / f"{name}.pkl"
+
+    def _load(self, key: Key) -> UnitRoute | None:
+        path = self._cache_file(key)
+        try:
+            with open(path, "rb") as handle:  # type: ignore[arg-type]
+                route = pickle.load(handle)  # our own cache directory, keyed by the database's digest
+            return route if isinstance(route, UnitRoute) and route.key == key else None
+        except Exception:  # missing, unreadable or from another version: fit again
+            return None
+
+    def _store(self, key: Key, route: UnitRoute) -> None:
+        path = self._cache_file(key)
+        if path is None:
+            return
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            with tempfile.NamedTemporaryFile(dir=path.parent, delete=False) as handle:
+                pickle.dump(route, handle)
+            os.replace(handle.name, path)
+        except OSError:  # a read-only home: the cache is only a speed-up
+            return
+
+    def fp32_sibling(self, route: UnitRoute) -> UnitRoute | None:
+        target, framework, compiler, layout, _, threads = route.key
+        return self.route((target, framework, compiler, layout, "fp32", threads))
+
+    def seconds(self, route: UnitRoute, units: Sequence[Unit], batch: int) -> float:
+        """The route's time for one query of ``batch`` samples through a model made of ``units`` (NaN when the
+        route has not learned a kind the model uses)."""
+        if not units:
+            return math.nan
+        times = route.unit_seconds(units, batch)
+        if route.route.precision != "fp32":
+            # units the quantiser leaves alone run as at fp32
+            runs_fp32 = np.array(
+                [u.kind not in QUANTISABLE or u.dims.get("init_w", 1) == 0 or u.kind not in route.kinds for u in units]
+            )
+            sibling = self.fp32_sibling(route)
+            if sibling is not None and runs_fp32.any():
+                times[runs_fp32] = sibling.unit_seconds([u for u, f in zip(units, runs_fp32, strict=True) if f], batch)
+        if np.isnan(times).any():
+            return math.nan
+        counts = np.array([u.count for u in units], dtype=float)
+        return float(route.call_s + np.sum(counts * times))
+
+
+def _key(key: tuple[object, ...]) -> Key:
+    target, framework, compiler, layout, precision, threads = key
+    return (str(target), str(framework), str(compiler), str(layout), str(precision), int(threads))  # type: ignore[call-overload]
+
+
+def fit_units(frame: pd.DataFrame, statistic: Statistic = "auto", cache_dir: Path | None = None) -> UnitFit:
+    """Unit models for every route the frame has unit-sweep rows of (fitted lazily, route by route; kept in
+    ``cache_dir`` between processes when given)."""
+    return UnitFit(sweep_rows(frame, statistic), cache_dir)
+
+
+def cache_dir_for(db: Path) -> Path | None:
+    """The cache directory of unit models fitted from ``db``: ``$APPOPT_CACHE_DIR`` (or ``$XDG_CACHE_HOME/appopt``,
+    ``~/.cache/appopt``) / ``unit-models`` / the database's digest and the versions that shape the fit."""
+    try:
+        import sklearn
+
+        digest = hashlib.sha256(db.read_bytes()).hexdigest()[:16]
+    except (ImportError, OSError):
+        return None
+    base = os.environ.get("APPOPT_CACHE_DIR") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache"), "appopt"
+    )
+    return Path(base, "unit-models", f"{digest}-sklearn{sklearn.__version__}-v{CACHE_VERSION}")
+
+
+def combine(whole: float, units: float) -> float:
+    """The planner's estimate from the whole-model fit and the kernel-unit sum: their geometric mean when both
+    exist (two estimates with largely independent errors), else whichever exists."""
+    if math.isnan(units) or units <= 0:
+        return whole
+    if math.isnan(whole) or whole <= 0:
+        return units
+    return math.sqrt(whole * units)

@@ -1,0 +1,246 @@
+"""Kernel units: the pieces a model's time is the sum of, each described by plain numbers.
+
+A unit is what inference frameworks run as one kernel: a convolution or matrix product with the bias, batch norm,
+activation and residual add they fuse into it, or one pooling, normalisation, element-wise or data-movement node.
+``optimiser.unitgraph`` cuts an ONNX graph into units; ``benchmarks.unit_sweep`` measures sampled units alone on
+each backend; ``perfmodels.unitfit`` learns each route's time per unit kind from those sweeps and predicts a model
+as the sum of its units (nn-Meter's kernel-level prediction, Zhang et al., MobiSys 2021).
+
+Dimensions are given for one sample: the first dimension of each kind (``BATCHED``) is multiplied by the batch.
+
+Example::
+
+    >>> u = Unit("conv", {"n": 1, "cin": 64, "cout": 64, "h": 56, "w": 56, "kh": 3, "kw": 3, "stride": 1,
+    ...                   "group": 1, "oh": 56, "ow": 56, "act": 1, "residual": 0, "init_w": 1})
+    >>> round(unit_flops(u, batch=1) / 1e9, 3)
+    0.231
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+#: The dimensions each kind is described by, in order. ``act``/``residual``: a fused activation / residual add;
+#: ``init_w``: the weights are stored in the model (a quantiser can convert them; computed weights it leaves alone);
+#: ``heavy``: a transcendental element-wise function (Erf, Exp, Tanh, Sigmoid…); ``avg``: average (not max) pooling.
+KINDS: dict[str, tuple[str, ...]] = {
+    "conv": ("n", "cin", "cout", "h", "w", "kh", "kw", "stride", "group", "oh", "ow", "act", "residual", "init_w"),
+    "dwconv": ("n", "c", "mult", "h", "w", "kh", "kw", "stride", "oh", "ow", "act", "residual", "init_w"),
+    "gemm": ("m", "k", "n", "act", "init_w"),
+    "bmm": ("b", "m", "k", "n"),
+    "pool": ("n", "c", "h", "w", "kh", "kw", "stride", "oh", "ow", "avg"),
+    "eltwise": ("elements", "inputs", "heavy"),
+    "layernorm": ("rows", "cols"),
+    "softmax": ("rows", "cols"),
+    "lrn": ("n", "c", "hw", "size"),
+    "move": ("elements",),
+    "noop": ("nodes",),
+}
+#: The dimension of each kind that grows with the batch.
+BATCHED = {kind: dims[0] for kind, dims in KINDS.items() if kind != "noop"}
+#: Kinds whose weights a post-training quantiser converts to int8.
+QUANTISABLE = ("conv", "dwconv", "gemm")
+_F32 = 4.0
+
+
+@dataclass(frozen=True)
+class Unit:
+    """One kernel unit: its kind, its dimensions for one sample, and how many identical ones the model has."""
+
+    kind: str
+    dims: Mapping[str, int] = field(hash=False)
+    count: int = 1
+
+    def __post_init__(self) -> None:
+        if self.kind not in KINDS:
+            raise ValueError(f"unknown unit kind {self.kind!r}; known: {', '.join(KINDS)}")
+        missing = [d for d in KINDS[self.kind] if d not in self.dims]
+        if missing:
+            raise ValueError(f"{self.kind} unit lacks {', '.join(missing)}")
+
+    def __getitem__(self, name: str) -> int:
+        return int(self.dims[name])
+
+    def at_batch(self, batch: int) -> Unit:
+        """The same unit with its batched dimension multiplied by ``batch``."""
+        if self.kind == "noop" or batch == 1:
+            return self
+        dims = dict(self.dims)
+        dims[BATCHED[self.kind]] = dims[BATCHED[self.kind]] * batch
+        return Unit(self.kind, dims, self.count)
+
+    def signature(self) -> str:
+        """A short stable name: kind and dimensions (the count left out)."""
+        return self.kind + "_" + "_".join(str(int(self.dims[d])) for d in KINDS[self.kind])
+
+    def encode(self) -> list[object]:
+        return [self.kind, [int(self.dims[d]) for d in KINDS[self.kind]], self.count]
+
+
+def decode_units(text: str | Sequence[object] | None) -> list[Unit]:
+    """Units from their JSON form (``encode_units``); empty for no text."""
+    if text is None or (isinstance(text, float) and math.isnan(text)) or text == "":
+        return []
+    items = json.loads(text) if isinstance(text, str) else text
+    units = []
+    for item in items:
+        kind, values, count = item  # type: ignore[misc]
+        if kind not in KINDS:
+            raise ValueError(f"unknown unit kind {kind!r}; known: {', '.join(KINDS)}")
+        names = KINDS[kind]
+        if len(values) != len(names):
+            raise ValueError(f"{kind} unit has {len(values)} dimensions, expected {len(names)}")
+        units.append(Unit(kind, dict(zip(names, (int(v) for v in values), strict=True)), int(count)))
+    return units
+
+
+def encode_units(units: Iterable[Unit]) -> str:
+    """Compact JSON of ``units``, identical units merged (their counts added), in first-seen order."""
+    merged: dict[str, list[object]] = {}
+    for unit in units:
+        key = unit.signature()
+        if key in merged:
+            merged[key][2] = int(merged[key][2]) + unit.count  # type: ignore[call-overload]
+        else:
+            merged[key] = unit.encode()
+    return json.dumps(list(merged.values()), separators=(",", ":"))
+
+
+def unit_flops(unit: Unit, batch: int = 1) -> float:
+    """Floating-point operations of one unit at ``batch`` (multiply-add = 2)."""
+    u = unit.at_batch(batch)
+    k = u.kind
+    if k == "conv":
+        macs = u["n"] * u["cout"] * u["oh"] * u["ow"] * (u["cin"] // max(u["group"], 1)) * u["kh"] * u["kw"]
+        return 2.0 * macs + u["n"] * u["cout"] * u["oh"] * u["ow"] * (1 + u["act"] + u["residual"])
+    if k == "dwconv":
+        outs = u["n"] * u["c"] * u["mult"] * u["oh"] * u["ow"]
+        return 2.0 * outs * u["kh"] * u["kw"] + outs * (1 + u["act"] + u["residual"])
+    if k == "gemm":
+        return 2.0 * u["m"] * u["k"] * u["n"] + u["m"] * u["n"] * (1 + u["act"])
+    if k == "bmm":
+        return 2.0 * u["b"] * u["m"] * u["k"] * u["n"]
+    if k == "pool":
+        return float(u["n"] * u["c"] * u["oh"] * u["ow"] * u["kh"] * u["kw"])
+    if k == "eltwise":
+        return float(u["elements"] * (8 if u["heavy"] else 1))
+    if k in ("layernorm", "softmax"):
+        return 5.0 * u["rows"] * u["cols"]
+    if k == "lrn":
+        return float(u["n"] * u["c"] * u["hw"] * (u["size"] + 4))
+    return 0.0
+
+
+def unit_bytes(unit: Unit, batch: int = 1) -> float:
+    """Bytes a straightforward fp32 kernel reads and writes: activations in and out plus the weights."""
+    u = unit.at_batch(batch)
+    k = u.kind
+    if k == "conv":
+        out = u["n"] * u["cout"] * u["oh"] * u["ow"]
+        weights = u["cout"] * (u["cin"] // max(u["group"], 1)) * u["kh"] * u["kw"]
+        return _F32 * (u["n"] * u["cin"] * u["h"] * u["w"] + out * (1 + u["residual"]) + weights)
+    if k == "dwconv":
+        out = u["n"] * u["c"] * u["mult"] * u["oh"] * u["ow"]
+        weights = u["c"] * u["mult"] * u["kh"] * u["kw"]
+        return _F32 * (u["n"] * u["c"] * u["h"] * u["w"] + out * (1 + u["residual"]) + weights)
+    if k == "gemm":
+        return _F32 * (u["m"] * u["k"] + u["k"] * u["n"] + u["m"] * u["n"])
+    if k == "bmm":
+        return _F32 * u["b"] * (u["m"] * u["k"] + u["k"] * u["n"] + u["m"] * u["n"])
+    if k == "pool":
+        return _F32 * u["n"] * u["c"] * (u["h"] * u["w"] + u["oh"] * u["ow"])
+    if k == "eltwise":
+        return _F32 * u["elements"] * (u["inputs"] + 1)
+    if k in ("layernorm", "softmax"):
+        return _F32 * 2 * u["rows"] * u["cols"]
+    if k == "lrn":
+        return _F32 * 2 * u["n"] * u["c"] * u["hw"]
+    if k == "move":
+        return _F32 * 2 * u["elements"]
+    return 0.0
+
+
+def unit_weight_bytes(unit: Unit) -> float:
+    """Bytes of weights a unit reads (fp32)."""
+    if unit.kind == "conv":
+        return _F32 * unit["cout"] * (unit["cin"] // max(unit["group"], 1)) * unit["kh"] * unit["kw"]
+    if unit.kind == "dwconv":
+        return _F32 * unit["c"] * unit["mult"] * unit["kh"] * unit["kw"]
+    if unit.kind == "gemm":
+        return _F32 * unit["k"] * unit["n"]
+    return 0.0
+
+
+def roofline_seconds(unit: Unit, batch: int, peak_flops: float, bandwidth: float) -> float:
+    """The unit's roofline time: the slower of its FLOPs at the GEMM peak and its bytes at the copy bandwidth."""
+    return max(unit_flops(unit, batch) / peak_flops, unit_bytes(unit, batch) / bandwidth, 1e-9)
+
+
+def _lg(x: float) -> float:
+    return math.log2(max(float(x), 1.0))
+
+
+def _lane_waste(channels: int, lanes: int = 16) -> float:
+    """How much a channel count is padded up to whole SIMD vectors (1.0 = none)."""
+    return math.ceil(channels / lanes) * lanes / max(channels, 1)
+
+
+def unit_features(unit: Unit, batch: int = 1) -> list[float]:
+    """What a kind's regressor sees: log2 of the unit's sizes, FLOPs, bytes and intensity, and shape details
+    (SIMD lane waste on channels, kernel and stride) that decide how well a kernel library fills the machine.
+
+    Every unit of one kind gives a vector of the same length.
+    """
+    u = unit.at_batch(batch)
+    flops, nbytes = unit_flops(unit, batch), unit_bytes(unit, batch)
+    common = [_lg(flops), _lg(nbytes), math.log2(max(flops, 1.0) / max(nbytes, 1.0)), _lg(unit_weight_bytes(u))]
+    k = u.kind
+    if k == "conv":
+        per_group_in = u["cin"] // max(u["group"], 1)
+        per_group_out = u["cout"] // max(u["group"], 1)
+        shape = [
+            _lg(u["n"]),
+            _lg(per_group_in),
+            _lg(per_group_out),
+            _lg(u["group"]),
+            _lg(u["oh"] * u["ow"]),
+            _lg(u["n"] * u["oh"] * u["ow"]),
+            u["kh"] * u["kw"],
+            u["stride"],
+            _lane_waste(per_group_out),
+            _lane_waste(per_group_in),
+            u["act"],
+            u["residual"],
+        ]
+    elif k == "dwconv":
+        shape = [
+            _lg(u["n"]),
+            _lg(u["c"] * u["mult"]),
+            _lg(u["oh"] * u["ow"]),
+            _lg(u["ow"]),
+            u["kh"] * u["kw"],
+            u["stride"],
+            _lane_waste(u["c"]),
+            u["act"],
+            u["residual"],
+        ]
+    elif k == "gemm":
+        shape = [_lg(u["m"]), _lg(u["k"]), _lg(u["n"]), _lane_waste(u["n"]), u["act"]]
+    elif k == "bmm":
+        shape = [_lg(u["b"]), _lg(u["m"]), _lg(u["k"]), _lg(u["n"])]
+    elif k == "pool":
+        shape = [_lg(u["n"] * u["c"]), _lg(u["oh"] * u["ow"]), u["kh"] * u["kw"], u["stride"], u["avg"]]
+    elif k == "eltwise":
+        shape = [_lg(u["elements"]), u["inputs"], u["heavy"]]
+    elif k in ("layernorm", "softmax"):
+        shape = [_lg(u["rows"]), _lg(u["cols"])]
+    elif k == "lrn":
+        shape = [_lg(u["n"] * u["c"] * u["hw"]), u["size"]]
+    elif k == "move":
+        shape = [_lg(u["elements"])]
+    else:
+        shape = [float(u["nodes"])]
+    return common + [float(v) for v in shape]

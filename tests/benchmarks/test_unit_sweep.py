@@ -1,0 +1,54 @@
+"""The kernel-unit sweep: sampled units built as one-unit models that the graph cutter reads back unchanged."""
+
+from __future__ import annotations
+
+import onnx
+import pytest
+
+from benchmarks.unit_sweep import SWEEP_SIZES, run_unit_sweep, sample_units, unit_kernels, unit_model
+from optimiser.unitgraph import graph_units
+from perfmodels.results_db import read_results
+from perfmodels.unitfit import fit_units
+from perfmodels.units import KINDS, decode_units
+
+
+def test_the_sample_is_seeded_and_covers_every_kind():
+    first, again, other = sample_units(per_kind=3), sample_units(per_kind=3), sample_units(per_kind=3, seed=1)
+    assert [u.signature() for u in first] == [u.signature() for u in again]
+    assert [u.signature() for u in first] != [u.signature() for u in other]
+    assert {u.kind for u in first} == set(KINDS) == set(SWEEP_SIZES)
+    assert len(sample_units(kinds=("conv",))) == SWEEP_SIZES["conv"]
+
+
+def test_every_sampled_unit_builds_a_valid_model_that_cuts_back_into_that_unit():
+    for unit in sample_units(per_kind=12):
+        if unit.kind == "noop":
+            continue
+        model, inputs = unit_model(unit)
+        onnx.checker.check_model(model)
+        onnx.shape_inference.infer_shapes(model, strict_mode=True)
+        assert set(inputs) == {i.name for i in model.graph.input}
+        (back,) = graph_units(model)
+        assert back.signature() == unit.signature(), unit.signature()
+
+
+def test_unit_kernels_carry_their_unit():
+    kernels = unit_kernels(sample_units(per_kind=1))
+    assert all(k.kind == "unit" and len(decode_units(k.units)) == 1 for k in kernels)
+    assert len({k.name for k in kernels}) == len(kernels)
+
+
+@pytest.mark.slow
+def test_a_small_sweep_on_our_runtime_records_rows_a_unit_model_fits(tmp_path):
+    pytest.importorskip("sklearn", reason="the unit models are scikit-learn regressors")
+    db = tmp_path / "units.csv"
+    units = sample_units(per_kind=8, kinds=("gemm", "eltwise", "conv", "noop"))
+    outcomes = list(run_unit_sweep(units, str(db), backends=("appopt-runtime",), threads=(1,), int8=False))
+    assert all(o.status == "ok" for o in outcomes), [o.describe() for o in outcomes if o.status != "ok"]
+    frame = read_results(db)
+    assert len(frame) == len(units) and frame["units"].notna().all()
+    convs = frame[frame["model"].str.startswith("unit_conv")]
+    assert (convs["boundary_ms"] > 0).all()  # our runtime converts a lone convolution to NHWC and back
+    assert (frame[frame["model"].str.startswith("unit_gemm")]["boundary_ms"] == 0).all()
+    route = fit_units(frame).route((frame["target"].iloc[0], "appopt-runtime", "none", "NCHW", "fp32", 1))
+    assert route is not None and set(route.kinds) == {"gemm", "eltwise", "conv"} and route.call_s > 0

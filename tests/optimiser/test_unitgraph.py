@@ -1,0 +1,117 @@
+"""Cutting ONNX graphs into kernel units: fusions every framework makes, constants folded, shapes per sample."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from optimiser.errors import SpecError
+from optimiser.unitgraph import graph_units
+
+
+def model(nodes, inputs, initializers, opset=17):
+    graph = helper.make_graph(
+        nodes,
+        "g",
+        [helper.make_tensor_value_info(n, TensorProto.FLOAT, s) for n, s in inputs.items()],
+        [helper.make_tensor_value_info(nodes[-1].output[0], TensorProto.FLOAT, None)],
+        [numpy_helper.from_array(np.ones(s, np.float32), n) for n, s in initializers.items()],
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+
+
+def test_a_residual_block_is_two_convolutions_with_the_bias_activation_and_add_fused():
+    nodes = [
+        helper.make_node("Conv", ["x", "w1", "b1"], ["c1"], pads=[1, 1, 1, 1]),
+        helper.make_node("Relu", ["c1"], ["r1"]),
+        helper.make_node("Conv", ["r1", "w2"], ["c2"], pads=[1, 1, 1, 1]),
+        helper.make_node("Mul", ["c2", "scale"], ["s2"]),
+        helper.make_node("Add", ["s2", "x"], ["sum"]),
+        helper.make_node("Relu", ["sum"], ["y"]),
+    ]
+    units = graph_units(
+        model(
+            nodes, {"x": ["batch", 16, 8, 8]}, {"w1": (16, 16, 3, 3), "b1": (16,), "w2": (16, 16, 3, 3), "scale": (1,)}
+        )
+    )
+    assert [u.kind for u in units] == ["conv", "conv"]
+    first, second = units
+    assert (first["act"], first["residual"], second["act"], second["residual"]) == (1, 0, 1, 1)
+    assert (first["n"], first["cin"], first["cout"], first["oh"], first["kh"]) == (1, 16, 16, 8, 3)
+
+
+def test_depthwise_convolutions_and_one_row_matrix_products_get_their_own_kinds():
+    nodes = [
+        helper.make_node("Conv", ["x", "dw"], ["d"], group=8, pads=[1, 1, 1, 1], strides=[2, 2]),
+        helper.make_node("GlobalAveragePool", ["d"], ["p"]),
+        helper.make_node("Flatten", ["p"], ["f"]),
+        helper.make_node("Gemm", ["f", "fc", "fb"], ["y"], transB=1),
+    ]
+    units = graph_units(model(nodes, {"x": [1, 8, 16, 16]}, {"dw": (8, 1, 3, 3), "fc": (10, 8), "fb": (10,)}))
+    assert [u.kind for u in units] == ["dwconv", "pool", "gemm"]
+    assert (units[0]["c"], units[0]["stride"], units[0]["oh"]) == (8, 2, 8)
+    assert (units[2]["m"], units[2]["k"], units[2]["n"], units[2]["init_w"]) == (1, 8, 10, 1)
+
+
+def test_gelu_is_one_transcendental_element_wise_unit_after_the_matrix_product_that_absorbs_the_bias():
+    nodes = [
+        helper.make_node("MatMul", ["x", "w"], ["m"]),
+        helper.make_node("Add", ["m", "b"], ["h"]),
+        helper.make_node("Div", ["h", "sqrt2"], ["d"]),
+        helper.make_node("Erf", ["d"], ["e"]),
+        helper.make_node("Add", ["e", "one"], ["e1"]),
+        helper.make_node("Mul", ["h", "half"], ["hh"]),
+        helper.make_node("Mul", ["hh", "e1"], ["y"]),
+    ]
+    units = graph_units(
+        model(nodes, {"x": ["batch", 4, 32]}, {"w": (32, 64), "b": (64,), "sqrt2": (1,), "one": (1,), "half": (1,)})
+    )
+    assert [u.kind for u in units] == ["gemm", "eltwise"]
+    assert units[0]["m"] == 4 and dict(units[1].dims) == {"elements": 4 * 64, "inputs": 1, "heavy": 1}
+
+
+def test_attention_products_of_two_activations_are_batched_matmuls():
+    nodes = [
+        helper.make_node("Transpose", ["k"], ["kt"], perm=[0, 1, 3, 2]),
+        helper.make_node("MatMul", ["q", "kt"], ["s"]),
+        helper.make_node("Softmax", ["s"], ["y"], axis=-1),
+    ]
+    units = graph_units(model(nodes, {"q": ["batch", 4, 16, 8], "k": ["batch", 4, 16, 8]}, {}))
+    assert [u.kind for u in units] == ["move", "bmm", "softmax"]
+    assert (units[1]["b"], units[1]["m"], units[1]["k"], units[1]["n"]) == (4, 16, 8, 16)
+    assert (units[2]["rows"], units[2]["cols"]) == (64, 16)
+
+
+def test_weights_computed_from_constants_fold_away_and_are_marked_as_not_stored():
+    nodes = [
+        helper.make_node("ConstantOfShape", ["shape"], ["w"], value=numpy_helper.from_array(np.ones(1, np.float32))),
+        helper.make_node("Conv", ["x", "w"], ["y"]),
+    ]
+    graph = model(nodes, {"x": [1, 3, 8, 8]}, {})
+    graph.graph.initializer.append(numpy_helper.from_array(np.array([4, 3, 1, 1], np.int64), "shape"))
+    units = graph_units(graph)
+    assert [u.kind for u in units] == ["conv"] and units[0]["init_w"] == 0
+
+
+def test_an_unreadable_model_is_one_line_naming_the_file(tmp_path):
+    bad = tmp_path / "bad.onnx"
+    bad.write_bytes(b"not onnx")
+    with pytest.raises(SpecError, match=r"bad\.onnx"):
+        graph_units(bad)
+
+
+def test_every_suite_model_is_cut_into_units_that_cover_its_convolutions_and_matrix_products():
+    from benchmarks.models import suite
+
+    for suite_model in suite("core") + suite("tiny"):
+        proto = suite_model.model()
+        units = graph_units(proto)
+        heads = sum(1 for n in proto.graph.node if n.op_type in ("Conv", "Gemm", "MatMul"))
+        assert sum(u.count for u in units if u.kind in ("conv", "dwconv", "gemm", "bmm")) == heads, suite_model.name
+
+
+def test_an_element_wise_model_is_one_fused_unit_per_sample():
+    nodes = [helper.make_node("Relu", ["x"], ["r"]), helper.make_node("Sigmoid", ["r"], ["y"])]
+    units = graph_units(model(nodes, {"x": ["batch", 3]}, {}))
+    assert [(u.kind, dict(u.dims)) for u in units] == [("eltwise", {"elements": 3, "inputs": 1, "heavy": 1})]

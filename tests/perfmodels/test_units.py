@@ -1,0 +1,186 @@
+"""Kernel units: their sizes, their JSON form, and the unit-level fit on synthetic sweeps with known costs."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from perfmodels.results_db import make_row, to_frame
+from perfmodels.unitfit import UNIT_FAMILY, combine, fit_units, sweep_rows
+from perfmodels.units import KINDS, Unit, decode_units, encode_units, roofline_seconds, unit_features, unit_flops
+
+CONV = {
+    "n": 1,
+    "cin": 64,
+    "cout": 128,
+    "h": 56,
+    "w": 56,
+    "kh": 3,
+    "kw": 3,
+    "stride": 2,
+    "group": 1,
+    "oh": 28,
+    "ow": 28,
+    "act": 1,
+    "residual": 0,
+    "init_w": 1,
+}
+
+
+def test_conv_flops_count_multiply_adds_twice_plus_the_fused_bias_and_activation():
+    outputs = 128 * 28 * 28
+    assert unit_flops(Unit("conv", CONV)) == 2 * outputs * 64 * 9 + 2 * outputs
+    assert unit_flops(Unit("conv", CONV), batch=8) == 8 * unit_flops(Unit("conv", CONV))
+
+
+def test_each_kind_grows_with_the_batch_in_its_first_dimension():
+    gemm = Unit("gemm", {"m": 1, "k": 512, "n": 256, "act": 0, "init_w": 1})
+    assert gemm.at_batch(8)["m"] == 8 and gemm.at_batch(8)["k"] == 512
+    noop = Unit("noop", {"nodes": 3})
+    assert noop.at_batch(8) == noop  # the fixed cost does not grow
+
+
+def test_units_round_trip_through_json_with_identical_ones_merged():
+    a, b = Unit("conv", CONV), Unit("eltwise", {"elements": 100, "inputs": 1, "heavy": 1})
+    text = encode_units([a, b, a])
+    back = decode_units(text)
+    assert [(u.kind, dict(u.dims), u.count) for u in back] == [("conv", CONV, 2), ("eltwise", dict(b.dims), 1)]
+    assert decode_units("") == [] and decode_units(None) == []
+
+
+@pytest.mark.parametrize("bad", ['[["conv", [1, 2], 1]]', '[["tensorcore", [1], 1]]'])
+def test_malformed_units_are_refused_with_the_kind_named(bad):
+    with pytest.raises(ValueError, match=r"conv|tensorcore"):
+        decode_units(bad)
+
+
+def test_a_unit_must_have_every_dimension_of_its_kind():
+    with pytest.raises(ValueError, match="lacks"):
+        Unit("gemm", {"m": 1, "k": 2})
+
+
+def test_features_have_one_length_per_kind():
+    for kind, dims in KINDS.items():
+        lengths = {len(unit_features(Unit(kind, dict.fromkeys(dims, v)))) for v in (1, 3, 64)}
+        assert len(lengths) == 1, kind
+
+
+# --- fitting on synthetic sweeps -------------------------------------------------------------------------------------
+
+TARGET = "test-cpu-2c"
+PEAK, BANDWIDTH = 100e9, 10e9
+CALL_S, NODE_S = 5e-6, 1e-6
+
+
+def true_seconds(unit: Unit, efficiency: float) -> float:
+    """A route's true unit time: its roofline time at ``efficiency`` plus one node's cost."""
+    return roofline_seconds(unit, 1, PEAK, BANDWIDTH) / efficiency + NODE_S
+
+
+def sweep_row(unit: Unit, seconds: float, framework: str = "fw", precision: str = "fp32", boundary: float = 0.0):
+    return make_row(
+        source="measured",
+        target=TARGET,
+        backend=framework,
+        framework=framework,
+        compiler="none",
+        layout="NCHW",
+        threads=1,
+        precision=precision,
+        mode="inference",
+        model=f"unit_{unit.signature()}",
+        family=UNIT_FAMILY,
+        batch=1,
+        scenario="kernel",
+        metric="gflops",
+        value=1.0,
+        median_ms=(seconds + CALL_S) * 1e3,
+        peak_gflops=PEAK / 1e9,
+        bandwidth_gbs=BANDWIDTH / 1e9,
+        units=encode_units([unit]),
+        boundary_ms=boundary * 1e3,
+        other_cpu=0.0,
+    )
+
+
+def sampled_gemms(count: int, seed: int = 0) -> list[Unit]:
+    rng = np.random.default_rng(seed)
+    return [
+        Unit(
+            "gemm",
+            {
+                "m": int(rng.integers(1, 256)),
+                "k": int(rng.integers(16, 2048)),
+                "n": int(rng.integers(16, 2048)),
+                "act": 0,
+                "init_w": 1,
+            },
+        )
+        for _ in range(count)
+    ]
+
+
+def noop_rows(framework: str = "fw", precision: str = "fp32") -> list[dict[str, object]]:
+    return [sweep_row(Unit("noop", {"nodes": n}), n * NODE_S, framework, precision) for n in (1, 2, 4, 8)]
+
+
+def test_a_route_learns_its_fixed_costs_and_predicts_unseen_units_and_models():
+    rows = noop_rows() + [sweep_row(u, true_seconds(u, 0.5)) for u in sampled_gemms(80)]
+    unit_fit = fit_units(to_frame(rows))
+    route = unit_fit.route((TARGET, "fw", "none", "NCHW", "fp32", 1))
+    assert route is not None
+    assert route.call_s == pytest.approx(CALL_S, rel=0.05) and route.node_s == pytest.approx(NODE_S, rel=0.05)
+    unseen = sampled_gemms(20, seed=1)
+    predicted = route.unit_seconds(unseen, 1)
+    truth = np.array([true_seconds(u, 0.5) for u in unseen])
+    assert np.sqrt(np.mean((predicted / truth - 1) ** 2)) < 0.2
+    model = unseen[:5]
+    assert unit_fit.seconds(route, model, 1) == pytest.approx(CALL_S + truth[:5].sum(), rel=0.15)
+    assert math.isnan(unit_fit.seconds(route, [Unit("softmax", {"rows": 4, "cols": 64})], 1))  # kind not swept
+    assert unit_fit.route((TARGET, "other", "none", "NCHW", "fp32", 1)) is None
+
+
+def test_layout_conversions_measured_at_a_one_unit_models_boundary_are_not_learned_as_kernel_time():
+    gemms = sampled_gemms(60)
+    rows = noop_rows() + [sweep_row(u, true_seconds(u, 0.5) + 2e-4, boundary=2e-4) for u in gemms]
+    route = fit_units(to_frame(rows)).route((TARGET, "fw", "none", "NCHW", "fp32", 1))
+    assert route is not None
+    predicted = route.unit_seconds(gemms, 1)
+    truth = np.array([true_seconds(u, 0.5) for u in gemms])
+    assert np.median(predicted / truth) == pytest.approx(1.0, abs=0.1)
+
+
+def test_int8_routes_run_the_units_their_quantiser_leaves_alone_as_at_fp32():
+    gemms = sampled_gemms(40)
+    norms = [Unit("softmax", {"rows": r, "cols": c}) for r, c in zip(range(1, 41), range(16, 656, 16), strict=True)]
+    rows = noop_rows() + noop_rows(precision="int8")
+    rows += [sweep_row(u, true_seconds(u, 0.5)) for u in gemms + norms]
+    rows += [sweep_row(u, true_seconds(u, 2.0), precision="int8") for u in gemms]  # int8 matrix products: 4x faster
+    unit_fit = fit_units(to_frame(rows))
+    int8 = unit_fit.route((TARGET, "fw", "none", "NCHW", "int8", 1))
+    assert int8 is not None and "softmax" not in int8.kinds
+    softmax = norms[10]
+    stored = Unit("gemm", dict(gemms[3].dims))
+    computed = Unit("gemm", {**gemms[3].dims, "init_w": 0})  # weights computed at run time: not quantised
+    one = lambda u: unit_fit.seconds(int8, [u], 1) - int8.call_s  # noqa: E731
+    assert one(softmax) == pytest.approx(true_seconds(softmax, 0.5), rel=0.2)
+    assert one(stored) == pytest.approx(true_seconds(stored, 2.0), rel=0.2)
+    assert one(computed) == pytest.approx(true_seconds(computed, 0.5), rel=0.2)
+
+
+def test_sweep_rows_keep_only_measured_one_unit_kernel_rows():
+    unit = sampled_gemms(1)[0]
+    good = sweep_row(unit, 1e-4)
+    model_row = {**sweep_row(unit, 1e-4), "scenario": "SingleStream", "family": "mlp"}
+    two_units = {**sweep_row(unit, 1e-4), "units": encode_units([unit, Unit("noop", {"nodes": 1})])}
+    rows = sweep_rows(to_frame([good, model_row, two_units]))
+    assert len(rows) == 1 and rows.iloc[0]["unit"].signature() == unit.signature()
+    assert sweep_rows(pd.DataFrame()).empty
+
+
+def test_the_combination_is_the_geometric_mean_or_whichever_exists():
+    assert combine(4.0, 1.0) == pytest.approx(2.0)
+    assert combine(4.0, math.nan) == 4.0 and combine(math.nan, 3.0) == 3.0
