@@ -31,7 +31,8 @@ from benchmarks.models.graph import OPSET
 from perfmodels.units import Unit, encode_units, unit_flops
 
 #: Samples per kind of the full sweep (``sample_units(per_kind=None)``); chosen so that the sweep of all measured
-#: routes at 1 and 2 threads takes about 15 minutes on a 2-core machine.
+#: routes at 1 and 2 threads takes about 15 minutes on a 2-core machine. (Each kind draws from one seeded stream in
+#: this order: a kind added later goes last, so that the earlier kinds' samples stay those measured before.)
 SWEEP_SIZES = {
     "conv": 240,
     "dwconv": 70,
@@ -43,6 +44,7 @@ SWEEP_SIZES = {
     "softmax": 20,
     "lrn": 12,
     "move": 30,
+    "dwpw": 50,
     "noop": 4,
 }
 #: Units above this many FLOPs are scaled down before measuring: their efficiency no longer changes with size, and
@@ -141,6 +143,28 @@ def _dwconv(rng: np.random.Generator) -> Unit:
     )
 
 
+def _dwpw(rng: np.random.Generator) -> Unit:
+    n = _batch(rng)
+    k = _choice(rng, [3, 5, 7], [8, 2, 1])
+    stride = _choice(rng, [1, 2], [7, 3])
+    c, cout = _channels(rng, 8, 1024), _channels(rng, 8, 1024)
+    out = _log_int(rng, 2, 112)
+    while 2.0 * n * c * out * out * (k * k + cout) > MAX_UNIT_FLOPS and out > 2:
+        out = max(2, int(out * 0.8))
+    pad = k // 2
+    size = max(k, (out - 1) * stride + k - 2 * pad)
+    oh = _out_size(size, k, stride, pad)
+    dims = {"n": n, "c": c, "h": size, "w": size, "kh": k, "kw": k, "stride": stride, "oh": oh, "ow": oh}
+    dims.update(
+        cout=cout,
+        dw_act=int(rng.uniform() < 0.8),
+        act=int(rng.uniform() < 0.5),
+        residual=int(rng.uniform() < 0.2),
+        init_w=1,
+    )
+    return Unit("dwpw", dims)
+
+
 def _gemm(rng: np.random.Generator) -> Unit:
     m = _choice(rng, [1, 2, 4, 8], [4, 1, 1, 2]) if rng.uniform() < 0.5 else _log_int(rng, 16, 1024)
     k, n = _log_int(rng, 16, 9216), _log_int(rng, 8, 4096)
@@ -219,6 +243,7 @@ _SAMPLERS: dict[str, Callable[[np.random.Generator], Unit]] = {
     "softmax": _rows_cols("softmax"),
     "lrn": _lrn,
     "move": _move,
+    "dwpw": _dwpw,
 }
 
 
@@ -319,6 +344,25 @@ def unit_model(unit: Unit) -> tuple[onnx.ModelProto, dict[str, tuple[int, ...]]]
             y = g.node("Add", [y, g.input((u["n"], cout, u["oh"], u["ow"]))])
         if u["act"]:
             y = g.node("Relu", [y])
+    elif k == "dwpw":
+        c, cout = u["c"], u["cout"]
+        x = g.input((u["n"], c, u["h"], u["w"]))
+        ph, pw = _conv_pads(u["h"], u["oh"], u["kh"], u["stride"]), _conv_pads(u["w"], u["ow"], u["kw"], u["stride"])
+        y = g.node(
+            "Conv",
+            [x, g.const((c, 1, u["kh"], u["kw"]), 1.0 / u["kh"]), g.const((c,))],
+            kernel_shape=[u["kh"], u["kw"]],
+            strides=[u["stride"]] * 2,
+            pads=[ph[0], pw[0], ph[1], pw[1]],
+            group=c,
+        )
+        if u["dw_act"]:
+            y = g.node("Relu", [y])
+        y = g.node("Conv", [y, g.const((cout, c, 1, 1), 1.0 / math.sqrt(c)), g.const((cout,))], kernel_shape=[1, 1])
+        if u["residual"]:
+            y = g.node("Add", [y, g.input((u["n"], cout, u["oh"], u["ow"]))])
+        if u["act"]:
+            y = g.node("Relu", [y])
     elif k == "gemm":
         x = g.input((u["m"], u["k"]))
         y = g.node("Gemm", [x, g.const((u["k"], u["n"]), 1.0 / math.sqrt(u["k"])), g.const((u["n"],))])
@@ -386,7 +430,7 @@ def unit_kernels(units: list[Unit]) -> list[Kernel]:
 #: Backends the sweep measures at fp32, and the (backend, kinds) it measures at int8: the quantiser converts only
 #: convolutions and matrix products; every other unit of an int8 model runs as it does at fp32.
 SWEEP_BACKENDS = ("appopt-runtime", "onnxruntime", "onnxruntime-extended", "torch")
-INT8_SWEEP = ("onnxruntime", ("conv", "dwconv", "gemm", "bmm", "noop"))
+INT8_SWEEP = ("onnxruntime", ("conv", "dwconv", "dwpw", "gemm", "bmm", "noop"))
 
 
 def sweep_settings() -> ScenarioSettings:

@@ -1,8 +1,11 @@
 """Cut an ONNX graph into kernel units (``perfmodels.units``): what inference frameworks run as one kernel each.
 
 The cut follows the fusions every CPU framework we measure makes: a convolution or matrix product absorbs the bias,
-batch norm, scale, activation and one residual add that follow it alone; constant subgraphs fold away; shape-only
-nodes (Reshape, Flatten, Squeeze, Dropout…) cost nothing. Everything else is one unit per node. Dimensions are those
+batch norm, scale, activation and one residual add that follow it alone; element-wise nodes computed from one
+tensor form one unit; constant subgraphs fold away; shape-only nodes (Reshape, Flatten, Squeeze, Dropout…) cost
+nothing. A depthwise convolution read only by a 1x1 convolution is one ``dwpw`` unit with it (one kernel in
+runtimes that fuse them, two in others: the sweep measures the pair on each). Everything else is one unit per
+node. Dimensions are those
 of one sample (the model is analysed at batch 1).
 
 Example::
@@ -82,6 +85,9 @@ ELEMENTWISE = {
     "ReduceL2",
 }
 POOLS = {"MaxPool", "AveragePool", "GlobalAveragePool", "GlobalMaxPool"}
+#: Widest depthwise layer a separable (``dwpw``) unit takes: the fused kernels keep a strip of its output on the
+#: stack (``runtime.passes.depthwise_fusion.MAX_CHANNELS``).
+MAX_SEPARABLE_CHANNELS = 2048
 
 
 def graph_units(path_or_model: str | Path | onnx.ModelProto, dims: dict[str, int] | None = None) -> list[Unit]:
@@ -140,6 +146,8 @@ class _Cutter:
                 tail = self._fused_tail(node)
                 absorbed.update(id(n) for n in tail)
                 unit = self._head_unit(node, tail)
+                if unit is not None and unit.kind == "dwconv":
+                    unit = self._separable(unit, tail[-1] if tail else node, absorbed)
                 if unit is not None:
                     out.append(unit)
             elif node.op_type in ELEMENTWISE and node.output and node.output[0] in self.shapes:
@@ -189,6 +197,41 @@ class _Cutter:
             tail.append(nxt)
             current = nxt
         return tail
+
+    def _separable(self, dw: Unit, last: onnx.NodeProto, absorbed: set[int]) -> Unit:
+        """A depthwise unit and the 1x1 convolution that alone reads it, as one ``dwpw`` unit (# dw -> pw)."""
+        users = self.consumers.get(last.output[0], []) if last.output else []
+        if dw["mult"] != 1 or dw["residual"] or dw["c"] > MAX_SEPARABLE_CHANNELS or len(users) != 1:
+            return dw
+        pw = users[0]
+        weight = self.shapes.get(pw.input[1]) if pw.op_type == "Conv" and len(pw.input) > 1 else None
+        strides: list[int] = list(_attr(pw, "strides", None) or [1])  # type: ignore[call-overload]
+        pads: list[int] = list(_attr(pw, "pads", None) or [0])  # type: ignore[call-overload]
+        pointwise = (
+            weight is not None
+            and tuple(weight[2:]) == (1, 1)
+            and int(_attr(pw, "group", 1) or 1) == 1  # type: ignore[call-overload]
+            and all(int(s) == 1 for s in strides)
+            and not any(int(p) for p in pads)
+            and pw.input[1] in self.constant
+            and pw.input[0] == last.output[0]
+        )
+        if not pointwise:
+            return dw
+        tail = self._fused_tail(pw)
+        second = self._head_unit(pw, tail)
+        if second is None:
+            return dw
+        absorbed.update(id(n) for n in (pw, *tail))
+        dims = {k: dw[k] for k in ("n", "c", "h", "w", "kh", "kw", "stride", "oh", "ow")}
+        dims.update(
+            cout=second["cout"],
+            dw_act=dw["act"],
+            act=second["act"],
+            residual=second["residual"],
+            init_w=min(dw["init_w"], second["init_w"]),
+        )
+        return Unit("dwpw", dims)
 
     def _constant_operand(self, node: onnx.NodeProto) -> bool:
         """Whether a binary node's second operand is known before the model runs (a bias, a scale)."""

@@ -180,7 +180,7 @@ def leave_one_architecture_out(
                 {
                     **{k: row[k] for k in [*_GROUP, "model", "family", "batch"]},
                     "y": row["y"],
-                    "predicted": combine(whole, by_units),
+                    "predicted": combine(whole, by_units, row["precision"]),
                     "whole": whole,
                     "units": by_units,
                     "prior": prior,
@@ -223,7 +223,11 @@ def _in_sample(
     keys = [*_GROUP, "model", "batch"]
     x_by_row = {tuple(row[k] for k in keys): row["x"] for _, row in data.iterrows()}
     fitted = [
-        combine(groups[tuple(row[k] for k in _GROUP)].seconds(x_by_row[tuple(row[k] for k in keys)]), row["units"])
+        combine(
+            groups[tuple(row[k] for k in _GROUP)].seconds(x_by_row[tuple(row[k] for k in keys)]),
+            row["units"],
+            row["precision"],
+        )
         for _, row in predictions.iterrows()
     ]
     return scores(predictions.assign(in_sample=fitted), "in_sample")

@@ -9,8 +9,9 @@
 * otherwise (another machine, an unmeasured framework, training, several devices) → the roofline prior
   (``basis: roofline-prior``);
 * the workload has a graph (an ONNX model: ``Workload.units``) and the route was swept kernel by kernel
-  (``perfmodels.unitfit``) → the geometric mean of the whole-model fit and the sum of the model's kernel units
-  (``basis: fitted:<target> + kernel units``), the combination ``appopt models evaluate`` scores;
+  (``perfmodels.unitfit``) → the geometric mean of the whole-model fit and the sum of the model's kernel units, or at
+  int8 the unit sum alone (``basis: fitted:<target> + kernel units``; ``unitfit.combine``), the combination
+  ``appopt models evaluate`` scores;
 * a workload far smaller than anything the route was measured on (``GroupFit.below_range``: its time would be
   mostly per-query and per-node overhead the group could not have learned) → the prior as well
   (``basis: roofline-prior (below the fitted range of <target>)``).
@@ -234,7 +235,7 @@ class FittedModel:
             return replace(prior, basis=f"{prior.basis} (below the fitted range of {group.target})")
         whole = group.seconds(x)
         by_units = self.units_seconds(workload, group)
-        step = raw = combine(whole, by_units)
+        step = raw = combine(whole, by_units, group.route.precision)
         differs = [
             name
             for name, ours, theirs in (

@@ -304,11 +304,17 @@ def cache_dir_for(db: Path) -> Path | None:
     return Path(base, "unit-models", f"{digest}-sklearn{sklearn.__version__}-v{CACHE_VERSION}")
 
 
-def combine(whole: float, units: float) -> float:
+def combine(whole: float, units: float, precision: str = "fp32") -> float:
     """The planner's estimate from the whole-model fit and the kernel-unit sum: their geometric mean when both
-    exist (two estimates with largely independent errors), else whichever exists."""
+    exist (two estimates with largely independent errors), else whichever exists.
+
+    At a quantised precision the unit sum alone: the whole-model fit sees the fp32 graph's totals, which cannot
+    tell which layers the quantiser converted (computed weights stay fp32), while the units know (``init_w``).
+    """
     if math.isnan(units) or units <= 0:
         return whole
+    if precision == "int8":
+        return units
     if math.isnan(whole) or whole <= 0:
         return units
     return math.sqrt(whole * units)

@@ -25,10 +25,13 @@ from dataclasses import dataclass, field
 
 #: The dimensions each kind is described by, in order. ``act``/``residual``: a fused activation / residual add;
 #: ``init_w``: the weights are stored in the model (a quantiser can convert them; computed weights it leaves alone);
+#: ``dwpw``: a depthwise convolution and the 1x1 convolution that alone reads it (MobileNet's separable block, which
+#: runtimes with a fused kernel run without writing the tensor between them);
 #: ``heavy``: a transcendental element-wise function (Erf, Exp, Tanh, Sigmoid…); ``avg``: average (not max) pooling.
 KINDS: dict[str, tuple[str, ...]] = {
     "conv": ("n", "cin", "cout", "h", "w", "kh", "kw", "stride", "group", "oh", "ow", "act", "residual", "init_w"),
     "dwconv": ("n", "c", "mult", "h", "w", "kh", "kw", "stride", "oh", "ow", "act", "residual", "init_w"),
+    "dwpw": ("n", "c", "h", "w", "kh", "kw", "stride", "oh", "ow", "cout", "dw_act", "act", "residual", "init_w"),
     "gemm": ("m", "k", "n", "act", "init_w"),
     "bmm": ("b", "m", "k", "n"),
     "pool": ("n", "c", "h", "w", "kh", "kw", "stride", "oh", "ow", "avg"),
@@ -42,7 +45,7 @@ KINDS: dict[str, tuple[str, ...]] = {
 #: The dimension of each kind that grows with the batch.
 BATCHED = {kind: dims[0] for kind, dims in KINDS.items() if kind != "noop"}
 #: Kinds whose weights a post-training quantiser converts to int8.
-QUANTISABLE = ("conv", "dwconv", "gemm")
+QUANTISABLE = ("conv", "dwconv", "dwpw", "gemm")
 _F32 = 4.0
 
 
@@ -119,6 +122,10 @@ def unit_flops(unit: Unit, batch: int = 1) -> float:
     if k == "dwconv":
         outs = u["n"] * u["c"] * u["mult"] * u["oh"] * u["ow"]
         return 2.0 * outs * u["kh"] * u["kw"] + outs * (1 + u["act"] + u["residual"])
+    if k == "dwpw":
+        mid, out = u["n"] * u["c"] * u["oh"] * u["ow"], u["n"] * u["cout"] * u["oh"] * u["ow"]
+        macs = mid * (u["kh"] * u["kw"] + u["cout"])
+        return 2.0 * macs + mid * (1 + u["dw_act"]) + out * (1 + u["act"] + u["residual"])
     if k == "gemm":
         return 2.0 * u["m"] * u["k"] * u["n"] + u["m"] * u["n"] * (1 + u["act"])
     if k == "bmm":
@@ -146,6 +153,9 @@ def unit_bytes(unit: Unit, batch: int = 1) -> float:
         out = u["n"] * u["c"] * u["mult"] * u["oh"] * u["ow"]
         weights = u["c"] * u["mult"] * u["kh"] * u["kw"]
         return _F32 * (u["n"] * u["c"] * u["h"] * u["w"] + out * (1 + u["residual"]) + weights)
+    if k == "dwpw":  # the tensor between the two is not counted: a fused kernel never writes it
+        out = u["n"] * u["cout"] * u["oh"] * u["ow"]
+        return _F32 * (u["n"] * u["c"] * u["h"] * u["w"] + out * (1 + u["residual"]) + unit_weight_bytes(u))
     if k == "gemm":
         return _F32 * (u["m"] * u["k"] + u["k"] * u["n"] + u["m"] * u["n"])
     if k == "bmm":
@@ -169,6 +179,8 @@ def unit_weight_bytes(unit: Unit) -> float:
         return _F32 * unit["cout"] * (unit["cin"] // max(unit["group"], 1)) * unit["kh"] * unit["kw"]
     if unit.kind == "dwconv":
         return _F32 * unit["c"] * unit["mult"] * unit["kh"] * unit["kw"]
+    if unit.kind == "dwpw":
+        return _F32 * unit["c"] * (unit["kh"] * unit["kw"] + unit["cout"])
     if unit.kind == "gemm":
         return _F32 * unit["k"] * unit["n"]
     return 0.0
@@ -224,6 +236,21 @@ def unit_features(unit: Unit, batch: int = 1) -> list[float]:
             u["kh"] * u["kw"],
             u["stride"],
             _lane_waste(u["c"]),
+            u["act"],
+            u["residual"],
+        ]
+    elif k == "dwpw":
+        shape = [
+            _lg(u["n"]),
+            _lg(u["c"]),
+            _lg(u["cout"]),
+            _lg(u["oh"] * u["ow"]),
+            _lg(u["n"] * u["oh"] * u["ow"]),
+            u["kh"] * u["kw"],
+            u["stride"],
+            _lane_waste(u["c"]),
+            _lane_waste(u["cout"]),
+            u["dw_act"],
             u["act"],
             u["residual"],
         ]

@@ -71,6 +71,23 @@ def test_gelu_is_one_transcendental_element_wise_unit_after_the_matrix_product_t
     assert units[0]["m"] == 4 and dict(units[1].dims) == {"elements": 4 * 64, "inputs": 1, "heavy": 1}
 
 
+def test_a_depthwise_convolution_read_only_by_a_pointwise_one_is_one_separable_unit():
+    nodes = [
+        helper.make_node("Conv", ["x", "dw"], ["d"], group=8, pads=[1, 1, 1, 1]),
+        helper.make_node("Clip", ["d"], ["r"]),
+        helper.make_node("Conv", ["r", "pw"], ["p"]),
+        helper.make_node("Add", ["p", "x2"], ["y"]),
+    ]
+    x = {"x": [1, 8, 16, 16], "x2": [1, 32, 16, 16]}
+    (unit,) = graph_units(model(nodes, x, {"dw": (8, 1, 3, 3), "pw": (32, 8, 1, 1)}))
+    assert unit.kind == "dwpw"
+    assert (unit["c"], unit["cout"], unit["dw_act"], unit["act"], unit["residual"]) == (8, 32, 1, 0, 1)
+    # a strided or 3x3 second convolution is not pointwise: two units
+    nodes[2] = helper.make_node("Conv", ["r", "pw"], ["p"], pads=[1, 1, 1, 1])
+    units = graph_units(model(nodes, x, {"dw": (8, 1, 3, 3), "pw": (32, 8, 3, 3)}))
+    assert [u.kind for u in units] == ["dwconv", "conv"]
+
+
 def test_attention_products_of_two_activations_are_batched_matmuls():
     nodes = [
         helper.make_node("Transpose", ["k"], ["kt"], perm=[0, 1, 3, 2]),
@@ -108,7 +125,8 @@ def test_every_suite_model_is_cut_into_units_that_cover_its_convolutions_and_mat
         proto = suite_model.model()
         units = graph_units(proto)
         heads = sum(1 for n in proto.graph.node if n.op_type in ("Conv", "Gemm", "MatMul"))
-        assert sum(u.count for u in units if u.kind in ("conv", "dwconv", "gemm", "bmm")) == heads, suite_model.name
+        kernels = sum(u.count for u in units if u.kind in ("conv", "dwconv", "gemm", "bmm"))
+        assert kernels + 2 * sum(u.count for u in units if u.kind == "dwpw") == heads, suite_model.name
 
 
 def test_an_element_wise_model_is_one_fused_unit_per_sample():

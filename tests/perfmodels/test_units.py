@@ -184,3 +184,4 @@ def test_sweep_rows_keep_only_measured_one_unit_kernel_rows():
 def test_the_combination_is_the_geometric_mean_or_whichever_exists():
     assert combine(4.0, 1.0) == pytest.approx(2.0)
     assert combine(4.0, math.nan) == 4.0 and combine(math.nan, 3.0) == 3.0
+    assert combine(4.0, 1.0, "int8") == 1.0 and combine(4.0, math.nan, "int8") == 4.0
