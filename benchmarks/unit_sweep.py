@@ -71,8 +71,11 @@ def _batch(rng: np.random.Generator) -> int:
     return _choice(rng, [1, 2, 4, 8], [4, 1, 1, 3])
 
 
-def _out_size(size: int, kernel: int, stride: int, pad: int) -> int:
-    return (size + 2 * pad - kernel) // stride + 1
+def _same_padded(out: int, kernel: int, stride: int) -> tuple[int, int]:
+    """(input size, output size) of a 'same'-padded convolution meant to give about ``out`` outputs per side."""
+    pad = kernel // 2
+    size = max(kernel, (out - 1) * stride + kernel - 2 * pad)
+    return size, (size + 2 * pad - kernel) // stride + 1
 
 
 def _conv(rng: np.random.Generator) -> Unit:
@@ -88,9 +91,7 @@ def _conv(rng: np.random.Generator) -> Unit:
         cin, cout = max(cin // group, 1) * group, max(cout // group, 1) * group
     while 2.0 * n * cout * out * out * (cin // group) * k * k > MAX_UNIT_FLOPS and out > 1:
         out = max(1, int(out * 0.8))
-    pad = k // 2
-    size = max(k, (out - 1) * stride + k - 2 * pad)
-    oh = _out_size(size, k, stride, pad)
+    size, oh = _same_padded(out, k, stride)
     return Unit(
         "conv",
         {
@@ -120,9 +121,7 @@ def _dwconv(rng: np.random.Generator) -> Unit:
     out = _log_int(rng, 2, 112)
     while 2.0 * n * c * out * out * k * k > MAX_UNIT_FLOPS / 4 and out > 2:
         out = max(2, int(out * 0.8))
-    pad = k // 2
-    size = max(k, (out - 1) * stride + k - 2 * pad)
-    oh = _out_size(size, k, stride, pad)
+    size, oh = _same_padded(out, k, stride)
     return Unit(
         "dwconv",
         {
@@ -151,9 +150,7 @@ def _dwpw(rng: np.random.Generator) -> Unit:
     out = _log_int(rng, 2, 112)
     while 2.0 * n * c * out * out * (k * k + cout) > MAX_UNIT_FLOPS and out > 2:
         out = max(2, int(out * 0.8))
-    pad = k // 2
-    size = max(k, (out - 1) * stride + k - 2 * pad)
-    oh = _out_size(size, k, stride, pad)
+    size, oh = _same_padded(out, k, stride)
     dims = {"n": n, "c": c, "h": size, "w": size, "kh": k, "kw": k, "stride": stride, "oh": oh, "ow": oh}
     dims.update(
         cout=cout,
@@ -248,18 +245,17 @@ _SAMPLERS: dict[str, Callable[[np.random.Generator], Unit]] = {
 
 
 def sample_units(per_kind: int | None = None, seed: int = 0, kinds: tuple[str, ...] | None = None) -> list[Unit]:
-    """Seeded samples of every kind (``SWEEP_SIZES`` each, or ``per_kind``), plus the no-op chains."""
+    """Seeded samples of every kind (``SWEEP_SIZES`` each, or ``per_kind``), plus the no-op chains; ``kinds`` keeps
+    some kinds of that same sample (the others are drawn all the same, so a kind's units never depend on it)."""
     rng = np.random.default_rng(seed)
     units: list[Unit] = []
     for kind, size in SWEEP_SIZES.items():
-        if kinds is not None and kind not in kinds:
-            continue
         count = size if per_kind is None else min(per_kind, size)
         if kind == "noop":
             units.extend(Unit("noop", {"nodes": nodes}) for nodes in (1, 2, 4, 8)[: max(count, 2)])
-            continue
-        units.extend(_SAMPLERS[kind](rng) for _ in range(count))
-    return units
+        else:
+            units.extend(_SAMPLERS[kind](rng) for _ in range(count))
+    return units if kinds is None else [u for u in units if u.kind in kinds]
 
 
 # --- one unit as an ONNX model ---------------------------------------------------------------------------------------

@@ -511,6 +511,17 @@ def _known_shapes(model: onnx.ModelProto) -> tuple[dict[str, Shape], dict[str, i
     return shapes, types
 
 
+def inferred_shapes(small: onnx.ModelProto, source: str) -> tuple[dict[str, Shape], dict[str, int]]:
+    """Shapes and element types after ONNX shape inference of ``small`` (``_shape_inference_model``'s copy);
+    ``SpecError`` naming ``source`` when inference fails."""
+    try:
+        inferred = shape_inference.infer_shapes(small, data_prop=True)
+    except Exception as error:  # onnx raises InferenceError, ValidationError…
+        first_line = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+        raise SpecError(f"{source}: ONNX shape inference failed ({first_line})") from None
+    return _known_shapes(inferred)
+
+
 def _itemsize(elem_type: int) -> int:
     try:
         return int(onnx.helper.tensor_dtype_to_np_dtype(elem_type).itemsize)
@@ -566,12 +577,7 @@ def analyse_onnx(
     model, source = _load(path_or_model)
     notes: list[str] = []
     small, input_shapes, scale = _shape_inference_model(model, batch_size, dims or {}, notes)
-    try:
-        inferred = shape_inference.infer_shapes(small, data_prop=True)
-    except Exception as error:  # onnx raises InferenceError, ValidationError…
-        first_line = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
-        raise SpecError(f"{source}: ONNX shape inference failed ({first_line})") from None
-    shapes, types = _known_shapes(inferred)
+    shapes, types = inferred_shapes(small, source)
     constant = _constant_tensors(model.graph)
     # the batch the shapes were inferred at (a fixed-batch model keeps its own): rows per sample of matrix products
     shape_batch = next((s[0] for n, s in input_shapes.items() if s), 1)

@@ -23,10 +23,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import onnx
-from onnx import shape_inference
 
-from optimiser.errors import SpecError
-from optimiser.modelinfo import _attr, _constant_tensors, _known_shapes, _load, _shape_inference_model
+from optimiser.modelinfo import _attr, _constant_tensors, _load, _shape_inference_model, inferred_shapes
 from perfmodels.units import Unit
 
 Shape = tuple[int, ...]
@@ -97,12 +95,7 @@ def graph_units(path_or_model: str | Path | onnx.ModelProto, dims: dict[str, int
     """
     model, source = _load(path_or_model)
     small, _, _ = _shape_inference_model(model, 1, dims or {}, [])
-    try:
-        inferred = shape_inference.infer_shapes(small, data_prop=True)
-    except Exception as error:  # onnx raises InferenceError, ValidationError…
-        first_line = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
-        raise SpecError(f"{source}: ONNX shape inference failed ({first_line})") from None
-    shapes, _ = _known_shapes(inferred)
+    shapes, _ = inferred_shapes(small, source)
     return _Cutter(model.graph, shapes).units()
 
 

@@ -9,7 +9,7 @@ from benchmarks.unit_sweep import SWEEP_SIZES, run_unit_sweep, sample_units, uni
 from optimiser.unitgraph import graph_units
 from perfmodels.results_db import read_results
 from perfmodels.unitfit import fit_units
-from perfmodels.units import KINDS, decode_units
+from perfmodels.units import KINDS, decode_units, encode_units
 
 
 def test_the_sample_is_seeded_and_covers_every_kind():
@@ -17,7 +17,8 @@ def test_the_sample_is_seeded_and_covers_every_kind():
     assert [u.signature() for u in first] == [u.signature() for u in again]
     assert [u.signature() for u in first] != [u.signature() for u in other]
     assert {u.kind for u in first} == set(KINDS) == set(SWEEP_SIZES)
-    assert len(sample_units(kinds=("conv",))) == SWEEP_SIZES["conv"]
+    convs = sample_units(kinds=("conv", "pool"))
+    assert [u.signature() for u in convs] == [u.signature() for u in sample_units() if u.kind in ("conv", "pool")]
 
 
 def test_every_sampled_unit_builds_a_valid_model_that_cuts_back_into_that_unit():
@@ -52,3 +53,13 @@ def test_a_small_sweep_on_our_runtime_records_rows_a_unit_model_fits(tmp_path):
     assert (frame[frame["model"].str.startswith("unit_gemm")]["boundary_ms"] == 0).all()
     route = fit_units(frame).route((frame["target"].iloc[0], "appopt-runtime", "none", "NCHW", "fp32", 1))
     assert route is not None and set(route.kinds) == {"gemm", "eltwise", "conv"} and route.call_s > 0
+
+
+def test_the_shipped_sweep_is_the_default_sample_so_it_can_be_measured_again():
+    from perfmodels.results_db import DEFAULT_DB
+    from perfmodels.unitfit import UNIT_FAMILY
+
+    shipped = read_results(DEFAULT_DB)
+    measured = set(shipped.loc[shipped["family"] == UNIT_FAMILY, "units"])
+    sampled = {encode_units([u]) for u in sample_units()}
+    assert measured == sampled
