@@ -64,6 +64,22 @@ class TorchGraph:
                 self._fold(fn, list(node.input), list(node.output))
             else:
                 self.steps.append((fn, list(node.input), list(node.output)))
+        self.last_uses = self._last_uses()
+
+    def _last_uses(self) -> list[list[str]]:
+        """Per step, the activations no later step or output reads: dropped after it, as eager PyTorch drops a
+        tensor when the last Python reference to it goes (keeping every activation alive until the end would make
+        each op write to fresh, cold memory)."""
+        keep = set(self.constants) | set(self.output_names)
+        last: dict[str, int] = {}
+        for index, (_, inputs, _) in enumerate(self.steps):
+            for name in inputs:
+                if name and name not in keep:
+                    last[name] = index
+        drops: list[list[str]] = [[] for _ in self.steps]
+        for name, index in last.items():
+            drops[index].append(name)
+        return drops
 
     def _fold(self, fn: Callable[..., Any], inputs: list[str], outputs: list[str]) -> None:
         """Run a node whose inputs are all constants once, now: its outputs are parameters, as in a PyTorch model
@@ -80,13 +96,20 @@ class TorchGraph:
         for name in self.input_names:
             env[name] = torch.from_numpy(np.ascontiguousarray(feeds[name]))
         with torch.inference_mode():
-            for fn, inputs, outputs in self.steps:
+            for (fn, inputs, outputs), drops in zip(self.steps, self.last_uses, strict=True):
                 result = fn(*(env[i] if i else None for i in inputs))
                 if isinstance(result, tuple):
                     env.update(zip(outputs, result, strict=False))
                 else:
                     env[outputs[0]] = result
+                for name in drops:
+                    env.pop(name, None)
         return [env[name].numpy() for name in self.output_names]
+
+    def _scalar(self, name: str) -> float | None:
+        """The value of a one-element constant input (None when it is absent or not a constant)."""
+        value = self.constants.get(name) if name else None
+        return float(value.reshape(-1)[0]) if value is not None and value.numel() == 1 else None
 
     def _compile(self, node: onnx.NodeProto) -> Callable[..., Any]:
         torch = self.torch
@@ -155,6 +178,11 @@ class TorchGraph:
 
             return gemm
         if op == "Clip":
+            names = [*node.input[1:3], "", ""][:2]
+            lo_value, hi_value = (self._scalar(name) for name in names)
+            if all(not name or value is not None for name, value in zip(names, (lo_value, hi_value), strict=True)):
+                # constant bounds as Python numbers, as F.relu6/hardtanh pass them (tensor bounds take a slower path)
+                return lambda x, lo=None, hi=None: torch.clamp(x, lo_value, hi_value)
             return lambda x, lo=None, hi=None: torch.clamp(x, lo, hi)
         if op == "Reshape":
             return lambda x, shape: x.reshape([x.shape[i] if s == 0 else int(s) for i, s in enumerate(shape.tolist())])
