@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import functools
 import math
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 import numpy as np
@@ -30,9 +30,9 @@ from benchmarks.kernels import Kernel, KernelOutcome, run_kernel_suite
 from benchmarks.models.graph import OPSET
 from perfmodels.units import Unit, encode_units, unit_flops
 
-#: Samples per kind of the full sweep (``sample_units(per_kind=None)``); chosen so that the sweep of all measured
-#: routes at 1 and 2 threads takes about 15 minutes on a 2-core machine. (Each kind draws from one seeded stream in
-#: this order: a kind added later goes last, so that the earlier kinds' samples stay those measured before.)
+#: Samples per kind of the full sweep's first round (``sample_units(per_kind=None)``); chosen so that the sweep of all
+#: measured routes at 1 and 2 threads takes about 15 minutes on a 2-core machine. (Each kind draws from one seeded
+#: stream in this order: a kind added later goes last, so that the earlier kinds' samples stay those measured before.)
 SWEEP_SIZES = {
     "conv": 240,
     "dwconv": 70,
@@ -47,6 +47,25 @@ SWEEP_SIZES = {
     "dwpw": 50,
     "noop": 4,
 }
+#: Later rounds of the full sweep, drawn from the same stream after the first (so its samples stay those measured
+#: before): the kinds whose regressors still learned from more data (their cross-validated error fell as the first
+#: round's rows were added), about 30 minutes more on 2 cores. ``appopt bench units --new --db DB`` measures only
+#: what ``DB`` lacks.
+SWEEP_ROUNDS: tuple[dict[str, int], ...] = (
+    SWEEP_SIZES,
+    {
+        "conv": 400,
+        "dwconv": 50,
+        "gemm": 160,
+        "bmm": 30,
+        "pool": 60,
+        "eltwise": 60,
+        "layernorm": 20,
+        "softmax": 20,
+        "move": 20,
+        "dwpw": 70,
+    },
+)
 #: Units above this many FLOPs are scaled down before measuring: their efficiency no longer changes with size, and
 #: the regressors predict time per roofline time, so larger ones cost measuring time and teach nothing new.
 MAX_UNIT_FLOPS = 4e8
@@ -244,18 +263,39 @@ _SAMPLERS: dict[str, Callable[[np.random.Generator], Unit]] = {
 }
 
 
-def sample_units(per_kind: int | None = None, seed: int = 0, kinds: tuple[str, ...] | None = None) -> list[Unit]:
-    """Seeded samples of every kind (``SWEEP_SIZES`` each, or ``per_kind``), plus the no-op chains; ``kinds`` keeps
-    some kinds of that same sample (the others are drawn all the same, so a kind's units never depend on it)."""
-    rng = np.random.default_rng(seed)
+def _draw(rng: np.random.Generator, sizes: dict[str, int], per_kind: int | None) -> list[Unit]:
     units: list[Unit] = []
-    for kind, size in SWEEP_SIZES.items():
+    for kind, size in sizes.items():
         count = size if per_kind is None else min(per_kind, size)
         if kind == "noop":
             units.extend(Unit("noop", {"nodes": nodes}) for nodes in (1, 2, 4, 8)[: max(count, 2)])
         else:
             units.extend(_SAMPLERS[kind](rng) for _ in range(count))
+    return units
+
+
+def sample_rounds(seed: int = 0) -> list[list[Unit]]:
+    """The full sweep's units, round by round (``SWEEP_ROUNDS``), from one seeded stream."""
+    rng = np.random.default_rng(seed)
+    return [_draw(rng, sizes, None) for sizes in SWEEP_ROUNDS]
+
+
+def sample_units(per_kind: int | None = None, seed: int = 0, kinds: tuple[str, ...] | None = None) -> list[Unit]:
+    """Seeded samples of every kind (every round of ``SWEEP_ROUNDS``, or the first round's first ``per_kind`` of
+    each), plus the no-op chains; ``kinds`` keeps some kinds of that same sample (the others are drawn all the same,
+    so a kind's units never depend on it)."""
+    if per_kind is None:
+        units = [u for round_ in sample_rounds(seed) for u in round_]
+    else:
+        units = _draw(np.random.default_rng(seed), SWEEP_ROUNDS[0], per_kind)
     return units if kinds is None else [u for u in units if u.kind in kinds]
+
+
+def unmeasured(units: list[Unit], measured: Iterable[object]) -> list[Unit]:
+    """The ``units`` whose encoded form is not among ``measured`` (a database's ``units`` column): what a sweep
+    resumed or extended still has to measure."""
+    done = {text for text in measured if isinstance(text, str)}
+    return [u for u in units if encode_units([u]) not in done]
 
 
 # --- one unit as an ONNX model ---------------------------------------------------------------------------------------

@@ -175,17 +175,31 @@ def units_cmd(
     int8: Annotated[bool, typer.Option(help="Also measure the quantisable units at int8 (onnxruntime).")] = True,
     seed: Annotated[int, typer.Option(help="Seed of the sampled shapes.")] = 0,
     db: Annotated[Path | None, typer.Option("--db", help="Append result rows to this database file.")] = None,
+    new: Annotated[
+        bool, typer.Option("--new", help="Only the units --db has no rows of (resume or extend a sweep).")
+    ] = False,
 ) -> None:
     """Kernel-unit sweep: sampled convolutions, matrix products, pools, norms… measured alone on each backend,
     the data the kernel-level performance models learn from (``appopt models evaluate`` scores them)."""
     from benchmarks.backends import all_backends
-    from benchmarks.unit_sweep import SWEEP_BACKENDS, run_unit_sweep, sample_units
+    from benchmarks.unit_sweep import SWEEP_BACKENDS, run_unit_sweep, sample_units, unmeasured
     from perfmodels.units import KINDS
 
     backends = tuple(backend or SWEEP_BACKENDS)
     _check_choices("--backend", list(backends), list(all_backends()))
     _check_choices("--kind", kind or [], list(KINDS))
     units = sample_units(per_kind, seed, tuple(kind) if kind else None)
+    if new:
+        if db is None:
+            raise AppoptError("--new: needs --db, the database whose units are skipped")
+        from perfmodels.results_db import ResultsSchemaError, read_results
+
+        try:
+            measured = read_results(db)["units"] if db.exists() else []
+        except ResultsSchemaError as error:
+            raise AppoptError(f"--db: {error}") from None
+        units = unmeasured(units, measured)
+        typer.echo(f"{len(units)} unit(s) not yet in {db}")
     measured = 0
     for outcome in run_unit_sweep(units, str(db) if db else None, backends, tuple(threads or (1,)), int8):
         measured += outcome.status == "ok"
@@ -305,12 +319,12 @@ def record_default_cmd(
     ] = 2.5,
     threads: Annotated[list[int] | None, typer.Option("--threads", help="Thread counts (repeatable).")] = None,
     kernels: Annotated[bool, typer.Option(help="Also run the kernel suite.")] = True,
-    units: Annotated[bool, typer.Option(help="Also run the kernel-unit sweep (about 15 minutes).")] = True,
+    units: Annotated[bool, typer.Option(help="Also run the kernel-unit sweep (about 40 minutes).")] = True,
     quiet_wait: Annotated[
         float, typer.Option(help="Seconds to wait for other processes to go quiet before starting.", min=0.0)
     ] = 60.0,
 ) -> None:
-    """Regenerate the shipped result database from scratch on this machine (about 25 minutes; run it quiet)."""
+    """Regenerate the shipped result database from scratch on this machine (about 50 minutes; run it quiet)."""
     from dataclasses import replace
 
     from benchmarks.record import RECORD_SETTINGS, record_default

@@ -173,3 +173,18 @@ def test_bench_refresh_features_updates_suite_rows(tmp_path):
     result = runner.invoke(app(), ["bench", "refresh-features", "--db", str(db)])
     assert result.exit_code == 0 and "updated the features of 1 row(s)" in result.output
     assert "gemv" in read_results(db)["flops_by_class"].iloc[0]
+
+
+def test_bench_units_new_measures_only_what_the_database_lacks(tmp_path):
+    from benchmarks.unit_sweep import run_unit_sweep, sample_units
+
+    db = tmp_path / "units.csv"
+    noops = sample_units(per_kind=2, kinds=("noop",))
+    list(run_unit_sweep(noops, str(db), backends=("appopt-runtime",), threads=(1,), int8=False))
+    args = ["bench", "units", "--per-kind", "2", "--kind", "noop", "--backend", "appopt-runtime", "--db", str(db)]
+    again = runner.invoke(app(), [*args, "--new"])
+    assert again.exit_code == 0, again.output
+    assert f"0 unit(s) not yet in {db}" in again.output and "measured 0 unit(s)" in again.output
+    assert len(read_results(db)) == len(noops)
+    no_db = runner.invoke(app(), ["bench", "units", "--kind", "noop", "--new"])
+    assert no_db.exit_code == 1 and "--new: needs --db" in no_db.output

@@ -5,7 +5,16 @@ from __future__ import annotations
 import onnx
 import pytest
 
-from benchmarks.unit_sweep import SWEEP_SIZES, run_unit_sweep, sample_units, unit_kernels, unit_model
+from benchmarks.unit_sweep import (
+    SWEEP_ROUNDS,
+    SWEEP_SIZES,
+    run_unit_sweep,
+    sample_rounds,
+    sample_units,
+    unit_kernels,
+    unit_model,
+    unmeasured,
+)
 from optimiser.unitgraph import graph_units
 from perfmodels.results_db import read_results
 from perfmodels.unitfit import fit_units
@@ -19,6 +28,24 @@ def test_the_sample_is_seeded_and_covers_every_kind():
     assert {u.kind for u in first} == set(KINDS) == set(SWEEP_SIZES)
     convs = sample_units(kinds=("conv", "pool"))
     assert [u.signature() for u in convs] == [u.signature() for u in sample_units() if u.kind in ("conv", "pool")]
+
+
+def test_later_rounds_extend_the_sweep_without_changing_what_was_measured_before():
+    full, rounds = sample_units(), sample_rounds()
+    assert [u.signature() for u in full] == [u.signature() for round_ in rounds for u in round_]
+    assert [len(r) for r in rounds[1:]] == [sum(sizes.values()) for sizes in SWEEP_ROUNDS[1:]]
+    # the first round is the sample the sweep took before later rounds existed: the same stream, drawn first
+    assert SWEEP_ROUNDS[0] is SWEEP_SIZES and len(rounds[0]) == sum(SWEEP_SIZES.values())
+    assert len({u.signature() for u in full}) > 0.95 * len(full)
+    convs = [u for u in full if u.kind == "conv"]
+    assert len(convs) == sum(r.get("conv", 0) for r in SWEEP_ROUNDS)
+
+
+def test_unmeasured_keeps_the_units_a_database_has_no_rows_of():
+    units = sample_units(per_kind=2, kinds=("gemm", "pool"))
+    measured = [encode_units([units[0]]), encode_units([units[2]]), None, float("nan")]
+    assert unmeasured(units, measured) == [units[1], units[3]]
+    assert unmeasured(units, []) == units
 
 
 def test_every_sampled_unit_builds_a_valid_model_that_cuts_back_into_that_unit():
@@ -55,11 +82,30 @@ def test_a_small_sweep_on_our_runtime_records_rows_a_unit_model_fits(tmp_path):
     assert route is not None and set(route.kinds) == {"gemm", "eltwise", "conv"} and route.call_s > 0
 
 
-def test_the_shipped_sweep_is_the_default_sample_so_it_can_be_measured_again():
+def test_the_shipped_sweep_is_the_default_samples_first_round_so_it_can_be_measured_again():
+    """The shipped database was recorded before the second round existed (``bench units --new`` or the next
+    ``record-default`` adds it): it holds every unit of the first round and nothing outside the default sample."""
     from perfmodels.results_db import DEFAULT_DB
     from perfmodels.unitfit import UNIT_FAMILY
 
     shipped = read_results(DEFAULT_DB)
     measured = set(shipped.loc[shipped["family"] == UNIT_FAMILY, "units"])
-    sampled = {encode_units([u]) for u in sample_units()}
-    assert measured == sampled
+    first, *later = sample_rounds()
+    assert measured == {encode_units([u]) for u in first}
+    assert unmeasured(sample_units(), measured) == [u for round_ in later for u in round_]
+
+
+def test_sweep_rounds_leaves_out_the_unit_rows_of_later_rounds():
+    import pandas as pd
+
+    from benchmarks.sweep_rounds import rows_of_rounds
+
+    first, second = sample_rounds()[:2]
+    frame = pd.DataFrame(
+        {
+            "family": ["kernel-unit", "kernel-unit", "resnet"],
+            "units": [encode_units([first[0]]), encode_units([second[0]]), encode_units([second[0]])],
+        }
+    )
+    assert list(rows_of_rounds(frame, 1).index) == [0, 2]  # a suite model's units are never left out
+    assert list(rows_of_rounds(frame, 2).index) == [0, 1, 2]

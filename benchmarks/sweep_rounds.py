@@ -1,0 +1,60 @@
+"""What each round of the kernel-unit sweep buys: held-out accuracy with the first N rounds' unit rows.
+
+    python -m benchmarks.sweep_rounds DB [--rounds 1 2]
+
+``DB`` is a database recorded with every round (``appopt bench record-default -o DB``, or the shipped one extended
+with ``appopt bench units --new --db DB``). For each ``--rounds`` value the unit-sweep rows of later rounds are left
+out and ``perfmodels.evaluate.leave_one_architecture_out`` scores the models fitted on what remains, so the rounds
+are compared on the same recording of the same machine (two recordings of two hosts are no comparison: their
+kernels differ by up to 1.5x).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+
+import pandas as pd
+
+from benchmarks.unit_sweep import SWEEP_ROUNDS, sample_rounds
+from perfmodels.evaluate import Evaluation, leave_one_architecture_out
+from perfmodels.results_db import ResultsSchemaError, read_results
+from perfmodels.unitfit import UNIT_FAMILY
+from perfmodels.units import encode_units
+
+
+def rows_of_rounds(frame: pd.DataFrame, rounds: int) -> pd.DataFrame:
+    """``frame`` without the unit-sweep rows of rounds after the first ``rounds``."""
+    later = {encode_units([u]) for round_ in sample_rounds()[rounds:] for u in round_}
+    return frame[(frame["family"] != UNIT_FAMILY) | ~frame["units"].isin(later)]
+
+
+def evaluate_rounds(frame: pd.DataFrame, rounds: Sequence[int]) -> dict[int, Evaluation]:
+    """Held-out evaluations with the unit rows of the first N rounds, for each N."""
+    return {n: leave_one_architecture_out(rows_of_rounds(frame, n)) for n in rounds}
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.sweep_rounds", description=__doc__.split("\n")[0])
+    parser.add_argument("db", help="a database recorded with every sweep round")
+    parser.add_argument("--rounds", type=int, nargs="+", default=list(range(1, len(SWEEP_ROUNDS) + 1)))
+    args = parser.parse_args(argv)
+    bad = [n for n in args.rounds if not 1 <= n <= len(SWEEP_ROUNDS)]
+    if bad:
+        parser.error(f"--rounds: {bad[0]} is not between 1 and {len(SWEEP_ROUNDS)}")
+    try:
+        frame = read_results(args.db)
+    except (OSError, ResultsSchemaError) as error:
+        print(f"{args.db}: {error}", file=sys.stderr)
+        return 1
+    for n, evaluation in evaluate_rounds(frame, args.rounds).items():
+        units = int((rows_of_rounds(frame, n)["family"] == UNIT_FAMILY).sum())
+        print(f"first {n} round(s): {units} unit-sweep rows")
+        for line in evaluation.lines()[1:5]:
+            print(f"  {line}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
