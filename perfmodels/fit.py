@@ -51,6 +51,7 @@ import pandas as pd
 from perfmodels.features import BYTES_PER_ELEMENT, Device, Route, Workload
 from perfmodels.results_db import BUSY_OTHER_CPU
 from perfmodels.roofline import RooflinePrior
+from perfmodels.targets import kernel_flags
 
 FEATURES = (
     "conv_flops",
@@ -221,6 +222,8 @@ class GroupFit:
     measured_range: tuple[float, float] = (0.0, math.inf)
     #: Shortest and longest ``roofline_seconds`` of the rows: the workload sizes the fit has seen.
     size_range: tuple[float, float] = (0.0, math.inf)
+    #: The kernel ISA flags of the host most of the rows were measured on (empty when not recorded).
+    cpu_flags: tuple[str, ...] = ()
 
     @property
     def key(self) -> tuple[str, str, str, str, str, int]:
@@ -263,6 +266,7 @@ class GroupFit:
             "size_range_s": list(self.size_range),
             "usable": self.usable,
             "train_rmspe": self.train_rmspe,
+            "cpu_flags": list(self.cpu_flags),
         }
 
 
@@ -357,6 +361,7 @@ def training_rows(frame: pd.DataFrame, statistic: Statistic = "auto") -> pd.Data
                 "bandwidth",
                 "cache_bandwidth",
                 "units",
+                "cpu_flags",
             ]
         )
     keys = ["target", "framework", "compiler", "layout", "precision", "threads", "model", "batch"]
@@ -387,6 +392,7 @@ def training_rows(frame: pd.DataFrame, statistic: Statistic = "auto") -> pd.Data
                 "cache_bandwidth": (float(cache) if not math.isnan(cache) else bandwidth) * 1e9,
                 "repeats": len(group),
                 "units": str(first["units"]) if "units" in group and isinstance(first["units"], str) else "",
+                "cpu_flags": str(first["cpu_flags"]) if isinstance(first.get("cpu_flags"), str) else "",
             }
         )
     out = pd.DataFrame.from_records(records)
@@ -631,4 +637,14 @@ def _fit_group(
         train_rmspe=_rmspe(x @ w, y),
         measured_range=(float(y.min()), float(y.max())),
         size_range=(min(sizes), max(sizes)),
+        cpu_flags=_common_flags(group),
     )
+
+
+def _common_flags(group: pd.DataFrame) -> tuple[str, ...]:
+    """The kernel ISA flags most of a group's rows were measured with."""
+    if "cpu_flags" not in group:
+        return ()
+    recorded = group["cpu_flags"].fillna("").astype(str)
+    recorded = recorded[recorded != ""]
+    return kernel_flags(str(recorded.mode().iloc[0]).split()) if len(recorded) else ()

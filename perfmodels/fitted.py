@@ -12,6 +12,9 @@
   (``perfmodels.unitfit``) → the geometric mean of the whole-model fit and the sum of the model's kernel units, or at
   int8 the unit sum alone (``basis: fitted:<target> + kernel units``; ``unitfit.combine``), the combination
   ``appopt models evaluate`` scores;
+* ``local`` on a host whose kernel ISA differs from the measured one's (one CPU model name, another host: a VM
+  with or without AMX) → the same, with the difference named (``basis: fitted:<target> (another host: measured with
+  amx_tile, which this CPU lacks)``): such hosts run kernels at other speeds;
 * a workload far smaller than anything the route was measured on (``GroupFit.below_range``: its time would be
   mostly per-query and per-node overhead the group could not have learned) → the prior as well
   (``basis: roofline-prior (below the fitted range of <target>)``).
@@ -44,7 +47,7 @@ from perfmodels.fit import BYTE_FEATURES, FLOP_FEATURES, FitResult, GroupFit, fi
 from perfmodels.prediction import PerformanceModel, Prediction
 from perfmodels.priors import layout_factor
 from perfmodels.roofline import RooflinePrior
-from perfmodels.targets import local_target_key, target_key, usable_cores
+from perfmodels.targets import host_difference, local_kernel_flags, local_target_key, target_key, usable_cores
 from perfmodels.unitfit import UnitFit, cache_dir_for, combine, fit_units
 
 #: Device names that mean "the machine we are running on".
@@ -257,6 +260,10 @@ class FittedModel:
             )
             step *= prior.step_seconds / self.prior.predict(workload, measured_route, device).step_seconds
             basis += f" x prior({', '.join(differs)})"
+        here = local_kernel_flags() if device.name in LOCAL_NAMES else ()
+        if here and group.cpu_flags:  # (no flags readable here: nothing to compare)
+            other_host = host_difference(group.cpu_flags, here)
+            basis += f" (another host: {other_host})" if other_host else ""
         terms = np.asarray(group.coef) * x
         compute, memory = float(terms[FLOP_FEATURES].sum()), float(terms[BYTE_FEATURES].sum())
         steps = None if workload.total_samples is None else workload.total_samples / workload.batch_size

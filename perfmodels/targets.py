@@ -9,7 +9,11 @@ import functools
 import os
 import platform
 import re
+from collections.abc import Iterable
 from pathlib import Path
+
+#: ISA flags that matter to DL kernels (the rest of /proc/cpuinfo's flags are noise for our purposes).
+KERNEL_FLAGS = re.compile(r"^(fma|avx|avx2|avx512\w*|avx_vnni|amx\w*|sve\w*|asimd\w*|neon|f16c|sse4_2)$")
 
 
 def target_key(cpu_model: str, cores: int) -> str:
@@ -47,3 +51,32 @@ def usable_cores() -> int:
 def local_target_key() -> str:
     """This machine's key."""
     return target_key(cpu_model_and_flags()[0], usable_cores())
+
+
+def kernel_flags(flags: Iterable[str]) -> tuple[str, ...]:
+    """The flags among ``flags`` that matter to DL kernels (``KERNEL_FLAGS``), sorted."""
+    return tuple(sorted({f for f in flags if KERNEL_FLAGS.match(f)}))
+
+
+@functools.lru_cache(maxsize=1)
+def local_kernel_flags() -> tuple[str, ...]:
+    """This machine's ``kernel_flags``."""
+    return kernel_flags(cpu_model_and_flags()[1])
+
+
+def host_difference(measured: Iterable[str], here: Iterable[str]) -> str:
+    """How this host's kernel ISA differs from that of the host a measurement came from ("" when alike).
+
+    Machines with one CPU model name (and so one target key) can differ: a cloud VM of one type may expose AMX on
+    one host and not on the next, and kernels then run at other speeds.
+
+    >>> host_difference(["avx512f", "amx_tile"], ["avx512f", "avx_vnni"])
+    'measured with amx_tile, which this CPU lacks; this CPU also has avx_vnni'
+    """
+    measured, here = set(kernel_flags(measured)), set(kernel_flags(here))
+    parts = []
+    if measured - here:
+        parts.append(f"measured with {', '.join(sorted(measured - here))}, which this CPU lacks")
+    if here - measured:
+        parts.append(f"this CPU also has {', '.join(sorted(here - measured))}")
+    return "; ".join(parts)

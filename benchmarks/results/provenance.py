@@ -11,7 +11,6 @@ import contextlib
 import functools
 import os
 import platform
-import re
 import shutil
 import subprocess
 import time
@@ -20,10 +19,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from perfmodels.targets import cpu_model_and_flags, target_key, usable_cores
-
-#: ISA flags that matter to DL kernels (the rest of /proc/cpuinfo's flags are noise for our purposes).
-_INTERESTING_FLAGS = re.compile(r"^(fma|avx|avx2|avx512\w*|avx_vnni|amx\w*|sve\w*|asimd\w*|neon|f16c|sse4_2)$")
+from perfmodels.targets import KERNEL_FLAGS, cpu_model_and_flags, target_key, usable_cores
 
 
 @dataclass(frozen=True)
@@ -108,7 +104,7 @@ def collect() -> Provenance:
     return Provenance(
         host=platform.node() or "unknown",
         cpu_model=model,
-        cpu_flags=" ".join(f for f in flags if _INTERESTING_FLAGS.match(f)),
+        cpu_flags=" ".join(f for f in flags if KERNEL_FLAGS.match(f)),
         cores=usable_cores(),
         accelerator=accelerator(),
         blas=blas_in_use(),
