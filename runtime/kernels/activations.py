@@ -373,7 +373,51 @@ class Softmax(_AxisNormalise):
 
 @register
 class SoftmaxLegacy(_Coerced2D, Softmax):
-    pass
+    """Opset 1-12 Softmax: over the flattened ``shape[axis:]``, which the compiled row kernel runs as rows of a
+    C-contiguous float32 array (an image classifier's ``[1, 1000, 1, 1]`` output normalised over axis 1)."""
+
+    def _rows(self, x: np.ndarray) -> tuple[int, int] | None:
+        if x.dtype != np.float32 or x.ndim == 0 or x.size == 0 or not x.flags.c_contiguous:
+            return None
+        axis = int(self.attrs["axis"])
+        axis = axis + x.ndim if axis < 0 else axis
+        cols = int(np.prod(x.shape[axis:], dtype=np.int64))
+        return (x.size // cols, cols) if cols else None
+
+    def _native(self, x: np.ndarray) -> Any:
+        if self._rows(x) is None:
+            return None
+        from runtime import native
+
+        return native.lib()
+
+    def compute(self, x: np.ndarray) -> np.ndarray:
+        if self._native(x) is not None:
+            return self.compute_into(None, x)
+        return _Coerced2D.compute(self, x)
+
+    def compute_into(self, out: np.ndarray | None, x: np.ndarray) -> np.ndarray:
+        lib, rows = self._native(x), self._rows(x)
+        if lib is None or rows is None or (out is not None and not out.flags.c_contiguous):
+            y = _Coerced2D.compute(self, x)
+            return y if out is None else _copied(out, y)
+        from runtime.native import ops
+
+        y = ops.softmax_rows(lib, x.reshape(rows), None if out is None else out.reshape(rows))
+        return y.reshape(x.shape) if out is None else out
+
+    def bind(self, out: np.ndarray, x: np.ndarray) -> Any:
+        lib, rows = self._native(x), self._rows(x)
+        if lib is None or rows is None or out.shape != x.shape or not out.flags.c_contiguous:
+            return None
+        from runtime.native import ops
+
+        return ops.bind_rows(lib, "softmax", x.reshape(rows), out.reshape(rows))
+
+
+def _copied(out: np.ndarray, y: np.ndarray) -> np.ndarray:
+    np.copyto(out, y)
+    return out
 
 
 @register

@@ -79,6 +79,31 @@ class PoolGeometry:
         return total
 
 
+def _native_pool(x: np.ndarray, geo: PoolGeometry) -> Any:
+    """The compiled NCHW pooling library when it applies (float32, 2-D windows, a C-contiguous input), else None."""
+    if x.dtype != np.float32 or geo.nd != 2 or x.ndim != 4 or not x.flags.c_contiguous:
+        return None
+    from runtime import native
+
+    return native.lib()
+
+
+def _pool_nchw(lib: Any, x: np.ndarray, geo: PoolGeometry, mode: int, out: np.ndarray | None) -> np.ndarray:
+    from runtime.native import ops
+
+    return ops.pool_nchw(lib, x, geo.kernel, geo.strides, geo.dilations, geo.pads[:4], geo.out, mode, out)
+
+
+def _bind_pool_nchw(out: np.ndarray, x: np.ndarray, attrs: dict[str, Any], mode: int) -> Any:
+    geo = PoolGeometry(attrs, x.shape[2:])
+    lib = _native_pool(x, geo)
+    if lib is None:
+        return None
+    from runtime.native import ops
+
+    return ops.bind_pool_nchw(lib, x, geo.kernel, geo.strides, geo.dilations, geo.pads[:4], geo.out, mode, out)
+
+
 def _kernel_axes(nd: int) -> tuple[int, ...]:
     return tuple(range(2 + nd, 2 + 2 * nd))
 
@@ -104,12 +129,26 @@ class AveragePool(Kernel):
     since_version = 1
     attr_defaults: ClassVar[dict[str, Any]] = {"auto_pad": "NOTSET", "ceil_mode": 0, "count_include_pad": 0}
 
+    def mode(self) -> int:
+        """The compiled kernel's averaging mode: 1 excludes padding from the divisor, 2 counts it."""
+        return 2 if self.attrs["count_include_pad"] else 1
+
     def compute(self, x: np.ndarray) -> np.ndarray:
+        return self.compute_into(None, x)
+
+    def compute_into(self, out: np.ndarray | None, x: np.ndarray) -> np.ndarray:
         geo = PoolGeometry(self.attrs, x.shape[2:])
+        lib = _native_pool(x, geo)
+        if lib is not None:
+            return _pool_nchw(lib, x, geo, self.mode(), out)
         ct = compute_dtype(x.dtype)
         sums = _tap_reduce(geo.windows(x.astype(ct, copy=False), 0), geo.nd, np.add)
         counts = geo.counts(bool(self.attrs["count_include_pad"]))
         return (sums / np.maximum(counts, 1).astype(ct)).astype(x.dtype, copy=False)
+
+    def bind(self, out: np.ndarray, x: np.ndarray) -> Any:
+        """A prebound compiled call over fixed buffers (the executor's static plan), or None."""
+        return _bind_pool_nchw(out, x, self.attrs, self.mode())
 
 
 def _lowest(dtype: np.dtype[Any]) -> float | int:
@@ -128,15 +167,31 @@ class MaxPool(Kernel):
 
     def compute(self, x: np.ndarray) -> np.ndarray | tuple[np.ndarray, np.ndarray]:
         geo = PoolGeometry(self.attrs, x.shape[2:])
-        win = geo.windows(x, _lowest(x.dtype))
         want_indices = self.node.n_outputs > 1 and (
             not self.node.output_present or len(self.node.output_present) < 2 or self.node.output_present[1]
         )
+        lib = None if want_indices else _native_pool(x, geo)
+        if lib is not None:
+            return _pool_nchw(lib, x, geo, 0, None)
+        win = geo.windows(x, _lowest(x.dtype))
         if not want_indices:
             if x.dtype.kind == "f":
                 return _tap_reduce(win, geo.nd, np.maximum)
             return win.max(axis=_kernel_axes(geo.nd))
         return self._with_indices(x, geo, win)
+
+    def compute_into(self, out: np.ndarray, x: np.ndarray) -> np.ndarray:
+        """The single-output MaxPool into a planned buffer (the executor calls this only with one output)."""
+        geo = PoolGeometry(self.attrs, x.shape[2:])
+        lib = _native_pool(x, geo)
+        if lib is not None:
+            return _pool_nchw(lib, x, geo, 0, out)
+        result = self.compute(x)
+        return result[0] if isinstance(result, tuple) else result
+
+    def bind(self, out: np.ndarray, x: np.ndarray) -> Any:
+        """A prebound compiled call over fixed buffers (the executor's static plan), or None."""
+        return _bind_pool_nchw(out, x, self.attrs, 0)
 
     def _with_indices(self, x: np.ndarray, geo: PoolGeometry, win: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         nd = geo.nd

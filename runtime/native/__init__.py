@@ -48,6 +48,7 @@ ENTRY_POINTS = (
     "ap_pack_b",
     "ap_dwconv",
     "ap_pool",
+    "ap_pool_nchw",
     "ap_gap",
     "ap_transpose",
     "ap_softmax",

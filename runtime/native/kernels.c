@@ -757,6 +757,74 @@ API void ap_pool(const int64_t *a) {
   parallel_for_work(a[PL_N] * a[PL_OH], pool_task, a, work);
 }
 
+/* The same pooling over NCHW (same argument block, PL_C the channels of each image): one task per output row of
+ * one channel plane; the taps of a row are added one at a time along the row, a contiguous (stride 1) or strided
+ * read, so single-plane pools (a MaxPool with no convolution around it) need no layout conversion. */
+static void pool_nchw_task(const void *vctx, long task) {
+  const int64_t *a = (const int64_t *)vctx;
+  long H = a[PL_H], W = a[PL_W], OH = a[PL_OH], OW = a[PL_OW];
+  long KH = a[PL_KH], KW = a[PL_KW], sh = a[PL_SH], sw = a[PL_SW], dh = a[PL_DH], dw = a[PL_DW];
+  long pt = a[PL_PT], pl = a[PL_PL], pb = a[PL_PB], pr = a[PL_PR];
+  int mode = (int)a[PL_MODE];
+  long oh = task % OH, plane = task / OH;
+  const float *x = (const float *)a[PL_X] + plane * H * W;
+  float *y = (float *)a[PL_Y] + (plane * OH + oh) * OW;
+  long hcount = 0, hpadded = 0;
+  enum { PHASE_FLOATS = 4096 };
+  float phases[PHASE_FLOATS];
+  long plen = (W + sw - 1) / sw;
+  int phased = sw > 1 && sw * plen <= PHASE_FLOATS && KW > 1;
+  for (long ow = 0; ow < OW; ow++) y[ow] = mode == 0 ? -INFINITY : 0.0f;
+  for (long i = 0; i < KH; i++) {
+    long ih = oh * sh - pt + i * dh;
+    if (ih >= -pt && ih < H + pb) hpadded++;
+    if (ih < 0 || ih >= H) continue;
+    hcount++;
+    const float *row = x + ih * W;
+    if (phased) /* split the row into its sw phases once, so that every tap reads one of them contiguously */
+      for (long ph = 0; ph < sw; ph++)
+        for (long k = 0, iw = ph; iw < W; k++, iw += sw) phases[ph * plen + k] = row[iw];
+    for (long j = 0; j < KW; j++) {
+      long off = j * dw - pl; /* input column of output column ow: ow * sw + off */
+      long lo = off >= 0 ? 0 : (-off + sw - 1) / sw;
+      if (W - 1 - off < 0) continue;
+      long hi = (W - 1 - off) / sw;
+      if (hi > OW - 1) hi = OW - 1;
+      if (sw == 1 || phased) {
+        /* input column ow * sw + off = sw * (ow + q) + ph: phase ph of the row, shifted by q, read contiguously */
+        long q = off >= 0 ? off / sw : -((-off + sw - 1) / sw), ph = off - q * sw;
+        const float *r = (sw == 1 ? row : phases + ph * plen) + q;
+        for (long ow = lo; ow <= hi; ow += VL) {
+          int nv = (int)(hi + 1 - ow < VL ? hi + 1 - ow : VL);
+          v16 v = vload_n(r + ow, nv), acc = vload_n(y + ow, nv);
+          vstore_n(y + ow, mode == 0 ? vmax(v, acc) : (v16)(acc + v), nv);
+        }
+      } else {
+        for (long ow = lo; ow <= hi; ow++) {
+          float v = row[ow * sw + off];
+          if (mode == 0) y[ow] = v > y[ow] ? v : y[ow]; else y[ow] += v;
+        }
+      }
+    }
+  }
+  if (mode == 0) return;
+  for (long ow = 0; ow < OW; ow++) {
+    long wcount = 0, wpadded = 0;
+    for (long j = 0; j < KW; j++) {
+      long iw = ow * sw - pl + j * dw;
+      if (iw >= -pl && iw < W + pr) wpadded++;
+      if (iw >= 0 && iw < W) wcount++;
+    }
+    long count = mode == 1 ? hcount * wcount : hpadded * wpadded;
+    y[ow] *= 1.0f / (float)(count ? count : 1);
+  }
+}
+
+API void ap_pool_nchw(const int64_t *a) {
+  double work = (double)a[PL_N] * a[PL_C] * a[PL_OH] * a[PL_OW] * a[PL_KH] * a[PL_KW];
+  parallel_for_work(a[PL_N] * a[PL_C] * a[PL_OH], pool_nchw_task, a, work);
+}
+
 /* Global average pool NHWC [N][HW][C] -> [N][C]. */
 enum { GP_X, GP_N, GP_HW, GP_C, GP_Y, GP_NARGS };
 

@@ -657,9 +657,9 @@ class DynamicMatMul:
         return y
 
 
-def bind_pool_nhwc(
-    native: NativeLib,
+def _pool_args(
     x: np.ndarray,
+    nhwc: tuple[int, int, int, int],
     kernel: Sequence[int],
     strides: Sequence[int],
     dilations: Sequence[int],
@@ -667,10 +667,9 @@ def bind_pool_nhwc(
     out_hw: Sequence[int],
     mode: int,
     out: np.ndarray,
-) -> Bound | None:
-    if not _c_float(x) or not _c_float(out) or out.shape != (x.shape[0], *out_hw, x.shape[3]):
-        return None
-    n, h, w, c = x.shape
+) -> Args:
+    """The argument block both pooling layouts take: sizes as (N, H, W, C) whatever the layout."""
+    n, h, w, c = nhwc
     a = Args(PL_NARGS)
     a.block[:PL_NARGS] = (
         addr(x),
@@ -693,7 +692,44 @@ def bind_pool_nhwc(
         mode,
         addr(out),
     )
+    return a
+
+
+def bind_pool_nhwc(
+    native: NativeLib,
+    x: np.ndarray,
+    kernel: Sequence[int],
+    strides: Sequence[int],
+    dilations: Sequence[int],
+    pads: Sequence[int],
+    out_hw: Sequence[int],
+    mode: int,
+    out: np.ndarray,
+) -> Bound | None:
+    if not _c_float(x) or not _c_float(out) or out.shape != (x.shape[0], *out_hw, x.shape[3]):
+        return None
+    n, h, w, c = x.shape
+    a = _pool_args(x, (n, h, w, c), kernel, strides, dilations, pads, out_hw, mode, out)
     return _bound(native.pool, a, x, out)
+
+
+def bind_pool_nchw(
+    native: NativeLib,
+    x: np.ndarray,
+    kernel: Sequence[int],
+    strides: Sequence[int],
+    dilations: Sequence[int],
+    pads: Sequence[int],
+    out_hw: Sequence[int],
+    mode: int,
+    out: np.ndarray,
+) -> Bound | None:
+    """``pool_nchw`` prebound over fixed arrays (None when they are not C-contiguous float32 of the right shape)."""
+    if not _c_float(x) or not _c_float(out) or x.ndim != 4 or out.shape != (*x.shape[:2], *out_hw):
+        return None
+    n, c, h, w = x.shape
+    a = _pool_args(x, (n, h, w, c), kernel, strides, dilations, pads, out_hw, mode, out)
+    return _bound(native.pool_nchw, a, x, out)
 
 
 def bind_rows(native: NativeLib, kind: str, x: np.ndarray, out: np.ndarray, *extra: Any) -> Bound | None:
@@ -753,33 +789,29 @@ def pool_nhwc(
     """
     x = np.ascontiguousarray(x, dtype=np.float32)
     n, h, w, c = x.shape
-    oh, ow = out_hw
     if out is None:
-        out = np.empty((n, oh, ow, c), dtype=np.float32)
-    a = Args(PL_NARGS)
-    vals = (
-        addr(x),
-        n,
-        h,
-        w,
-        c,
-        oh,
-        ow,
-        kernel[0],
-        kernel[1],
-        strides[0],
-        strides[1],
-        dilations[0],
-        dilations[1],
-        pads[0],
-        pads[1],
-        pads[2],
-        pads[3],
-        mode,
-        addr(out),
-    )
-    a.block[:PL_NARGS] = vals
-    native.pool(a.ptr)
+        out = np.empty((n, *out_hw, c), dtype=np.float32)
+    native.pool(_pool_args(x, (n, h, w, c), kernel, strides, dilations, pads, out_hw, mode, out).ptr)
+    return out
+
+
+def pool_nchw(
+    native: NativeLib,
+    x: np.ndarray,
+    kernel: Sequence[int],
+    strides: Sequence[int],
+    dilations: Sequence[int],
+    pads: Sequence[int],
+    out_hw: Sequence[int],
+    mode: int,
+    out: np.ndarray | None = None,
+) -> np.ndarray:
+    """``pool_nhwc`` over NCHW ``x`` (2-D windows): what a pool outside a converted (NHWC) region runs."""
+    x = np.ascontiguousarray(x, dtype=np.float32)
+    n, c, h, w = x.shape
+    if out is None:
+        out = np.empty((n, c, *out_hw), dtype=np.float32)
+    native.pool_nchw(_pool_args(x, (n, h, w, c), kernel, strides, dilations, pads, out_hw, mode, out).ptr)
     return out
 
 

@@ -173,6 +173,28 @@ def test_pooling_matches_the_window_reference(lib: native.NativeLib, mode: int, 
     np.testing.assert_allclose(y, ref.transpose(0, 2, 3, 1), rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.parametrize("mode", [0, 1, 2])
+@pytest.mark.parametrize(
+    "attrs",
+    [
+        {"kernel_shape": [3, 3], "strides": [2, 2], "pads": [1, 0, 1, 1], "ceil_mode": 1},
+        {"kernel_shape": [3, 3], "strides": [1, 1], "pads": [1, 1, 1, 1]},
+        {"kernel_shape": [2, 3], "strides": [3, 2], "pads": [0, 2, 1, 0], "dilations": [2, 1]},
+        {"kernel_shape": [5, 5], "strides": [4, 3], "pads": [2, 2, 2, 2], "ceil_mode": 1},
+        {"kernel_shape": [1, 1], "strides": [2, 2]},
+    ],
+)
+def test_nchw_pooling_matches_the_window_reference(lib: native.NativeLib, mode: int, attrs: dict) -> None:
+    """Pads, ceil-mode overhang, dilations and strides the phase split must get right (max and both averages)."""
+    rng = np.random.default_rng(6)
+    x = rng.standard_normal((2, 5, 11, 17)).astype(np.float32)
+    geo = PoolGeometry(attrs, x.shape[2:])
+    y = ops.pool_nchw(lib, x, geo.kernel, geo.strides, geo.dilations, geo.pads, geo.out, mode)
+    win = geo.windows(x, -np.inf if mode == 0 else 0)
+    ref = win.max(axis=(4, 5)) if mode == 0 else win.sum(axis=(4, 5)) / np.maximum(geo.counts(mode == 2), 1)
+    np.testing.assert_allclose(y, ref, rtol=1e-5, atol=1e-6)
+
+
 def test_row_kernels_match_numpy(lib: native.NativeLib) -> None:
     rng = np.random.default_rng(6)
     x = (rng.standard_normal((7, 130)) * 5).astype(np.float32)

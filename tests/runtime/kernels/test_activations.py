@@ -52,6 +52,19 @@ def test_legacy_softmax_flattens_from_axis(make_kernel) -> None:
     assert not np.allclose(legacy, modern)
 
 
+@pytest.mark.parametrize(("shape", "axis"), [((1, 1000, 1, 1), 1), ((2, 3, 4, 5), 2), ((2, 3, 4), -1)])
+def test_legacy_softmax_in_float32_matches_the_flattened_reference(make_kernel, shape, axis) -> None:
+    """float32 runs the compiled row kernel over the flattened trailing axes (an image classifier's output)."""
+    x = np.random.default_rng(2).standard_normal(shape).astype(np.float32)
+    (y,) = make_kernel("Softmax", opset=9, axis=axis).run(x)
+    rows = int(np.prod(shape[: axis % len(shape)]))
+    flat = x.astype(np.float64).reshape(rows, -1)
+    expected = np.exp(flat - flat.max(axis=1, keepdims=True))
+    expected /= expected.sum(axis=1, keepdims=True)
+    assert y.dtype == np.float32
+    np.testing.assert_allclose(y, expected.reshape(shape), rtol=1e-5, atol=1e-7)
+
+
 def test_hardmax_marks_first_maximum(make_kernel) -> None:
     x = np.array([[1, 3, 3], [2, 0, 2]], dtype=np.float32)
     (out,) = make_kernel("Hardmax", opset=13).run(x)

@@ -37,6 +37,13 @@ def test_max_pool_with_indices_matches_onnxruntime(shape, attrs) -> None:
     assert_matches_ort("MaxPool", {"x": x}, outputs=("y", "indices"), opset=12, **attrs)
 
 
+@pytest.mark.parametrize(("shape", "attrs"), WINDOWS)
+def test_max_pool_without_indices_matches_onnxruntime(shape, attrs) -> None:
+    """The compiled NCHW kernel (2-d float32 windows) and the NumPy path for the rest."""
+    x = rand(np.random.default_rng(4), *shape).astype(np.float32)
+    assert_matches_ort("MaxPool", {"x": x}, opset=12, **attrs)
+
+
 @pytest.mark.parametrize(("shape", "attrs"), WINDOWS[:4])
 def test_max_pool_column_major_indices_match_onnxruntime(shape, attrs) -> None:
     x = rand(np.random.default_rng(1), *shape)
