@@ -6,6 +6,8 @@ import onnx
 import pytest
 
 from benchmarks.unit_sweep import (
+    MAX_UNIT_FLOPS,
+    SAMPLER_KINDS,
     SWEEP_ROUNDS,
     SWEEP_SIZES,
     run_unit_sweep,
@@ -18,7 +20,7 @@ from benchmarks.unit_sweep import (
 from optimiser.unitgraph import graph_units
 from perfmodels.results_db import read_results
 from perfmodels.unitfit import fit_units
-from perfmodels.units import KINDS, decode_units, encode_units
+from perfmodels.units import KINDS, decode_units, encode_units, unit_flops
 
 
 def test_the_sample_is_seeded_and_covers_every_kind():
@@ -38,7 +40,9 @@ def test_later_rounds_extend_the_sweep_without_changing_what_was_measured_before
     assert SWEEP_ROUNDS[0] is SWEEP_SIZES and len(rounds[0]) == sum(SWEEP_SIZES.values())
     assert len({u.signature() for u in full}) > 0.95 * len(full)
     convs = [u for u in full if u.kind == "conv"]
-    assert len(convs) == sum(r.get("conv", 0) for r in SWEEP_ROUNDS)
+    assert len(convs) == sum(n for r in SWEEP_ROUNDS for name, n in r.items() if SAMPLER_KINDS[name] == "conv")
+    large = [u for u in rounds[2] if u.kind == "conv"]
+    assert max(unit_flops(u) for u in large) > 4 * MAX_UNIT_FLOPS >= max(unit_flops(u) for u in rounds[0])
 
 
 def test_unmeasured_keeps_the_units_a_database_has_no_rows_of():
