@@ -757,6 +757,25 @@ API void ap_pool(const int64_t *a) {
   parallel_for_work(a[PL_N] * a[PL_OH], pool_task, a, work);
 }
 
+/* Split a row into its `sw` phases: phase p gets row[p], row[p + sw], ... at out + p * plen. Stride 2 (the
+ * common downsampling pool) splits 32 floats at a time with two permutes. */
+static void split_phases(const float *row, long W, long sw, float *out, long plen) {
+  long iw = 0;
+#if defined(__AVX512F__)
+  if (sw == 2) {
+    const __m512i even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+    const __m512i odd = _mm512_setr_epi32(1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
+    for (; iw + 2 * VL <= W; iw += 2 * VL) {
+      __m512 a = _mm512_loadu_ps(row + iw), b = _mm512_loadu_ps(row + iw + VL);
+      _mm512_storeu_ps(out + iw / 2, _mm512_permutex2var_ps(a, even, b));
+      _mm512_storeu_ps(out + plen + iw / 2, _mm512_permutex2var_ps(a, odd, b));
+    }
+  }
+#endif
+  for (long ph = 0; ph < sw; ph++)
+    for (long i = iw + ph, k = (iw + ph) / sw; i < W; i += sw, k++) out[ph * plen + k] = row[i];
+}
+
 /* The same pooling over NCHW (same argument block, PL_C the channels of each image): one task per output row of
  * one channel plane; the taps of a row are added one at a time along the row, a contiguous (stride 1) or strided
  * read, so single-plane pools (a MaxPool with no convolution around it) need no layout conversion. */
@@ -781,9 +800,7 @@ static void pool_nchw_task(const void *vctx, long task) {
     if (ih < 0 || ih >= H) continue;
     hcount++;
     const float *row = x + ih * W;
-    if (phased) /* split the row into its sw phases once, so that every tap reads one of them contiguously */
-      for (long ph = 0; ph < sw; ph++)
-        for (long k = 0, iw = ph; iw < W; k++, iw += sw) phases[ph * plen + k] = row[iw];
+    if (phased) split_phases(row, W, sw, phases, plen);
     for (long j = 0; j < KW; j++) {
       long off = j * dw - pl; /* input column of output column ow: ow * sw + off */
       long lo = off >= 0 ? 0 : (-off + sw - 1) / sw;
