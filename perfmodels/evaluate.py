@@ -183,7 +183,7 @@ def leave_one_architecture_out(
                 {
                     **{k: row[k] for k in [*_GROUP, "model", "family", "batch"]},
                     "y": row["y"],
-                    "predicted": combine(whole, by_units, row["precision"]),
+                    "predicted": combine(whole, by_units, row["precision"], group.overhead_share(row["x"])),
                     "whole": whole,
                     "units": by_units,
                     "prior": prior,
@@ -225,12 +225,8 @@ def _in_sample(
     }
     keys = [*_GROUP, "model", "batch"]
     x_by_row = {tuple(row[k] for k in keys): row["x"] for _, row in data.iterrows()}
-    fitted = [
-        combine(
-            groups[tuple(row[k] for k in _GROUP)].seconds(x_by_row[tuple(row[k] for k in keys)]),
-            row["units"],
-            row["precision"],
-        )
-        for _, row in predictions.iterrows()
-    ]
+    fitted = []
+    for _, row in predictions.iterrows():
+        group, x = groups[tuple(row[k] for k in _GROUP)], x_by_row[tuple(row[k] for k in keys)]
+        fitted.append(combine(group.seconds(x), row["units"], row["precision"], group.overhead_share(x)))
     return scores(predictions.assign(in_sample=fitted), "in_sample")

@@ -250,6 +250,11 @@ class GroupFit:
         """The part of ``seconds(x)`` that is per-node and per-query overhead."""
         return float(np.dot(np.asarray(self.coef)[OVERHEAD_FEATURES], x[OVERHEAD_FEATURES]))
 
+    def overhead_share(self, x: np.ndarray) -> float:
+        """The share of ``seconds(x)`` that is overhead (0 when the estimate is not positive)."""
+        total = self.seconds(x)
+        return self.overhead_seconds(x) / total if total > 0 else 0.0
+
     def as_dict(self) -> dict[str, object]:
         return {
             "target": self.target,

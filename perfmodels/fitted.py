@@ -9,9 +9,10 @@
 * otherwise (another machine, an unmeasured framework, training, several devices) → the roofline prior
   (``basis: roofline-prior``);
 * the workload has a graph (an ONNX model: ``Workload.units``) and the route was swept kernel by kernel
-  (``perfmodels.unitfit``) → the geometric mean of the whole-model fit and the sum of the model's kernel units, or at
-  int8 the unit sum alone (``basis: fitted:<target> + kernel units``; ``unitfit.combine``), the combination
-  ``appopt models evaluate`` scores;
+  (``perfmodels.unitfit``) → a weighted geometric mean of the whole-model fit and the sum of the model's kernel units
+  (the fit weighs less where its estimate is mostly learned overheads), or at int8 the unit sum alone
+  (``basis: fitted:<target> + kernel units``; ``unitfit.combine``), the combination ``appopt models evaluate``
+  scores;
 * ``local`` on a host whose kernel ISA differs from the measured one's (one CPU model name, another host: a VM
   with or without AMX) → the same, with the difference named (``basis: fitted:<target> (another host: measured with
   amx_tile, which this CPU lacks)``): such hosts run kernels at other speeds;
@@ -48,7 +49,7 @@ from perfmodels.prediction import PerformanceModel, Prediction
 from perfmodels.priors import layout_factor
 from perfmodels.roofline import RooflinePrior
 from perfmodels.targets import host_difference, local_kernel_flags, local_target_key, target_key, usable_cores
-from perfmodels.unitfit import UnitFit, cache_dir_for, combine, fit_units
+from perfmodels.unitfit import UnitFit, cache_dir_for, combine, fit_units, whole_weight
 
 #: Device names that mean "the machine we are running on".
 LOCAL_NAMES = ("local",)
@@ -238,7 +239,8 @@ class FittedModel:
             return replace(prior, basis=f"{prior.basis} (below the fitted range of {group.target})")
         whole = group.seconds(x)
         by_units = self.units_seconds(workload, group)
-        step = raw = combine(whole, by_units, group.route.precision)
+        share = group.overhead_share(x)
+        step = raw = combine(whole, by_units, group.route.precision, share)
         differs = [
             name
             for name, ours, theirs in (
@@ -277,6 +279,8 @@ class FittedModel:
                 "prior_step_s": prior.step_seconds,
                 "whole_model_step_s": whole * step / raw if raw > 0 else whole,
                 **({} if np.isnan(by_units) else {"kernel_units_step_s": by_units * step / raw}),
+                # the whole-model fit's weight in the combination (unitfit.whole_weight)
+                "whole_model_weight": whole_weight(share),
                 "correction": step / prior.step_seconds,
                 "threads": float(group.threads),
                 "fitted_rows": float(group.rows),

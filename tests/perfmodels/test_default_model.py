@@ -177,9 +177,11 @@ def test_the_local_plan_picks_the_backend_that_measures_fastest(shipped, tmp_pat
             choice = plan.choice.route
             prediction = plan.choice.prediction
             assert prediction.basis.startswith(f"fitted:{target} + kernel units"), prediction.basis
-            # the estimate is the geometric mean of the whole-model fit and the sum of the model's kernel units
+            # the estimate is a weighted geometric mean of the whole-model fit and the sum of the model's kernel units
             whole, by_units = prediction.detail["whole_model_step_s"], prediction.detail["kernel_units_step_s"]
-            assert prediction.step_seconds == pytest.approx(math.sqrt(whole * by_units))
+            weight = prediction.detail["whole_model_weight"]
+            assert 0.0 <= weight <= 0.5
+            assert prediction.step_seconds == pytest.approx(whole**weight * by_units ** (1 - weight))
             threads = int(plan.choice.prediction.detail["threads"])  # the measurements the prediction stands on
             measured = fastest_measured(data, target, threads, suite_model.name, batch)
             assert len(measured) >= 2, (suite_model.name, batch, threads)

@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 
 from perfmodels.results_db import make_row, to_frame
-from perfmodels.unitfit import UNIT_FAMILY, combine, fit_units, sweep_rows
+from perfmodels.unitfit import UNIT_FAMILY, combine, fit_units, sweep_rows, whole_weight
 from perfmodels.units import KINDS, Unit, decode_units, encode_units, roofline_seconds, unit_features, unit_flops
 
 CONV = {
@@ -183,5 +183,9 @@ def test_sweep_rows_keep_only_measured_one_unit_kernel_rows():
 
 def test_the_combination_is_the_geometric_mean_or_whichever_exists():
     assert combine(4.0, 1.0) == pytest.approx(2.0)
+    # a whole-model estimate that is mostly learned overheads counts less: half overheads -> weight 1/4
+    assert combine(16.0, 1.0, overhead_share=0.5) == pytest.approx(2.0)
+    assert combine(16.0, 1.0, overhead_share=1.0) == pytest.approx(1.0)
+    assert whole_weight(math.nan) == whole_weight(-1.0) == 0.5 and whole_weight(2.0) == 0.0
     assert combine(4.0, math.nan) == 4.0 and combine(math.nan, 3.0) == 3.0
     assert combine(4.0, 1.0, "int8") == 1.0 and combine(4.0, math.nan, "int8") == 4.0
