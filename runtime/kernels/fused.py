@@ -395,8 +395,7 @@ class _NhwcPool(Kernel):
         geo = PoolGeometry(self.attrs, x.shape[1:3])
         lib = native.lib()
         if lib is not None and x.dtype == np.float32 and geo.nd == 2:
-            pads = [geo.pads[0], geo.pads[1], geo.pads[2], geo.pads[3]]
-            return ops.pool_nhwc(lib, x, geo.kernel, geo.strides, geo.dilations, pads, geo.out, self.pool_mode(), out)
+            return ops.pool(lib, x, geo.window(self.pool_mode()), out)
         y = np.ascontiguousarray(self.compute_numpy(x.transpose(0, 3, 1, 2)).transpose(0, 2, 3, 1))
         return _store(out, y)
 
@@ -407,8 +406,7 @@ class _NhwcPool(Kernel):
         geo = PoolGeometry(self.attrs, x.shape[1:3])
         if geo.nd != 2:
             return None
-        pads = [geo.pads[0], geo.pads[1], geo.pads[2], geo.pads[3]]
-        return ops.bind_pool_nhwc(lib, x, geo.kernel, geo.strides, geo.dilations, pads, geo.out, self.pool_mode(), out)
+        return ops.bind_pool(lib, x, geo.window(self.pool_mode()), out)
 
     def pool_mode(self) -> int:
         return self.mode

@@ -51,6 +51,12 @@ class PoolGeometry:
     def nd(self) -> int:
         return len(self.kernel)
 
+    def window(self, mode: int) -> Any:
+        """The compiled kernels' ``runtime.native.ops.PoolWindow`` of a 2-d pool (mode 0 max, 1/2 average)."""
+        from runtime.native.ops import PoolWindow
+
+        return PoolWindow(self.kernel, self.strides, self.dilations, self.pads[:4], self.out, mode)
+
     def full_pads(self) -> list[int]:
         """Pads to apply to the input so every window lies inside the array."""
         nd = self.nd
@@ -91,7 +97,7 @@ def _native_pool(x: np.ndarray, geo: PoolGeometry) -> Any:
 def _pool_nchw(lib: Any, x: np.ndarray, geo: PoolGeometry, mode: int, out: np.ndarray | None) -> np.ndarray:
     from runtime.native import ops
 
-    return ops.pool_nchw(lib, x, geo.kernel, geo.strides, geo.dilations, geo.pads[:4], geo.out, mode, out)
+    return ops.pool(lib, x, geo.window(mode), out, nchw=True)
 
 
 def _bind_pool_nchw(out: np.ndarray, x: np.ndarray, attrs: dict[str, Any], mode: int) -> Any:
@@ -101,7 +107,7 @@ def _bind_pool_nchw(out: np.ndarray, x: np.ndarray, attrs: dict[str, Any], mode:
         return None
     from runtime.native import ops
 
-    return ops.bind_pool_nchw(lib, x, geo.kernel, geo.strides, geo.dilations, geo.pads[:4], geo.out, mode, out)
+    return ops.bind_pool(lib, x, geo.window(mode), out, nchw=True)
 
 
 def _kernel_axes(nd: int) -> tuple[int, ...]:

@@ -657,17 +657,20 @@ class DynamicMatMul:
         return y
 
 
-def _pool_args(
-    x: np.ndarray,
-    nhwc: tuple[int, int, int, int],
-    kernel: Sequence[int],
-    strides: Sequence[int],
-    dilations: Sequence[int],
-    pads: Sequence[int],
-    out_hw: Sequence[int],
-    mode: int,
-    out: np.ndarray,
-) -> Args:
+@dataclass(frozen=True)
+class PoolWindow:
+    """A 2-d pooling window: ONNX ``pads`` ``[top, left, bottom, right]``, the output size (ceil mode decided by the
+    caller) and the mode: 0 max, 1 average excluding pads, 2 average including them."""
+
+    kernel: Sequence[int]
+    strides: Sequence[int]
+    dilations: Sequence[int]
+    pads: Sequence[int]
+    out_hw: Sequence[int]
+    mode: int
+
+
+def _pool_args(x: np.ndarray, nhwc: tuple[int, int, int, int], win: PoolWindow, out: np.ndarray) -> Args:
     """The argument block both pooling layouts take: sizes as (N, H, W, C) whatever the layout."""
     n, h, w, c = nhwc
     a = Args(PL_NARGS)
@@ -677,59 +680,43 @@ def _pool_args(
         h,
         w,
         c,
-        out_hw[0],
-        out_hw[1],
-        kernel[0],
-        kernel[1],
-        strides[0],
-        strides[1],
-        dilations[0],
-        dilations[1],
-        pads[0],
-        pads[1],
-        pads[2],
-        pads[3],
-        mode,
+        win.out_hw[0],
+        win.out_hw[1],
+        win.kernel[0],
+        win.kernel[1],
+        win.strides[0],
+        win.strides[1],
+        win.dilations[0],
+        win.dilations[1],
+        win.pads[0],
+        win.pads[1],
+        win.pads[2],
+        win.pads[3],
+        win.mode,
         addr(out),
     )
     return a
 
 
-def bind_pool_nhwc(
-    native: NativeLib,
-    x: np.ndarray,
-    kernel: Sequence[int],
-    strides: Sequence[int],
-    dilations: Sequence[int],
-    pads: Sequence[int],
-    out_hw: Sequence[int],
-    mode: int,
-    out: np.ndarray,
-) -> Bound | None:
-    if not _c_float(x) or not _c_float(out) or out.shape != (x.shape[0], *out_hw, x.shape[3]):
-        return None
+def _pool_shapes(x: np.ndarray, win: PoolWindow, nchw: bool) -> tuple[tuple[int, int, int, int], tuple[int, ...]]:
+    """(N, H, W, C) of ``x`` and the output shape, for either layout."""
+    if nchw:
+        n, c, h, w = x.shape
+        return (n, h, w, c), (n, c, *win.out_hw)
     n, h, w, c = x.shape
-    a = _pool_args(x, (n, h, w, c), kernel, strides, dilations, pads, out_hw, mode, out)
-    return _bound(native.pool, a, x, out)
+    return (n, h, w, c), (n, *win.out_hw, c)
 
 
-def bind_pool_nchw(
-    native: NativeLib,
-    x: np.ndarray,
-    kernel: Sequence[int],
-    strides: Sequence[int],
-    dilations: Sequence[int],
-    pads: Sequence[int],
-    out_hw: Sequence[int],
-    mode: int,
-    out: np.ndarray,
+def bind_pool(
+    native: NativeLib, x: np.ndarray, win: PoolWindow, out: np.ndarray, *, nchw: bool = False
 ) -> Bound | None:
-    """``pool_nchw`` prebound over fixed arrays (None when they are not C-contiguous float32 of the right shape)."""
-    if not _c_float(x) or not _c_float(out) or x.ndim != 4 or out.shape != (*x.shape[:2], *out_hw):
+    """``pool`` prebound over fixed arrays (None when they are not C-contiguous float32 of the right shapes)."""
+    if not _c_float(x) or not _c_float(out) or x.ndim != 4:
         return None
-    n, c, h, w = x.shape
-    a = _pool_args(x, (n, h, w, c), kernel, strides, dilations, pads, out_hw, mode, out)
-    return _bound(native.pool_nchw, a, x, out)
+    sizes, out_shape = _pool_shapes(x, win, nchw)
+    if out.shape != out_shape:
+        return None
+    return _bound(native.pool_nchw if nchw else native.pool, _pool_args(x, sizes, win, out), x, out)
 
 
 def bind_rows(native: NativeLib, kind: str, x: np.ndarray, out: np.ndarray, *extra: Any) -> Bound | None:
@@ -772,46 +759,16 @@ def bind_rows(native: NativeLib, kind: str, x: np.ndarray, out: np.ndarray, *ext
     return None
 
 
-def pool_nhwc(
-    native: NativeLib,
-    x: np.ndarray,
-    kernel: Sequence[int],
-    strides: Sequence[int],
-    dilations: Sequence[int],
-    pads: Sequence[int],
-    out_hw: Sequence[int],
-    mode: int,
-    out: np.ndarray | None = None,
+def pool(
+    native: NativeLib, x: np.ndarray, win: PoolWindow, out: np.ndarray | None = None, *, nchw: bool = False
 ) -> np.ndarray:
-    """Max (mode 0) or average (1: excluding pads, 2: including them) pooling over NHWC ``x``.
-
-    ``pads`` are ONNX ``[top, left, bottom, right]``; ``out_hw`` the output size (ceil mode decided by the caller).
-    """
+    """Max or average pooling (``win.mode``) over NHWC ``x``, or NCHW ``x`` with ``nchw`` (what a pool outside a
+    converted region runs)."""
     x = np.ascontiguousarray(x, dtype=np.float32)
-    n, h, w, c = x.shape
+    sizes, out_shape = _pool_shapes(x, win, nchw)
     if out is None:
-        out = np.empty((n, *out_hw, c), dtype=np.float32)
-    native.pool(_pool_args(x, (n, h, w, c), kernel, strides, dilations, pads, out_hw, mode, out).ptr)
-    return out
-
-
-def pool_nchw(
-    native: NativeLib,
-    x: np.ndarray,
-    kernel: Sequence[int],
-    strides: Sequence[int],
-    dilations: Sequence[int],
-    pads: Sequence[int],
-    out_hw: Sequence[int],
-    mode: int,
-    out: np.ndarray | None = None,
-) -> np.ndarray:
-    """``pool_nhwc`` over NCHW ``x`` (2-D windows): what a pool outside a converted (NHWC) region runs."""
-    x = np.ascontiguousarray(x, dtype=np.float32)
-    n, c, h, w = x.shape
-    if out is None:
-        out = np.empty((n, c, *out_hw), dtype=np.float32)
-    native.pool_nchw(_pool_args(x, (n, h, w, c), kernel, strides, dilations, pads, out_hw, mode, out).ptr)
+        out = np.empty(out_shape, dtype=np.float32)
+    (native.pool_nchw if nchw else native.pool)(_pool_args(x, sizes, win, out).ptr)
     return out
 
 

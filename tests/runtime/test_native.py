@@ -167,7 +167,7 @@ def test_pooling_matches_the_window_reference(lib: native.NativeLib, mode: int, 
     x = rng.standard_normal((2, 9, 10, 20)).astype(np.float32)
     attrs = {"kernel_shape": [3, 3], "strides": [2, 2], "pads": [1, 0, 1, 1], "ceil_mode": 1}
     geo = PoolGeometry(attrs, x.shape[1:3])
-    y = ops.pool_nhwc(lib, x, geo.kernel, geo.strides, geo.dilations, geo.pads, geo.out, mode)
+    y = ops.pool(lib, x, geo.window(mode))
     win = geo.windows(x.transpose(0, 3, 1, 2), -np.inf if mode == 0 else 0)
     ref = win.max(axis=(4, 5)) if mode == 0 else win.sum(axis=(4, 5)) / np.maximum(geo.counts(include), 1)
     np.testing.assert_allclose(y, ref.transpose(0, 2, 3, 1), rtol=1e-5, atol=1e-6)
@@ -189,7 +189,7 @@ def test_nchw_pooling_matches_the_window_reference(lib: native.NativeLib, mode: 
     rng = np.random.default_rng(6)
     x = rng.standard_normal((2, 5, 11, 17)).astype(np.float32)
     geo = PoolGeometry(attrs, x.shape[2:])
-    y = ops.pool_nchw(lib, x, geo.kernel, geo.strides, geo.dilations, geo.pads, geo.out, mode)
+    y = ops.pool(lib, x, geo.window(mode), nchw=True)
     win = geo.windows(x, -np.inf if mode == 0 else 0)
     ref = win.max(axis=(4, 5)) if mode == 0 else win.sum(axis=(4, 5)) / np.maximum(geo.counts(mode == 2), 1)
     np.testing.assert_allclose(y, ref, rtol=1e-5, atol=1e-6)
