@@ -68,7 +68,8 @@ SWEEP_ROUNDS: tuple[dict[str, int], ...] = (
     # The third round fills the gap that in-model profiles showed: the first two cap a unit at MAX_UNIT_FLOPS, so
     # their largest convolutions are small images with wide kernels, and the regressors took a VGG or ResNet body
     # convolution (a 224x224 or 56x56 image, 3x3, 64-512 channels, up to 3.7 GFLOPs) for one of those: our runtime's
-    # VGG-19 convolutions were predicted at 363 ms where they take 268 in the model and 260 alone. Fully-connected
+    # VGG-19 convolutions were predicted at 363 ms where they take 268 in the model and 260 alone (1 thread, by the
+    # runtime's profiler, ``Executable.profiling()``, on the model and on each unit_model). Fully-connected
     # layers with 16-150 MB of weights (AlexNet's, VGG's) were missing for the same reason.
     {"conv_large": 40, "gemm_large": 12},
 )

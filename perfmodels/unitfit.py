@@ -327,8 +327,9 @@ def combine(whole: float, units: float, precision: str = "fp32", overhead_share:
 def whole_weight(overhead_share: float) -> float:
     """The whole-model fit's weight in ``combine``: ½·(1 − the share of its estimate that is overheads).
 
-    Chosen by leave-one-architecture-out on two recordings of two hosts: held-out RMSPE 22.7% -> 22.4% on the
-    shipped database and 22.8% -> 21.7% on a recording of a host without AMX (against the plain geometric mean).
+    Chosen by leave-one-architecture-out on two recordings of two hosts (``appopt models evaluate [--db DB]``):
+    held-out RMSPE 22.7% -> 22.4% on the shipped database, and 22.8% -> 21.7% on a recording of a host without AMX
+    (``appopt bench record-default -o DB`` there; not shipped), against the plain geometric mean.
     """
     share = min(max(float(overhead_share), 0.0), 1.0) if not math.isnan(overhead_share) else 0.0
     return 0.5 * (1.0 - share)
