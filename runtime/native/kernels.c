@@ -92,7 +92,8 @@ static struct {
   pid_t owner; /* process that started the workers (a forked child starts its own) */
 } pool = {.mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER};
 static atomic_int g_threads = 1;
-static atomic_int g_hold = 0; /* > 0: a run is in progress, workers keep spinning between jobs */
+static atomic_int g_hold = 0; /* > 0: a run is in progress, its workers keep spinning between jobs */
+static atomic_int g_hot = 0;  /* workers the last run invited (its threads - 1): only they spin, the rest sleep */
 static _Atomic int64_t g_release_ns = 0; /* when the last run ended: workers stay hot for GRACE_NS after it */
 #define GRACE_NS 3000000L                /* back-to-back runs never find the workers asleep */
 
@@ -135,15 +136,15 @@ static void *worker_main(void *arg) {
     uint32_t job;
     while ((job = ticket_job(atomic_load(&pool.ticket))) == seen) {
       if (++spins < SPIN_ROUNDS) { cpu_relax(); continue; }
-      if (atomic_load(&g_hold) > 0 || now_ns() - atomic_load(&g_release_ns) < GRACE_NS) {
-        /* hot while a run lasts and shortly after; yield now and then to other processes */
+      if (id < atomic_load(&g_hot) && (atomic_load(&g_hold) > 0 || now_ns() - atomic_load(&g_release_ns) < GRACE_NS)) {
+        /* hot while a run that wants it lasts and shortly after; yield now and then to other processes */
         spins = SPIN_ROUNDS / 2;
         sched_yield();
         continue;
       }
       pthread_mutex_lock(&pool.mu);
       atomic_fetch_add(&pool.sleepers, 1);
-      while (ticket_job(atomic_load(&pool.ticket)) == seen && atomic_load(&g_hold) == 0)
+      while (ticket_job(atomic_load(&pool.ticket)) == seen && (atomic_load(&g_hold) == 0 || id >= atomic_load(&g_hot)))
         pthread_cond_wait(&pool.cv, &pool.mu);
       atomic_fetch_sub(&pool.sleepers, 1);
       pthread_mutex_unlock(&pool.mu);
@@ -238,9 +239,10 @@ API void ap_run_end(int previous) {
  * parallel operation of the run does not wait for a wake-up; hold(0) lets them sleep again. Nests. */
 API void ap_hold(int on) {
   if (on > 0) {
-    atomic_fetch_add(&g_hold, 1);
     int helpers = atomic_load(&g_threads) - 1;
     if (helpers > 0) ensure_workers(helpers);
+    atomic_store(&g_hot, helpers > 0 ? helpers : 0); /* a 1-thread run leaves workers of earlier runs asleep */
+    atomic_fetch_add(&g_hold, 1);
     if (atomic_load(&pool.sleepers) > 0) {
       pthread_mutex_lock(&pool.mu);
       pthread_cond_broadcast(&pool.cv);

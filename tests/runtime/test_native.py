@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -124,6 +125,36 @@ def test_two_threads_give_the_same_bits_as_one() -> None:
         native.set_threads(previous)
     for y in two:
         np.testing.assert_array_equal(y, one)
+
+
+def _cpu_seconds_while_held(threads: int, wall_s: float = 0.3) -> float:
+    """Process CPU time spent while a run at ``threads`` holds the pool and the caller only sleeps."""
+    native.set_threads(threads)
+    native.hold(True)
+    try:
+        start = time.process_time()
+        time.sleep(wall_s)
+        return time.process_time() - start
+    finally:
+        native.hold(False)
+
+
+def test_a_one_thread_run_leaves_workers_of_earlier_runs_asleep() -> None:
+    loaded = native.lib()
+    assert loaded is not None
+    x = np.ones((1, 14, 14, 64), np.float32)
+    conv = ops.NhwcConv2d(
+        loaded, np.ones((96, 64, 3, 3), np.float32), None, 1, (1, 1), (1, 1), (1, 1, 1, 1), ops.Epilogue()
+    )
+    previous = native.get_threads()
+    try:
+        native.set_threads(2)
+        conv(x)  # starts a worker
+        assert _cpu_seconds_while_held(2) > 0.15  # a two-thread run keeps its worker spinning between jobs
+        time.sleep(0.05)  # past the grace period after that run
+        assert _cpu_seconds_while_held(1) < 0.05  # a one-thread run burnt a second core here before
+    finally:
+        native.set_threads(previous)
 
 
 @pytest.mark.parametrize(("m", "k", "n"), [(1, 784, 1024), (128, 256, 96), (5, 33, 70), (8, 1024, 10)])
