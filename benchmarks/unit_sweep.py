@@ -446,7 +446,13 @@ def unit_model(unit: Unit) -> tuple[onnx.ModelProto, dict[str, tuple[int, ...]]]
             y = g.node("GlobalAveragePool", [x])
         else:
             op = "AveragePool" if u["avg"] else "MaxPool"
-            y = g.node(op, [x], kernel_shape=[u["kh"], u["kw"]], strides=[u["stride"]] * 2)
+            ph, pw = (
+                _conv_pads(u["h"], u["oh"], u["kh"], u["stride"]),
+                _conv_pads(u["w"], u["ow"], u["kw"], u["stride"]),
+            )
+            # a model's padded pools (3x3 'same', or a window wider than a ceil-mode input) keep their output size
+            pads = [ph[0], pw[0], ph[1], pw[1]]
+            y = g.node(op, [x], kernel_shape=[u["kh"], u["kw"]], strides=[u["stride"]] * 2, pads=pads)
     elif k == "eltwise":
         y = x = g.input((u["elements"],))
         if u["inputs"] > 1:
