@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -139,6 +140,19 @@ def _cpu_seconds_while_held(threads: int, wall_s: float = 0.3) -> float:
         native.hold(False)
 
 
+def _other_threads_sleeps() -> int | None:
+    """Voluntary context switches of this process's threads other than the caller (None without /proc)."""
+    me, total = threading.get_native_id(), 0
+    try:
+        for task in Path("/proc/self/task").iterdir():
+            if int(task.name) != me:
+                status = (task / "status").read_text()
+                total += int(status.split("voluntary_ctxt_switches:")[1].split()[0])
+    except (OSError, IndexError, ValueError):
+        return None
+    return total
+
+
 def test_a_one_thread_run_leaves_workers_of_earlier_runs_asleep() -> None:
     loaded = native.lib()
     assert loaded is not None
@@ -153,6 +167,15 @@ def test_a_one_thread_run_leaves_workers_of_earlier_runs_asleep() -> None:
         assert _cpu_seconds_while_held(2) > 0.15  # a two-thread run keeps its worker spinning between jobs
         time.sleep(0.05)  # past the grace period after that run
         assert _cpu_seconds_while_held(1) < 0.05  # a one-thread run burnt a second core here before
+        time.sleep(0.05)
+        before = _other_threads_sleeps()
+        for _ in range(200):  # nor wake them (each wake-up cost a run of a tiny model 20-40 us here)
+            native.set_threads(1)
+            native.hold(True)
+            time.sleep(0.0005)  # the run; a worker woken at its start goes back to sleep meanwhile
+            native.hold(False)
+        if before is not None:
+            assert _other_threads_sleeps() - before < 5
     finally:
         native.set_threads(previous)
 
