@@ -138,6 +138,33 @@ def busy_cpu_seconds() -> float | None:
 MIN_PROBE_S = 0.25
 
 
+class ProbeWindow:
+    """Other processes' CPU use over a run of consecutive blocks, each too short for ``interference`` alone.
+
+    ``ready()`` once the window spans ``MIN_PROBE_S``; ``read()`` then gives the cores' worth other processes used
+    since ``restart()`` (None where it cannot be measured). A sweep of 0.1 s kernels so judges every few kernels
+    together instead of none of them.
+    """
+
+    def __init__(self) -> None:
+        self.restart()
+
+    def restart(self) -> None:
+        self._busy0, self._own0, self._wall0 = busy_cpu_seconds(), time.process_time(), time.perf_counter()
+
+    def elapsed(self) -> float:
+        return time.perf_counter() - self._wall0
+
+    def ready(self) -> bool:
+        return self.elapsed() >= MIN_PROBE_S
+
+    def read(self) -> float | None:
+        busy1, own1, wall = busy_cpu_seconds(), time.process_time(), self.elapsed()
+        if self._busy0 is None or busy1 is None or wall < MIN_PROBE_S:
+            return None
+        return max(0.0, ((busy1 - self._busy0) - (own1 - self._own0)) / wall)
+
+
 @dataclass
 class Interference:
     """CPU time other processes used while a block ran (``other_cpu``: cores' worth; None where unknown)."""
@@ -152,17 +179,14 @@ def interference() -> Iterator[Interference]:
 
     ``with interference() as probe: run(); probe.other_cpu`` → e.g. 0.02 on a quiet machine, 1.0 when another
     process kept one core busy. Resolution: one clock tick (10 ms) per block, so blocks shorter than
-    ``MIN_PROBE_S`` get None.
+    ``MIN_PROBE_S`` get None (``ProbeWindow`` judges a run of them together).
     """
-    probe = Interference()
-    busy0, own0, wall0 = busy_cpu_seconds(), time.process_time(), time.perf_counter()
+    probe, window = Interference(), ProbeWindow()
     try:
         yield probe
     finally:
-        busy1, own1, wall1 = busy_cpu_seconds(), time.process_time(), time.perf_counter()
-        probe.wall_s = wall1 - wall0
-        if busy0 is not None and busy1 is not None and probe.wall_s >= MIN_PROBE_S:
-            probe.other_cpu = max(0.0, ((busy1 - busy0) - (own1 - own0)) / probe.wall_s)
+        probe.wall_s = window.elapsed()
+        probe.other_cpu = window.read()
 
 
 def load_average() -> float | None:

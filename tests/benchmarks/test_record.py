@@ -12,9 +12,11 @@ import pytest
 
 import benchmarks.record as record
 from benchmarks.harness import ScenarioSettings
+from benchmarks.kernels import gemm_kernel, run_kernel_suite
 from benchmarks.models import suite
 from benchmarks.record import RECORD_SETTINGS, default_requests, refresh_features
-from benchmarks.results.provenance import interference, wait_until_quiet
+from benchmarks.results import provenance
+from benchmarks.results.provenance import ProbeWindow, interference, wait_until_quiet
 from benchmarks.runner import ModelFeatures, plan_jobs
 from perfmodels.results_db import BUSY_OTHER_CPU, append_rows, make_row, read_results
 
@@ -51,6 +53,80 @@ def test_interference_sees_another_process_busy_and_a_quiet_block_as_quiet():
     with interference() as short:
         pass
     assert short.other_cpu is None  # too short for clock-tick accounting
+
+
+def _spinner(seconds: float = 60.0) -> subprocess.Popen[bytes]:
+    """Another process keeping a core busy for ``seconds`` (or until killed)."""
+    code = f"import time\nt = time.time()\nwhile time.time() - t < {seconds}: pass"
+    busy = subprocess.Popen([sys.executable, "-c", code])
+    time.sleep(0.3)
+    return busy
+
+
+def test_a_probe_window_judges_a_run_of_blocks_too_short_to_judge_alone():
+    busy = _spinner()
+    try:
+        window = ProbeWindow()
+        with interference() as short:
+            time.sleep(0.05)
+        while not window.ready():
+            time.sleep(0.05)
+        reading = window.read()
+    finally:
+        busy.kill()
+        busy.wait()
+    if reading is None:
+        pytest.skip("no /proc/stat here")
+    assert short.other_cpu is None and reading > 0.5
+
+
+_SHORT = ScenarioSettings(min_duration_s=0.1, min_queries=3, max_duration_s=0.3, warmup_queries=1, warmup_max_s=0.1)
+
+
+@pytest.mark.slow
+def test_kernels_measured_while_another_process_was_busy_are_measured_again_once_it_is_quiet(tmp_path, monkeypatch):
+    busy, waits = _spinner(), []
+    real_wait = provenance.wait_until_quiet
+
+    def quieten(*args, **kwargs):  # the busy process ends while the suite waits for quiet
+        busy.kill()
+        busy.wait()
+        waits.append(kwargs)
+        return real_wait(*args, **kwargs)
+
+    monkeypatch.setattr(provenance, "wait_until_quiet", quieten)
+    kernels = [gemm_kernel(n, n, n) for n in (96, 128, 160)]
+    db = tmp_path / "kernels.csv"
+    try:
+        outcomes = list(run_kernel_suite(kernels, ["appopt-runtime"], [1], _SHORT, str(db), quiet_wait_s=20.0))
+    finally:
+        busy.kill()
+        busy.wait()
+    rows = read_results(db)
+    if rows["other_cpu"].isna().all():
+        pytest.skip("no /proc/stat here")
+    assert len(waits) == 1  # the first stretch was judged busy and measured again
+    assert sorted(o.kernel.name for o in outcomes) == sorted(k.name for k in kernels) == sorted(rows["model"])
+    assert (rows["other_cpu"].astype(float) <= BUSY_OTHER_CPU).all()
+
+
+@pytest.mark.slow
+def test_kernels_still_busy_after_their_retries_are_recorded_with_the_load_they_saw(tmp_path):
+    busy = _spinner()
+    db = tmp_path / "kernels.csv"
+    try:
+        list(
+            run_kernel_suite(
+                [gemm_kernel(128, 128, 128)] * 3, ["appopt-runtime"], [1], _SHORT, str(db), retries_under_load=0
+            )
+        )
+    finally:
+        busy.kill()
+        busy.wait()
+    rows = read_results(db)
+    if rows["other_cpu"].isna().all():
+        pytest.skip("no /proc/stat here")
+    assert len(rows) == 3 and (rows["other_cpu"].astype(float) > BUSY_OTHER_CPU).all()
 
 
 def test_wait_until_quiet_returns_the_last_reading():
