@@ -358,13 +358,7 @@ class _Suite:
         row = make_row(
             source="measured",
             target=prov.target,
-            host=prov.host,
-            cpu_model=prov.cpu_model,
-            cpu_flags=prov.cpu_flags,
-            cores=prov.cores,
-            accelerator=prov.accelerator,
-            blas=prov.blas,
-            appopt_revision=prov.appopt_revision,
+            **prov.as_dict(),  # host, CPU model and flags, cores, accelerator, BLAS, revision
             backend=name,
             framework=backend.route.framework,
             compiler=backend.route.compiler,

@@ -257,13 +257,7 @@ def _base_row(job: Job, backend: Backend, batch: int, features: ModelFeatures | 
     row: dict[str, Any] = {
         "source": "measured",
         "target": prov.target,
-        "host": prov.host,
-        "cpu_model": prov.cpu_model,
-        "cpu_flags": prov.cpu_flags,
-        "cores": prov.cores,
-        "accelerator": prov.accelerator,
-        "blas": prov.blas,
-        "appopt_revision": prov.appopt_revision,
+        **prov.as_dict(),  # host, CPU model and flags, cores, accelerator, BLAS, revision
         "backend": backend.name,
         "framework": backend.route.framework,
         "compiler": backend.route.compiler,

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
+import pandas as pd
 import pytest
 
 import benchmarks.record as record
@@ -55,26 +58,33 @@ def test_interference_sees_another_process_busy_and_a_quiet_block_as_quiet():
     assert short.other_cpu is None  # too short for clock-tick accounting
 
 
-def _spinner(seconds: float = 60.0) -> subprocess.Popen[bytes]:
-    """Another process keeping a core busy for ``seconds`` (or until killed)."""
-    code = f"import time\nt = time.time()\nwhile time.time() - t < {seconds}: pass"
-    busy = subprocess.Popen([sys.executable, "-c", code])
+@contextlib.contextmanager
+def _another_process_busy() -> Iterator[subprocess.Popen[bytes]]:
+    """Another process keeping a core busy until the block ends (or it is killed sooner)."""
+    busy = subprocess.Popen([sys.executable, "-c", "import time\nt = time.time()\nwhile time.time() - t < 60: pass"])
     time.sleep(0.3)
-    return busy
+    try:
+        yield busy
+    finally:
+        busy.kill()
+        busy.wait()
+
+
+def _probed_rows(db: Path) -> pd.DataFrame:
+    rows = read_results(db)
+    if rows["other_cpu"].isna().all():
+        pytest.skip("no /proc/stat here")
+    return rows
 
 
 def test_a_probe_window_judges_a_run_of_blocks_too_short_to_judge_alone():
-    busy = _spinner()
-    try:
+    with _another_process_busy():
         window = ProbeWindow()
         with interference() as short:
             time.sleep(0.05)
         while not window.ready():
             time.sleep(0.05)
         reading = window.read()
-    finally:
-        busy.kill()
-        busy.wait()
     if reading is None:
         pytest.skip("no /proc/stat here")
     assert short.other_cpu is None and reading > 0.5
@@ -85,26 +95,19 @@ _SHORT = ScenarioSettings(min_duration_s=0.1, min_queries=3, max_duration_s=0.3,
 
 @pytest.mark.slow
 def test_kernels_measured_while_another_process_was_busy_are_measured_again_once_it_is_quiet(tmp_path, monkeypatch):
-    busy, waits = _spinner(), []
+    kernels, db, waits = [gemm_kernel(n, n, n) for n in (96, 128, 160)], tmp_path / "kernels.csv", []
     real_wait = provenance.wait_until_quiet
+    with _another_process_busy() as busy:
 
-    def quieten(*args, **kwargs):  # the busy process ends while the suite waits for quiet
-        busy.kill()
-        busy.wait()
-        waits.append(kwargs)
-        return real_wait(*args, **kwargs)
+        def quieten(*args, **kwargs):  # the busy process ends while the suite waits for quiet
+            busy.kill()
+            busy.wait()
+            waits.append(kwargs)
+            return real_wait(*args, **kwargs)
 
-    monkeypatch.setattr(provenance, "wait_until_quiet", quieten)
-    kernels = [gemm_kernel(n, n, n) for n in (96, 128, 160)]
-    db = tmp_path / "kernels.csv"
-    try:
+        monkeypatch.setattr(provenance, "wait_until_quiet", quieten)
         outcomes = list(run_kernel_suite(kernels, ["appopt-runtime"], [1], _SHORT, str(db), quiet_wait_s=20.0))
-    finally:
-        busy.kill()
-        busy.wait()
-    rows = read_results(db)
-    if rows["other_cpu"].isna().all():
-        pytest.skip("no /proc/stat here")
+    rows = _probed_rows(db)
     assert len(waits) == 1  # the first stretch was judged busy and measured again
     assert sorted(o.kernel.name for o in outcomes) == sorted(k.name for k in kernels) == sorted(rows["model"])
     assert (rows["other_cpu"].astype(float) <= BUSY_OTHER_CPU).all()
@@ -112,20 +115,10 @@ def test_kernels_measured_while_another_process_was_busy_are_measured_again_once
 
 @pytest.mark.slow
 def test_kernels_still_busy_after_their_retries_are_recorded_with_the_load_they_saw(tmp_path):
-    busy = _spinner()
-    db = tmp_path / "kernels.csv"
-    try:
-        list(
-            run_kernel_suite(
-                [gemm_kernel(128, 128, 128)] * 3, ["appopt-runtime"], [1], _SHORT, str(db), retries_under_load=0
-            )
-        )
-    finally:
-        busy.kill()
-        busy.wait()
-    rows = read_results(db)
-    if rows["other_cpu"].isna().all():
-        pytest.skip("no /proc/stat here")
+    db, kernels = tmp_path / "kernels.csv", [gemm_kernel(128, 128, 128)] * 3
+    with _another_process_busy():
+        list(run_kernel_suite(kernels, ["appopt-runtime"], [1], _SHORT, str(db), retries_under_load=0))
+    rows = _probed_rows(db)
     assert len(rows) == 3 and (rows["other_cpu"].astype(float) > BUSY_OTHER_CPU).all()
 
 
