@@ -101,7 +101,11 @@ def _all_nodes(graph: onnx.GraphProto) -> Iterator[onnx.NodeProto]:
 
 @contextlib.contextmanager
 def time_limit(seconds: float) -> Iterator[None]:
-    """Raise CaseTimeout in the main thread after ``seconds`` (no-op where SIGALRM is unavailable)."""
+    """Raise CaseTimeout in the main thread after ``seconds`` (no-op where SIGALRM is unavailable).
+
+    An alarm already set (a caller's own limit) is set again afterwards with the time it has left, or at once
+    when that time ran out during the block.
+    """
     if seconds <= 0 or not hasattr(signal, "setitimer"):
         yield
         return
@@ -110,12 +114,15 @@ def time_limit(seconds: float) -> Iterator[None]:
         raise CaseTimeout(f"timed out after {seconds:g} s")
 
     previous = signal.signal(signal.SIGALRM, _raise)
-    signal.setitimer(signal.ITIMER_REAL, seconds)
+    outer_left, _ = signal.setitimer(signal.ITIMER_REAL, seconds)
+    started = time.monotonic()
     try:
         yield
     finally:
         signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, previous)
+        if outer_left > 0:
+            signal.setitimer(signal.ITIMER_REAL, max(outer_left - (time.monotonic() - started), 1e-3))
 
 
 def _normalize(value: Any) -> Any:

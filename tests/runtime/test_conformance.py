@@ -6,12 +6,14 @@
 
 from __future__ import annotations
 
+import signal
+import time
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-from benchmarks.conformance import case_ops, load_cases, main, per_op_table, run_conformance
+from benchmarks.conformance import CaseTimeout, case_ops, load_cases, main, per_op_table, run_conformance, time_limit
 from runtime.kernels.base import REGISTRY
 
 EXPECTED = Path(__file__).with_name("conformance_expected.txt")
@@ -92,3 +94,25 @@ def test_cli_prints_the_closing_line_last(capsys: pytest.CaptureFixture[str], tm
     assert lines[-1] == "4 passed, 0 failed"
     assert any(line.startswith("Relu") for line in lines)
     assert (tmp_path / "r.json").read_text().count('"passed": true') == 4
+
+
+def test_a_case_time_limit_stops_the_case_and_gives_back_an_alarm_already_set() -> None:
+    """The case limit uses SIGALRM, as pytest-timeout does: the outer alarm must survive it, with its time left."""
+    fired: list[int] = []
+    previous = signal.signal(signal.SIGALRM, lambda signum, frame: fired.append(signum))
+    try:
+        signal.setitimer(signal.ITIMER_REAL, 30.0)
+        with pytest.raises(CaseTimeout), time_limit(0.05):
+            time.sleep(5)
+        left, _ = signal.getitimer(signal.ITIMER_REAL)
+        assert 29.0 < left <= 30.0
+        assert signal.getsignal(signal.SIGALRM) is not None and not fired
+
+        signal.setitimer(signal.ITIMER_REAL, 0.05)
+        with time_limit(10):
+            time.sleep(0.1)  # the outer alarm's time runs out inside the case's limit
+        time.sleep(0.05)
+        assert fired == [signal.SIGALRM]
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)

@@ -11,6 +11,7 @@ import pytest
 from typer.testing import Result
 
 from builders.engines import BuildRequest, DockerEngine, get_engine
+from tests.builders.realcomp import servers
 from tests.builders.realcomp.conftest import Containers
 
 pytestmark = pytest.mark.slow
@@ -66,7 +67,7 @@ def test_docker_sdk_builds_against_podman_service(busybox_image: str, podman_ser
 
     assert result.engine == "docker" and result.image_id
     assert engine.labels(ref)["io.appopt.route"] == "x/none/y/fp32/NCHW"
-    assert engine.client.containers.run(ref, remove=True) == b"compiled by the build stage\n"
+    assert servers.run_container(engine.client, ref) == b"compiled by the build stage\n"
     layout = engine.export_oci(ref, tmp_path / "oci")
     assert (layout / "index.json").is_file() and (layout / "oci-layout").is_file()
 

@@ -18,6 +18,7 @@ import pytest
 from typer.testing import Result
 
 from builders.engines import DockerEngine, get_engine
+from tests.builders.realcomp import servers
 from tests.builders.realcomp.conftest import BuiltImage, plan_for, wheelhouse_for
 
 pytestmark = pytest.mark.slow
@@ -145,7 +146,7 @@ def test_docker_sdk_builds_and_runs_the_plan_image(plan_out: Path, debian_image:
     engine = get_engine("docker")
     assert isinstance(engine, DockerEngine)
     assert engine.labels(ref)["io.appopt.route"].startswith("appopt-runtime/")
-    output = engine.client.containers.run(ref, remove=True).decode()
+    output = servers.run_container(engine.client, ref).decode()
     assert RUN_OUTPUT.search(output), output
 
 
