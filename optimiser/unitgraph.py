@@ -4,9 +4,10 @@ The cut follows the fusions every CPU framework we measure makes: a convolution 
 batch norm, scale, activation and one residual add that follow it alone; element-wise nodes computed from one
 tensor form one unit; constant subgraphs fold away; shape-only nodes (Reshape, Flatten, Squeeze, Dropout…) cost
 nothing. A depthwise convolution read only by a 1x1 convolution is one ``dwpw`` unit with it (one kernel in
-runtimes that fuse them, two in others: the sweep measures the pair on each). Everything else is one unit per
-node. Dimensions are those
-of one sample (the model is analysed at batch 1).
+runtimes that fuse them, two in others: the sweep measures the pair on each); so is a residual add read only by a
+layer normalisation, a ``skipnorm`` unit (onnxruntime's SkipLayerNormalization), whose add the matrix product before
+it therefore does not absorb. Everything else is one unit per node. Dimensions are those of one sample (the model
+is analysed at batch 1).
 
 Example::
 
@@ -125,13 +126,15 @@ class _Cutter:
         self.outputs = {o.name for o in graph.output}
         #: Tensor -> the tensor its element-wise island reads.
         self._root: dict[str, str] = {}
+        #: Outputs of residual adds that a layer normalisation alone reads: the norm's ``skipnorm`` unit takes them.
+        self.skip_adds = {n.output[0] for n in graph.node if self._is_skip_add(n)}
 
     def units(self) -> list[Unit]:
         absorbed: set[int] = set()
         out: list[Unit | _Island] = []
         islands: dict[str, _Island] = {}
         for node in self.graph.node:
-            if id(node) in absorbed or node.op_type in FREE:
+            if id(node) in absorbed or node.op_type in FREE or (node.output and node.output[0] in self.skip_adds):
                 continue
             if node.output and all(o in self.constant for o in node.output if o):
                 continue  # folded before the model runs
@@ -183,6 +186,8 @@ class _Cutter:
             activation = nxt.op_type in ACTIVATIONS or (nxt.op_type == "BatchNormalization" and not tail)
             affine = nxt.op_type in AFFINE and all(i in self.constant for i in others)
             adds_branch = nxt.op_type in ("Add", "Sum") and len(others) == 1 and not affine and self._same_shape(nxt)
+            if adds_branch and nxt.output[0] in self.skip_adds:
+                break  # the layer normalisation after it takes the add
             if adds_branch and not residual:
                 residual = True
             elif not (activation or affine):
@@ -225,6 +230,20 @@ class _Cutter:
             init_w=min(dw["init_w"], second["init_w"]),
         )
         return Unit("dwpw", dims)
+
+    def _is_skip_add(self, node: onnx.NodeProto) -> bool:
+        """# Add(x, f(x)) -> LayerNormalization: a two-tensor add of one shape whose only reader is the norm."""
+        if node.op_type not in ("Add", "Sum") or len(node.output) != 1 or node.output[0] in self.outputs:
+            return False
+        users = self.consumers.get(node.output[0], [])
+        tensors = [i for i in node.input if i and i not in self.constant]
+        return (
+            len(users) == 1
+            and users[0].op_type == "LayerNormalization"
+            and users[0].input[0] == node.output[0]
+            and len(tensors) == 2
+            and self._same_shape(node)
+        )
 
     def _constant_operand(self, node: onnx.NodeProto) -> bool:
         """Whether a binary node's second operand is known before the model runs (a bias, a scale)."""
@@ -338,7 +357,8 @@ class _Cutter:
                 },
             )
         if op == "LayerNormalization":
-            return Unit("layernorm", {"rows": elements // y[-1], "cols": y[-1]})
+            kind = "skipnorm" if node.input[0] in self.skip_adds else "layernorm"
+            return Unit(kind, {"rows": elements // y[-1], "cols": y[-1]})
         if op in ("Softmax", "LogSoftmax"):
             return Unit("softmax", {"rows": elements // y[-1], "cols": y[-1]})
         if op == "LRN":

@@ -36,7 +36,7 @@ import numpy as np
 import pandas as pd
 
 from perfmodels.fit import RouteKey, Statistic, effective_ms, unreliable
-from perfmodels.units import QUANTISABLE, Unit, decode_units, roofline_seconds, unit_features
+from perfmodels.units import QUANTISABLE, Unit, decode_units, roofline_seconds, unfused, unit_features
 
 #: Bump when the fit changes, so that routes cached by an older version are fitted again.
 CACHE_VERSION = 1
@@ -139,7 +139,10 @@ class UnitRoute:
         )
 
     def unit_seconds(self, units: Sequence[Unit], batch: int) -> np.ndarray:
-        """Predicted seconds of each unit (one of each, at ``batch``); NaN for kinds this route has not learned."""
+        """Predicted seconds of each unit (one of each, at ``batch``); NaN for kinds this route has not learned.
+
+        A fused kind the route has not learned (``skipnorm``) is the sum of its ``unfused`` units where those are.
+        """
         out = np.full(len(units), math.nan)
         by_kind: dict[str, list[int]] = {}
         for i, unit in enumerate(units):
@@ -147,12 +150,19 @@ class UnitRoute:
         for kind, index in by_kind.items():
             model = self.kinds.get(kind)
             if model is None:
+                out[index] = [self._unfused_seconds(units[i], batch) for i in index]
                 continue
             scaled = [units[i].at_batch(batch) for i in index]
             features = np.array([unit_features(u) for u in scaled])
             prior = np.array([roofline_seconds(u, 1, self.peak_flops, self.bandwidth) for u in scaled])
             out[index] = prior * np.exp(model.log_ratio(features))
         return out
+
+    def _unfused_seconds(self, unit: Unit, batch: int) -> float:
+        parts = unfused(unit)
+        if parts is None or any(part.kind not in self.kinds for part in parts):
+            return math.nan
+        return float(np.sum(self.unit_seconds(parts, batch)))
 
 
 def fit_unit_route(rows: pd.DataFrame) -> UnitRoute:

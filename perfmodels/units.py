@@ -27,7 +27,9 @@ from dataclasses import dataclass, field
 #: ``init_w``: the weights are stored in the model (a quantiser can convert them; computed weights it leaves alone);
 #: ``dwpw``: a depthwise convolution and the 1x1 convolution that alone reads it (MobileNet's separable block, which
 #: runtimes with a fused kernel run without writing the tensor between them);
-#: ``heavy``: a transcendental element-wise function (Erf, Exp, Tanh, Sigmoid…); ``avg``: average (not max) pooling.
+#: ``heavy``: a transcendental element-wise function (Erf, Exp, Tanh, Sigmoid…); ``avg``: average (not max) pooling;
+#: ``skipnorm``: a residual add read only by a layer normalisation (a transformer block's ``LayerNorm(x + f(x))``,
+#: which onnxruntime runs as one SkipLayerNormalization kernel and others as two).
 KINDS: dict[str, tuple[str, ...]] = {
     "conv": ("n", "cin", "cout", "h", "w", "kh", "kw", "stride", "group", "oh", "ow", "act", "residual", "init_w"),
     "dwconv": ("n", "c", "mult", "h", "w", "kh", "kw", "stride", "oh", "ow", "act", "residual", "init_w"),
@@ -41,6 +43,7 @@ KINDS: dict[str, tuple[str, ...]] = {
     "lrn": ("n", "c", "hw", "size"),
     "move": ("elements",),
     "noop": ("nodes",),
+    "skipnorm": ("rows", "cols"),
 }
 #: The dimension of each kind that grows with the batch.
 BATCHED = {kind: dims[0] for kind, dims in KINDS.items() if kind != "noop"}
@@ -112,6 +115,19 @@ def encode_units(units: Iterable[Unit]) -> str:
     return json.dumps(list(merged.values()), separators=(",", ":"))
 
 
+def unfused(unit: Unit) -> list[Unit] | None:
+    """The units a kernel library without ``unit``'s fusion runs instead (None: the kind has no other form).
+
+    A route that has not measured a fused kind is predicted as these: a ``skipnorm`` is a two-input add, then a layer
+    normalisation.
+    """
+    if unit.kind == "skipnorm":
+        rows, cols = unit["rows"], unit["cols"]
+        return [Unit("eltwise", {"elements": rows * cols, "inputs": 2, "heavy": 0}),
+                Unit("layernorm", {"rows": rows, "cols": cols})]
+    return None
+
+
 def unit_flops(unit: Unit, batch: int = 1) -> float:
     """Floating-point operations of one unit at ``batch`` (multiply-add = 2)."""
     u = unit.at_batch(batch)
@@ -136,6 +152,8 @@ def unit_flops(unit: Unit, batch: int = 1) -> float:
         return float(u["elements"] * (8 if u["heavy"] else 1))
     if k in ("layernorm", "softmax"):
         return 5.0 * u["rows"] * u["cols"]
+    if k == "skipnorm":
+        return 6.0 * u["rows"] * u["cols"]
     if k == "lrn":
         return float(u["n"] * u["c"] * u["hw"] * (u["size"] + 4))
     return 0.0
@@ -166,6 +184,8 @@ def unit_bytes(unit: Unit, batch: int = 1) -> float:
         return _F32 * u["elements"] * (u["inputs"] + 1)
     if k in ("layernorm", "softmax"):
         return _F32 * 2 * u["rows"] * u["cols"]
+    if k == "skipnorm":
+        return _F32 * 3 * u["rows"] * u["cols"]
     if k == "lrn":
         return _F32 * 2 * u["n"] * u["c"] * u["hw"]
     if k == "move":
@@ -262,7 +282,7 @@ def unit_features(unit: Unit, batch: int = 1) -> list[float]:
         shape = [_lg(u["n"] * u["c"]), _lg(u["oh"] * u["ow"]), u["kh"] * u["kw"], u["stride"], u["avg"]]
     elif k == "eltwise":
         shape = [_lg(u["elements"]), u["inputs"], u["heavy"]]
-    elif k in ("layernorm", "softmax"):
+    elif k in ("layernorm", "softmax", "skipnorm"):
         shape = [_lg(u["rows"]), _lg(u["cols"])]
     elif k == "lrn":
         shape = [_lg(u["n"] * u["c"] * u["hw"]), u["size"]]

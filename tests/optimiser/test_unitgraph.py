@@ -133,3 +133,47 @@ def test_an_element_wise_model_is_one_fused_unit_per_sample():
     nodes = [helper.make_node("Relu", ["x"], ["r"]), helper.make_node("Sigmoid", ["r"], ["y"])]
     units = graph_units(model(nodes, {"x": ["batch", 3]}, {}))
     assert [(u.kind, dict(u.dims)) for u in units] == [("eltwise", {"elements": 3, "inputs": 1, "heavy": 1})]
+
+
+def _post_norm_block(extra_reader: bool = False) -> list:
+    """A transformer block's output: projection, bias, residual add, layer normalisation."""
+    nodes = [
+        helper.make_node("MatMul", ["x", "w"], ["m"]),
+        helper.make_node("Add", ["m", "b"], ["h"]),
+        helper.make_node("Add", ["h", "x"], ["s"]),
+        helper.make_node("LayerNormalization", ["s", "gamma", "beta"], ["y"], axis=-1),
+    ]
+    if extra_reader:  # a pre-norm block keeps the sum for its next residual
+        nodes.append(helper.make_node("Add", ["s", "y"], ["z"]))
+    return nodes
+
+
+def test_a_residual_add_read_only_by_a_layer_norm_is_one_skipnorm_unit_with_it():
+    init = {"w": (32, 32), "b": (32,), "gamma": (32,), "beta": (32,)}
+    units = graph_units(model(_post_norm_block(), {"x": ["batch", 4, 32]}, init))
+    assert [u.kind for u in units] == ["gemm", "skipnorm"]
+    assert (units[0]["m"], units[0]["k"], units[0]["n"], units[0]["act"]) == (4, 32, 32, 0)
+    assert dict(units[1].dims) == {"rows": 4, "cols": 32}
+
+    # the sum read again: the norm reads a tensor that exists anyway, and the product keeps its residual add
+    units = graph_units(model(_post_norm_block(extra_reader=True), {"x": ["batch", 4, 32]}, init))
+    assert [u.kind for u in units] == ["gemm", "layernorm", "eltwise"]
+
+
+def test_a_layer_norm_after_an_add_of_a_constant_is_a_plain_layernorm():
+    nodes = [
+        helper.make_node("Add", ["x", "pos"], ["s"]),
+        helper.make_node("LayerNormalization", ["s", "gamma", "beta"], ["y"], axis=-1),
+    ]
+    units = graph_units(model(nodes, {"x": [1, 4, 32]}, {"pos": (1, 4, 32), "gamma": (32,), "beta": (32,)}))
+    assert [u.kind for u in units] == ["eltwise", "layernorm"]
+
+
+def test_bert_like_suite_models_have_one_skipnorm_unit_per_residual_norm():
+    from benchmarks.models import get_model
+
+    proto = get_model("tiny_bert").model()
+    norms = [n for n in proto.graph.node if n.op_type == "LayerNormalization"]
+    units = graph_units(proto)
+    skipnorms = sum(u.count for u in units if u.kind == "skipnorm")
+    assert skipnorms >= 2 and skipnorms + sum(u.count for u in units if u.kind == "layernorm") == len(norms)

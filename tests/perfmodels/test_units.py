@@ -171,6 +171,39 @@ def test_int8_routes_run_the_units_their_quantiser_leaves_alone_as_at_fp32():
     assert one(computed) == pytest.approx(true_seconds(computed, 0.5), rel=0.2)
 
 
+def _rows_cols_units(kind: str, count: int, seed: int = 0) -> list[Unit]:
+    rng = np.random.default_rng(seed)
+    return [Unit(kind, {"rows": int(rng.integers(1, 2048)), "cols": int(rng.integers(16, 2048))}) for _ in range(count)]
+
+
+def test_a_route_that_has_not_measured_skipnorm_predicts_it_as_an_add_then_a_layer_norm():
+    norms, adds = _rows_cols_units("layernorm", 40), [
+        Unit("eltwise", {"elements": int(e), "inputs": 2, "heavy": 0}) for e in np.geomspace(64, 4e6, 40)
+    ]
+    rows = noop_rows() + [sweep_row(u, true_seconds(u, 0.5)) for u in norms + adds]
+    unit_fit = fit_units(to_frame(rows))
+    route = unit_fit.route((TARGET, "fw", "none", "NCHW", "fp32", 1))
+    assert route is not None and "skipnorm" not in route.kinds
+    skip = Unit("skipnorm", {"rows": 512, "cols": 768})
+    add = Unit("eltwise", {"elements": 512 * 768, "inputs": 2, "heavy": 0})
+    norm = Unit("layernorm", {"rows": 512, "cols": 768})
+    unfused = true_seconds(add, 0.5) + true_seconds(norm, 0.5)
+    assert route.unit_seconds([skip], 2)[0] == pytest.approx(route.unit_seconds([add, norm], 2).sum())
+    assert unit_fit.seconds(route, [skip], 1) - route.call_s == pytest.approx(unfused, rel=0.2)
+
+    # measured, the fused kernel's own time (here: one pass, as fast as the norm alone)
+    fused = _rows_cols_units("skipnorm", 30, seed=1)
+    rows += [sweep_row(u, true_seconds(Unit("layernorm", dict(u.dims)), 0.5)) for u in fused]
+    route = fit_units(to_frame(rows)).route((TARGET, "fw", "none", "NCHW", "fp32", 1))
+    assert route is not None and "skipnorm" in route.kinds
+    assert route.unit_seconds([skip], 1)[0] == pytest.approx(true_seconds(norm, 0.5), rel=0.25)
+
+    # neither the kind nor one of its parts learned: no prediction
+    only_norms = fit_units(to_frame(noop_rows() + [sweep_row(u, true_seconds(u, 0.5)) for u in norms]))
+    bare = only_norms.route((TARGET, "fw", "none", "NCHW", "fp32", 1))
+    assert bare is not None and math.isnan(only_norms.seconds(bare, [skip], 1))
+
+
 def test_sweep_rows_keep_only_measured_one_unit_kernel_rows():
     unit = sampled_gemms(1)[0]
     good = sweep_row(unit, 1e-4)
