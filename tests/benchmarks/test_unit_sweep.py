@@ -104,17 +104,16 @@ def test_a_small_sweep_on_our_runtime_records_rows_a_unit_model_fits(tmp_path):
     assert route is not None and set(route.kinds) == {"gemm", "eltwise", "conv"} and route.call_s > 0
 
 
-def test_the_shipped_sweep_is_the_default_samples_first_round_so_it_can_be_measured_again():
-    """The shipped database was recorded before the second round existed (``bench units --new`` or the next
-    ``record-default`` adds it): it holds every unit of the first round and nothing outside the default sample."""
+def test_the_shipped_sweep_is_the_default_sample_so_it_can_be_measured_again():
+    """The shipped database holds every unit of every round of the default sample and nothing outside it: the next
+    ``record-default`` measures the same units, and ``bench units --new`` has nothing left to add."""
     from perfmodels.results_db import DEFAULT_DB
     from perfmodels.unitfit import UNIT_FAMILY
 
     shipped = read_results(DEFAULT_DB)
     measured = set(shipped.loc[shipped["family"] == UNIT_FAMILY, "units"])
-    first, *later = sample_rounds()
-    assert measured == {encode_units([u]) for u in first}
-    assert unmeasured(sample_units(), measured) == [u for round_ in later for u in round_]
+    assert measured == {encode_units([u]) for round_ in sample_rounds() for u in round_}
+    assert unmeasured(sample_units(), measured) == []
 
 
 def test_sweep_rounds_leaves_out_the_unit_rows_of_later_rounds():
