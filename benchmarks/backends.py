@@ -100,10 +100,11 @@ LAYOUT_BOUNDARY_OPS = frozenset({"ToNhwc", "ToNchw", "ReorderInput", "ReorderOut
 
 
 def boundary_ms(session: Session, feeds: Mapping[str, np.ndarray], runs: int = 10) -> float:
-    """Milliseconds per run the session spends converting layouts at the model's inputs and outputs, by the
-    backend's own profiler (0 when the backend converts nothing or cannot profile).
+    """Milliseconds per run the session spends at the model's inputs and outputs, by the backend's own profiler:
+    converting layouts, and (ours) copying the feeds into its fixed buffers and the outputs out of its reused ones.
+    0 when the backend does none of that or cannot profile.
 
-    A one-kernel model pays these conversions once per kernel, a whole model once: a kernel sweep subtracts them.
+    A one-kernel model pays these once per kernel, a whole model once: a kernel sweep subtracts them.
     """
     probe = getattr(session, "boundary_ms", None)
     return float(probe(feeds, runs)) if probe is not None else 0.0
@@ -232,11 +233,13 @@ class _AppoptSession:
         return list(self._exe.run(dict(feeds)).values())
 
     def boundary_ms(self, feeds: Mapping[str, np.ndarray], runs: int) -> float:
-        """ToNhwc/ToNchw nodes' time from the runtime's own profiler."""
+        """ToNhwc/ToNchw nodes' time and the copies at the graph's edges, from the runtime's own profiler (a view
+        op's output materialised when copied out counts as its node's work, not as a boundary)."""
         with self._exe.profiling() as profile:
             for _ in range(runs):
                 self._exe.run(dict(feeds))
         seconds = sum(n.seconds for n in profile.nodes.values() if n.op_type in LAYOUT_BOUNDARY_OPS)
+        seconds += sum(profile.io_seconds.values())
         return seconds / max(profile.runs, 1) * 1e3
 
 

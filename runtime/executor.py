@@ -53,7 +53,7 @@ from runtime.functions import ExpansionStats, FunctionKey, expand_graph, local_f
 from runtime.ir import Graph, Model, Node, Value, elem_type_name, graph_free_names
 from runtime.kernels.base import Kernel, NodeContext, SubgraphFn
 from runtime.loader import ModelSource, load_model_proto, upgrade_old_opset, validate_proto
-from runtime.profiling import Profile
+from runtime.profiling import COPY_OUTPUTS, STAGE_INPUTS, Profile
 from runtime.shapes import SIZE_CREATING_OPS, estimate_output_elements, infer_model
 
 __all__ = ["CompileOptions", "Executable", "compile_model", "compile_proto", "resolve_kernel"]
@@ -385,6 +385,10 @@ class _StaticPlan:
         from runtime.passes.memory_plan import StepInfo, plan_buffers
 
         self.plan = plan
+        #: Outputs of view ops -> their node: copying such an output out materialises the view (the op's work).
+        self.view_nodes = {step.outputs[0]: step.node for step in plan.steps if step.outputs and _is_view_op(step.node)}
+        #: Those whose step the run skips (a view fixed once): their node runs only when copied out.
+        self.skipped_views: set[str] = set()
         infos = []
         self.arg_shapes: list[tuple[Any, ...]] = []
         self.out_meta: list[tuple[tuple[int, ...], np.dtype[Any]] | None] = []
@@ -468,6 +472,7 @@ class _StaticPlan:
                     view = None
                 if isinstance(view, np.ndarray) and isinstance(args[0], np.ndarray) and np.shares_memory(view, args[0]):
                     stable[step.outputs[0]] = view
+                    self.skipped_views.add(step.outputs[0])
                     program.append(("skip", None))
                     continue
             program.append(("run", None))
@@ -492,15 +497,18 @@ class _StaticPlan:
         feeds = env
         env = template.copy()
         staged = self.staged
+        profile = _recording(plan.shared)
+        started = time.perf_counter() if profile is not None else 0.0
         for name, value in feeds.items():
             if name in staged:
                 np.copyto(env[name], value)
             else:
                 env[name] = value
+        if profile is not None and staged:
+            profile.add_io(STAGE_INPUTS, time.perf_counter() - started)
         previous = getattr(plan._local, "env", None)
         plan._local.env = env
         limit = plan.shared.options.max_alloc_bytes
-        profile = _recording(plan.shared)
         try:
             for kind, payload, step, arg_shapes in program:
                 started = time.perf_counter() if profile is not None else 0.0
@@ -527,11 +535,32 @@ class _StaticPlan:
                             env[name] = np.asarray(value) if isinstance(value, np.generic) else value
                 if profile is not None:
                     profile.add(step.node.name or step.node.label(), step.node.op_type, time.perf_counter() - started)
-            return [_detach(env[name], buffers) for name in plan.output_names]
+            if profile is None:
+                return [_detach(env[name], buffers) for name in plan.output_names]
+            return self._copy_out_profiled(env, buffers, profile)
         except KeyError as exc:
             raise KernelError(f"value {exc.args[0]!r} was not available when needed") from None
         finally:
             plan._local.env = previous
+
+    def _copy_out_profiled(self, env: dict[str, Any], buffers: Sequence[np.ndarray], profile: Profile) -> list[Any]:
+        """``_detach`` every output, timing each copy: a view op's output is materialised here (its node's time),
+        any other output living in a planned buffer is copied out (``COPY_OUTPUTS``)."""
+        values = []
+        for name in self.plan.output_names:
+            started = time.perf_counter()
+            value = env[name]
+            detached = _detach(value, buffers)
+            values.append(detached)
+            if detached is value:
+                continue
+            seconds = time.perf_counter() - started
+            node = self.view_nodes.get(name)
+            if node is None:
+                profile.add_io(COPY_OUTPUTS, seconds)
+            else:
+                profile.add(node.name or node.label(), node.op_type, seconds, calls=int(name in self.skipped_views))
+        return values
 
 
 #: Ops that return views of their first input (their result is fixed when that input's buffer is).

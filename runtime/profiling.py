@@ -18,6 +18,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+#: ``Profile.io_seconds`` keys.
+STAGE_INPUTS = "inputs staged"
+COPY_OUTPUTS = "outputs copied out"
+
 
 @dataclass
 class NodeTime:
@@ -40,13 +44,21 @@ class Profile:
     run_seconds: float = 0.0
     #: How deep in nested graphs execution is now: only the main graph's steps (depth 1) are recorded.
     depth: int = 0
+    #: Seconds of a planned run's work outside the nodes: ``STAGE_INPUTS`` (the feeds copied into their fixed
+    #: buffers) and ``COPY_OUTPUTS`` (outputs copied out of the reused ones). A whole model pays them once per run,
+    #: a one-node model around its node.
+    io_seconds: dict[str, float] = field(default_factory=dict)
 
-    def add(self, label: str, op_type: str, seconds: float) -> None:
+    def add(self, label: str, op_type: str, seconds: float, calls: int = 1) -> None:
+        """Record ``seconds`` of ``label``'s work (``calls=0``: more of a call already counted)."""
         entry = self.nodes.get(label)
         if entry is None:
             entry = self.nodes[label] = NodeTime(label, op_type)
-        entry.calls += 1
+        entry.calls += calls
         entry.seconds += seconds
+
+    def add_io(self, what: str, seconds: float) -> None:
+        self.io_seconds[what] = self.io_seconds.get(what, 0.0) + seconds
 
     @property
     def node_seconds(self) -> float:
@@ -72,6 +84,10 @@ class Profile:
             f"profile over {self.runs} run(s): {total / runs * 1e3:.3f} ms per run in {len(self.nodes)} nodes"
             + (f", {max(self.run_seconds - total, 0.0) / runs * 1e3:.3f} ms between them" if self.run_seconds else "")
         ]
+        if self.io_seconds:
+            edges = sorted(self.io_seconds.items())
+            parts = ", ".join(f"{what} {seconds / runs * 1e3:.3f} ms" for what, seconds in edges)
+            out.append(f"  of which copies at the graph's edges: {parts}")
         out.append(f"  {'op type':<28} {'ms/run':>9} {'share':>6} {'nodes':>6}")
         for entry in self.by_op_type():
             out.append(

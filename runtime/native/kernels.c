@@ -781,8 +781,7 @@ static void split_phases(const float *row, long W, long sw, float *out, long ple
 /* The same pooling over NCHW (same argument block, PL_C the channels of each image): one task per output row of
  * one channel plane; the taps of a row are added one at a time along the row, a contiguous (stride 1) or strided
  * read, so single-plane pools (a MaxPool with no convolution around it) need no layout conversion. */
-static void pool_nchw_task(const void *vctx, long task) {
-  const int64_t *a = (const int64_t *)vctx;
+static void pool_nchw_row(const int64_t *a, long task) {
   long H = a[PL_H], W = a[PL_W], OH = a[PL_OH], OW = a[PL_OW];
   long KH = a[PL_KH], KW = a[PL_KW], sh = a[PL_SH], sw = a[PL_SW], dh = a[PL_DH], dw = a[PL_DW];
   long pt = a[PL_PT], pl = a[PL_PL], pb = a[PL_PB], pr = a[PL_PR];
@@ -839,9 +838,25 @@ static void pool_nchw_task(const void *vctx, long task) {
   }
 }
 
+typedef struct {
+  const int64_t *a;
+  long rows, per;
+} rows_ctx;
+
+static void pool_nchw_task(const void *vctx, long task) {
+  const rows_ctx *cx = (const rows_ctx *)vctx;
+  for (long r = task * cx->per; r < cx->rows && r < (task + 1) * cx->per; r++) pool_nchw_row(cx->a, r);
+}
+
+/* Rows are grouped into tasks of at least POOL_TASK_WORK taps: one output row is often a few dozen floats, and a
+ * task per row spent more on claiming tickets (and on threads writing neighbouring rows' cache lines) than on the
+ * pooling, so two threads ran slower than one. */
+#define POOL_TASK_WORK 16384.0
 API void ap_pool_nchw(const int64_t *a) {
-  double work = (double)a[PL_N] * a[PL_C] * a[PL_OH] * a[PL_OW] * a[PL_KH] * a[PL_KW];
-  parallel_for_work(a[PL_N] * a[PL_C] * a[PL_OH], pool_nchw_task, a, work);
+  double row_work = (double)a[PL_OW] * a[PL_KH] * a[PL_KW];
+  rows_ctx cx = {a, a[PL_N] * a[PL_C] * a[PL_OH], 1};
+  cx.per = row_work >= POOL_TASK_WORK ? 1 : (long)(POOL_TASK_WORK / (row_work > 1.0 ? row_work : 1.0)) + 1;
+  parallel_for_work((cx.rows + cx.per - 1) / cx.per, pool_nchw_task, &cx, row_work * cx.rows);
 }
 
 /* Global average pool NHWC [N][HW][C] -> [N][C]. */

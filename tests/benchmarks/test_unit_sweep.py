@@ -99,7 +99,9 @@ def test_a_small_sweep_on_our_runtime_records_rows_a_unit_model_fits(tmp_path):
     assert len(frame) == len(units) and frame["units"].notna().all()
     convs = frame[frame["model"].str.startswith("unit_conv")]
     assert (convs["boundary_ms"] > 0).all()  # our runtime converts a lone convolution to NHWC and back
-    assert (frame[frame["model"].str.startswith("unit_gemm")]["boundary_ms"] == 0).all()
+    # every lone unit also pays for staging its inputs and copying its output out; a matrix product nothing else
+    gemms = frame[frame["model"].str.startswith("unit_gemm")]
+    assert (gemms["boundary_ms"] > 0).all() and (gemms["boundary_ms"] < convs["boundary_ms"].max()).all()
     route = fit_units(frame).route((frame["target"].iloc[0], "appopt-runtime", "none", "NCHW", "fp32", 1))
     assert route is not None and set(route.kinds) == {"gemm", "eltwise", "conv"} and route.call_s > 0
 

@@ -249,6 +249,19 @@ def test_nchw_pooling_matches_the_window_reference(lib: native.NativeLib, mode: 
     np.testing.assert_allclose(y, ref, rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.parametrize("mode", [0, 2])
+def test_nchw_pooling_split_into_tasks_of_many_rows_matches_the_reference(lib: native.NativeLib, mode: int) -> None:
+    """Large enough to run in parallel: tasks take 29 rows each, so tasks cross channel planes and the last is
+    short."""
+    rng = np.random.default_rng(7)
+    x = rng.standard_normal((1, 7, 61, 67)).astype(np.float32)
+    geo = PoolGeometry({"kernel_shape": [3, 3], "strides": [1, 1]}, x.shape[2:])
+    y = ops.pool(lib, x, geo.window(mode), nchw=True)
+    win = geo.windows(x, -np.inf if mode == 0 else 0)
+    ref = win.max(axis=(4, 5)) if mode == 0 else win.sum(axis=(4, 5)) / np.maximum(geo.counts(True), 1)
+    np.testing.assert_allclose(y, ref, rtol=1e-5, atol=1e-6)
+
+
 def test_row_kernels_match_numpy(lib: native.NativeLib) -> None:
     rng = np.random.default_rng(6)
     x = (rng.standard_normal((7, 130)) * 5).astype(np.float32)

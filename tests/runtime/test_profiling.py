@@ -15,6 +15,7 @@ from typer.testing import CliRunner
 
 from optimiser.commands.runtime_cmds import register
 from runtime import compile_model
+from runtime.profiling import COPY_OUTPUTS, STAGE_INPUTS
 from tests.runtime.graphs import const, model, vi
 from tests.runtime.test_control_flow import _loop_model
 
@@ -104,3 +105,41 @@ def test_cli_flags_print_the_profile(tmp_path: Path) -> None:
     )
     assert shipped.returncode == 0, shipped.stderr
     assert "profile over 1 run(s)" in shipped.stdout
+
+
+def test_a_planned_run_times_the_copies_at_the_graphs_edges_apart_from_the_nodes() -> None:
+    exe = compile_model(_mlp(), threads=1)
+    x = {"x": np.ones((2, 16), np.float32)}
+    exe.run(x)  # the first run records the shapes the plan is made for
+    with exe.profiling() as profile:
+        for _ in range(3):
+            exe.run(x)
+    assert set(profile.io_seconds) == {STAGE_INPUTS, COPY_OUTPUTS}
+    assert all(seconds > 0 for seconds in profile.io_seconds.values())
+    assert profile.node_seconds + sum(profile.io_seconds.values()) <= profile.run_seconds
+    assert len(profile.nodes) == exe.stats["nodes"]  # no pseudo-nodes among the nodes
+    assert "copies at the graph's edges" in "\n".join(profile.lines())
+    generic = compile_model(_mlp(), threads=1, disable=("memory_plan",))
+    generic.run(x)
+    with generic.profiling() as unplanned:
+        generic.run(x)
+    assert unplanned.io_seconds == {}  # nothing staged, nothing copied
+
+
+def test_a_view_output_is_materialised_as_its_nodes_work_once_per_run() -> None:
+    """A Transpose the plan fixes as a view does its work when the output is copied out: that is its node's time,
+    not a copy at the graph's edge."""
+    transpose = model(
+        [helper.make_node("Transpose", ["x"], ["y"], name="swap", perm=[1, 0])],
+        [vi("x", shape=[64, 48])],
+        [vi("y", shape=[48, 64])],
+    )
+    exe = compile_model(transpose, threads=1)
+    x = {"x": np.arange(64 * 48, dtype=np.float32).reshape(64, 48)}
+    exe.run(x)
+    with exe.profiling() as profile:
+        for _ in range(4):
+            got = exe.run(x)["y"]
+    np.testing.assert_array_equal(got, x["x"].T)
+    assert profile.nodes["swap"].calls == 4 and profile.nodes["swap"].seconds > 0
+    assert COPY_OUTPUTS not in profile.io_seconds
