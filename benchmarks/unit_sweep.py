@@ -77,6 +77,15 @@ SWEEP_ROUNDS: tuple[dict[str, int], ...] = (
     # before it, for free, and onnxruntime's BERT-like models ran 40-100% slower than their units' sum (its profiler
     # on tiny BERT at batch 8, one thread: 4 SkipLayerNormalization nodes, 1.67 of 5.8 ms).
     {"skipnorm": 24},
+    # The fifth: the small models' kernels and the light zoo's computed weights, which the earlier rounds leave out.
+    # - Stems (one to three input channels, kernels up to 10x4) and convolutions over images of 2 to 32 pixels: the
+    #   first rounds draw at least 4 channels and mostly large images, and tiny models ran 40-70% off their units'
+    #   sum (LeNet-5 in PyTorch: 0.24 ms measured, 0.14 predicted; its two convolutions alone take 0.15).
+    # - Convolutions and matrix products whose weights are computed (``init_w`` 0, ConstantOfShape as in the light
+    #   zoo): onnxruntime's dynamic quantiser converts such a convolution, quantising its weights on every run,
+    #   and leaves such a matrix product in fp32; its int8 zoo ResNet-50 took 81 ms where its int8 ResNet-50 with
+    #   stored weights takes 339 and its fp32 one 55 (one thread).
+    {"conv_stem": 30, "conv_small": 30, "dwpw_small": 24, "conv_computed": 30, "gemm_computed": 8},
 )
 #: Units above this many FLOPs are scaled down before measuring (except the ``*_large`` samplers'): the regressors
 #: predict time per roofline time, and larger units cost measuring time.
@@ -160,6 +169,55 @@ def _conv_large(rng: np.random.Generator) -> Unit:
     return Unit("conv", {**dims, "oh": oh, "ow": oh, "act": int(rng.uniform() < 0.8), "residual": 0, "init_w": 1})
 
 
+def _conv_stem(rng: np.random.Generator) -> Unit:
+    """A network's first convolution: one to three input channels, a square or tall kernel (a spectrogram's
+    10x4), stride 1 or 2, over a 8 to 112 pixel output."""
+    n = _batch(rng)
+    cin, cout = _choice(rng, [1, 3], [1, 1]), _channels(rng, 4, 96)
+    kh = _choice(rng, [3, 5, 7, 10], [4, 3, 2, 1])
+    kw = kh if kh < 10 and rng.uniform() < 0.8 else _choice(rng, [3, 4, 5], [1, 1, 1])
+    stride = _choice(rng, [1, 2], [1, 1])
+    out_h = _log_int(rng, 8, 112)
+    out_w = out_h if rng.uniform() < 0.7 else _log_int(rng, 4, 112)
+    return _conv_unit(n, cin, cout, (kh, kw), stride, (out_h, out_w), act=int(rng.uniform() < 0.8))
+
+
+def _conv_small(rng: np.random.Generator) -> Unit:
+    """A small model's body convolution: 4 to 128 channels over a 2 to 32 pixel output."""
+    n = _batch(rng)
+    k = _choice(rng, [1, 3, 5], [3, 4, 1])
+    stride = _choice(rng, [1, 2], [3, 1])
+    out = _log_int(rng, 2, 32)
+    cin, cout = _channels(rng, 4, 128), _channels(rng, 4, 128)
+    return _conv_unit(n, cin, cout, (k, k), stride, (out, out), act=int(rng.uniform() < 0.8))
+
+
+def _conv_computed(rng: np.random.Generator) -> Unit:
+    """A ``_conv`` sample whose weights are computed in the graph, not stored (``init_w`` 0); never one group per
+    input channel (that is a depthwise unit)."""
+    unit = _conv(rng)
+    while 1 < unit["group"] == unit["cin"]:
+        unit = _conv(rng)
+    return Unit("conv", {**unit.dims, "init_w": 0})
+
+
+def _gemm_computed(rng: np.random.Generator) -> Unit:
+    unit = _gemm(rng)
+    return Unit("gemm", {**unit.dims, "init_w": 0})
+
+
+def _conv_unit(
+    n: int, cin: int, cout: int, kernel: tuple[int, int], stride: int, out: tuple[int, int], act: int
+) -> Unit:
+    """A dense 'same'-padded convolution with about ``out`` outputs per side, scaled down to ``MAX_UNIT_FLOPS``."""
+    (kh, kw), (out_h, out_w) = kernel, out
+    while 2.0 * n * cout * out_h * out_w * cin * kh * kw > MAX_UNIT_FLOPS and out_h * out_w > 1:
+        out_h, out_w = max(1, int(out_h * 0.8)), max(1, int(out_w * 0.8))
+    (h, oh), (w, ow) = _same_padded(out_h, kh, stride), _same_padded(out_w, kw, stride)
+    dims = {"n": n, "cin": cin, "cout": cout, "h": h, "w": w, "kh": kh, "kw": kw, "stride": stride, "group": 1}
+    return Unit("conv", {**dims, "oh": oh, "ow": ow, "act": act, "residual": 0, "init_w": 1})
+
+
 def _dwconv(rng: np.random.Generator) -> Unit:
     n = _batch(rng)
     k = _choice(rng, [3, 5, 7], [8, 2, 1])
@@ -206,6 +264,20 @@ def _dwpw(rng: np.random.Generator) -> Unit:
         residual=int(rng.uniform() < 0.2),
         init_w=1,
     )
+    return Unit("dwpw", dims)
+
+
+def _dwpw_small(rng: np.random.Generator) -> Unit:
+    """A small model's separable block: 3x3 over a 2 to 32 pixel output, 8 to 256 channels (keyword spotting's
+    DS-CNN runs 25x5 images of 64 channels)."""
+    n = _batch(rng)
+    stride = _choice(rng, [1, 2], [3, 1])
+    c, cout = _channels(rng, 8, 256), _channels(rng, 8, 256)
+    out_h = _log_int(rng, 2, 32)
+    out_w = out_h if rng.uniform() < 0.7 else _log_int(rng, 2, 32)
+    (h, oh), (w, ow) = _same_padded(out_h, 3, stride), _same_padded(out_w, 3, stride)
+    dims = {"n": n, "c": c, "h": h, "w": w, "kh": 3, "kw": 3, "stride": stride, "oh": oh, "ow": ow}
+    dims.update(cout=cout, dw_act=int(rng.uniform() < 0.8), act=int(rng.uniform() < 0.5), residual=0, init_w=1)
     return Unit("dwpw", dims)
 
 
@@ -298,9 +370,14 @@ _SAMPLERS: dict[str, Callable[[np.random.Generator], Unit]] = {
     "conv_large": _conv_large,
     "gemm_large": _gemm_large,
     "skipnorm": _rows_cols("skipnorm"),
+    "conv_stem": _conv_stem,
+    "conv_small": _conv_small,
+    "dwpw_small": _dwpw_small,
+    "conv_computed": _conv_computed,
+    "gemm_computed": _gemm_computed,
 }
-#: The unit kind each sampler draws (a round names samplers; most are named after their kind).
-SAMPLER_KINDS = {name: name.removesuffix("_large") for name in [*_SAMPLERS, "noop"]}
+#: The unit kind each sampler draws (a round names samplers: a kind, or a kind and what the sampler draws of it).
+SAMPLER_KINDS = {name: name.split("_")[0] for name in [*_SAMPLERS, "noop"]}
 
 
 def _draw(rng: np.random.Generator, sizes: dict[str, int], per_kind: int | None) -> list[Unit]:
@@ -360,6 +437,16 @@ class _Graph:
         self.initializers.append(numpy_helper.from_array(value, name))
         return name
 
+    def weight(self, shape: tuple[int, ...], scale: float, stored: bool) -> str:
+        """A weight tensor: stored in the model (an initializer), or computed in it as the light zoo's are (a
+        ConstantOfShape)."""
+        if stored:
+            return self.const(shape, scale)
+        dims = f"c{len(self.initializers)}"
+        self.initializers.append(numpy_helper.from_array(np.asarray(shape, dtype=np.int64), dims))
+        value = numpy_helper.from_array(np.asarray([scale / 2], dtype=np.float32))
+        return self.node("ConstantOfShape", [dims], value=value)
+
     def scalar(self, value: float) -> str:
         name = f"c{len(self.initializers)}"
         self.initializers.append(numpy_helper.from_array(np.asarray(value, dtype=np.float32), name))
@@ -406,7 +493,8 @@ def unit_model(unit: Unit) -> tuple[onnx.ModelProto, dict[str, tuple[int, ...]]]
         cout = u["cout"] if k == "conv" else u["c"] * u["mult"]
         group = u["group"] if k == "conv" else u["c"]
         x = g.input((u["n"], cin, u["h"], u["w"]))
-        weight = g.const((cout, cin // group, u["kh"], u["kw"]), 1.0 / math.sqrt(cin // group * u["kh"] * u["kw"]))
+        scale = 1.0 / math.sqrt(cin // group * u["kh"] * u["kw"])
+        weight = g.weight((cout, cin // group, u["kh"], u["kw"]), scale, stored=u.dims.get("init_w", 1) == 1)
         ph, pw = _conv_pads(u["h"], u["oh"], u["kh"], u["stride"]), _conv_pads(u["w"], u["ow"], u["kw"], u["stride"])
         y = g.node(
             "Conv",
@@ -441,7 +529,8 @@ def unit_model(unit: Unit) -> tuple[onnx.ModelProto, dict[str, tuple[int, ...]]]
             y = g.node("Relu", [y])
     elif k == "gemm":
         x = g.input((u["m"], u["k"]))
-        y = g.node("Gemm", [x, g.const((u["k"], u["n"]), 1.0 / math.sqrt(u["k"])), g.const((u["n"],))])
+        weight = g.weight((u["k"], u["n"]), 1.0 / math.sqrt(u["k"]), stored=u.dims.get("init_w", 1) == 1)
+        y = g.node("Gemm", [x, weight, g.const((u["n"],))])
         if u["act"]:
             y = g.node("Relu", [y])
     elif k == "bmm":

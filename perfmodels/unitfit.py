@@ -12,9 +12,11 @@ times gives the cost of a call and of a node; each measured unit pays one call, 
 So is the time a backend spends converting a one-unit model's inputs and outputs to its own layout
 (``boundary_ms``, from its profiler): a whole model converts once, not around every kernel.
 
-Routes measured at int8 learn only the units their quantiser converts (convolutions, matrix products with weights
-stored in the model): every other unit of an int8 model runs as at fp32, and is predicted by the same route's fp32
-models.
+Routes measured at int8 learn only the units their quantiser may convert (convolutions, matrix products): every
+other unit of an int8 model runs as at fp32, and is predicted by the same route's fp32 models. So is a unit whose
+weights are computed in the graph (``init_w`` 0) where the int8 route measured none such of its kind: whether a
+quantiser converts those (onnxruntime's does a convolution's, quantising its weights on every run, and leaves a
+matrix product's) is learned from rows that have them.
 
 Rows used: measured ``kernel`` rows with one unit in ``units`` (``family`` ``kernel-unit``), with the time rules of
 ``perfmodels.fit`` (a single-threaded row measured under load uses its CPU time; multi-threaded ones are left out).
@@ -39,7 +41,7 @@ from perfmodels.fit import RouteKey, Statistic, effective_ms, unreliable
 from perfmodels.units import QUANTISABLE, Unit, decode_units, roofline_seconds, unfused, unit_features
 
 #: Bump when the fit changes, so that routes cached by an older version are fitted again.
-CACHE_VERSION = 1
+CACHE_VERSION = 2
 #: Family of the unit-sweep rows.
 UNIT_FAMILY = "kernel-unit"
 #: A kind is learned for a route from at least this many sweep rows.
@@ -106,6 +108,8 @@ class KindModel:
     regressor: Any = field(repr=False, compare=False)
     #: Root-mean-square relative error on the sweep rows it was fitted on.
     train_rmspe: float = math.nan
+    #: Whether it was fitted on units whose weights are computed in the graph (``init_w`` 0) as well as stored.
+    computed_weights: bool = False
 
     def log_ratio(self, features: np.ndarray) -> np.ndarray:
         return np.asarray(self.regressor.predict(features), dtype=float)
@@ -189,7 +193,8 @@ def fit_unit_route(rows: pd.DataFrame) -> UnitRoute:
         regressor = _regressor().fit(features, target)
         fitted = prior * np.exp(regressor.predict(features))
         rmspe = float(np.sqrt(np.mean((fitted / work - 1) ** 2)))
-        kinds[str(kind)] = KindModel(str(kind), len(group), regressor, rmspe)
+        computed = any(u.dims.get("init_w", 1) == 0 for u in units)
+        kinds[str(kind)] = KindModel(str(kind), len(group), regressor, rmspe, computed)
     return UnitRoute(
         target=str(first["target"]),
         route=RouteKey(str(first["framework"]), str(first["compiler"]), str(first["layout"]), str(first["precision"])),
@@ -276,9 +281,7 @@ class UnitFit:
         times = route.unit_seconds(units, batch)
         if route.route.precision != "fp32":
             # units the quantiser leaves alone run as at fp32
-            runs_fp32 = np.array(
-                [u.kind not in QUANTISABLE or u.dims.get("init_w", 1) == 0 or u.kind not in route.kinds for u in units]
-            )
+            runs_fp32 = np.array([not _quantised(route, u) for u in units])
             sibling = self.fp32_sibling(route)
             if sibling is not None and runs_fp32.any():
                 times[runs_fp32] = sibling.unit_seconds([u for u, f in zip(units, runs_fp32, strict=True) if f], batch)
@@ -286,6 +289,14 @@ class UnitFit:
             return math.nan
         counts = np.array([u.count for u in units], dtype=float)
         return float(route.call_s + np.sum(counts * times))
+
+
+def _quantised(route: UnitRoute, unit: Unit) -> bool:
+    """Whether an int8 route's own measurements predict ``unit`` (else it runs as at fp32)."""
+    model = route.kinds.get(unit.kind)
+    if unit.kind not in QUANTISABLE or model is None:
+        return False
+    return unit.dims.get("init_w", 1) == 1 or model.computed_weights
 
 
 def _key(key: tuple[object, ...]) -> Key:

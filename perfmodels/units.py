@@ -24,7 +24,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 #: The dimensions each kind is described by, in order. ``act``/``residual``: a fused activation / residual add;
-#: ``init_w``: the weights are stored in the model (a quantiser can convert them; computed weights it leaves alone);
+#: ``init_w``: the weights are stored in the model (1) or computed in it (0: a quantiser may leave them in fp32);
 #: ``dwpw``: a depthwise convolution and the 1x1 convolution that alone reads it (MobileNet's separable block, which
 #: runtimes with a fused kernel run without writing the tensor between them);
 #: ``heavy``: a transcendental element-wise function (Erf, Exp, Tanh, Sigmoid…); ``avg``: average (not max) pooling;
@@ -246,6 +246,7 @@ def unit_features(unit: Unit, batch: int = 1) -> list[float]:
             _lane_waste(per_group_in),
             u["act"],
             u["residual"],
+            u.dims.get("init_w", 1),
         ]
     elif k == "dwconv":
         shape = [
@@ -275,7 +276,7 @@ def unit_features(unit: Unit, batch: int = 1) -> list[float]:
             u["residual"],
         ]
     elif k == "gemm":
-        shape = [_lg(u["m"]), _lg(u["k"]), _lg(u["n"]), _lane_waste(u["n"]), u["act"]]
+        shape = [_lg(u["m"]), _lg(u["k"]), _lg(u["n"]), _lane_waste(u["n"]), u["act"], u.dims.get("init_w", 1)]
     elif k == "bmm":
         shape = [_lg(u["b"]), _lg(u["m"]), _lg(u["k"]), _lg(u["n"])]
     elif k == "pool":
