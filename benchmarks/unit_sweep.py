@@ -493,12 +493,14 @@ def unit_model(unit: Unit) -> tuple[onnx.ModelProto, dict[str, tuple[int, ...]]]
         cout = u["cout"] if k == "conv" else u["c"] * u["mult"]
         group = u["group"] if k == "conv" else u["c"]
         x = g.input((u["n"], cin, u["h"], u["w"]))
-        scale = 1.0 / math.sqrt(cin // group * u["kh"] * u["kw"])
-        weight = g.weight((cout, cin // group, u["kh"], u["kw"]), scale, stored=u.dims.get("init_w", 1) == 1)
+        scale, stored = 1.0 / math.sqrt(cin // group * u["kh"] * u["kw"]), u.dims.get("init_w", 1) == 1
+        weight = g.weight((cout, cin // group, u["kh"], u["kw"]), scale, stored)
         ph, pw = _conv_pads(u["h"], u["oh"], u["kh"], u["stride"]), _conv_pads(u["w"], u["ow"], u["kw"], u["stride"])
         y = g.node(
             "Conv",
-            [x, weight, g.const((cout,))],
+            # computed weights come without a bias, as in the light zoo (a batch norm follows): onnxruntime's
+            # quantiser converts such a convolution, and refuses one with a bias
+            [x, weight, g.const((cout,))] if stored else [x, weight],
             kernel_shape=[u["kh"], u["kw"]],
             strides=[u["stride"]] * 2,
             pads=[ph[0], pw[0], ph[1], pw[1]],
