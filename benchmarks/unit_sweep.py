@@ -86,6 +86,11 @@ SWEEP_ROUNDS: tuple[dict[str, int], ...] = (
     #   and leaves such a matrix product in fp32; its int8 zoo ResNet-50 took 81 ms where its int8 ResNet-50 with
     #   stored weights takes 339 and its fp32 one 55 (one thread).
     {"conv_stem": 30, "conv_small": 30, "dwpw_small": 24, "conv_computed": 30, "gemm_computed": 8},
+    # The sixth: transposes that move rows of contiguous elements (a transformer's head split and merge, ShuffleNet's
+    # channel shuffle), which were ``move`` units measured as two-dimensional transposes of single elements. At two
+    # threads onnxruntime took 18-39 us for such a transpose of 5-15 thousand elements, and 3 us for tiny BERT's
+    # head transposes of 8,192: its nine moves were predicted at 0.27 of the model's 0.51 ms.
+    {"permute": 30},
 )
 #: Units above this many FLOPs are scaled down before measuring (except the ``*_large`` samplers'): the regressors
 #: predict time per roofline time, and larger units cost measuring time.
@@ -355,6 +360,14 @@ def _move(rng: np.random.Generator) -> Unit:
     return Unit("move", {"elements": _log_int(rng, 64, 8e6)})
 
 
+def _permute(rng: np.random.Generator) -> Unit:
+    """Rows of 4 to 4,096 contiguous elements (a head's width, an image's plane), 2 to 64 by 2 to 2,048 of them."""
+    block = _log_int(rng, 4, 4096)
+    a = _log_int(rng, 2, 64)
+    b = max(2, min(_log_int(rng, 2, 2048), int(8e6 // (a * block))))
+    return Unit("permute", {"elements": a * b * block, "block": block})
+
+
 _SAMPLERS: dict[str, Callable[[np.random.Generator], Unit]] = {
     "conv": _conv,
     "dwconv": _dwconv,
@@ -375,6 +388,7 @@ _SAMPLERS: dict[str, Callable[[np.random.Generator], Unit]] = {
     "dwpw_small": _dwpw_small,
     "conv_computed": _conv_computed,
     "gemm_computed": _gemm_computed,
+    "permute": _permute,
 }
 #: The unit kind each sampler draws (a round names samplers: a kind, or a kind and what the sampler draws of it).
 SAMPLER_KINDS = {name: name.split("_")[0] for name in [*_SAMPLERS, "noop"]}
@@ -573,6 +587,10 @@ def unit_model(unit: Unit) -> tuple[onnx.ModelProto, dict[str, tuple[int, ...]]]
     elif k == "move":
         rows = _squarest_divisor(u["elements"])
         y = g.node("Transpose", [g.input((rows, u["elements"] // rows))], perm=[1, 0])
+    elif k == "permute":
+        rows = u["elements"] // u["block"]
+        a = _squarest_divisor(rows)
+        y = g.node("Transpose", [g.input((a, rows // a, u["block"]))], perm=[1, 0, 2])
     else:  # noop: a chain of Softmax on one number (element-wise chains would fuse into one node)
         y = g.input((1, 1))
         for _ in range(u["nodes"]):

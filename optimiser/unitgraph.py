@@ -3,11 +3,12 @@
 The cut follows the fusions every CPU framework we measure makes: a convolution or matrix product absorbs the bias,
 batch norm, scale, activation and one residual add that follow it alone; element-wise nodes computed from one
 tensor form one unit; constant subgraphs fold away; shape-only nodes (Reshape, Flatten, Squeeze, Dropout…) cost
-nothing. A depthwise convolution read only by a 1x1 convolution is one ``dwpw`` unit with it (one kernel in
-runtimes that fuse them, two in others: the sweep measures the pair on each); so is a residual add read only by a
-layer normalisation, a ``skipnorm`` unit (onnxruntime's SkipLayerNormalization), whose add the matrix product before
-it therefore does not absorb. Everything else is one unit per node. Dimensions are those of one sample (the model
-is analysed at batch 1).
+nothing. A transpose that keeps the last axes in place is a ``permute`` (rows of contiguous elements move), any
+other data movement a ``move``. A depthwise convolution read only by a 1x1 convolution is one ``dwpw`` unit with it
+(one kernel in runtimes that fuse them, two in others: the sweep measures the pair on each); so is a residual add
+read only by a layer normalisation, a ``skipnorm`` unit (onnxruntime's SkipLayerNormalization), whose add the matrix
+product before it therefore does not absorb. Everything else is one unit per node. Dimensions are those of one
+sample (the model is analysed at batch 1).
 
 Example::
 
@@ -363,4 +364,20 @@ class _Cutter:
             return Unit("softmax", {"rows": elements // y[-1], "cols": y[-1]})
         if op == "LRN":
             return Unit("lrn", {"n": y[0], "c": y[1], "hw": math.prod(y[2:]), "size": int(_attr(node, "size", 5))})  # type: ignore[call-overload]
+        if op == "Transpose":
+            block = self._kept_block(node)
+            if block > 1:
+                return Unit("permute", {"elements": elements, "block": block})
         return Unit("move", {"elements": elements})
+
+    def _kept_block(self, node: onnx.NodeProto) -> int:
+        """Elements a Transpose moves together: the product of the trailing axes its ``perm`` keeps in place."""
+        x = self.shapes.get(node.input[0])
+        if x is None:
+            return 1
+        perm = list(_attr(node, "perm", None) or reversed(range(len(x))))  # type: ignore[call-overload]
+        block, axis = 1, len(x) - 1
+        while axis >= 0 and perm[axis] == axis:
+            block *= x[axis]
+            axis -= 1
+        return block if axis >= 0 else 1  # an identity perm moves nothing: a plain copy

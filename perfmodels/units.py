@@ -29,7 +29,9 @@ from dataclasses import dataclass, field
 #: runtimes with a fused kernel run without writing the tensor between them);
 #: ``heavy``: a transcendental element-wise function (Erf, Exp, Tanh, Sigmoid…); ``avg``: average (not max) pooling;
 #: ``skipnorm``: a residual add read only by a layer normalisation (a transformer block's ``LayerNorm(x + f(x))``,
-#: which onnxruntime runs as one SkipLayerNormalization kernel and others as two).
+#: which onnxruntime runs as one SkipLayerNormalization kernel and others as two); ``permute``: a transpose that keeps
+#: the last axes in place, so it moves rows of ``block`` contiguous elements (a transformer's head split and merge),
+#: where a ``move`` is any other data movement (a transpose that moves the last axis, a concat, a gather).
 KINDS: dict[str, tuple[str, ...]] = {
     "conv": ("n", "cin", "cout", "h", "w", "kh", "kw", "stride", "group", "oh", "ow", "act", "residual", "init_w"),
     "dwconv": ("n", "c", "mult", "h", "w", "kh", "kw", "stride", "oh", "ow", "act", "residual", "init_w"),
@@ -44,6 +46,7 @@ KINDS: dict[str, tuple[str, ...]] = {
     "move": ("elements",),
     "noop": ("nodes",),
     "skipnorm": ("rows", "cols"),
+    "permute": ("elements", "block"),
 }
 #: The dimension of each kind that grows with the batch.
 BATCHED = {kind: dims[0] for kind, dims in KINDS.items() if kind != "noop"}
@@ -116,15 +119,16 @@ def encode_units(units: Iterable[Unit]) -> str:
 
 
 def unfused(unit: Unit) -> list[Unit] | None:
-    """The units a kernel library without ``unit``'s fusion runs instead (None: the kind has no other form).
-
-    A route that has not measured a fused kind is predicted as these: a ``skipnorm`` is a two-input add, then a layer
-    normalisation.
+    """The units a route that has not measured ``unit``'s kind is predicted as (None: the kind has no other form):
+    a ``skipnorm`` is a two-input add, then a layer normalisation (a library without the fusion runs those); a
+    ``permute`` is a ``move`` of as many elements (what the kind was before it had its own).
     """
     if unit.kind == "skipnorm":
         rows, cols = unit["rows"], unit["cols"]
         return [Unit("eltwise", {"elements": rows * cols, "inputs": 2, "heavy": 0}),
                 Unit("layernorm", {"rows": rows, "cols": cols})]
+    if unit.kind == "permute":
+        return [Unit("move", {"elements": unit["elements"]})]
     return None
 
 
@@ -188,7 +192,7 @@ def unit_bytes(unit: Unit, batch: int = 1) -> float:
         return _F32 * 3 * u["rows"] * u["cols"]
     if k == "lrn":
         return _F32 * 2 * u["n"] * u["c"] * u["hw"]
-    if k == "move":
+    if k in ("move", "permute"):
         return _F32 * 2 * u["elements"]
     return 0.0
 
@@ -240,7 +244,9 @@ def unit_features(unit: Unit, batch: int = 1) -> list[float]:
             _lg(u["group"]),
             _lg(u["oh"] * u["ow"]),
             _lg(u["n"] * u["oh"] * u["ow"]),
+            _lg(u["n"] * u["cin"] * u["h"] * u["w"]),
             u["kh"] * u["kw"],
+            min(u["kh"], u["kw"]),
             u["stride"],
             _lane_waste(per_group_out),
             _lane_waste(per_group_in),
@@ -289,6 +295,8 @@ def unit_features(unit: Unit, batch: int = 1) -> list[float]:
         shape = [_lg(u["n"] * u["c"] * u["hw"]), u["size"]]
     elif k == "move":
         shape = [_lg(u["elements"])]
+    elif k == "permute":
+        shape = [_lg(u["elements"]), _lg(u["block"])]
     else:
         shape = [float(u["nodes"])]
     return common + [float(v) for v in shape]
