@@ -272,23 +272,69 @@ class MeanVarianceNormalization(Kernel):
 
 @register
 class LRN(Kernel):
-    """Local response normalisation across channels (running sum over a channel window via cumsum)."""
+    """Local response normalisation across channels: the compiled kernel (float32), else a running sum over the
+    channel window via cumsum."""
 
     op_type = "LRN"
     since_version = 1
     attr_defaults: ClassVar[dict[str, Any]] = {"alpha": 1e-4, "beta": 0.75, "bias": 1.0}
 
+    #: Exponents the compiled kernel raises to with square roots (AlexNet's and GoogLeNet's 0.75): for any other,
+    #: NumPy's vectorised power beats its powf per element.
+    NATIVE_BETAS = (0.5, 0.75, 1.0)
+
+    def _native(self, x: np.ndarray) -> Any:
+        """The compiled kernels when they apply (float32, contiguous, channels on axis 1 of 3+, a beta in
+        ``NATIVE_BETAS``), else None."""
+        if x.dtype != np.float32 or x.ndim < 3 or not x.flags.c_contiguous:
+            return None
+        if float(np.float32(self.attrs["beta"])) not in self.NATIVE_BETAS:
+            return None
+        from runtime import native
+
+        return native.lib()
+
+    def _params(self) -> tuple[int, float, float, float]:
+        return int(self.attrs["size"]), *(float(self.attrs[k]) for k in ("alpha", "beta", "bias"))  # type: ignore[return-value]
+
+    def compute_into(self, out: np.ndarray | None, x: np.ndarray) -> np.ndarray:
+        lib = self._native(x)
+        if lib is not None and (out is None or out.flags.c_contiguous):
+            from runtime.native import ops
+
+            return ops.lrn(lib, x, *self._params(), out=out)
+        y = self.compute_numpy(x)
+        if out is None:
+            return y
+        np.copyto(out, y)
+        return out
+
+    def bind(self, out: np.ndarray, x: np.ndarray) -> Any:
+        """A prebound compiled call over fixed buffers (the executor's static plan), or None."""
+        lib = self._native(x)
+        if lib is None:
+            return None
+        from runtime.native import ops
+
+        return ops.bind_lrn(lib, x, out, *self._params())
+
     def compute(self, x: np.ndarray) -> np.ndarray:
-        size = int(self.attrs["size"])
-        ct = compute_dtype(x.dtype)
-        xc = x.astype(ct, copy=False)
-        c = x.shape[1]
-        before, after = (size - 1) // 2, size - 1 - (size - 1) // 2
-        sq = xc * xc
-        csum = np.concatenate([np.zeros_like(sq[:, :1]), np.cumsum(sq, axis=1)], axis=1)
-        hi = np.minimum(np.arange(c) + after + 1, c)
-        lo = np.maximum(np.arange(c) - before, 0)
-        window = csum[:, hi] - csum[:, lo]
-        alpha, beta, bias = (float(self.attrs[k]) for k in ("alpha", "beta", "bias"))
-        y = xc / (bias + (alpha / size) * window) ** beta
-        return y.astype(x.dtype, copy=False)
+        return self.compute_into(None, x)
+
+    def compute_numpy(self, x: np.ndarray) -> np.ndarray:
+        return lrn_reference(x, *self._params())
+
+
+def lrn_reference(x: np.ndarray, size: int, alpha: float, beta: float, bias: float) -> np.ndarray:
+    """LRN across axis 1 in NumPy: window sums of squares from a running sum (cumsum), then the power."""
+    ct = compute_dtype(x.dtype)
+    xc = x.astype(ct, copy=False)
+    c = x.shape[1]
+    before, after = (size - 1) // 2, size - 1 - (size - 1) // 2
+    sq = xc * xc
+    csum = np.concatenate([np.zeros_like(sq[:, :1]), np.cumsum(sq, axis=1)], axis=1)
+    hi = np.minimum(np.arange(c) + after + 1, c)
+    lo = np.maximum(np.arange(c) - before, 0)
+    window = csum[:, hi] - csum[:, lo]
+    y = xc / (bias + (alpha / size) * window) ** beta
+    return y.astype(x.dtype, copy=False)

@@ -57,6 +57,7 @@ ENTRY_POINTS = (
     "ap_ew",
     "ap_channel_shuffle",
     "ap_dwpw",
+    "ap_lrn",
 )
 
 _lock = threading.Lock()

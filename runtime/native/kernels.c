@@ -859,6 +859,48 @@ API void ap_pool_nchw(const int64_t *a) {
   parallel_for_work((cx.rows + cx.per - 1) / cx.per, pool_nchw_task, &cx, row_work * cx.rows);
 }
 
+/* Local response normalisation across the channels of NCHW [N][C][HW]: y = x * (bias + alpha/size * sum of x^2
+ * over the channel window)^-beta. One task per image and strip of LRN_STRIP pixels, vectorised across pixels; each
+ * window is summed afresh (size loads per output: exact, where a running sum would cancel). beta 0.75 (AlexNet's,
+ * GoogLeNet's), 0.5 and 1 use square roots and a division; any other beta powf per element. */
+enum { LR_X, LR_Y, LR_N, LR_C, LR_HW, LR_SIZE, LR_ALPHA, LR_BETA, LR_BIAS, LR_NARGS };
+#define LRN_STRIP 512
+
+INLINE v16 lrn_scale(v16 t, float beta, int nv) {
+  if (beta == 0.75f) { v16 r = t; for (int l = 0; l < nv; l++) r[l] = sqrtf(t[l] * sqrtf(t[l])); return 1.0f / r; }
+  if (beta == 0.5f) { v16 r = t; for (int l = 0; l < nv; l++) r[l] = sqrtf(t[l]); return 1.0f / r; }
+  if (beta == 1.0f) return 1.0f / t;
+  v16 r = t;
+  for (int l = 0; l < nv; l++) r[l] = powf(t[l], -beta);
+  return r;
+}
+
+static void lrn_task(const void *vctx, long task) {
+  const int64_t *a = (const int64_t *)vctx;
+  long C = a[LR_C], HW = a[LR_HW], size = a[LR_SIZE];
+  long strips = (HW + LRN_STRIP - 1) / LRN_STRIP, n = task / strips, p0 = (task % strips) * LRN_STRIP;
+  long p1 = p0 + LRN_STRIP < HW ? p0 + LRN_STRIP : HW;
+  float scale = f32(a[LR_ALPHA]) / (float)size, beta = f32(a[LR_BETA]), bias = f32(a[LR_BIAS]);
+  long before = (size - 1) / 2, after = size - 1 - before;
+  const float *x = (const float *)a[LR_X] + n * C * HW;
+  float *y = (float *)a[LR_Y] + n * C * HW;
+  for (long c = 0; c < C; c++) {
+    long lo = c - before < 0 ? 0 : c - before, hi = c + after >= C ? C - 1 : c + after;
+    for (long p = p0; p < p1; p += VL) {
+      int nv = (int)(p1 - p < VL ? p1 - p : VL);
+      v16 acc = vsplat(0.0f);
+      for (long k = lo; k <= hi; k++) { v16 v = vload_n(x + k * HW + p, nv); acc += v * v; }
+      v16 t = bias + scale * acc;
+      vstore_n(y + c * HW + p, vload_n(x + c * HW + p, nv) * lrn_scale(t, beta, nv), nv);
+    }
+  }
+}
+
+API void ap_lrn(const int64_t *a) {
+  long strips = (a[LR_HW] + LRN_STRIP - 1) / LRN_STRIP;
+  parallel_for_work(a[LR_N] * strips, lrn_task, a, (double)a[LR_N] * a[LR_C] * a[LR_HW] * a[LR_SIZE]);
+}
+
 /* Global average pool NHWC [N][HW][C] -> [N][C]. */
 enum { GP_X, GP_N, GP_HW, GP_C, GP_Y, GP_NARGS };
 

@@ -138,6 +138,7 @@ RW_X, RW_Y, RW_ROWS, RW_N, RW_GAMMA, RW_BETA, RW_EPS, RW_NARGS = range(8)
 GL_X, GL_Y, GL_N, GL_NARGS = range(4)
 EW_X, EW_Y, EW_N, EW_INNER, EW_NSTEPS, EW_STEPS, EW_OPERANDS, EW_SCALARS, EW_NARGS = range(9)
 CS_X, CS_Y, CS_PIXELS, CS_G, CS_CG, CS_NARGS = range(6)
+LR_X, LR_Y, LR_N, LR_C, LR_HW, LR_SIZE, LR_ALPHA, LR_BETA, LR_BIAS, LR_NARGS = range(10)
 (
     DP_X,
     DP_N,
@@ -831,6 +832,40 @@ def layernorm_rows(
     )
     native.layernorm(a.ptr)
     return out
+
+
+def _lrn_args(x: np.ndarray, out: np.ndarray, size: int, alpha: float, beta: float, bias: float) -> Args:
+    a = Args(LR_NARGS)
+    hw = int(np.prod(x.shape[2:], dtype=np.int64))
+    a.block[:LR_NARGS] = (
+        addr(x), addr(out), x.shape[0], x.shape[1], hw, size, Args.f32(alpha), Args.f32(beta), Args.f32(bias)
+    )
+    return a
+
+
+def lrn(
+    native: NativeLib,
+    x: np.ndarray,
+    size: int,
+    alpha: float,
+    beta: float,
+    bias: float,
+    out: np.ndarray | None = None,
+) -> np.ndarray:
+    """Local response normalisation across the channels (axis 1) of a contiguous float32 ``[N, C, ...]`` array."""
+    if out is None:
+        out = np.empty_like(x)
+    native.lrn(_lrn_args(x, out, size, alpha, beta, bias).ptr)
+    return out
+
+
+def bind_lrn(
+    native: NativeLib, x: np.ndarray, out: np.ndarray, size: int, alpha: float, beta: float, bias: float
+) -> Bound | None:
+    """Prebound ``lrn`` over fixed arrays, or None."""
+    if not _c_float(x) or not _c_float(out) or out.shape != x.shape or x.ndim < 3:
+        return None
+    return _bound(native.lrn, _lrn_args(x, out, size, alpha, beta, bias), x, out)
 
 
 def gelu(native: NativeLib, x: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:

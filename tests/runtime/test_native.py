@@ -262,6 +262,20 @@ def test_nchw_pooling_split_into_tasks_of_many_rows_matches_the_reference(lib: n
     np.testing.assert_allclose(y, ref, rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.parametrize(
+    ("shape", "size", "beta"), [((1, 96, 23, 29), 5, 0.75), ((2, 7, 5, 3), 3, 0.5), ((1, 16, 9), 4, 1.0)]
+)
+def test_lrn_matches_the_running_sum_reference(lib: native.NativeLib, shape: tuple, size: int, beta: float) -> None:
+    """Windows clipped at both channel ends, an even size (more channels after than before), strips of pixels
+    that end short; 0.75 through square roots, as AlexNet's."""
+    from runtime.kernels.normalization import lrn_reference
+
+    x = (np.random.default_rng(8).standard_normal(shape) * 3).astype(np.float32)
+    want = lrn_reference(x, size, 1e-2, beta, 1.5)
+    got = ops.lrn(lib, x, size, 1e-2, beta, 1.5)
+    np.testing.assert_allclose(got, want, rtol=2e-6, atol=1e-7)
+
+
 def test_row_kernels_match_numpy(lib: native.NativeLib) -> None:
     rng = np.random.default_rng(6)
     x = (rng.standard_normal((7, 130)) * 5).astype(np.float32)
