@@ -1,13 +1,13 @@
 """Regenerate the shipped result database (``benchmarks/results/default.csv``) from scratch on this machine.
 
-What it measures (see ``default_requests``), in about 55 minutes on 2 cores (``RECORD_BUDGET_S`` is the limit):
+What it measures (see ``default_requests``), in about 57 minutes on 2 cores (``RECORD_BUDGET_S`` is the limit):
 
 * SingleStream, fp32: every suite model (core, light model zoo, tiny) on our runtime, onnxruntime (level ALL =
   NCHWc, and level EXTENDED = NCHW) and PyTorch eager (where installed) at 1 and 2 threads, batch 1 and 8 where the
   model allows. These are the rows the performance models are fitted on.
 * onnxruntime int8 (dynamic quantisation), batch 1, both thread counts; accuracy of every other backend against
   onnxruntime (1 thread, batch 1); MultiStream, Server and Offline on the core models; the kernel suite;
-* the kernel-unit sweep (``benchmarks.unit_sweep``, all three rounds, about 45 minutes): sampled kernel units measured
+* the kernel-unit sweep (``benchmarks.unit_sweep``, all six rounds, about 48 minutes): sampled kernel units measured
   alone on every backend, what the kernel-level performance models learn from.
 
 Each measurement stops at ``min_queries`` and ``min_duration_s``, or at ``max_duration_s`` with at least three queries

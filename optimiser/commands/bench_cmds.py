@@ -324,7 +324,7 @@ def record_default_cmd(
         float, typer.Option(help="Seconds to wait for other processes to go quiet before starting.", min=0.0)
     ] = 60.0,
 ) -> None:
-    """Regenerate the shipped result database from scratch on this machine (about 55 minutes; run it quiet)."""
+    """Regenerate the shipped result database from scratch on this machine (about 57 minutes; run it quiet)."""
     from dataclasses import replace
 
     from benchmarks.record import RECORD_SETTINGS, record_default

@@ -686,22 +686,30 @@ static void dw_row(const int64_t *a, long task) {
   }
 }
 
-/* Tasks of several output rows, so short rows (small images) do not cost one task each. */
+/* Row kernels run in tasks of several rows, at least ROW_TASK_WORK multiply-adds or taps each: one task per short
+ * row (a small image's, or one output row of one NCHW plane) spent more on claiming tickets, and on threads
+ * writing neighbouring rows' cache lines, than on the row (two threads ran an NCHW pool slower than one). */
+#define ROW_TASK_WORK 16384.0
+typedef void (*row_fn)(const int64_t *a, long row);
 typedef struct {
   const int64_t *a;
   long rows, per;
-} dw_ctx;
+  row_fn row;
+} rows_ctx;
 
-static void dw_task(const void *vctx, long task) {
-  const dw_ctx *cx = (const dw_ctx *)vctx;
-  for (long r = task * cx->per; r < cx->rows && r < (task + 1) * cx->per; r++) dw_row(cx->a, r);
+static void rows_task(const void *vctx, long task) {
+  const rows_ctx *cx = (const rows_ctx *)vctx;
+  for (long r = task * cx->per; r < cx->rows && r < (task + 1) * cx->per; r++) cx->row(cx->a, r);
+}
+
+static void parallel_rows(const int64_t *a, long rows, double row_work, row_fn row) {
+  rows_ctx cx = {a, rows, 1, row};
+  cx.per = row_work >= ROW_TASK_WORK ? 1 : (long)(ROW_TASK_WORK / (row_work > 1.0 ? row_work : 1.0)) + 1;
+  parallel_for_work((rows + cx.per - 1) / cx.per, rows_task, &cx, row_work * rows);
 }
 
 API void ap_dwconv(const int64_t *a) {
-  double row_work = (double)a[DW_OW] * a[DW_C] * a[DW_KH] * a[DW_KW];
-  dw_ctx cx = {a, a[DW_N] * a[DW_OH], 1};
-  cx.per = row_work >= 16384.0 ? 1 : (long)(16384.0 / (row_work > 1.0 ? row_work : 1.0)) + 1;
-  parallel_for_work((cx.rows + cx.per - 1) / cx.per, dw_task, &cx, row_work * cx.rows);
+  parallel_rows(a, a[DW_N] * a[DW_OH], (double)a[DW_OW] * a[DW_C] * a[DW_KH] * a[DW_KW], dw_row);
 }
 
 /* ---------------------------------------------------------------------------------------------------------- */
@@ -838,25 +846,8 @@ static void pool_nchw_row(const int64_t *a, long task) {
   }
 }
 
-typedef struct {
-  const int64_t *a;
-  long rows, per;
-} rows_ctx;
-
-static void pool_nchw_task(const void *vctx, long task) {
-  const rows_ctx *cx = (const rows_ctx *)vctx;
-  for (long r = task * cx->per; r < cx->rows && r < (task + 1) * cx->per; r++) pool_nchw_row(cx->a, r);
-}
-
-/* Rows are grouped into tasks of at least POOL_TASK_WORK taps: one output row is often a few dozen floats, and a
- * task per row spent more on claiming tickets (and on threads writing neighbouring rows' cache lines) than on the
- * pooling, so two threads ran slower than one. */
-#define POOL_TASK_WORK 16384.0
 API void ap_pool_nchw(const int64_t *a) {
-  double row_work = (double)a[PL_OW] * a[PL_KH] * a[PL_KW];
-  rows_ctx cx = {a, a[PL_N] * a[PL_C] * a[PL_OH], 1};
-  cx.per = row_work >= POOL_TASK_WORK ? 1 : (long)(POOL_TASK_WORK / (row_work > 1.0 ? row_work : 1.0)) + 1;
-  parallel_for_work((cx.rows + cx.per - 1) / cx.per, pool_nchw_task, &cx, row_work * cx.rows);
+  parallel_rows(a, a[PL_N] * a[PL_C] * a[PL_OH], (double)a[PL_OW] * a[PL_KH] * a[PL_KW], pool_nchw_row);
 }
 
 /* Local response normalisation across the channels of NCHW [N][C][HW]: y = x * (bias + alpha/size * sum of x^2

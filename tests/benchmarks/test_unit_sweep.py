@@ -55,8 +55,9 @@ def test_unmeasured_keeps_the_units_a_database_has_no_rows_of():
 
 
 def test_every_sampled_unit_builds_a_valid_model_that_cuts_back_into_that_unit():
-    later = [u for round_ in sample_rounds()[1:] for u in round_]
-    for unit in sample_units(per_kind=12) + [u for u in later if u.kind == "skipnorm"]:
+    rounds = sample_rounds()
+    later = [u for round_ in rounds[1:4] for u in round_ if u.kind == "skipnorm"] + rounds[4] + rounds[5]
+    for unit in sample_units(per_kind=12) + later:
         if unit.kind == "noop":
             continue
         model, inputs = unit_model(unit)
@@ -132,3 +133,22 @@ def test_sweep_rounds_leaves_out_the_unit_rows_of_later_rounds():
     )
     assert list(rows_of_rounds(frame, 1).index) == [0, 2]  # a suite model's units are never left out
     assert list(rows_of_rounds(frame, 2).index) == [0, 1, 2]
+
+
+def test_computed_weights_are_quantised_by_onnxruntime_in_a_convolution_and_left_alone_in_a_matrix_product():
+    """The fifth round's computed-weight units are what the light zoo's int8 models run: onnxruntime's dynamic
+    quantiser converts such a convolution (its weights quantised on every run) and keeps such a matrix product."""
+    pytest.importorskip("onnxruntime.quantization", reason="onnxruntime's quantiser is the subject")
+    from benchmarks.backends import _quantize_dynamic_uncached
+
+    computed = [u for u in sample_rounds()[4] if u.dims.get("init_w") == 0]
+    conv = next(u for u in computed if u.kind == "conv")
+    gemm = next(u for u in computed if u.kind == "gemm")
+    ops = {}
+    for unit in (conv, gemm):
+        model, _ = unit_model(unit)
+        assert "ConstantOfShape" in [n.op_type for n in model.graph.node] and len(model.graph.initializer) <= 2
+        quantised = onnx.load_from_string(_quantize_dynamic_uncached(model.SerializeToString()))
+        ops[unit.kind] = [n.op_type for n in quantised.graph.node]
+    assert "ConvInteger" in ops["conv"] and ops["conv"].count("DynamicQuantizeLinear") == 2  # input and weights
+    assert "MatMulInteger" not in ops["gemm"] and "DynamicQuantizeLinear" not in ops["gemm"]

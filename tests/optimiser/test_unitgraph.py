@@ -177,3 +177,30 @@ def test_bert_like_suite_models_have_one_skipnorm_unit_per_residual_norm():
     units = graph_units(proto)
     skipnorms = sum(u.count for u in units if u.kind == "skipnorm")
     assert skipnorms >= 2 and skipnorms + sum(u.count for u in units if u.kind == "layernorm") == len(norms)
+
+
+@pytest.mark.parametrize(
+    ("shape", "perm", "kind", "block"),
+    [
+        ([1, 64, 2, 64], [0, 2, 1, 3], "permute", 64),  # a transformer's head split: rows of head_dim move
+        ([1, 2, 3, 4, 49], [0, 2, 1, 3, 4], "permute", 4 * 49),  # a channel shuffle: whole planes move
+        ([1, 2, 64, 64], [0, 1, 3, 2], "move", None),  # the key's transpose: single elements move
+        ([64, 48], None, "move", None),  # the default perm reverses every axis
+    ],
+)
+def test_a_transpose_that_keeps_its_last_axes_is_a_permute_of_those_rows(shape, perm, kind, block):
+    attrs = {} if perm is None else {"perm": perm}
+    units = graph_units(model([helper.make_node("Transpose", ["x"], ["y"], **attrs)], {"x": shape}, {}))
+    assert [u.kind for u in units] == [kind]
+    assert units[0]["elements"] == int(np.prod(shape))
+    if block is not None:
+        assert units[0]["block"] == block
+
+
+def test_bert_like_suite_models_split_and_merge_heads_in_permute_units():
+    from benchmarks.models import get_model
+
+    units = graph_units(get_model("tiny_bert").model())
+    permutes = [u for u in units if u.kind == "permute"]
+    assert permutes and all(u["block"] == 64 for u in permutes)  # head_dim 64: hidden 128, 2 heads
+    assert any(u.kind == "move" for u in units)  # the key's transpose moves single elements

@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 
 from perfmodels.results_db import make_row, to_frame
-from perfmodels.unitfit import UNIT_FAMILY, combine, fit_units, sweep_rows, whole_weight
+from perfmodels.unitfit import UNIT_FAMILY, WHOLE_WEIGHT, combine, fit_units, sweep_rows, whole_weight
 from perfmodels.units import KINDS, Unit, decode_units, encode_units, roofline_seconds, unit_features, unit_flops
 
 CONV = {
@@ -170,6 +170,14 @@ def test_int8_routes_run_the_units_their_quantiser_leaves_alone_as_at_fp32():
     assert one(stored) == pytest.approx(true_seconds(stored, 2.0), rel=0.2)
     assert one(computed) == pytest.approx(true_seconds(computed, 0.5), rel=0.2)
 
+    # measured at int8 with computed weights too (a quantiser that converts them, at a cost): the int8 route's own
+    computed_rows = [Unit("gemm", {**u.dims, "init_w": 0}) for u in sampled_gemms(40, seed=2)]
+    rows += [sweep_row(u, true_seconds(u, 0.25), precision="int8") for u in computed_rows]
+    int8 = fit_units(to_frame(rows)).route((TARGET, "fw", "none", "NCHW", "int8", 1))
+    assert int8 is not None and int8.kinds["gemm"].computed_weights
+    assert int8.unit_seconds([computed], 1)[0] == pytest.approx(true_seconds(computed, 0.25), rel=0.25)
+    assert int8.unit_seconds([stored], 1)[0] == pytest.approx(true_seconds(stored, 2.0), rel=0.25)
+
 
 def _rows_cols_units(kind: str, count: int, seed: int = 0) -> list[Unit]:
     rng = np.random.default_rng(seed)
@@ -214,11 +222,23 @@ def test_sweep_rows_keep_only_measured_one_unit_kernel_rows():
     assert sweep_rows(pd.DataFrame()).empty
 
 
-def test_the_combination_is_the_geometric_mean_or_whichever_exists():
-    assert combine(4.0, 1.0) == pytest.approx(2.0)
-    # a whole-model estimate that is mostly learned overheads counts less: half overheads -> weight 1/4
-    assert combine(16.0, 1.0, overhead_share=0.5) == pytest.approx(2.0)
+def test_the_combination_is_a_weighted_geometric_mean_or_whichever_exists():
+    assert combine(4.0, 1.0) == pytest.approx(4.0**WHOLE_WEIGHT)
+    # a whole-model estimate that is mostly learned overheads counts less: half overheads -> half the weight
+    assert combine(16.0, 1.0, overhead_share=0.5) == pytest.approx(16.0 ** (WHOLE_WEIGHT / 2))
     assert combine(16.0, 1.0, overhead_share=1.0) == pytest.approx(1.0)
-    assert whole_weight(math.nan) == whole_weight(-1.0) == 0.5 and whole_weight(2.0) == 0.0
+    assert whole_weight(math.nan) == whole_weight(-1.0) == WHOLE_WEIGHT and whole_weight(2.0) == 0.0
+    assert 0.0 < WHOLE_WEIGHT < 0.5  # the unit sum, the better estimate alone, weighs more
     assert combine(4.0, math.nan) == 4.0 and combine(math.nan, 3.0) == 3.0
     assert combine(4.0, 1.0, "int8") == 1.0 and combine(4.0, math.nan, "int8") == 4.0
+
+
+def test_a_route_that_has_not_measured_permute_predicts_it_as_a_move_of_as_many_elements():
+    moves = [Unit("move", {"elements": int(e)}) for e in np.geomspace(64, 4e6, 40)]
+    rows = noop_rows() + [sweep_row(u, true_seconds(u, 0.5)) for u in moves]
+    unit_fit = fit_units(to_frame(rows))
+    route = unit_fit.route((TARGET, "fw", "none", "NCHW", "fp32", 1))
+    assert route is not None and "permute" not in route.kinds
+    heads = Unit("permute", {"elements": 8192, "block": 64})
+    move = Unit("move", {"elements": 8192})
+    assert route.unit_seconds([heads], 8)[0] == pytest.approx(route.unit_seconds([move], 8)[0])
