@@ -148,11 +148,13 @@ def leave_one_architecture_out(
     threads: int | None = None,
     share_routes: bool = True,
     units: bool = True,
+    whole_weight: float | None = None,
 ) -> Evaluation:
     """Hold out each family in turn, refit on the rest, predict it; score all held-out predictions.
 
     ``threads`` restricts the evaluation to measurements at that thread count; ``share_routes`` is ``fit``'s;
-    ``units``: combine with the kernel-unit model where the frame has unit sweeps.
+    ``units``: combine with the kernel-unit model where the frame has unit sweeps; ``whole_weight``: the whole-model
+    fit's largest weight in the combination (``unitfit.combine``; default ``unitfit.WHOLE_WEIGHT``).
     """
     unit_fit = fit_units(frame, statistic) if units else None
     data = training_rows(frame, statistic)
@@ -183,7 +185,9 @@ def leave_one_architecture_out(
                 {
                     **{k: row[k] for k in [*_GROUP, "model", "family", "batch"]},
                     "y": row["y"],
-                    "predicted": combine(whole, by_units, row["precision"], group.overhead_share(row["x"])),
+                    "predicted": combine(
+                        whole, by_units, row["precision"], group.overhead_share(row["x"]), whole_weight
+                    ),
                     "whole": whole,
                     "units": by_units,
                     "prior": prior,
@@ -199,7 +203,7 @@ def leave_one_architecture_out(
         scores(predictions, "prior"),
         predictions,
         tuple(sorted(skipped)),
-        _in_sample(frame, data, predictions, ridge, share_routes),
+        _in_sample(frame, data, predictions, ridge, share_routes, whole_weight),
         whole=scores(predictions, "whole"),
         units=scores(covered, "units") if len(covered) else None,
     )
@@ -216,7 +220,12 @@ def unit_seconds(unit_fit: UnitFit | None, row: pd.Series) -> float:
 
 
 def _in_sample(
-    frame: pd.DataFrame, data: pd.DataFrame, predictions: pd.DataFrame, ridge: float, share_routes: bool
+    frame: pd.DataFrame,
+    data: pd.DataFrame,
+    predictions: pd.DataFrame,
+    ridge: float,
+    share_routes: bool,
+    whole_weight: float | None,
 ) -> Scores:
     """Scores of a fit on every family, on the rows that were held out one family at a time."""
     groups = {
@@ -228,5 +237,5 @@ def _in_sample(
     fitted = []
     for _, row in predictions.iterrows():
         group, x = groups[tuple(row[k] for k in _GROUP)], x_by_row[tuple(row[k] for k in keys)]
-        fitted.append(combine(group.seconds(x), row["units"], row["precision"], group.overhead_share(x)))
+        fitted.append(combine(group.seconds(x), row["units"], row["precision"], group.overhead_share(x), whole_weight))
     return scores(predictions.assign(in_sample=fitted), "in_sample")

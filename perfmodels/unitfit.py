@@ -325,7 +325,9 @@ def cache_dir_for(db: Path) -> Path | None:
     return Path(base, "unit-models", f"{digest}-sklearn{sklearn.__version__}-v{CACHE_VERSION}")
 
 
-def combine(whole: float, units: float, precision: str = "fp32", overhead_share: float = 0.0) -> float:
+def combine(
+    whole: float, units: float, precision: str = "fp32", overhead_share: float = 0.0, largest: float | None = None
+) -> float:
     """The planner's estimate from the whole-model fit and the kernel-unit sum: a weighted geometric mean of the two
     when both exist (two estimates with largely independent errors), else whichever exists.
 
@@ -342,7 +344,7 @@ def combine(whole: float, units: float, precision: str = "fp32", overhead_share:
         return units
     if math.isnan(whole) or whole <= 0:
         return units
-    weight = whole_weight(overhead_share)
+    weight = whole_weight(overhead_share, largest)
     return math.exp(weight * math.log(whole) + (1.0 - weight) * math.log(units))
 
 
@@ -350,18 +352,19 @@ def combine(whole: float, units: float, precision: str = "fp32", overhead_share:
 WHOLE_WEIGHT = 0.35
 
 
-def whole_weight(overhead_share: float) -> float:
-    """The whole-model fit's weight in ``combine``: ``WHOLE_WEIGHT``·(1 − the share of its estimate that is
-    overheads).
+def whole_weight(overhead_share: float, largest: float | None = None) -> float:
+    """The whole-model fit's weight in ``combine``: ``largest`` (default ``WHOLE_WEIGHT``)·(1 − the share of its
+    estimate that is overheads).
 
     The factor (1 − share) was chosen by leave-one-architecture-out on two recordings of two hosts (held-out RMSPE
     22.7% -> 22.4% on the database then shipped, 22.8% -> 21.7% on a recording of a host without AMX, against the
     plain geometric mean). ``WHOLE_WEIGHT`` was ½ while the unit sums erred more than the whole-model fit; once unit
     sweeps stopped counting the copies at a one-unit model's edges and covered small models' kernels, the units alone
-    erred 15.6% against the fit's 42.1%, and on the shipped database (``appopt models evaluate``) WHOLE_WEIGHT 0.5,
-    0.45, 0.4, 0.35, 0.3, 0.25, 0.2, 0 gave held-out RMSPE 15.5, 15.2, 14.9, 14.7, 14.6, 14.5, 14.6, 15.6% with top-1
-    regret at most 1.062 from 0.3 up and 1.115 below: 0.35 keeps the better choices and most of the accuracy.
+    erred 15.6% against the fit's 42.1%, and on the shipped database (``appopt models evaluate --whole-weight W``)
+    W = 0.5, 0.45, 0.4, 0.35, 0.3, 0.25, 0.2, 0 gave held-out RMSPE 15.5, 15.2, 14.9, 14.7, 14.6, 14.5, 14.6, 15.6%
+    with top-1 regret at most 1.062 from 0.3 up and 1.115 below: 0.35 keeps the better choices and most of the
+    accuracy.
     (Chosen on the data it is scored on: one number, not refitted per held-out family.)
     """
     share = min(max(float(overhead_share), 0.0), 1.0) if not math.isnan(overhead_share) else 0.0
-    return WHOLE_WEIGHT * (1.0 - share)
+    return (WHOLE_WEIGHT if largest is None else largest) * (1.0 - share)

@@ -72,6 +72,15 @@ def evaluate_cmd(
     save: Annotated[
         bool, typer.Option(help="Store the figures next to the database (plans then show them without refitting).")
     ] = False,
+    whole_weight: Annotated[
+        float | None,
+        typer.Option(
+            "--whole-weight",
+            help="The whole-model fit's largest weight against the kernel-unit sum (default: the planner's).",
+            min=0.0,
+            max=1.0,
+        ),
+    ] = None,
 ) -> None:
     """Leave-one-architecture-out: RMSPE, share within ±10%, Spearman, top-1 regret (fitted vs prior)."""
     from perfmodels.evaluate import leave_one_architecture_out
@@ -80,14 +89,19 @@ def evaluate_cmd(
     if statistic not in ("auto", "wall", "cpu"):
         raise AppoptError(f"--statistic: {statistic!r} is not one of auto, wall, cpu")
     try:
-        evaluation = leave_one_architecture_out(_frame(db), statistic=statistic, threads=threads)  # type: ignore[arg-type]
+        evaluation = leave_one_architecture_out(
+            _frame(db),
+            statistic=statistic,  # type: ignore[arg-type]
+            threads=threads,
+            whole_weight=whole_weight,
+        )
     except ValueError as error:
         raise AppoptError(f"--db: {error}") from None
     for line in evaluation.lines():
         typer.echo(line)
     paths = db or [default_db_path()]
     if save:
-        if len(paths) != 1 or statistic != "auto" or threads is not None:
+        if len(paths) != 1 or statistic != "auto" or threads is not None or whole_weight is not None:
             raise AppoptError("--save: only for one --db evaluated with the defaults (what plans use)")
         try:  # what plans show as the model's accuracy (read back while the database is unchanged)
             typer.echo(f"wrote {write_evaluation_summary(paths[0], evaluation)}")

@@ -152,6 +152,17 @@ def test_models_evaluate_save_stores_the_figures_plans_show(tmp_path):
     assert refused.exit_code == 1 and "error: --save:" in refused.output
 
 
+def test_models_evaluate_scores_another_weight_of_the_whole_model_fit():
+    """``--whole-weight 0``: the kernel-unit sum alone (where there is one), the figures the report lists for it."""
+    result = runner.invoke(app(), ["models", "evaluate", "--whole-weight", "0"])
+    assert result.exit_code == 0, result.output
+    line = next(text for text in result.output.splitlines() if text.startswith("fitted model"))
+    units = next(text for text in result.output.splitlines() if text.strip().startswith("kernel units"))
+    assert line.split("RMSPE")[1].split()[0] == units.split("RMSPE")[1].split()[0]
+    bad = runner.invoke(app(), ["models", "evaluate", "--whole-weight", "2"])
+    assert bad.exit_code != 0 and "--whole-weight" in bad.output and "Traceback" not in bad.output
+
+
 def test_bench_refresh_features_updates_suite_rows(tmp_path):
     db = tmp_path / "db.csv"
     append_rows(
