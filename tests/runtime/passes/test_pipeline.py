@@ -36,13 +36,34 @@ def _suite(name: str):
     return models.get_model(name)
 
 
+def _without_output_softmax(model: onnx.ModelProto) -> onnx.ModelProto:
+    """``model`` answering the logits that a Softmax producing a graph output reads, in that output's place.
+
+    Summing in another order moves a float32 by an ulp, and a softmax over logits of similar size turns that ulp into
+    a different answer once the ulp is large: the light zoo's SqueezeNet (computed weights) ends in logits near
+    6.8e9, where an ulp is 512, so one class a ulp lower gets probability 0 and the rest 1/996, not 1/1000 (seen on
+    an AMD EPYC, whose OpenBLAS summed the unoptimised graph's convolutions in another order). The logits carry the
+    comparison; Softmax itself is tested against its reference elsewhere.
+    """
+    out = onnx.ModelProto()
+    out.CopyFrom(model)
+    graph = out.graph
+    outputs = {o.name: o for o in graph.output}
+    for node in list(graph.node):
+        if node.op_type == "Softmax" and node.output[0] in outputs:
+            outputs[node.output[0]].name = node.input[0]
+            graph.node.remove(node)
+    return out
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("name", ["resnet18", "mobilenetv2", "bert", "mlp", "zoo_squeezenet", "zoo_inception_v2"])
 def test_suite_models_match_their_unoptimised_graphs(name: str, _verify_after_each_pass: list[str]) -> None:
     m = _suite(name)
     feeds = m.feeds(2 if m.supports_batch(2) else 1)
-    plain = compile_model(m.model(), passes=[]).run(dict(feeds))
-    exe = compile_model(m.model(), threads=2)
+    model = _without_output_softmax(m.model())
+    plain = compile_model(model, passes=[]).run(dict(feeds))
+    exe = compile_model(model, threads=2)
     assert _verify_after_each_pass, "the verifier ran after the rewriting passes"
     for _ in range(2):  # the second run is the planned one
         out = exe.run(dict(feeds))
