@@ -29,7 +29,7 @@ import numpy as np
 import pandas as pd
 
 from perfmodels.fit import DEFAULT_RIDGE, Statistic, fit, prior_seconds, training_rows
-from perfmodels.unitfit import UnitFit, combine, fit_units
+from perfmodels.unitfit import WHOLE_WEIGHT, UnitFit, combine, fit_units
 from perfmodels.units import decode_units
 
 _GROUP = ["target", "framework", "compiler", "layout", "precision", "threads"]
@@ -71,6 +71,10 @@ class Evaluation:
     #: The whole-model fit alone, and the kernel-unit sum alone (on the predictions it covers).
     whole: Scores | None = None
     units: Scores | None = None
+    #: The combination with the whole-model fit's weight chosen without each held-out family (``nested_weights``),
+    #: and the weight each family got.
+    nested: Scores | None = None
+    nested_weights: dict[str, float] = field(default_factory=dict)
 
     def by_precision(self) -> dict[str, Scores]:
         """The fitted model's scores on each precision's held-out predictions (routes compete within one)."""
@@ -86,6 +90,13 @@ class Evaluation:
         for label, part in (("  whole-model fit", self.whole), ("  kernel units", self.units)):
             if part is not None and part.predictions:
                 out.append(part.line(label))
+        if self.nested is not None:
+            chosen = ", ".join(str(w) for w in sorted(set(self.nested_weights.values())))
+            out.append(self.nested.line("  nested weight"))
+            out.append(
+                f"    (the whole-model fit's weight chosen without each held-out family: {chosen}; the planner's"
+                f" is {WHOLE_WEIGHT})"
+            )
         if self.in_sample is not None:
             out.append(self.in_sample.line("in-sample fit"))
         per_precision = self.by_precision()
@@ -149,12 +160,14 @@ def leave_one_architecture_out(
     share_routes: bool = True,
     units: bool = True,
     whole_weight: float | None = None,
+    nested: bool = True,
 ) -> Evaluation:
     """Hold out each family in turn, refit on the rest, predict it; score all held-out predictions.
 
     ``threads`` restricts the evaluation to measurements at that thread count; ``share_routes`` is ``fit``'s;
     ``units``: combine with the kernel-unit model where the frame has unit sweeps; ``whole_weight``: the whole-model
-    fit's largest weight in the combination (``unitfit.combine``; default ``unitfit.WHOLE_WEIGHT``).
+    fit's largest weight in the combination (``unitfit.combine``; default ``unitfit.WHOLE_WEIGHT``); ``nested``: also
+    score the combination with that weight chosen without the held-out family (``nested_weights``).
     """
     unit_fit = fit_units(frame, statistic) if units else None
     data = training_rows(frame, statistic)
@@ -162,41 +175,20 @@ def leave_one_architecture_out(
         data = data[data["threads"] == threads]
     if data.empty:
         raise ValueError("no measured SingleStream rows with model features to evaluate on")
-    records = []
-    skipped: set[str] = set()
+    by_units = {index: unit_seconds(unit_fit, row) for index, row in data.iterrows()}
+    parts, skipped = [], set()
     for family in sorted(data["family"].unique()):
-        held_out = data[data["family"] == family]
-        result = fit(frame, ridge=ridge, data=data[data["family"] != family], share_routes=share_routes)
-        groups = {
-            (g.target, g.route.framework, g.route.compiler, g.route.layout, g.route.precision, g.threads): g
-            for g in result.groups
-            if g.usable
-        }
-        for _, row in held_out.iterrows():
-            group = groups.get(tuple(row[k] for k in _GROUP))
-            if group is None:
-                skipped.add(family)
-                continue
-            prior = prior_seconds(row["x"], row["peak_flops"], row["bandwidth"])
-            below = group.below_range(row["x"])  # the planner answers with the prior there, and so do we
-            whole = prior if below else group.seconds(row["x"])
-            by_units = unit_seconds(unit_fit, row)
-            records.append(
-                {
-                    **{k: row[k] for k in [*_GROUP, "model", "family", "batch"]},
-                    "y": row["y"],
-                    "predicted": combine(
-                        whole, by_units, row["precision"], group.overhead_share(row["x"]), whole_weight
-                    ),
-                    "whole": whole,
-                    "units": by_units,
-                    "prior": prior,
-                    "below_range": below,
-                }
-            )
-    predictions = pd.DataFrame.from_records(records)
+        part = _held_out(frame, data, family, (family,), by_units, ridge, share_routes)
+        if len(part) < (data["family"] == family).sum():
+            skipped.add(family)
+        parts.append(part)
+    predictions = pd.concat(parts, ignore_index=True)
     if predictions.empty:
         raise ValueError("no family could be held out: every route was measured on one family only")
+    predictions["predicted"] = _combined(predictions, whole_weight)
+    weights = nested_weights(frame, data, by_units, ridge, share_routes) if nested and units else {}
+    if weights:
+        predictions["nested"] = _combined(predictions, predictions["family"].map(weights))
     covered = predictions[predictions["units"].notna()]
     return Evaluation(
         scores(predictions, "predicted"),
@@ -206,7 +198,98 @@ def leave_one_architecture_out(
         _in_sample(frame, data, predictions, ridge, share_routes, whole_weight),
         whole=scores(predictions, "whole"),
         units=scores(covered, "units") if len(covered) else None,
+        nested=scores(predictions, "nested") if weights else None,
+        nested_weights=weights,
     )
+
+
+#: The whole-model fit's largest weights that ``nested_weights`` chooses among (``unitfit.whole_weight``).
+WEIGHT_GRID = tuple(round(0.05 * i, 2) for i in range(11))
+
+
+def nested_weights(
+    frame: pd.DataFrame,
+    data: pd.DataFrame,
+    by_units: dict[object, float],
+    ridge: float = DEFAULT_RIDGE,
+    share_routes: bool = True,
+) -> dict[str, float]:
+    """For each family, the whole-model fit's largest weight (of ``WEIGHT_GRID``) that scores best (lowest RMSPE) on
+    the *other* families held out one at a time, each predicted by a fit without it and without that family: the
+    family's nested figures owe nothing to its own measurements.
+
+    ``unitfit.WHOLE_WEIGHT`` was chosen once on every family's held-out predictions; the nested figures say what
+    choosing it costs on a family it never saw. Families × (families − 1) whole-model fits (cheap); the unit
+    predictions ``by_units`` (by ``data`` index) are made once.
+    """
+    families = sorted(data["family"].unique())
+    chosen = {}
+    for outer in families:
+        inner = [
+            _held_out(frame, data, family, (outer, family), by_units, ridge, share_routes)
+            for family in families
+            if family != outer
+        ]
+        rows = pd.concat(inner, ignore_index=True) if inner else pd.DataFrame()
+        if rows.empty:
+            continue
+        errors = {weight: _rmspe(rows, _combined(rows, weight)) for weight in WEIGHT_GRID}
+        chosen[outer] = min(errors, key=lambda weight: (errors[weight], weight))
+    return chosen
+
+
+def _held_out(
+    frame: pd.DataFrame,
+    data: pd.DataFrame,
+    family: str,
+    without: tuple[str, ...],
+    by_units: dict[object, float],
+    ridge: float,
+    share_routes: bool,
+) -> pd.DataFrame:
+    """``family``'s rows predicted by a fit on ``data`` less the families ``without``: the whole-model, prior and
+    unit estimates, and the share of the whole-model estimate that is overheads (rows of routes the fit cannot
+    answer are left out)."""
+    result = fit(frame, ridge=ridge, data=data[~data["family"].isin(without)], share_routes=share_routes)
+    groups = {
+        (g.target, g.route.framework, g.route.compiler, g.route.layout, g.route.precision, g.threads): g
+        for g in result.groups
+        if g.usable
+    }
+    records = []
+    for index, row in data[data["family"] == family].iterrows():
+        group = groups.get(tuple(row[k] for k in _GROUP))
+        if group is None:
+            continue
+        prior = prior_seconds(row["x"], row["peak_flops"], row["bandwidth"])
+        below = group.below_range(row["x"])  # the planner answers with the prior there, and so do we
+        records.append(
+            {
+                **{k: row[k] for k in [*_GROUP, "model", "family", "batch"]},
+                "y": row["y"],
+                "whole": prior if below else group.seconds(row["x"]),
+                "units": by_units[index],
+                "overhead_share": group.overhead_share(row["x"]),
+                "prior": prior,
+                "below_range": below,
+            }
+        )
+    return pd.DataFrame.from_records(records)
+
+
+def _combined(rows: pd.DataFrame, largest: float | pd.Series | None) -> list[float]:
+    """``unitfit.combine`` of each row's whole-model and unit estimates, the whole-model fit's largest weight
+    ``largest`` (one for all rows, or one per row; None: the planner's)."""
+    weights = largest if isinstance(largest, pd.Series) else pd.Series(largest, index=rows.index, dtype=object)
+    return [
+        combine(r["whole"], r["units"], r["precision"], r["overhead_share"], None if pd.isna(w) else float(w))
+        for (_, r), w in zip(rows.iterrows(), weights, strict=True)
+    ]
+
+
+def _rmspe(rows: pd.DataFrame, predicted: list[float]) -> float:
+    y = rows["y"].to_numpy(dtype=float)
+    return float(np.sqrt(np.mean(((np.asarray(predicted, dtype=float) - y) / y) ** 2)))
 
 
 def unit_seconds(unit_fit: UnitFit | None, row: pd.Series) -> float:

@@ -78,14 +78,16 @@ def test_default_model_is_fitted_and_cached():
 
 
 def test_leave_one_architecture_out_on_the_shipped_data(shipped):
-    """The issue's goals: top-1 regret ≤ 1.10 is met on average; RMSPE ≤ 15% is not (23% with the kernel units, 38%
-    with the whole-model fit alone; see the report), so it is bounded here to catch regressions."""
+    """The issue's goals on the shipped data: held-out RMSPE ≤ 15% and top-1 regret ≤ 1.10 (mean and worst) for the
+    planner's model. With the whole-model fit's weight chosen without each held-out family (nested), the figures
+    it must stay near: the weight is one number chosen on every family's held-out predictions."""
     evaluation = leave_one_architecture_out(shipped)
-    assert evaluation.fitted.mean_regret <= 1.10
+    assert evaluation.fitted.rmspe <= 0.15
+    assert evaluation.fitted.mean_regret <= 1.10 and evaluation.fitted.max_regret <= 1.10
     assert evaluation.fitted.spearman >= 0.98
-    assert evaluation.by_precision()["fp32"].rmspe < 0.28
-    assert evaluation.by_precision()["int8"].rmspe < 0.45
-    assert evaluation.fitted.rmspe < 0.30
+    assert evaluation.by_precision()["fp32"].rmspe <= 0.15
+    assert evaluation.by_precision()["int8"].rmspe <= 0.20
+    assert evaluation.nested is not None and evaluation.nested.rmspe <= 0.16 and evaluation.nested.mean_regret <= 1.10
     # the kernel units cover every held-out prediction, and each model alone is worse than their combination
     assert evaluation.units is not None and evaluation.whole is not None
     assert evaluation.units.predictions == evaluation.fitted.predictions

@@ -7,8 +7,8 @@ import pandas as pd
 import pytest
 
 from perfmodels import Device, Route, Workload
-from perfmodels.evaluate import leave_one_architecture_out, scores
-from perfmodels.fit import FEATURES, fit, query_features
+from perfmodels.evaluate import WEIGHT_GRID, leave_one_architecture_out, nested_weights, scores
+from perfmodels.fit import FEATURES, fit, query_features, training_rows
 from perfmodels.fitted import FittedModel, fit_model
 from perfmodels.results_db import make_row, to_frame
 from perfmodels.roofline import RooflinePrior
@@ -163,6 +163,30 @@ def test_leave_one_architecture_out_meets_the_goals_on_lightly_noisy_data():
     # with its own family in the fit, a row is predicted about as well as the noise allows
     assert evaluation.in_sample is not None and evaluation.in_sample.rmspe <= evaluation.fitted.rmspe
     assert any(line.startswith("in-sample fit") for line in evaluation.lines())
+
+
+def test_nested_weights_choose_each_familys_weight_without_its_measurements():
+    """The whole-model fit's weight for a held-out family comes from the other families alone: unit sums far off on
+    one family pull every other family's weight up, never its own."""
+    frame = synthetic_frame(noise=0.03)
+    data = training_rows(frame)
+    exact = {index: float(row["y"]) for index, row in data.iterrows()}  # unit sums as good as it gets: weight 0
+    weights = nested_weights(frame, data, exact, ridge=0.0)
+    assert set(weights) == set(data["family"]) and set(weights.values()) == {0.0}
+    family = "cnn"
+    off = {index: y * (3.0 if data.loc[index, "family"] == family else 1.0) for index, y in exact.items()}
+    again = nested_weights(frame, data, off, ridge=0.0)
+    assert again[family] == 0.0
+    assert all(again[other] > 0.0 for other in again if other != family)
+    assert max(again.values()) <= max(WEIGHT_GRID)
+
+
+def test_leave_one_architecture_out_scores_the_nested_weight_too():
+    evaluation = leave_one_architecture_out(synthetic_frame(noise=0.03), ridge=0.0)
+    # no unit sweeps in this frame: the combination is the whole-model fit whatever the weight
+    assert evaluation.nested is not None and evaluation.nested.rmspe == pytest.approx(evaluation.fitted.rmspe)
+    assert any(line.strip().startswith("nested weight") for line in evaluation.lines())
+    assert leave_one_architecture_out(synthetic_frame(noise=0.03), ridge=0.0, nested=False).nested is None
 
 
 def test_scores_compute_regret_against_the_measured_best():
