@@ -16,8 +16,9 @@ The planner's estimate combines two models (``perfmodels.unitfit.combine``): the
 the held-out family, and the sum of the model's kernel units predicted from the unit sweeps. The sweeps are sampled
 shapes, not taken from any family's model, so they need no refit; the figures of each model alone are reported
 too.
-Held-out predictions are made as the planner makes them: a workload far below the range a group was fitted on is
-answered by the prior (``GroupFit.below_range``), and groups with too little data are not used.
+Held-out predictions are made as the planner makes them: for a workload far below the range a group was fitted on
+the prior stands in for the whole-model fit (``GroupFit.whole_seconds``), and groups with too little data are not
+used.
 """
 
 from __future__ import annotations
@@ -104,7 +105,7 @@ class Evaluation:
             out.extend(s.line(f"  fitted, {p}") for p, s in sorted(per_precision.items()))
         below = int(self.predictions["below_range"].sum()) if "below_range" in self.predictions else 0
         if below:
-            out.append(f"{below} held-out prediction(s) fell below the fitted range and came from the prior")
+            out.append(f"{below} held-out prediction(s) fell below the fitted range: the prior stood in for the fit")
         if self.skipped:
             out.append(f"not evaluated (no other data for their route): {', '.join(self.skipped)}")
         return out
@@ -261,17 +262,15 @@ def _held_out(
         group = groups.get(tuple(row[k] for k in _GROUP))
         if group is None:
             continue
-        prior = prior_seconds(row["x"], row["peak_flops"], row["bandwidth"])
-        below = group.below_range(row["x"])  # the planner answers with the prior there, and so do we
         records.append(
             {
                 **{k: row[k] for k in [*_GROUP, "model", "family", "batch"]},
                 "y": row["y"],
-                "whole": prior if below else group.seconds(row["x"]),
+                "whole": group.whole_seconds(row["x"]),  # as the planner has it
                 "units": by_units[index],
                 "overhead_share": group.overhead_share(row["x"]),
-                "prior": prior,
-                "below_range": below,
+                "prior": prior_seconds(row["x"], row["peak_flops"], row["bandwidth"]),
+                "below_range": group.below_range(row["x"]),
             }
         )
     return pd.DataFrame.from_records(records)

@@ -242,6 +242,12 @@ class GroupFit:
     def prior(self, x: np.ndarray) -> float:
         return prior_seconds(x, self.peak_flops, self.bandwidth)
 
+    def whole_seconds(self, x: np.ndarray) -> float:
+        """The whole-model estimate the planner combines with the kernel units: the fit, or below the fitted range
+        (``below_range``) the prior at this group's peaks, since the fit cannot have learned such a workload's
+        overheads."""
+        return self.prior(x) if self.below_range(x) else self.seconds(x)
+
     def below_range(self, x: np.ndarray) -> bool:
         """Whether ``x`` is far smaller than every workload the group was fitted on (see ``BELOW_RANGE_FACTOR``)."""
         return roofline_seconds(x, self.peak_flops, self.bandwidth) * BELOW_RANGE_FACTOR < self.size_range[0]

@@ -17,8 +17,10 @@
   with or without AMX) → the same, with the difference named (``basis: fitted:<target> (another host: measured with
   amx_tile, which this CPU lacks)``): such hosts run kernels at other speeds;
 * a workload far smaller than anything the route was measured on (``GroupFit.below_range``: its time would be
-  mostly per-query and per-node overhead the group could not have learned) → the prior as well
-  (``basis: roofline-prior (below the fitted range of <target>)``).
+  mostly per-query and per-node overhead the group could not have learned) → the prior in the fit's place: combined
+  with the kernel units where there are some (``basis: kernel units:<target> + roofline-prior (below the fitted
+  range of <target>)``), else alone (``basis: roofline-prior (below the fitted range of <target>)``), as
+  ``appopt models evaluate`` scores it.
 
 Groups with too few rows or families (``GroupFit.usable``) are never used.
 
@@ -235,10 +237,11 @@ class FittedModel:
         if group is None:
             return prior
         x = workload_features(workload, group.route.precision)
-        if group.below_range(x):
-            return replace(prior, basis=f"{prior.basis} (below the fitted range of {group.target})")
-        whole = group.seconds(x)
+        below = f" (below the fitted range of {group.target})" if group.below_range(x) else ""
         by_units = self.units_seconds(workload, group)
+        if below and np.isnan(by_units):
+            return replace(prior, basis=f"{prior.basis}{below}")
+        whole = group.whole_seconds(x)
         share = group.overhead_share(x)
         step = raw = combine(whole, by_units, group.route.precision, share)
         differs = [
@@ -250,7 +253,11 @@ class FittedModel:
             )
             if ours != theirs
         ]
-        basis = f"fitted:{group.target}" + ("" if np.isnan(by_units) else " + kernel units")
+        basis = (
+            f"kernel units:{group.target} + roofline-prior{below}"
+            if below
+            else f"fitted:{group.target}" + ("" if np.isnan(by_units) else " + kernel units")
+        )
         if differs:
             measured_route = replace(
                 route,
