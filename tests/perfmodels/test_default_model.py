@@ -251,3 +251,6 @@ def test_a_model_below_every_fitted_range_is_predicted_from_its_kernel_units_and
         assert prediction.detail["whole_model_step_s"] == pytest.approx(prediction.detail["prior_step_s"], rel=0.05)
         assert 1e-6 < prediction.step_seconds < 0.2 * prediction.detail["prior_step_s"]
     assert ort.step_seconds < ours.step_seconds
+    from optimiser.report import render_markdown
+
+    assert "sum of the model's kernel units" in render_markdown(plan)
