@@ -316,8 +316,10 @@ def _in_sample(
     }
     keys = [*_GROUP, "model", "batch"]
     x_by_row = {tuple(row[k] for k in keys): row["x"] for _, row in data.iterrows()}
-    fitted = []
+    whole, share = [], []
     for _, row in predictions.iterrows():
         group, x = groups[tuple(row[k] for k in _GROUP)], x_by_row[tuple(row[k] for k in keys)]
-        fitted.append(combine(group.seconds(x), row["units"], row["precision"], group.overhead_share(x), whole_weight))
-    return scores(predictions.assign(in_sample=fitted), "in_sample")
+        whole.append(group.whole_seconds(x))
+        share.append(group.overhead_share(x))
+    in_sample = predictions.assign(whole=whole, overhead_share=share)
+    return scores(in_sample.assign(in_sample=_combined(in_sample, whole_weight)), "in_sample")
