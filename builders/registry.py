@@ -47,9 +47,16 @@ DOCKER_MANIFEST_LIST = "application/vnd.docker.distribution.manifest.list.v2+jso
 _INDEX_TYPES = (OCI_INDEX, DOCKER_MANIFEST_LIST)
 _MANIFEST_TYPES = (OCI_MANIFEST, DOCKER_MANIFEST, OCI_INDEX, DOCKER_MANIFEST_LIST)
 
-_REPO_COMPONENT = re.compile(r"^[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*$")
-_TAG = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$")
-_DIGEST = re.compile(r"^sha256:[0-9a-f]{64}$")
+_REPO_COMPONENT = re.compile(r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*")
+_TAG = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}")
+_DIGEST = re.compile(r"sha256:[0-9a-f]{64}")
+_DIGEST_SHAPE = re.compile(r"[a-z0-9]+(?:[+._-][a-z0-9]+)*:[^/]*")
+_LABEL = r"[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?"
+_REGISTRY_HOST = re.compile(rf"(?:{_LABEL}(?:\.{_LABEL})*|\[[0-9A-Fa-f:.]+\])(?::[0-9]{{1,5}})?")
+_MAX_REF_LENGTH = 512
+#: A credential helper is run as ``docker-credential-<name>``: a plain name, never a path.
+_HELPER_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
+_MAX_CREDENTIAL_FILE_BYTES = 4 << 20
 _CHUNK = 1 << 20
 
 Progress = Callable[[str], None]
@@ -61,6 +68,20 @@ class RegistryError(Exception):
     def __init__(self, *lines: str) -> None:
         self.lines: tuple[str, ...] = lines or ("registry error",)
         super().__init__("\n".join(self.lines))
+
+
+def shown(text: str, limit: int = 120) -> str:
+    """``text`` fit for a one-line message: quoted with escapes when it holds control characters, and capped."""
+    if text.isprintable() and len(text) <= limit:
+        return text
+    quoted = repr(text)
+    return quoted if len(quoted) <= limit else f"{quoted[:limit]}... ({len(text)} characters)"
+
+
+def _mask_userinfo(text: str) -> str:
+    """``text`` with everything before its last ``@`` masked: that part may be ``user:password`` (or hold an ``@``)."""
+    _, at, tail = text.rpartition("@")
+    return shown(f"***@{tail}" if at else text)
 
 
 class _Retryable(Exception):
@@ -81,26 +102,44 @@ class ImageRef:
 
     @classmethod
     def parse(cls, text: str) -> ImageRef:
-        """Parse ``text``; a first component with ``.`` or ``:`` (or ``localhost``) is the registry, else Docker Hub."""
+        """Parse ``text``; a first component with ``.`` or ``:`` (or ``localhost``) is the registry, else Docker Hub.
+
+        A ``user:password@`` before the registry is refused, and the error shows it masked (``***@host/...``).
+        """
+        if len(text) > _MAX_REF_LENGTH:
+            raise RegistryError(f"{shown(text)}: image reference longer than {_MAX_REF_LENGTH} characters")
+        if not text or any(c.isspace() or not c.isprintable() for c in text):
+            raise RegistryError(f"{shown(text)}: image reference is empty or contains whitespace or control characters")
+        if "://" in text:
+            raise RegistryError(f"{_mask_userinfo(text)}: image reference must not have a scheme (no https://)")
         rest, digest = text, None
-        if "@" in rest:
-            rest, digest = rest.split("@", 1)
-            if not _DIGEST.match(digest):
-                raise RegistryError(f"{text}: digest must be sha256:<64 hex digits>")
+        if "@" in text:
+            rest, _, digest = text.rpartition("@")
+            if "@" in rest or not _DIGEST_SHAPE.fullmatch(digest):
+                raise RegistryError(
+                    f"{_mask_userinfo(text)}: '@' may only come before a digest (sha256:...); credentials do not "
+                    "belong in an image reference: log in with `podman login HOST` or `docker login HOST`"
+                )
+            if not _DIGEST.fullmatch(digest):
+                # "user:password@host:5000" has a digest's shape: mask whatever before the '@' has a colon
+                raise RegistryError(f"{_mask_userinfo(text) if ':' in rest else text}: digest must be "
+                                    "sha256:<64 hex digits>")
         tag = None
         last = rest.rsplit("/", 1)[-1]
         if ":" in last:
             rest, tag = rest.rsplit(":", 1)
-            if not _TAG.match(tag):
+            if not _TAG.fullmatch(tag):
                 raise RegistryError(f"{text}: invalid tag {tag!r}")
         parts = rest.split("/")
         if len(parts) > 1 and ("." in parts[0] or ":" in parts[0] or parts[0] == "localhost"):
             registry, path = parts[0], parts[1:]
+            if not _REGISTRY_HOST.fullmatch(registry):
+                raise RegistryError(f"{text}: invalid registry address {registry!r} (host[:port])")
         else:
             registry, path = DOCKER_HUB, parts
             if len(path) == 1:
                 path = ["library", *path]
-        if not path or not all(_REPO_COMPONENT.match(p) for p in path):
+        if not path or not all(_REPO_COMPONENT.fullmatch(p) for p in path):
             raise RegistryError(f"{text}: invalid repository name (lower-case letters, digits and . _ - only)")
         return cls(registry=registry, repository="/".join(path), tag=tag, digest=digest)
 
@@ -168,48 +207,130 @@ def _credentials_from_helper(helper: str, server: str, source: str) -> Credentia
     program = f"docker-credential-{helper}"
     if shutil.which(program) is None:
         raise RegistryError(f"{source}: credential helper {program} for {server} is not on PATH")
-    proc = subprocess.run([program, "get"], input=server, capture_output=True, text=True, timeout=30, check=False)
+    try:
+        proc = subprocess.run([program, "get"], input=server, capture_output=True, text=True, timeout=30,
+                              check=False)
+    except subprocess.TimeoutExpired:
+        raise RegistryError(f"{program}: no answer for {server} within 30 s") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise RegistryError(f"{program}: cannot be run for {server} ({type(exc).__name__})") from None
     if proc.returncode != 0:
         return None  # the helper has nothing stored for this server
     try:
         data = json.loads(proc.stdout)
-        return Credentials(data["Username"], data["Secret"], f"{source} ({program})")
-    except (ValueError, KeyError):
-        raise RegistryError(f"{program}: unreadable answer for {server}") from None
+    except (ValueError, RecursionError):
+        data = None
+    if not isinstance(data, dict) or not isinstance(data.get("Username"), str) \
+            or not isinstance(data.get("Secret"), str):
+        raise RegistryError(f"{program}: unreadable answer for {server} (want JSON with Username and Secret)")
+    return Credentials(data["Username"], data["Secret"], f"{source} ({program})")
+
+
+@dataclass(frozen=True)
+class CredentialFile:
+    """A parsed ``config.json``/``auth.json``: inline credentials per key, helpers per key, the default store.
+
+    A key's entry is None when it holds no inline credentials (Docker writes ``{}`` when a credsStore keeps them).
+    """
+
+    path: Path
+    auths: dict[str, Credentials | None]
+    helpers: dict[str, str]
+    store: str | None
+
+
+def read_credential_file(path: Path) -> CredentialFile | None:
+    """Parse a credential file strictly (None when it does not exist); any malformed part is one RegistryError line
+    naming the file and key, and never showing a secret. Like Docker, every ``auths`` entry is decoded on load."""
+    try:
+        if path.stat().st_size > _MAX_CREDENTIAL_FILE_BYTES:
+            raise RegistryError(f"{path}: credential file larger than {_MAX_CREDENTIAL_FILE_BYTES >> 20} MiB")
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        raise RegistryError(f"{path}: unreadable credential file: {exc.strerror or type(exc).__name__}") from None
+    except UnicodeDecodeError:
+        raise RegistryError(f"{path}: unreadable credential file: not UTF-8 text") from None
+    except ValueError as exc:
+        raise RegistryError(f"{path}: unreadable credential file: {shown(str(exc))}") from None
+    except RecursionError:
+        raise RegistryError(f"{path}: unreadable credential file: JSON nested too deeply") from None
+    if not isinstance(data, dict):
+        raise RegistryError(f"{path}: a credential file holds a JSON object, not {_json_type(data)}")
+    auths = _object(data, "auths", path)
+    helpers = _object(data, "credHelpers", path)
+    store = data.get("credsStore")
+    if store is not None and store != "" and not (isinstance(store, str) and _HELPER_NAME.fullmatch(store)):
+        raise RegistryError(f"{path}: credsStore must be a helper name like \"pass\" ({_json_type(store)} given)")
+    for key, helper in helpers.items():
+        if not (isinstance(helper, str) and _HELPER_NAME.fullmatch(helper)):
+            raise RegistryError(f"{path}: credHelpers.{shown(key)} must be a helper name like \"pass\"")
+    parsed = {key: _inline_credentials(entry, f"auths.{shown(key)}", path) for key, entry in auths.items()}
+    return CredentialFile(path, parsed, dict(helpers), store or None)
+
+
+def _json_type(value: object) -> str:
+    names = {dict: "an object", list: "an array", str: "a string", bool: "a boolean", int: "a number",
+             float: "a number", type(None): "null"}
+    return names.get(type(value), type(value).__name__)
+
+
+def _object(data: dict[str, Any], key: str, path: Path) -> dict[str, Any]:
+    value = data.get(key)
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise RegistryError(f"{path}: {key} must be an object of registry keys, not {_json_type(value)}")
+    return value
+
+
+def _inline_credentials(entry: object, where: str, path: Path) -> Credentials | None:
+    """The user and password of one ``auths`` entry: ``auth`` (base64 of user:password) or username + password."""
+    if entry is None:
+        return None
+    if not isinstance(entry, dict):
+        raise RegistryError(f"{path}: {where} must be an object, not {_json_type(entry)}")
+    for name in ("auth", "username", "password"):
+        if entry.get(name) is not None and not isinstance(entry[name], str):
+            raise RegistryError(f"{path}: {where}.{name} must be a string, not {_json_type(entry[name])}")
+    if entry.get("auth"):
+        try:
+            decoded = base64.b64decode(entry["auth"].strip(), validate=True).decode("utf-8")
+        except (ValueError, UnicodeDecodeError):
+            raise RegistryError(f"{path}: {where}.auth is not base64 of user:password") from None
+        user, colon, password = decoded.partition(":")
+        if not colon or not user:
+            raise RegistryError(f"{path}: {where}.auth decodes to no user:password pair (a ':' and a user name)")
+        return Credentials(user, password, str(path))
+    username, password = entry.get("username") or "", entry.get("password") or ""
+    if bool(username) != bool(password):
+        raise RegistryError(f"{path}: {where} has a {'username' if username else 'password'} "
+                            f"without a {'password' if username else 'username'}")
+    return Credentials(username, password, str(path)) if username else None
 
 
 def find_credentials(ref: ImageRef, env: Mapping[str, str] | None = None) -> Credentials | None:
     """Credentials for ``ref`` from the first credential file (or helper) that has any, else None."""
+    server = "https://index.docker.io/v1/" if ref.registry == DOCKER_HUB else ref.registry
     for path in credential_files(env):
-        try:
-            data = json.loads(path.read_text(encoding="utf-8"))
-        except FileNotFoundError:
+        parsed = read_credential_file(path)
+        if parsed is None:
             continue
-        except (OSError, ValueError) as exc:
-            raise RegistryError(f"{path}: unreadable credential file: {exc}") from None
-        server = "https://index.docker.io/v1/" if ref.registry == DOCKER_HUB else ref.registry
-        helpers = data.get("credHelpers") or {}
-        for key, helper in helpers.items():
+        for key, helper in parsed.helpers.items():
             if _auth_key_matches(key, ref):
                 found = _credentials_from_helper(helper, server, str(path))
                 if found:
                     return found
-        auths: dict[str, Any] = data.get("auths") or {}
-        matches = sorted(((_auth_key_matches(k, ref), k) for k in auths), reverse=True)
+        matches = sorted(((_auth_key_matches(k, ref), k) for k in parsed.auths), reverse=True)
         for score, key in matches:
             if score == 0:
                 break
-            entry = auths[key] or {}
-            if entry.get("auth"):
-                try:
-                    user, _, password = base64.b64decode(entry["auth"]).decode().partition(":")
-                except (ValueError, UnicodeDecodeError):
-                    raise RegistryError(f"{path}: auths.{key}.auth is not base64 of user:password") from None
-                return Credentials(user, password, str(path))
-            if entry.get("username") and entry.get("password"):
-                return Credentials(entry["username"], entry["password"], str(path))
-        if data.get("credsStore"):
-            found = _credentials_from_helper(data["credsStore"], server, str(path))
+            inline = parsed.auths[key]
+            if inline is not None:
+                return inline
+        if parsed.store:
+            found = _credentials_from_helper(parsed.store, server, str(path))
             if found:
                 return found
     return None
@@ -339,14 +460,24 @@ class RegistryClient:
         self.retries = 0
         self._scheme = "https"
         self._authorization: str | None = None
-        self._ssl = _tls_context(ref.api_host, insecure, self.env)
+        self._tls: dict[tuple[str, bool], ssl.SSLContext] = {}
 
     # -- plumbing --
 
-    def _connection(self, scheme: str, netloc: str) -> http.client.HTTPConnection:
-        if scheme == "https":
-            return http.client.HTTPSConnection(netloc, timeout=self.timeout_seconds, context=self._ssl)
-        return http.client.HTTPConnection(netloc, timeout=self.timeout_seconds)
+    def registry_origin(self) -> Origin:
+        """Where credentials may go: the registry's own scheme, host and port (HTTP only after an --insecure ping)."""
+        return Origin.of(self._url("/"))
+
+    def _connection(self, origin: Origin, netloc: str) -> http.client.HTTPConnection:
+        if origin.scheme != "https":
+            return http.client.HTTPConnection(netloc, timeout=self.timeout_seconds)
+        # --insecure names one registry: its host and port skip verification, every other host (a token server,
+        # a storage backend an upload is sent to) is verified as usual
+        insecure = self.insecure and origin.host_port == self.registry_origin().host_port
+        key = (netloc, insecure)
+        if key not in self._tls:
+            self._tls[key] = _tls_context(netloc, insecure, self.env)
+        return http.client.HTTPSConnection(netloc, timeout=self.timeout_seconds, context=self._tls[key])
 
     def _url(self, path_or_url: str) -> str:
         if path_or_url.startswith(("http://", "https://")):
@@ -359,14 +490,14 @@ class RegistryClient:
     ) -> _Response:
         """One HTTP exchange; raises _Retryable for dropped connections and RegistryError for unreachable hosts."""
         parsed = urllib.parse.urlsplit(url)
+        origin = Origin.of(url)
         target = parsed.path + (f"?{parsed.query}" if parsed.query else "")
         all_headers = {"User-Agent": "appopt", **(headers or {})}
-        same_host = parsed.netloc == self.ref.api_host
-        if auth and same_host and self._authorization:
-            all_headers["Authorization"] = self._authorization
+        if auth and self._authorization and origin == self.registry_origin():
+            all_headers["Authorization"] = self._authorization  # never to another scheme, host or port
         if body is None and method in ("PUT", "POST", "PATCH"):
             all_headers.setdefault("Content-Length", "0")
-        conn = self._connection(parsed.scheme, parsed.netloc)
+        conn = self._connection(origin, parsed.netloc)
         try:
             conn.request(method, target, body=body, headers=all_headers)
             resp = conn.getresponse()
@@ -468,6 +599,13 @@ class RegistryClient:
         realm = params.get("realm")
         if not realm:
             raise RegistryError(f"{self.ref.api_host}: Bearer challenge without a realm")
+        origin = Origin.of(realm, f"{self.ref.api_host}: Bearer realm")
+        own_insecure = self.insecure and origin == self.registry_origin()
+        if self.credentials is not None and origin.scheme != "https" and not own_insecure:
+            raise RegistryError(
+                f"{self.ref.api_host}: the token server {origin} is plain HTTP; credentials go to a token realm "
+                "only over https (or to the --insecure registry's own address)"
+            )
         query = {"service": params.get("service", ""),
                  "scope": f"repository:{self.ref.repository}:pull,push"}
         url = f"{realm}?{urllib.parse.urlencode({k: v for k, v in query.items() if v})}"
@@ -517,7 +655,7 @@ class RegistryClient:
             start = self._request("POST", self._repo_path("blobs/uploads/"), what)
             if start.status != 202 or not start.header("Location"):
                 raise self._unexpected(start, what)
-            location = urllib.parse.urljoin(self._url("/"), start.header("Location"))
+            location = self._upload_location(start.header("Location"), what)
             sep = "&" if "?" in location else "?"
             url = f"{location}{sep}digest={urllib.parse.quote(blob.digest)}"
             headers = {"Content-Type": "application/octet-stream", "Content-Length": str(blob.size)}
@@ -543,6 +681,22 @@ class RegistryClient:
                 time.sleep(delay)
         raise RegistryError(f"{self.ref.api_host}: {what} failed after {self.attempts} attempts: {problem}")
 
+    def _upload_location(self, header: str, what: str) -> str:
+        """The absolute upload URL of a ``Location`` header; a TLS registry may not send the upload to plain HTTP.
+
+        Credentials follow only to the registry's own origin (``_send``); a move from https to http is refused
+        outright, --insecure or not, because the upload URL carries the session and the bytes would go in clear.
+        """
+        location = urllib.parse.urljoin(self._url("/"), header)
+        origin = Origin.of(location, f"{self.ref.api_host}: {what}: upload Location")
+        own = self.registry_origin()
+        if origin.scheme != "https" and own.scheme == "https":
+            raise RegistryError(
+                f"{self.ref.api_host}: {what}: the registry (https) sent the upload to plain HTTP ({origin}); "
+                "refused, credentials and data are never sent in clear"
+            )
+        return location
+
     def put_manifest(self, reference: str, media_type: str, data: bytes) -> str:
         """Store a manifest under ``reference``; returns the digest the registry reports (or ours)."""
         what = f"PUT manifest {reference}"
@@ -565,6 +719,38 @@ class RegistryClient:
         if resp.status in (401, 403):
             return self._auth_error(resp)
         return RegistryError(f"{self.ref.api_host}: {what}: HTTP {resp.status} {_error_text(resp)}".rstrip())
+
+
+@dataclass(frozen=True)
+class Origin:
+    """A URL's origin as browsers define it: scheme, host and port (the default port filled in)."""
+
+    scheme: str
+    host: str
+    port: int
+
+    @classmethod
+    def of(cls, url: str, what: str = "URL") -> Origin:
+        """The origin of an absolute http(s) URL; a URL with a user name or password in it is refused."""
+        parsed = urllib.parse.urlsplit(url)
+        try:
+            port = parsed.port
+        except ValueError:
+            port = -1
+        scheme = parsed.scheme.lower()
+        if scheme not in ("http", "https") or not parsed.hostname or port == -1:
+            raise RegistryError(f"{what}: {_mask_userinfo(url)} is not an http(s) URL")
+        if parsed.username is not None or parsed.password is not None:
+            raise RegistryError(f"{what}: {_mask_userinfo(url)} carries a user name or password; refused")
+        return cls(scheme, parsed.hostname.lower(), port or (443 if scheme == "https" else 80))
+
+    @property
+    def host_port(self) -> tuple[str, int]:
+        return self.host, self.port
+
+    def __str__(self) -> str:
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"{self.scheme}://{host}:{self.port}"
 
 
 class _TLSFailed(RegistryError):
