@@ -24,7 +24,7 @@ from typing import Any
 
 from builders.deployment import Deployment
 from builders.engines import BuildRequest, Engine, EngineError, LineSink, get_engine, validate_platform
-from builders.names import dns_label, image_name
+from builders.names import checked_image_reference, dns_label, image_name
 from builders.registry import PushResult, push_layout
 from builders.wheelhouse import copy_into_context, download_wheelhouse, list_wheels, python_version_of
 
@@ -77,7 +77,11 @@ _FROM = re.compile(r"^(\s*FROM\s+)((?:--\S+\s+)*)(\S+)(.*)$", re.IGNORECASE)
 
 
 def rebase_dockerfile(text: str, base_image: str) -> str:
-    """``text`` with every ``FROM`` of an image (not of an earlier stage) replaced by ``base_image``."""
+    """``text`` with every ``FROM`` of an image (not of an earlier stage) replaced by ``base_image``.
+
+    ``base_image`` must be one image reference (a RenderError otherwise): it is written into the Dockerfile as is.
+    """
+    checked_image_reference(base_image, "--base-image")
     stages: set[str] = set()
     lines = []
     for line in text.splitlines(keepends=True):
@@ -111,6 +115,8 @@ def prepare_build(
     on_line: LineSink | None = None,
 ) -> PreparedBuild:
     """Pick or render the Dockerfile for a build of ``out_dir`` with the given overrides."""
+    if base_image is not None:
+        checked_image_reference(base_image, "--base-image")
     original = out_dir / "Dockerfile"
     if not original.is_file():
         raise EngineError(f"{out_dir}: no Dockerfile (run `appopt plan SPEC -o {out_dir}` with container.formats "

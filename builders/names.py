@@ -6,8 +6,11 @@ import re
 import unicodedata
 
 from builders.deployment import Deployment
+from builders.errors import RenderError
+from builders.validate import IMAGE_REF
 
 _NOT_LABEL_CHARS = re.compile(r"[^a-z0-9]+")
+_MAX_REFERENCE_LENGTH = 512
 
 
 def dns_label(text: str, max_length: int = 63) -> str:
@@ -29,6 +32,24 @@ def dns_label(text: str, max_length: int = 63) -> str:
     elif not label[0].isalpha():
         label = f"app-{label}"
     return label[:max_length].rstrip("-")
+
+
+def checked_image_reference(text: str, field: str) -> str:
+    """``text`` when the whole of it is one image reference (``validate.IMAGE_REF``), else a one-line RenderError.
+
+    Every reference that enters a Dockerfile or definition from outside a checked Deployment (``--base-image``) goes
+    through here: a newline in it would add instructions (``debian:12\\nRUN ...``).
+
+    >>> checked_image_reference("localhost/base:py311", "--base-image")
+    'localhost/base:py311'
+    >>> checked_image_reference("debian:12\\nRUN id", "--base-image")  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    builders.errors.RenderError: --base-image: 'debian:12\\nRUN id' is not an image reference like ...
+    """
+    if len(text) > _MAX_REFERENCE_LENGTH or not IMAGE_REF.fullmatch(text):
+        shown = repr(text) if len(text) <= 120 else f"{text[:120]!r}... ({len(text)} characters)"
+        raise RenderError(f"{field}: {shown} is not an image reference like registry.example.org/team/app:tag")
+    return text
 
 
 def image_name(dep: Deployment) -> str:

@@ -22,11 +22,12 @@ DEBIAN_FAMILY = ("debian", "ubuntu")
 #: Vendors the job renderers know how to hand GPUs to (container flags, Kubernetes resource names).
 GPU_VENDORS = ("nvidia", "amd", "intel")
 
-# docker/distribution reference grammar, simplified: [host[:port]/]path[:tag][@digest]
+# docker/distribution reference grammar, simplified: [host[:port]/]path[:tag][@digest]; \Z, not $ (which would
+# accept a trailing newline)
 _COMPONENT = r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*"
 IMAGE_REF = re.compile(
     rf"^(?:[A-Za-z0-9](?:[A-Za-z0-9.-]*[A-Za-z0-9])?(?::[0-9]+)?/)?{_COMPONENT}(?:/{_COMPONENT})*"
-    r"(?::[A-Za-z0-9_][A-Za-z0-9_.-]{0,127})?(?:@[a-z0-9]+(?:[+._-][a-z0-9]+)*:[0-9a-fA-F]{32,})?$"
+    r"(?::[A-Za-z0-9_][A-Za-z0-9_.-]{0,127})?(?:@[a-z0-9]+(?:[+._-][a-z0-9]+)*:[0-9a-fA-F]{32,})?\Z"
 )
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 #: OCI label keys that are also valid Kubernetes annotation names (reverse-DNS, lower case, at most 63 chars).
