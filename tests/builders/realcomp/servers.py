@@ -11,6 +11,7 @@ import os
 import shutil
 import signal
 import socket
+import ssl
 import subprocess
 import threading
 import time
@@ -228,9 +229,13 @@ class FaultProxy:
 
 
 @contextlib.contextmanager
-def serving(handler: type[BaseHTTPRequestHandler], port: int = 0) -> Iterator[ThreadingHTTPServer]:
-    """``handler`` served on 127.0.0.1 (``port`` 0: any free one) by a background thread while the block runs."""
+def serving(handler: type[BaseHTTPRequestHandler], port: int = 0,
+            tls: ssl.SSLContext | None = None) -> Iterator[ThreadingHTTPServer]:
+    """``handler`` served on 127.0.0.1 (``port`` 0: any free one; over TLS with ``tls``) by a background thread while
+    the block runs."""
     server = ThreadingHTTPServer(("127.0.0.1", port), handler)
+    if tls is not None:
+        server.socket = tls.wrap_socket(server.socket, server_side=True)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     try:
@@ -257,7 +262,8 @@ class TokenServer:
     ``GET /token?service=…&scope=repository:NAME:pull,push`` with HTTP Basic credentials answers a JWT (RS256,
     signed with ``openssl`` by ``key``; ``cert`` in the ``x5c`` header, which the registry checks against its
     ``rootcertbundle``) granting the scope's actions; wrong or missing credentials get 401. ``seen`` records each
-    request's (user, scope).
+    request's (user, scope). It speaks https with ``cert`` (for 127.0.0.1): clients send credentials to a token
+    realm only over TLS, so a client must trust ``cert`` (``SSL_CERT_FILE``).
     """
 
     cert: Path
@@ -271,7 +277,7 @@ class TokenServer:
 
     @property
     def realm(self) -> str:
-        return f"http://127.0.0.1:{self.port}/token"
+        return f"https://127.0.0.1:{self.port}/token"
 
     def registry_config(self) -> list[str]:
         """The ``auth:`` section of the registry's config.yml that trusts this server."""
@@ -331,6 +337,8 @@ class TokenServer:
                 self.end_headers()
                 self.wfile.write(data)
 
-        with serving(Handler, self.port) as server:
+        tls = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        tls.load_cert_chain(str(self.cert), str(self.key))
+        with serving(Handler, self.port, tls) as server:
             self.port = int(server.server_address[1])
             yield self

@@ -106,6 +106,7 @@ def test_push_with_token_authentication(built_out: Path, token_registry: TokenRe
     registry, tokens = token_registry.registry, token_registry.tokens
     assert registry.password is not None
     monkeypatch.setenv("DOCKER_CONFIG", str(_docker_config(tmp_path, registry, registry.password)))
+    monkeypatch.setenv("SSL_CERT_FILE", str(tokens.cert))  # --insecure is for the registry, not its token server
     target = f"{registry.address}/team/tokened:v1"
     result = appopt("push", built_out, "--to", target, "--insecure")
     assert result.exit_code == 0, result.output
@@ -121,10 +122,25 @@ def test_token_server_refusing_the_password_is_one_line(built_out: Path, token_r
                                                         monkeypatch: pytest.MonkeyPatch) -> None:
     registry = token_registry.registry
     monkeypatch.setenv("DOCKER_CONFIG", str(_docker_config(tmp_path, registry, "wrong")))
+    monkeypatch.setenv("SSL_CERT_FILE", str(token_registry.tokens.cert))
     result = appopt("push", built_out, "--to", f"{registry.address}/team/tokened:v2", "--insecure")
     assert result.exit_code == 5
     assert result.output.count("error:") == 1
     assert "were refused (HTTP 401)" in result.output
+
+
+def test_insecure_does_not_cover_the_token_server(busybox_layout: Path, token_registry: TokenRegistry,
+                                                   tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # the registry is plain HTTP (--insecure); its token server's self-signed certificate is not trusted here
+    registry, tokens = token_registry.registry, token_registry.tokens
+    assert registry.password is not None
+    monkeypatch.setenv("DOCKER_CONFIG", str(_docker_config(tmp_path, registry, registry.password)))
+    monkeypatch.delenv("SSL_CERT_FILE", raising=False)
+    before = len(tokens.seen)
+    with pytest.raises(RegistryError) as err:
+        push_layout(busybox_layout, f"{registry.address}/team/untrusted-token:1", insecure=True)
+    assert len(err.value.lines) == 1 and "TLS certificate not trusted" in err.value.lines[0]
+    assert len(tokens.seen) == before  # no request, so no credentials, reached the token server
 
 
 def test_podman_auth_file_is_used(busybox_layout: Path, auth_registry: Registry, tmp_path: Path,
