@@ -8,8 +8,12 @@ backoff), auth comes from the usual credential files, and the pushed manifest is
   ``~/.config/containers``) and Docker's ``config.json`` (``$DOCKER_CONFIG`` or ``~/.docker``), including
   ``credHelpers``/``credsStore`` (``docker-credential-<name> get``). Basic and Bearer-token registries both work.
 - TLS: verified against the system CAs (``SSL_CERT_FILE`` is honoured) plus any ``certs.d/<host>/*.crt`` in the Docker
-  and containers config directories; ``insecure=True`` skips verification and falls back to plain HTTP, like Docker's
-  ``insecure-registries``.
+  and containers config directories; ``insecure=True`` skips verification and falls back to plain HTTP for the named
+  registry's host and port only, like Docker's ``insecure-registries``: token servers and upload backends elsewhere
+  are verified as always.
+- Where credentials go: only to the registry's own origin (scheme, host and port), and to a Bearer token realm over
+  https (over plain HTTP only when the realm is the --insecure registry's own address). An https registry that sends
+  an upload to plain HTTP is refused. No message shows a password; a reference with ``user:password@`` is refused.
 
 >>> ImageRef.parse("127.0.0.1:5000/team/app:v1")
 ImageRef(registry='127.0.0.1:5000', repository='team/app', tag='v1', digest=None)
@@ -50,6 +54,7 @@ _MANIFEST_TYPES = (OCI_MANIFEST, DOCKER_MANIFEST, OCI_INDEX, DOCKER_MANIFEST_LIS
 _REPO_COMPONENT = re.compile(r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*")
 _TAG = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}")
 _DIGEST = re.compile(r"sha256:[0-9a-f]{64}")
+_LAYOUT_DIGEST = re.compile(r"sha256:[0-9a-f]{64}|sha512:[0-9a-f]{128}")
 _DIGEST_SHAPE = re.compile(r"[a-z0-9]+(?:[+._-][a-z0-9]+)*:[^/]*")
 _LABEL = r"[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?"
 _REGISTRY_HOST = re.compile(rf"(?:{_LABEL}(?:\.{_LABEL})*|\[[0-9A-Fa-f:.]+\])(?::[0-9]{{1,5}})?")
@@ -57,6 +62,10 @@ _MAX_REF_LENGTH = 512
 #: A credential helper is run as ``docker-credential-<name>``: a plain name, never a path.
 _HELPER_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
 _MAX_CREDENTIAL_FILE_BYTES = 4 << 20
+#: No answer we read (manifests, errors, tokens) comes near this; blobs are only ever sent.
+_MAX_ANSWER_BYTES = 32 << 20
+#: What may go into an ``Authorization: Bearer`` header (RFC 6750 b64token, JWTs included).
+_TOKEN = re.compile(r"[A-Za-z0-9._~+/=-]+")
 _CHUNK = 1 << 20
 
 Progress = Callable[[str], None]
@@ -365,9 +374,19 @@ class LayoutImage:
 def read_layout(layout: Path) -> LayoutImage:
     """The single image (manifest, or index of manifests) in an OCI image layout directory."""
     try:
+        return _read_layout(layout)
+    except (KeyError, TypeError, AttributeError, ValueError, RecursionError) as exc:
+        detail = f"missing {exc}" if isinstance(exc, KeyError) else type(exc).__name__
+        raise RegistryError(f"{layout}: malformed OCI image layout ({shown(detail)})") from None
+    except OSError as exc:
+        raise RegistryError(f"{layout}: unreadable OCI image layout ({exc.strerror or type(exc).__name__})") from None
+
+
+def _read_layout(layout: Path) -> LayoutImage:
+    try:
         index = json.loads((layout / "index.json").read_text(encoding="utf-8"))
     except (OSError, ValueError) as exc:
-        raise RegistryError(f"{layout}: not an OCI image layout ({exc})") from None
+        raise RegistryError(f"{layout}: not an OCI image layout ({shown(str(exc))})") from None
     manifests = index.get("manifests") or []
     if len(manifests) != 1:
         raise RegistryError(f"{layout}: expected one image in index.json, found {len(manifests)}")
@@ -390,12 +409,14 @@ def _collect_blobs(layout: Path, manifest: dict[str, Any], into: dict[str, Blob]
     for desc in [manifest["config"], *manifest.get("layers", [])]:
         path = _blob_path(layout, desc["digest"])
         size = path.stat().st_size
-        if size != desc["size"]:
+        if type(desc["size"]) is not int or size != desc["size"]:
             raise RegistryError(f"{path}: size {size} does not match the manifest's {desc['size']}")
         into[desc["digest"]] = Blob(desc["digest"], size, path)
 
 
 def _blob_path(layout: Path, digest: str) -> Path:
+    if not isinstance(digest, str) or not _LAYOUT_DIGEST.fullmatch(digest):
+        raise RegistryError(f"{layout}: {shown(str(digest))} is not a sha256/sha512 digest")  # no ../ out of blobs/
     algorithm, _, hexdigest = digest.partition(":")
     path = layout / "blobs" / algorithm / hexdigest
     if not path.is_file():
@@ -501,7 +522,10 @@ class RegistryClient:
         try:
             conn.request(method, target, body=body, headers=all_headers)
             resp = conn.getresponse()
-            data = resp.read()
+            data = resp.read(_MAX_ANSWER_BYTES + 1)
+            if len(data) > _MAX_ANSWER_BYTES:
+                raise RegistryError(f"{parsed.netloc}: {method} answer larger than {_MAX_ANSWER_BYTES >> 20} MiB; "
+                                    "refused")
             return _Response(resp.status, resp.headers, data)
         except ConnectionRefusedError:
             raise RegistryError(f"{parsed.netloc}: connection refused (is the registry running at that address?)") \
@@ -608,7 +632,8 @@ class RegistryClient:
             )
         query = {"service": params.get("service", ""),
                  "scope": f"repository:{self.ref.repository}:pull,push"}
-        url = f"{realm}?{urllib.parse.urlencode({k: v for k, v in query.items() if v})}"
+        sep = "&" if "?" in realm else "?"
+        url = f"{realm}{sep}{urllib.parse.urlencode({k: v for k, v in query.items() if v})}"
         headers = {}
         if self.credentials is not None:
             raw = f"{self.credentials.username}:{self.credentials.password}".encode()
@@ -618,9 +643,12 @@ class RegistryClient:
             raise self._auth_error(resp)
         try:
             data = json.loads(resp.body)
-            return str(data.get("token") or data["access_token"])
-        except (ValueError, KeyError):
-            raise RegistryError(f"{realm}: token answer without a token (HTTP {resp.status})") from None
+        except (ValueError, RecursionError):
+            data = None
+        token = (data.get("token") or data.get("access_token")) if isinstance(data, dict) else None
+        if not isinstance(token, str) or len(token) > 65536 or not _TOKEN.fullmatch(token):
+            raise RegistryError(f"{origin}: token answer without a usable token (HTTP {resp.status})")
+        return token
 
     def _auth_error(self, resp: _Response) -> RegistryError:
         host = self.ref.registry
@@ -738,11 +766,13 @@ class Origin:
         except ValueError:
             port = -1
         scheme = parsed.scheme.lower()
-        if scheme not in ("http", "https") or not parsed.hostname or port == -1:
+        host = parsed.hostname or ""
+        bracketed = f"[{host}]" if ":" in host else host
+        if scheme not in ("http", "https") or not _REGISTRY_HOST.fullmatch(bracketed) or port == -1:
             raise RegistryError(f"{what}: {_mask_userinfo(url)} is not an http(s) URL")
         if parsed.username is not None or parsed.password is not None:
             raise RegistryError(f"{what}: {_mask_userinfo(url)} carries a user name or password; refused")
-        return cls(scheme, parsed.hostname.lower(), port or (443 if scheme == "https" else 80))
+        return cls(scheme, host.lower(), port or (443 if scheme == "https" else 80))
 
     @property
     def host_port(self) -> tuple[str, int]:
@@ -766,9 +796,12 @@ def _error_text(resp: _Response) -> str:
     """The registry's error code and message from a JSON error body, else nothing."""
     try:
         errors = json.loads(resp.body).get("errors") or []
-    except (ValueError, AttributeError):
+    except (ValueError, AttributeError, RecursionError):
         return ""
-    return "; ".join(f"{e.get('code', '')}: {e.get('message', '')}".strip(": ") for e in errors[:2])
+    if not isinstance(errors, list):
+        return ""
+    parts = [f"{e.get('code', '')}: {e.get('message', '')}".strip(": ") for e in errors[:2] if isinstance(e, dict)]
+    return shown("; ".join(parts), 200)
 
 
 # --- the operation ----------------------------------------------------------------------------------------------

@@ -6,11 +6,13 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
+from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 
 import pytest
 
+import builders.registry as registry_module
 from builders.registry import (
     Credentials,
     ImageRef,
@@ -381,3 +383,70 @@ def test_insecure_registry_over_tls_still_checks_other_hosts_certificates(tmp_pa
                 pytest.raises(RegistryError) as err:
             _push(tmp_path, f"127.0.0.1:{server.port}", insecure=True)
     assert storage_seen == [] and "TLS certificate not trusted" in err.value.lines[0]
+
+
+# --- hostile answers and layouts are one-line errors ----------------------------------------------------------------
+
+
+def _own_origin_token_registry(token_body: bytes) -> tuple[FakeRegistry, Callable[..., tuple[int, dict[str, str],
+                                                                                            bytes]]]:
+    registry = FakeRegistry("", "Bearer t0ken")
+
+    def respond(req: BaseHTTPRequestHandler, scheme: str, body: bytes) -> tuple[int, dict[str, str], bytes]:
+        if req.path.startswith("/token"):
+            return 200, {"Content-Type": "application/json"}, token_body
+        return registry.respond(req, scheme, body)
+
+    return registry, respond
+
+
+@pytest.mark.parametrize("token_body", [b"[]", b'{"token": 5}', b'{"token": "a\\nInjected: 1"}', b'{"token": "x y"}',
+                                        b"not json", b'{"token": ""}', b"[" * 50_000])
+def test_hostile_token_answers_are_one_line(tmp_path: Path, token_body: bytes) -> None:
+    registry, respond = _own_origin_token_registry(token_body)
+    with Listener(respond, []).running() as server, pytest.raises(RegistryError) as err:
+        registry.challenge = f'Bearer realm="http://127.0.0.1:{server.port}/token"'
+        _push(tmp_path, f"127.0.0.1:{server.port}", insecure=True)
+    assert len(err.value.lines) == 1 and "token answer without a usable token" in err.value.lines[0]
+
+
+@pytest.mark.parametrize("error_body", [b'{"errors": "x"}', b'{"errors": [1, "a"]}', b'{"errors": {"code": 1}}',
+                                        b'{"errors": [{"code": "DENIED", "message": "one\\ntwo"}]}', b"[" * 50_000])
+def test_hostile_error_bodies_are_one_line(tmp_path: Path, error_body: bytes) -> None:
+    registry = FakeRegistry('Basic realm="fake"', basic(USER, _SECRET))
+
+    def respond(req: BaseHTTPRequestHandler, scheme: str, body: bytes) -> tuple[int, dict[str, str], bytes]:
+        if req.command == "PUT" and "/manifests/" in req.path and req.headers.get("Authorization"):
+            return 400, {"Content-Type": "application/json"}, error_body
+        return registry.respond(req, scheme, body)
+
+    with Listener(respond, []).running() as server, pytest.raises(RegistryError) as err:
+        _push(tmp_path, f"127.0.0.1:{server.port}", insecure=True)
+    assert len(err.value.lines) == 1 and "\n" not in err.value.lines[0] and "HTTP 400" in err.value.lines[0]
+
+
+def test_oversized_answer_is_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(registry_module, "_MAX_ANSWER_BYTES", 1000)
+    registry = FakeRegistry('Basic realm="fake"', basic(USER, _SECRET))
+
+    def respond(req: BaseHTTPRequestHandler, scheme: str, body: bytes) -> tuple[int, dict[str, str], bytes]:
+        status, headers, payload = registry.respond(req, scheme, body)
+        return (status, headers, payload + b" " * 5000) if status == 401 else (status, headers, payload)
+
+    with Listener(respond, []).running() as server, pytest.raises(RegistryError, match="larger than"):
+        _push(tmp_path, f"127.0.0.1:{server.port}", insecure=True)
+
+
+@pytest.mark.parametrize("index", [
+    {"manifests": [{"digest": "sha256:../../../../etc/passwd", "size": 1}]},
+    {"manifests": [{"digest": "sha256:" + "0" * 64 + "/../x", "size": 1}]},
+    {"manifests": [{"size": 1}]},
+    {"manifests": [{"digest": 7}]},
+    {"manifests": "x"},
+    [],
+])
+def test_malformed_layouts_are_one_line(tmp_path: Path, index: object) -> None:
+    (tmp_path / "index.json").write_text(json.dumps(index))
+    with pytest.raises(RegistryError) as err:
+        read_layout(tmp_path)
+    assert len(err.value.lines) == 1 and str(tmp_path) in err.value.lines[0]
