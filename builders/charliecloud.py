@@ -33,6 +33,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from builders.engines import EngineError, LineSink, stream_command
+from builders.errors import RenderError
+from builders.names import checked_image_reference
 
 TOOLS = ("ch-image", "ch-convert", "ch-run")
 
@@ -154,6 +156,15 @@ class CharliecloudImage:
     seconds: float
 
 
+def _checked_name(name: str, field: str) -> str:
+    """``name`` when it is one image reference: it is a positional argument of ``ch-image import``/``ch-convert``, where
+    ``-x`` would be read as an option."""
+    try:
+        return checked_image_reference(name, field)
+    except RenderError as exc:
+        raise CharliecloudError(*exc.lines) from None
+
+
 def _run(argv: list[str], env: Mapping[str, str], what: str) -> str:
     proc = subprocess.run(argv, capture_output=True, text=True, env=dict(env), check=False)
     if proc.returncode != 0:
@@ -165,6 +176,7 @@ def _run(argv: list[str], env: Mapping[str, str], what: str) -> str:
 def import_image(source: Path, name: str, *, storage: Path | None = None,
                  env: Mapping[str, str] | None = None) -> None:
     """``ch-image import``: a root file system directory or tarball becomes image ``name`` (offline bases)."""
+    _checked_name(name, "image name")
     _run(["ch-image", "import", str(source), name], charliecloud_env(env, storage), f"import of {source}")
 
 
@@ -184,6 +196,7 @@ def build(
     ``force`` passes ``--force``: ch-image's workarounds that let ``apt-get``/``dnf`` run unprivileged. The adapted
     Dockerfile is written next to the original as ``Dockerfile.charliecloud``.
     """
+    _checked_name(name, "--tag")
     reason = unavailable_reason(env)
     if reason:
         raise CharliecloudError(reason)

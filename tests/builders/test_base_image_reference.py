@@ -11,6 +11,7 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
+from builders import charliecloud
 from builders.deployment import Deployment
 from builders.errors import RenderError
 from builders.image_build import prepare_build, rebase_dockerfile, save_deployment
@@ -74,3 +75,13 @@ def test_a_deployment_with_a_trailing_newline_in_its_base_is_not_rendered(tmp_pa
 def test_good_references_still_rebase(out: Path) -> None:
     built = prepare_build(out, base_image=f"127.0.0.1:5000/site/python@sha256:{'a' * 64}").dockerfile
     assert f"\nFROM 127.0.0.1:5000/site/python@sha256:{'a' * 64} AS final\n" in built.read_text()
+
+
+@pytest.mark.parametrize("name", ["-h", "--force", "x:1\nRUN id", "Upper/Case"])
+def test_charliecloud_image_names_are_references_not_options(out: Path, name: str) -> None:
+    # the name is a positional argument of ch-image import and ch-convert: "-h" would be read as an option
+    with pytest.raises(charliecloud.CharliecloudError) as err:
+        charliecloud.build(out, out / "Dockerfile", name)
+    assert len(err.value.lines) == 1 and err.value.lines[0].startswith("--tag: ")
+    with pytest.raises(charliecloud.CharliecloudError, match=r"^image name: "):
+        charliecloud.import_image(out, name)
