@@ -2,8 +2,7 @@
 
 Every spec string reaches a script through :func:`builders.quoting.shell_quote`; directive lines (``#SBATCH``,
 ``#PBS``), which no shell quotes, only carry checked numbers, tokens and the DNS-label job name. The Kubernetes Job
-is a dict written with ``yaml.safe_dump`` rather than a template: YAML quoting then comes from the emitter, and no
-spec text is ever pasted into YAML by hand.
+and its sizing live in :mod:`builders.kubernetes`.
 
 The scripts share one shape: ``IMAGE``/``CONTAINER`` defaults (overridable at submission with ``APPOPT_IMAGE`` and
 ``APPOPT_CONTAINER``; ``APPOPT_CONTAINER=none`` runs the application directly, for nodes without a container
@@ -14,13 +13,11 @@ from __future__ import annotations
 
 from typing import Any
 
-import yaml
-
 from builders.deployment import Deployment
 from builders.errors import RenderError
+from builders.kubernetes import K8S_GPU_RESOURCES, kubernetes_job, render_kubernetes
 from builders.names import dns_label, image_name, sif_name, squashfs_name
-from builders.quoting import LINE_BREAKS, shell_join, shell_quote
-from builders.recipe import image_labels
+from builders.quoting import shell_join, shell_quote
 from builders.templating import render_template
 from builders.validate import check_deployment, uses_gpus, walltime_seconds
 
@@ -36,10 +33,9 @@ SINGULARITY_GPU_FLAGS = {"nvidia": ["--nv"], "amd": ["--rocm"]}
 #: The same for ``docker run`` / ``podman run`` (podman uses CDI names for NVIDIA GPUs).
 DOCKER_GPU_FLAGS = {"nvidia": ["--gpus", "all"], "amd": ["--device", "/dev/kfd", "--device", "/dev/dri"]}
 PODMAN_GPU_FLAGS = {"nvidia": ["--device", "nvidia.com/gpu=all"], "amd": DOCKER_GPU_FLAGS["amd"]}
-#: Kubernetes extended-resource names of the device plugins, per vendor.
-K8S_GPU_RESOURCES = {"nvidia": "nvidia.com/gpu", "amd": "amd.com/gpu", "intel": "gpu.intel.com/i915"}
-K8S_ARCH = {"x86_64": "amd64", "aarch64": "arm64", "ppc64le": "ppc64le"}
 DEFAULT_LAUNCHER = {"slurm": "srun", "pbs": "mpirun", "torque": "mpirun"}
+#: Re-exported: the Kubernetes renderer's public names (``builders.kubernetes`` owns them).
+__all__ = ["JOB_FILES", "K8S_GPU_RESOURCES", "kubernetes_job", "render_job", "render_kubernetes"]
 
 
 def render_job(dep: Deployment) -> tuple[str, str]:
@@ -185,62 +181,3 @@ def _local_values(dep: Deployment) -> dict[str, Any]:
         "container_flags": _gpu_flags(dep, SINGULARITY_GPU_FLAGS),
         "launch": _launch(dep),
     }
-
-
-# --- Kubernetes -------------------------------------------------------------------------------------------------
-
-
-def kubernetes_job(dep: Deployment) -> dict[str, Any]:
-    """A ``batch/v1`` Job: one pod per node (an Indexed Job when there are several), GPUs as resource limits.
-
-    Image labels become annotations: Kubernetes label values may not hold free text, annotations may.
-    """
-    name = dns_label(dep.app_name)
-    labels = {"app.kubernetes.io/name": name, "app.kubernetes.io/managed-by": "appopt"}
-    cpus = str(dep.tasks_per_node * dep.cpus_per_task)
-    resources: dict[str, dict[str, Any]] = {"requests": {"cpu": cpus}, "limits": {"cpu": cpus}}
-    if uses_gpus(dep):
-        resources["limits"][K8S_GPU_RESOURCES[dep.accelerator or ""]] = dep.gpus_per_node
-    container: dict[str, Any] = {"name": name, "image": image_name(dep), "command": list(dep.run_argv)}
-    if dep.image_ref is None:  # a local image name: use what the node has rather than pull from Docker Hub
-        container["imagePullPolicy"] = "IfNotPresent"
-    if dep.env:
-        container["env"] = [{"name": key, "value": value} for key, value in dep.env]
-    container["resources"] = resources
-    spec: dict[str, Any] = {"backoffLimit": 0, "activeDeadlineSeconds": walltime_seconds(dep.walltime)}
-    if dep.nodes > 1:
-        spec |= {"completions": dep.nodes, "parallelism": dep.nodes, "completionMode": "Indexed"}
-    spec["template"] = {
-        "metadata": {"labels": dict(labels)},  # a copy: a shared dict would come out as a YAML anchor
-        "spec": {
-            "restartPolicy": "Never",
-            "nodeSelector": {"kubernetes.io/arch": K8S_ARCH[dep.arch]},
-            "containers": [container],
-        },
-    }
-    return {
-        "apiVersion": "batch/v1",
-        "kind": "Job",
-        "metadata": {"name": name, "labels": labels, "annotations": dict(image_labels(dep))},
-        "spec": spec,
-    }
-
-
-class _ManifestDumper(yaml.SafeDumper):
-    """safe_dump, but strings holding a line break other than "\\n" are double-quoted: PyYAML would otherwise write
-    U+0085/U+2028/U+2029 raw, and its own loader reads them back as line breaks (folded to spaces)."""
-
-
-def _represent_str(dumper: yaml.SafeDumper, value: str) -> yaml.ScalarNode:
-    style = '"' if any(ch in LINE_BREAKS for ch in value.replace("\n", "")) else None
-    return dumper.represent_scalar("tag:yaml.org,2002:str", value, style=style)
-
-
-_ManifestDumper.add_representer(str, _represent_str)
-
-
-def render_kubernetes(dep: Deployment) -> str:
-    """The Job manifest as YAML (``kubectl apply -f job.k8s.yaml``)."""
-    header = "# Kubernetes Job rendered by appopt: kubectl apply -f job.k8s.yaml\n"
-    body = yaml.dump(kubernetes_job(dep), Dumper=_ManifestDumper, sort_keys=False, allow_unicode=True, width=120)
-    return header + body

@@ -209,8 +209,11 @@ class PBSScheduler(Scheduler):
         code = int(exit_text) if exit_text and re.match(r"^-?\d+$", exit_text) else None
         sig = code - 256 if code is not None and code > 256 else None  # PBS: 256+signal when killed
         state = ("COMPLETED" if code == 0 else "FAILED") if finished else cls._STATES.get(letter, letter)
-        return JobStatus(job_id, state, finished, code if finished and sig is None else None, sig,
-                         fields.get("output_path"), fields.get("comment"))
+        output = fields.get("output_path")
+        if output and not output.startswith("/") and ":" in output:
+            output = output.split(":", 1)[1]  # PBS writes host:/path
+        return JobStatus(job_id, state, finished, code if finished and sig is None else None, sig, output,
+                         fields.get("comment"))
 
     def status(self, job_id: str) -> JobStatus:
         if not _PBS_ID.match(job_id):
@@ -220,7 +223,21 @@ class PBSScheduler(Scheduler):
             proc = _run(["qstat", "-f", job_id], self.env)  # Torque
         if proc.returncode != 0:
             raise SchedulerError(f"job {job_id}: unknown to PBS ({_last_line(proc)})")
-        return self.parse_qstat(job_id, proc.stdout)
+        current = self.parse_qstat(job_id, proc.stdout)
+        if current.finished and current.exit_code is None and current.signal is None:
+            return self._exit_from_slurm(current)
+        return current
+
+    def _exit_from_slurm(self, current: JobStatus) -> JobStatus:
+        """Torque's commands as Slurm wrappers (Debian's slurm-wlm-torque) print no ``exit_status``; the Slurm
+        underneath knows it. Without Slurm the job stays finished with an unknown exit code."""
+        if shutil.which("scontrol", path=self.env.get("PATH")) is None:
+            return current
+        proc = _run(["scontrol", "show", "job", "-o", current.job_id], self.env)
+        if proc.returncode != 0 or not proc.stdout.strip():
+            return current
+        slurm = SlurmScheduler.parse_show_job(proc.stdout.strip().splitlines()[0])
+        return slurm if slurm.finished else current
 
 
 SCHEDULERS: dict[str, type[Scheduler]] = {"slurm": SlurmScheduler, "pbs": PBSScheduler, "torque": PBSScheduler}

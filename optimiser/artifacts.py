@@ -10,10 +10,12 @@ import shutil
 import subprocess
 import tempfile
 from pathlib import Path
+from typing import Any
 
 from builders import RenderError
 from builders.deployment import Deployment
 from builders.image_build import save_deployment
+from builders.kubernetes import GIB
 from builders.render import render_artifacts
 from optimiser.catalog import load_catalog
 from optimiser.catalog.models import Catalog, Install
@@ -86,7 +88,22 @@ def deployment_from_plan(plan: Plan, catalog: Catalog | None = None) -> Deployme
         partition=spec.target.partition,
         account=spec.target.account,
         launcher=_LAUNCHERS.get(spec.target.scheduler) if spec.target.nodes * tasks > 1 else None,
+        **_pod_fields(plan),
     )
+
+
+def _pod_fields(plan: Plan) -> dict[str, Any]:
+    """The node's memory and the spec's Kubernetes pod overrides (``builders.kubernetes.pod_size`` sizes the pod)."""
+    target, pod = plan.spec.target, plan.spec.target.kubernetes
+    memory = target.cpu.memory_gib * GIB if target.cpu.memory_gib else None
+    if memory is None and plan.target.hardware.kind == "cpu":
+        memory = plan.target.hardware.memory_bytes
+    return {
+        "node_memory_bytes": int(memory) if memory else None,
+        "pod_cpu": pod.cpu,
+        "pod_memory_bytes": int(pod.memory_gib * GIB) if pod.memory_gib else None,
+        "image_pull_secret": pod.image_pull_secret,
+    }
 
 
 def _in_app_dir(argv: list[str], shipped: set[str]) -> tuple[str, ...]:
