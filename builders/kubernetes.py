@@ -14,7 +14,7 @@ then match cores); ``OMP_NUM_THREADS`` and its siblings are capped at that count
 >>> reserved_cpu_millicores(56)
 210
 >>> round(reserved_memory_bytes(64 * GIB) / MIB)
-5325
+5712
 """
 
 from __future__ import annotations
