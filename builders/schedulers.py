@@ -86,8 +86,14 @@ def _run(argv: list[str], env: Mapping[str, str], cwd: Path | None = None) -> su
 
 
 def _last_line(proc: subprocess.CompletedProcess[str]) -> str:
-    lines = (proc.stderr.strip() or proc.stdout.strip()).splitlines()
-    return lines[-1] if lines else f"exit {proc.returncode}"
+    """The line that says what went wrong: the last one naming an error, else the last one (quotes trimmed).
+
+    The Torque wrappers over Slurm print several lines ending in a lone quote, the sbatch error inside them.
+    """
+    lines = [line.strip().strip("'\"").strip() for line in (proc.stderr.strip() or proc.stdout.strip()).splitlines()]
+    lines = [line for line in lines if line]
+    errors = [line for line in lines if "error" in line.lower()]
+    return (errors or lines or [f"exit {proc.returncode}"])[-1]
 
 
 class Scheduler(ABC):

@@ -7,6 +7,7 @@ made of every directive we render (``scontrol show job``), and says so where the
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import re
 import subprocess
@@ -17,6 +18,8 @@ from pathlib import Path
 import pytest
 from typer.testing import Result
 
+from builders.jobs import render_job
+from tests.builders.cases import torque_gpu
 from tests.builders.realcomp.conftest import Slurm, plan_for, require
 
 pytestmark = pytest.mark.slow
@@ -112,3 +115,26 @@ def test_unknown_pbs_job_is_one_line(slurm: Slurm, appopt: Callable[..., Result]
     assert result.exit_code != 0
     assert [line for line in result.output.splitlines() if line.startswith("error:")] == [result.output.strip()]
     assert "job 987654: unknown to PBS" in result.output
+
+
+@pytest.mark.parametrize("scheduler", ["torque", "pbs"])
+def test_gpu_directives(slurm: Slurm, tmp_path: Path, appopt: Callable[..., Result], scheduler: str) -> None:
+    """Torque's ``:gpus=N`` becomes a Slurm GPU request, which this GPU-less node refuses at submission (one line).
+    PBS Pro's ``:ngpus=N`` is NOT understood: sbatch drops it and the job would run without GPUs, where a real PBS Pro
+    would place it on GPU nodes. The test holds that gap so it cannot pass unnoticed."""
+    require("qsub")
+    dep = dataclasses.replace(torque_gpu(), scheduler=scheduler, nodes=1, tasks_per_node=1, cpus_per_task=2,
+                              gpus_per_node=1, walltime="00:01:00", account=None, run_argv=("true",))
+    name, text = render_job(dep)
+    (tmp_path / name).write_text(text)
+    gpu_chunk = {"torque": "#PBS -l nodes=1:ppn=2:gpus=1", "pbs": "#PBS -l select=1:ncpus=2:mpiprocs=1:ngpus=1"}
+    assert gpu_chunk[scheduler] in text.splitlines()
+    submitted = appopt("submit", tmp_path)
+    if scheduler == "torque":
+        assert submitted.exit_code != 0
+        assert [line for line in submitted.output.splitlines() if line.startswith("error:")] == [
+            f"error: qsub {tmp_path / name}: sbatch: error: Invalid generic resource (gres) specification"]
+        return
+    assert submitted.exit_code == 0, submitted.output
+    job = _job_fields(submitted.output.strip().splitlines()[-1])
+    assert "gpu" not in job["TRES"] and job.get("TresPerNode", "") == ""  # ngpus ignored by the wrapper
