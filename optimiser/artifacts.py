@@ -15,6 +15,7 @@ from typing import Any
 from builders import RenderError
 from builders.deployment import Deployment
 from builders.image_build import save_deployment
+from builders.jobs import DEFAULT_LAUNCHER
 from builders.kubernetes import GIB
 from builders.render import render_artifacts
 from optimiser.catalog import load_catalog
@@ -33,7 +34,6 @@ OUR_RUNTIME = "appopt-runtime"
 #: Frameworks whose plans for an ONNX model run it with ``python -m runtime run --engine ENGINE`` when the spec gives
 #: no command of its own (the runtime's sources ship in the image as the runner, with the packages it imports).
 RUNNER_ENGINES = {"onnxruntime": "onnxruntime"}
-_LAUNCHERS = {"slurm": "srun", "pbs": "mpirun", "torque": "mpirun"}
 
 
 def deployment_from_plan(plan: Plan, catalog: Catalog | None = None) -> Deployment:
@@ -87,7 +87,7 @@ def deployment_from_plan(plan: Plan, catalog: Catalog | None = None) -> Deployme
         walltime=spec.target.walltime,
         partition=spec.target.partition,
         account=spec.target.account,
-        launcher=_LAUNCHERS.get(spec.target.scheduler) if spec.target.nodes * tasks > 1 else None,
+        launcher=DEFAULT_LAUNCHER.get(spec.target.scheduler) if spec.target.nodes * tasks > 1 else None,
         **_pod_fields(plan),
     )
 
