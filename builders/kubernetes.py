@@ -38,8 +38,9 @@ from builders.validate import uses_gpus, walltime_seconds
 KUBERNETES_VERSIONS = ("1.30", "1.31", "1.32", "1.33", "1.34", "1.35")
 MIB = 1024**2
 GIB = 1024**3
-#: Where the reservation rule comes from.
-RESERVATION_SOURCE = "GKE node allocatable (cloud.google.com/kubernetes-engine/docs/concepts/plan-node-sizes)"
+#: Where the reservation rule comes from: GKE's "node allocatable" figures,
+#: https://cloud.google.com/kubernetes-engine/docs/concepts/plan-node-sizes (memory and CPU reservations).
+RESERVATION_SOURCE = "GKE's reservation rule"
 #: GKE's CPU reservation: (cores up to, fraction of those cores) in order; the last band covers every core above 4.
 _CPU_BANDS = ((1, 0.06), (2, 0.01), (4, 0.005), (math.inf, 0.0025))
 #: GKE's memory reservation: (GiB up to, fraction of that band), plus the kubelet's 100 MiB eviction threshold.
@@ -117,7 +118,7 @@ def pod_size(dep: Deployment) -> PodSize:
         cpu = round(dep.pod_cpu * 1000)
         if cpu > allocatable_cpu or cpu < 1:
             raise RenderError(f"target.kubernetes.cpu: {dep.pod_cpu:g} does not fit a {cores}-core node's allocatable "
-                              f"{allocatable_cpu}m (its cores less the reservation of {RESERVATION_SOURCE})")
+                              f"{allocatable_cpu}m (its cores less {RESERVATION_SOURCE})")
     else:
         spare = allocatable_cpu - DAEMONSET_CPU_MILLICORES
         cpu = spare // 1000 * 1000 if spare >= 1000 else max(spare, 100)
@@ -130,12 +131,29 @@ def pod_size(dep: Deployment) -> PodSize:
         memory = dep.pod_memory_bytes // MIB * MIB
         if allocatable_memory is not None and memory > allocatable_memory:
             raise RenderError(f"target.kubernetes.memory_gib: {dep.pod_memory_bytes / GIB:g} GiB does not fit the "
-                              f"node's allocatable {allocatable_memory / GIB:.1f} GiB (its memory less the reservation "
-                              f"of {RESERVATION_SOURCE})")
+                              f"node's allocatable {allocatable_memory / GIB:.1f} GiB "
+                              f"(its memory less {RESERVATION_SOURCE})")
     if memory is not None and memory < 64 * MIB:
         raise RenderError(f"target.cpu.memory_gib: leaves {max(memory, 0) // MIB} MiB for the pod after the system "
                           "reservation; give a larger node")
     return PodSize(cpu, memory, allocatable_cpu, allocatable_memory)
+
+
+def sizing_note(dep: Deployment) -> str:
+    """One line for the plan: what the pod requests of its node, and why.
+
+    >>> sizing_note(Deployment(app_name="x", base_image="debian:12", cpus_per_task=56))[:78]
+    "Kubernetes pod requests 55 of 56 cores (55.79 allocatable, GKE's reservation r"
+    """
+    size = pod_size(dep)
+    cores = dep.tasks_per_node * dep.cpus_per_task
+    allocatable = size.allocatable_cpu_millicores / 1000
+    text = f"Kubernetes pod requests {size.cpu} of {cores} cores ({allocatable:g} allocatable, {RESERVATION_SOURCE})"
+    if size.memory is not None and dep.node_memory_bytes is not None:
+        text += f" and {size.memory} of {dep.node_memory_bytes / GIB:g} GiB memory"
+    else:
+        text += "; no memory request: the node's memory is unknown (set target.cpu.memory_gib)"
+    return text + "; override with target.kubernetes"
 
 
 def _env(dep: Deployment, size: PodSize) -> list[dict[str, str]]:

@@ -16,7 +16,7 @@ from builders import RenderError
 from builders.deployment import Deployment
 from builders.image_build import save_deployment
 from builders.jobs import DEFAULT_LAUNCHER
-from builders.kubernetes import GIB
+from builders.kubernetes import GIB, sizing_note
 from builders.render import render_artifacts
 from optimiser.catalog import load_catalog
 from optimiser.catalog.models import Catalog, Install
@@ -154,7 +154,13 @@ def _training_argv(plan: Plan, model: str) -> tuple[str, ...]:
 def with_deployment_notes(plan: Plan, dep: Deployment | None = None, catalog: Catalog | None = None) -> Plan:
     """``plan`` with the notes about what its image will run (``_entrypoint_notes``) added once."""
     dep = dep or deployment_from_plan(plan, catalog)
-    return dataclasses.replace(plan, notes=tuple(dict.fromkeys((*plan.notes, *_entrypoint_notes(plan, dep)))))
+    notes = [*plan.notes, *_entrypoint_notes(plan, dep)]
+    if dep.scheduler == "kubernetes":
+        try:
+            notes.append(sizing_note(dep))
+        except RenderError as exc:  # a pod override too large: rendering reports it as an error
+            notes.extend(exc.lines)
+    return dataclasses.replace(plan, notes=tuple(dict.fromkeys(notes)))
 
 
 def _entrypoint_notes(plan: Plan, dep: Deployment) -> list[str]:

@@ -191,3 +191,46 @@ def test_validate_strict_without_the_extra_is_one_line(monkeypatch: pytest.Monke
     errors = [line for line in result.output.splitlines() if line.startswith("error:")]
     assert errors == ["error: kubernetes schema check: extra not installed "
                       "(pip install 'appopt[test]' brings kubernetes-validate)"]
+
+
+SPEC = """\
+name: bert-serving
+application: {type: inference, model: {architecture: bert_base}}
+target:
+  platform: cloud
+  cpu: {arch: x86_64, model: xeon-8480, cores: 56, memory_gib: 256}
+  scheduler: kubernetes
+  kubernetes: %s
+container: {formats: [docker], registry: registry.example.org/nlp/bert}
+"""
+
+
+def test_spec_sizes_and_overrides_reach_the_manifest(tmp_path: Path) -> None:
+    from optimiser.cli import app
+
+    (tmp_path / "default.yaml").write_text(SPEC % "{image_pull_secret: regcred}")
+    (tmp_path / "override.yaml").write_text(SPEC % "{cpu: 30, memory_gib: 100, image_pull_secret: regcred}")
+    jobs, outputs = {}, {}
+    for name in ("default", "override"):
+        result = CliRunner().invoke(app, ["plan", str(tmp_path / f"{name}.yaml"), "-o", str(tmp_path / name)])
+        assert result.exit_code == 0, result.output
+        outputs[name] = result.output
+        jobs[name] = yaml.safe_load((tmp_path / name / "job.k8s.yaml").read_text())["spec"]["template"]["spec"]
+    # 256 GiB less GKE's 11.88 GiB and the 100 MiB eviction threshold, less 512 MiB for DaemonSets
+    assert jobs["default"]["containers"][0]["resources"]["requests"] == {"cpu": "55", "memory": "249366Mi"}
+    assert jobs["override"]["containers"][0]["resources"]["limits"] == {"cpu": "30", "memory": "102400Mi"}
+    assert jobs["override"]["imagePullSecrets"] == [{"name": "regcred"}]
+    assert ("note: Kubernetes pod requests 55 of 56 cores (55.79 allocatable, GKE's reservation rule) and 249366Mi "
+            "of 256 GiB memory; override with target.kubernetes") in outputs["default"]
+
+
+def test_an_override_beyond_the_node_is_one_error_line(tmp_path: Path) -> None:
+    from optimiser.cli import app
+
+    (tmp_path / "app.yaml").write_text(SPEC % "{cpu: 56}")
+    result = CliRunner().invoke(app, ["plan", str(tmp_path / "app.yaml"), "-o", str(tmp_path / "out")])
+    assert result.exit_code == 2
+    errors = [line for line in result.output.splitlines() if line.startswith("error:")]
+    assert errors == ["error: target.kubernetes.cpu: 56 does not fit a 56-core node's allocatable 55790m "
+                      "(its cores less GKE's reservation rule)"]
+    assert not (tmp_path / "out" / "job.k8s.yaml").exists()
