@@ -63,6 +63,10 @@ class Deployment:
     pod_memory_bytes: int | None = None
     #: Kubernetes: the Secret holding the registry credentials, referenced by name in ``imagePullSecrets``.
     image_pull_secret: str | None = None
+    #: Where the application reads its data (the spec's ``application.data.path``) and, for Kubernetes, the
+    #: PersistentVolumeClaim that holds it (mounted read-only; without one the path is not mounted).
+    data_path: str | None = None
+    data_claim: str | None = None
     extra: dict[str, str] = field(default_factory=dict)
     # --- the images (added with the builders; all optional) ---
     #: A slimmer base for the final stage (e.g. ``python:3.11-slim`` after building on ``python:3.11``); None = same.

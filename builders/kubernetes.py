@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from pathlib import PurePosixPath
 from typing import Any
 
 import yaml
@@ -156,6 +157,30 @@ def sizing_note(dep: Deployment) -> str:
     return text + "; override with target.kubernetes"
 
 
+def data_mount(dep: Deployment) -> str | None:
+    """Where the data claim is mounted: the data path, or its directory when it names a file (``x.npz``).
+
+    >>> data_mount(Deployment(app_name="x", base_image="debian:12", data_path="/data/x.npz", data_claim="d"))
+    '/data'
+    """
+    if not (dep.data_path and dep.data_claim):
+        return None
+    path = PurePosixPath(dep.data_path)
+    if not path.is_absolute():
+        raise RenderError(f"application.data.path: {dep.data_path!r} must be absolute to mount "
+                          "target.kubernetes.data_claim there")
+    return str(path.parent if path.suffix else path)
+
+
+def kubernetes_notes(dep: Deployment) -> list[str]:
+    """The plan's notes about the Job: the pod's size, and data the pod cannot see."""
+    notes = [sizing_note(dep)]
+    if dep.data_path and not dep.data_claim:
+        notes.append(f"application.data.path {dep.data_path!r} is not mounted into the Kubernetes pod: name the "
+                     "PersistentVolumeClaim that holds it in target.kubernetes.data_claim")
+    return notes
+
+
 def _env(dep: Deployment, size: PodSize) -> list[dict[str, str]]:
     """The plan's environment, with thread counts capped at the pod's whole CPUs."""
     env = []
@@ -167,7 +192,8 @@ def _env(dep: Deployment, size: PodSize) -> list[dict[str, str]]:
 
 
 def kubernetes_job(dep: Deployment) -> dict[str, Any]:
-    """A ``batch/v1`` Job: one pod per node (an Indexed Job when there are several), GPUs as resource limits.
+    """A ``batch/v1`` Job: one pod per node (an Indexed Job when there are several), GPUs as resource limits, the
+    data's PersistentVolumeClaim (when the spec names one) mounted read-only at the data path.
 
     Image labels become annotations: Kubernetes label values may not hold free text, annotations may. Registry
     credentials are a Secret the cluster holds, named in ``imagePullSecrets``; no credential is ever written here.
@@ -187,6 +213,9 @@ def kubernetes_job(dep: Deployment) -> dict[str, Any]:
     if dep.env:
         container["env"] = _env(dep, size)
     container["resources"] = resources
+    mount = data_mount(dep)
+    if mount is not None:
+        container["volumeMounts"] = [{"name": "data", "mountPath": mount, "readOnly": True}]
     spec: dict[str, Any] = {"backoffLimit": 0, "activeDeadlineSeconds": walltime_seconds(dep.walltime)}
     if dep.nodes > 1:
         spec |= {"completions": dep.nodes, "parallelism": dep.nodes, "completionMode": "Indexed"}
@@ -197,6 +226,8 @@ def kubernetes_job(dep: Deployment) -> dict[str, Any]:
     }
     if dep.image_pull_secret:
         pod["imagePullSecrets"] = [{"name": dep.image_pull_secret}]
+    if mount is not None:
+        pod["volumes"] = [{"name": "data", "persistentVolumeClaim": {"claimName": dep.data_claim, "readOnly": True}}]
     spec["template"] = {
         "metadata": {"labels": dict(labels)},  # a copy: a shared dict would come out as a YAML anchor
         "spec": pod,

@@ -16,7 +16,7 @@ from builders import RenderError
 from builders.deployment import Deployment
 from builders.image_build import save_deployment
 from builders.jobs import DEFAULT_LAUNCHER
-from builders.kubernetes import GIB, sizing_note
+from builders.kubernetes import GIB, kubernetes_notes
 from builders.render import render_artifacts
 from optimiser.catalog import load_catalog
 from optimiser.catalog.models import Catalog, Install
@@ -93,7 +93,7 @@ def deployment_from_plan(plan: Plan, catalog: Catalog | None = None) -> Deployme
 
 
 def _pod_fields(plan: Plan) -> dict[str, Any]:
-    """The node's memory and the spec's Kubernetes pod overrides (``builders.kubernetes.pod_size`` sizes the pod)."""
+    """The node's memory, the data path and the spec's Kubernetes pod settings (``builders.kubernetes`` uses them)."""
     target, pod = plan.spec.target, plan.spec.target.kubernetes
     memory = target.cpu.memory_gib * GIB if target.cpu.memory_gib else None
     if memory is None and plan.target.hardware.kind == "cpu":
@@ -103,6 +103,8 @@ def _pod_fields(plan: Plan) -> dict[str, Any]:
         "pod_cpu": pod.cpu,
         "pod_memory_bytes": int(pod.memory_gib * GIB) if pod.memory_gib else None,
         "image_pull_secret": pod.image_pull_secret,
+        "data_path": plan.spec.application.data.path if plan.spec.application.data else None,
+        "data_claim": pod.data_claim,
     }
 
 
@@ -157,7 +159,7 @@ def with_deployment_notes(plan: Plan, dep: Deployment | None = None, catalog: Ca
     notes = [*plan.notes, *_entrypoint_notes(plan, dep)]
     if dep.scheduler == "kubernetes":
         try:
-            notes.append(sizing_note(dep))
+            notes += kubernetes_notes(dep)
         except RenderError as exc:  # a pod override too large: rendering reports it as an error
             notes.extend(exc.lines)
     return dataclasses.replace(plan, notes=tuple(dict.fromkeys(notes)))

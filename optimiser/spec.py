@@ -147,6 +147,10 @@ class KubernetesPod(_Strict):
         None, pattern=r"^[a-z0-9]([a-z0-9.-]{0,251}[a-z0-9])?$",
         description="Name of the Secret holding the registry credentials (referenced, never inlined).",
     )
+    data_claim: str | None = Field(
+        None, pattern=r"^[a-z0-9]([a-z0-9.-]{0,251}[a-z0-9])?$",
+        description="PersistentVolumeClaim holding application.data.path, mounted there read-only.",
+    )
 
 
 class Target(_Strict):

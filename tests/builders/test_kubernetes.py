@@ -23,6 +23,7 @@ from builders.kubernetes import (
     SchemaCheckUnavailable,
     check_manifest,
     kubernetes_job,
+    kubernetes_notes,
     pod_size,
     reserved_cpu_millicores,
     reserved_memory_bytes,
@@ -234,3 +235,30 @@ def test_an_override_beyond_the_node_is_one_error_line(tmp_path: Path) -> None:
     assert errors == ["error: target.kubernetes.cpu: 56 does not fit a 56-core node's allocatable 55790m "
                       "(its cores less GKE's reservation rule)"]
     assert not (tmp_path / "out" / "job.k8s.yaml").exists()
+
+
+def test_the_data_claim_is_mounted_read_only_at_the_data_path(tmp_path: Path) -> None:
+    spec = SPEC.replace("application: {type: inference, model: {architecture: bert_base}}",
+                        "application: {type: inference, model: {architecture: bert_base}, "
+                        "data: {path: /datasets/squad/dev.npz}}")
+    (tmp_path / "app.yaml").write_text(spec % "{data_claim: squad-data}")
+    dep = deployment_from_plan(make_plan(load_spec(tmp_path / "app.yaml")))
+    pod = kubernetes_job(dep)["spec"]["template"]["spec"]
+    assert pod["volumes"] == [{"name": "data", "persistentVolumeClaim": {"claimName": "squad-data", "readOnly": True}}]
+    assert pod["containers"][0]["volumeMounts"] == [{"name": "data", "mountPath": "/datasets/squad", "readOnly": True}]
+    if _has_validator():
+        assert schema_problems(kubernetes_job(dep)) == []
+    without_claim = dataclasses.replace(dep, data_claim=None)
+    assert "volumes" not in kubernetes_job(without_claim)["spec"]["template"]["spec"]
+    assert ("application.data.path '/datasets/squad/dev.npz' is not mounted into the Kubernetes pod: name the "
+            "PersistentVolumeClaim that holds it in target.kubernetes.data_claim") in kubernetes_notes(without_claim)
+    with pytest.raises(RenderError, match=r"application\.data\.path: 'squad' must be absolute"):
+        kubernetes_job(dataclasses.replace(dep, data_path="squad"))
+
+
+def _has_validator() -> bool:
+    try:
+        import kubernetes_validate  # noqa: F401
+    except ImportError:
+        return False
+    return True
