@@ -122,7 +122,7 @@ def pod_size(dep: Deployment) -> PodSize:
                               f"{allocatable_cpu}m (its cores less {RESERVATION_SOURCE})")
     else:
         spare = allocatable_cpu - DAEMONSET_CPU_MILLICORES
-        cpu = spare // 1000 * 1000 if spare >= 1000 else max(spare, 100)
+        cpu = spare // 1000 * 1000 if spare >= 1000 else spare  # a 1-core node: 740m
     allocatable_memory = None
     memory = None
     if dep.node_memory_bytes is not None:
@@ -135,8 +135,8 @@ def pod_size(dep: Deployment) -> PodSize:
                               f"node's allocatable {allocatable_memory / GIB:.1f} GiB "
                               f"(its memory less {RESERVATION_SOURCE})")
     if memory is not None and memory < 64 * MIB:
-        raise RenderError(f"target.cpu.memory_gib: leaves {max(memory, 0) // MIB} MiB for the pod after the system "
-                          "reservation; give a larger node")
+        field = "target.kubernetes.memory_gib" if dep.pod_memory_bytes is not None else "target.cpu.memory_gib"
+        raise RenderError(f"{field}: leaves {max(memory, 0) // MIB} MiB for the pod (at least 64 MiB needed)")
     return PodSize(cpu, memory, allocatable_cpu, allocatable_memory)
 
 

@@ -262,3 +262,10 @@ def _has_validator() -> bool:
     except ImportError:
         return False
     return True
+
+
+def test_too_little_memory_names_the_field() -> None:
+    with pytest.raises(RenderError, match=r"^target\.cpu\.memory_gib: leaves 0 MiB for the pod"):
+        pod_size(_node(4, 0.5))
+    with pytest.raises(RenderError, match=r"^target\.kubernetes\.memory_gib: leaves 10 MiB for the pod"):
+        pod_size(_node(4, 64, pod_memory_bytes=10 * MIB))
