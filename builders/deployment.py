@@ -55,6 +55,18 @@ class Deployment:
     account: str | None = None
     #: Multi-node launcher for HPC jobs: "srun" (Slurm) or "mpirun" (PBS/Torque); None for single-task jobs.
     launcher: str | None = None
+    #: Memory of one node in bytes (the spec's or the CPU preset's); None when unknown. Sizes Kubernetes pods.
+    node_memory_bytes: int | None = None
+    #: Kubernetes: the pod's CPU (cores) and memory (bytes) request and limit; None = the node's allocatable share
+    #: less a DaemonSet allowance (``builders.kubernetes.pod_size``).
+    pod_cpu: float | None = None
+    pod_memory_bytes: int | None = None
+    #: Kubernetes: the Secret holding the registry credentials, referenced by name in ``imagePullSecrets``.
+    image_pull_secret: str | None = None
+    #: Where the application reads its data (the spec's ``application.data.path``) and, for Kubernetes, the
+    #: PersistentVolumeClaim that holds it (mounted read-only; without one the path is not mounted).
+    data_path: str | None = None
+    data_claim: str | None = None
     extra: dict[str, str] = field(default_factory=dict)
     # --- the images (added with the builders; all optional) ---
     #: A slimmer base for the final stage (e.g. ``python:3.11-slim`` after building on ``python:3.11``); None = same.

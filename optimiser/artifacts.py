@@ -10,10 +10,13 @@ import shutil
 import subprocess
 import tempfile
 from pathlib import Path
+from typing import Any
 
 from builders import RenderError
 from builders.deployment import Deployment
 from builders.image_build import save_deployment
+from builders.jobs import DEFAULT_LAUNCHER
+from builders.kubernetes import GIB, kubernetes_notes
 from builders.render import render_artifacts
 from optimiser.catalog import load_catalog
 from optimiser.catalog.models import Catalog, Install
@@ -31,7 +34,6 @@ OUR_RUNTIME = "appopt-runtime"
 #: Frameworks whose plans for an ONNX model run it with ``python -m runtime run --engine ENGINE`` when the spec gives
 #: no command of its own (the runtime's sources ship in the image as the runner, with the packages it imports).
 RUNNER_ENGINES = {"onnxruntime": "onnxruntime"}
-_LAUNCHERS = {"slurm": "srun", "pbs": "mpirun", "torque": "mpirun"}
 
 
 def deployment_from_plan(plan: Plan, catalog: Catalog | None = None) -> Deployment:
@@ -85,8 +87,25 @@ def deployment_from_plan(plan: Plan, catalog: Catalog | None = None) -> Deployme
         walltime=spec.target.walltime,
         partition=spec.target.partition,
         account=spec.target.account,
-        launcher=_LAUNCHERS.get(spec.target.scheduler) if spec.target.nodes * tasks > 1 else None,
+        launcher=DEFAULT_LAUNCHER.get(spec.target.scheduler) if spec.target.nodes * tasks > 1 else None,
+        **_pod_fields(plan),
     )
+
+
+def _pod_fields(plan: Plan) -> dict[str, Any]:
+    """The node's memory, the data path and the spec's Kubernetes pod settings (``builders.kubernetes`` uses them)."""
+    target, pod = plan.spec.target, plan.spec.target.kubernetes
+    memory = target.cpu.memory_gib * GIB if target.cpu.memory_gib else None
+    if memory is None and plan.target.hardware.kind == "cpu":
+        memory = plan.target.hardware.memory_bytes
+    return {
+        "node_memory_bytes": int(memory) if memory else None,
+        "pod_cpu": pod.cpu,
+        "pod_memory_bytes": int(pod.memory_gib * GIB) if pod.memory_gib else None,
+        "image_pull_secret": pod.image_pull_secret,
+        "data_path": plan.spec.application.data.path if plan.spec.application.data else None,
+        "data_claim": pod.data_claim,
+    }
 
 
 def _in_app_dir(argv: list[str], shipped: set[str]) -> tuple[str, ...]:
@@ -137,7 +156,13 @@ def _training_argv(plan: Plan, model: str) -> tuple[str, ...]:
 def with_deployment_notes(plan: Plan, dep: Deployment | None = None, catalog: Catalog | None = None) -> Plan:
     """``plan`` with the notes about what its image will run (``_entrypoint_notes``) added once."""
     dep = dep or deployment_from_plan(plan, catalog)
-    return dataclasses.replace(plan, notes=tuple(dict.fromkeys((*plan.notes, *_entrypoint_notes(plan, dep)))))
+    notes = [*plan.notes, *_entrypoint_notes(plan, dep)]
+    if dep.scheduler == "kubernetes":
+        try:
+            notes += kubernetes_notes(dep)
+        except RenderError as exc:  # a pod override too large: rendering reports it as an error
+            notes.extend(exc.lines)
+    return dataclasses.replace(plan, notes=tuple(dict.fromkeys(notes)))
 
 
 def _entrypoint_notes(plan: Plan, dep: Deployment) -> list[str]:

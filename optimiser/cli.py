@@ -23,12 +23,19 @@ SpecArg = Annotated[Path, typer.Argument(help="The application spec (YAML).", sh
 
 @app.command()
 @user_errors
-def validate(spec: SpecArg) -> None:
+def validate(
+    spec: SpecArg,
+    strict: Annotated[
+        bool, typer.Option("--strict", help="Also plan and render the job; check a Kubernetes Job against the API.")
+    ] = False,
+) -> None:
     """Check a spec (fields, catalog ids, target hardware) without planning."""
-    from optimiser.validation import validate_spec
+    from optimiser.validation import check_rendered_job, validate_spec
 
     summary = validate_spec(spec)
     typer.echo(f"ok: {summary}")
+    if strict:
+        typer.echo(f"ok: {check_rendered_job(spec)}")
 
 
 @app.command()

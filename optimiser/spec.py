@@ -119,6 +119,9 @@ class CPU(_Strict):
     arch: Arch = "x86_64"
     model: str | None = Field(None, description="A catalog hardware preset id, or 'local' for this machine.")
     cores: Annotated[int, Field(gt=0)] | None = Field(None, description="Cores per node the job may use.")
+    memory_gib: Annotated[float, Field(gt=0)] | None = Field(
+        None, description="Memory per node in GiB (default: the CPU preset's, if it states one); sizes Kubernetes pods."
+    )
 
 
 class Accelerator(_Strict):
@@ -129,6 +132,25 @@ class Accelerator(_Strict):
     @property
     def present(self) -> bool:
         return self.vendor != "none" and self.count > 0
+
+
+class KubernetesPod(_Strict):
+    """Overrides of the Kubernetes Job's pod (target.scheduler: kubernetes)."""
+
+    cpu: Annotated[float, Field(gt=0)] | None = Field(
+        None, description="CPU request and limit per pod (default: the node's cores less the system reservation)."
+    )
+    memory_gib: Annotated[float, Field(gt=0)] | None = Field(
+        None, description="Memory request and limit per pod in GiB (default: the node's memory less the reservation)."
+    )
+    image_pull_secret: str | None = Field(
+        None, pattern=r"^[a-z0-9]([a-z0-9.-]{0,251}[a-z0-9])?$",
+        description="Name of the Secret holding the registry credentials (referenced, never inlined).",
+    )
+    data_claim: str | None = Field(
+        None, pattern=r"^[a-z0-9]([a-z0-9.-]{0,251}[a-z0-9])?$",
+        description="PersistentVolumeClaim holding application.data.path, mounted there read-only.",
+    )
 
 
 class Target(_Strict):
@@ -143,6 +165,7 @@ class Target(_Strict):
     interconnect_gbps: Annotated[float, Field(gt=0)] | None = Field(
         None, description="Node-to-node bandwidth in Gbit/s (default: 100 on hpc, 25 on cloud)."
     )
+    kubernetes: KubernetesPod = Field(default_factory=KubernetesPod)
 
     @property
     def gpu(self) -> Accelerator | None:

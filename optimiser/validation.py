@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from builders import RenderError
 from optimiser.catalog import load_catalog
+from optimiser.errors import AppoptError
 from optimiser.planner import check_spec_ids
 from optimiser.spec import check_spec_files, load_spec
 from optimiser.target import resolve_target
@@ -24,6 +26,25 @@ def validate_spec(path: Path) -> str:
         f"({_si(workload.flops_per_sample)}FLOP/sample, {_si(workload.params)} params), "
         f"batch {spec.application.batch_size}, on {spec.target.nodes} × {target.hardware.id}"
     )
+
+
+def check_rendered_job(path: Path) -> str:
+    """``appopt validate --strict``: plan the spec and render its job; a Kubernetes Job is also checked against the API
+    schema of every version we claim (needs the ``test`` extra's kubernetes-validate). Returns a one-line summary."""
+    from builders.jobs import render_job
+    from builders.kubernetes import KUBERNETES_VERSIONS, check_manifest
+    from optimiser.artifacts import deployment_from_plan
+    from optimiser.planner import make_plan
+
+    dep = deployment_from_plan(make_plan(load_spec(path)))
+    try:
+        name, text = render_job(dep)
+        if dep.scheduler == "kubernetes":
+            check_manifest(text)
+            return f"{name}: valid batch/v1 Job for Kubernetes {', '.join(KUBERNETES_VERSIONS)}"
+    except RenderError as exc:
+        raise AppoptError(*exc.lines, exit_code=2) from None
+    return f"{name}: rendered"
 
 
 def _si(value: float) -> str:

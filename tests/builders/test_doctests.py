@@ -17,6 +17,8 @@ MODULES = [
     "builders.recipe",
     "builders.containers",
     "builders.jobs",
+    "builders.slurm",
+    "builders.kubernetes",
     "builders.blocks.apt_packages",
     "builders.blocks.model_compile",
 ]

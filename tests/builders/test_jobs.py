@@ -165,8 +165,10 @@ def test_kubernetes_job_structure() -> None:
     (container,) = pod["containers"]
     assert container["image"] == "registry.example.org/team/bert-inference:1.0"
     assert container["command"] == list(kubernetes_gpu().run_argv)
-    assert container["resources"]["limits"] == {"cpu": "8", "nvidia.com/gpu": 1}
-    assert container["env"] == [{"name": "OMP_NUM_THREADS", "value": "8"}]
+    # 8 cores less the system reservation (90m) and the DaemonSet allowance (200m), in whole cores; threads follow
+    assert container["resources"]["limits"] == {"cpu": "7", "nvidia.com/gpu": 1}
+    assert container["resources"]["requests"] == {"cpu": "7"}
+    assert container["env"] == [{"name": "OMP_NUM_THREADS", "value": "7"}]
     assert job["spec"]["activeDeadlineSeconds"] == 9000
     assert "completionMode" not in job["spec"]
     assert "&" not in text and "*" not in text  # no YAML anchors/aliases

@@ -61,6 +61,11 @@ def test_pbs_qstat_is_parsed(qstat: str, state: str, code: int | None) -> None:
     assert (status.state, status.exit_code) == (state, code)
 
 
+def test_pbs_output_path_loses_its_host_prefix() -> None:
+    status = PBSScheduler.parse_qstat("12", "Job Id: 12\n    job_state = R\n    Output_Path = login1:/home/u/x.o12\n")
+    assert status.stdout_path == "/home/u/x.o12"
+
+
 def test_job_script_comes_from_the_plan(tmp_path: Path) -> None:
     (tmp_path / "plan.json").write_text(json.dumps({"target": {"scheduler": "torque"}}))
     (tmp_path / "job.pbs").write_text("#!/bin/bash\n")

@@ -1,0 +1,102 @@
+"""Slurm: the ``#SBATCH`` directives of ``job.slurm``, the ``srun`` launcher, and ``sbatch``/``scontrol``/``sacct``.
+
+>>> parse_slurm_exit("3:0")
+(3, 0)
+>>> SlurmScheduler.parse_show_job("JobId=7 JobState=COMPLETED Reason=None ExitCode=0:0 StdOut=/tmp/slurm-7.out").state
+'COMPLETED'
+>>> slurm_time(93630)
+'1-02:00:30'
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+from pathlib import Path
+
+from builders.batch import JobStatus, Scheduler, SchedulerError, hms, problem_line, run_client
+from builders.deployment import Deployment
+from builders.names import dns_label
+from builders.validate import uses_gpus, walltime_seconds
+
+JOB_FILE = "job.slurm"
+TEMPLATE = "job.slurm.j2"
+#: Where the job runs: the directory it was submitted from.
+WORKDIR = "${SLURM_SUBMIT_DIR:-$PWD}"
+DEFAULT_LAUNCHER = "srun"
+_SLURM_ID = re.compile(r"^\d+(?:_\d+)?(?:\.\w+)?$")
+SLURM_DONE = frozenset({"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "PREEMPTED", "OUT_OF_MEMORY",
+                        "BOOT_FAIL", "DEADLINE", "REVOKED", "SPECIAL_EXIT"})
+
+
+def directives(dep: Deployment) -> list[str]:
+    """The ``#SBATCH`` options: only checked numbers, tokens and the DNS-label job name (no shell quotes them)."""
+    gpus = dep.gpus_per_node if uses_gpus(dep) else 0
+    directives = [
+        f"--job-name={dns_label(dep.app_name)}",
+        f"--nodes={dep.nodes}",
+        f"--ntasks-per-node={dep.tasks_per_node}",
+        f"--cpus-per-task={dep.cpus_per_task}",
+    ]
+    if gpus:
+        directives.append(f"--gres=gpu:{gpus}")
+    directives.append(f"--time={slurm_time(walltime_seconds(dep.walltime))}")
+    if dep.partition:
+        directives.append(f"--partition={dep.partition}")
+    if dep.account:
+        directives.append(f"--account={dep.account}")
+    directives.append(f"--output={dns_label(dep.app_name)}-%j.out")
+    return directives
+
+
+def slurm_time(seconds: int) -> str:
+    """``[D-]HH:MM:SS`` for ``--time``."""
+    days, rest = divmod(seconds, 86400)
+    return f"{days}-{hms(rest)}" if days else hms(rest)
+
+
+def parse_slurm_exit(text: str) -> tuple[int | None, int | None]:
+    """Slurm's ``ExitCode=code:signal``."""
+    match = re.match(r"^(\d+):(\d+)$", text or "")
+    return (int(match.group(1)), int(match.group(2))) if match else (None, None)
+
+
+class SlurmScheduler(Scheduler):
+    name = "slurm"
+    client = "sbatch"
+
+    def submit(self, script: Path) -> str:
+        proc = run_client(["sbatch", "--parsable", script.name], self.env, cwd=script.parent)
+        if proc.returncode != 0:
+            raise SchedulerError(f"sbatch {script}: {problem_line(proc)}")
+        job_id = proc.stdout.strip().split(";")[0]
+        if not _SLURM_ID.match(job_id):
+            raise SchedulerError(f"sbatch {script}: unexpected answer {proc.stdout.strip()!r}")
+        return job_id
+
+    @staticmethod
+    def parse_show_job(line: str) -> JobStatus:
+        """One ``scontrol show job -o`` line as a status."""
+        fields = dict(re.findall(r"(\w+)=(\S*)", line))
+        state = fields.get("JobState", "UNKNOWN")
+        code, sig = parse_slurm_exit(fields.get("ExitCode", ""))
+        finished = state in SLURM_DONE
+        return JobStatus(fields.get("JobId", "?"), state, finished, code if finished else None,
+                         sig if finished else None, fields.get("StdOut") or None, fields.get("Reason"))
+
+    def status(self, job_id: str) -> JobStatus:
+        if not _SLURM_ID.match(job_id):
+            raise SchedulerError(f"job id {job_id!r}: a Slurm job id is a number (e.g. 1234)")
+        proc = run_client(["scontrol", "show", "job", "-o", job_id], self.env)
+        if proc.returncode == 0 and proc.stdout.strip():
+            return self.parse_show_job(proc.stdout.strip().splitlines()[0])
+        # The controller forgets finished jobs after MinJobAge; accounting (when configured) still knows them.
+        acct = run_client(["sacct", "-X", "-n", "-P", "-j", job_id, "-o", "JobID,State,ExitCode"], self.env) \
+            if shutil.which("sacct", path=self.env.get("PATH")) else None
+        if acct is not None and acct.returncode == 0 and acct.stdout.strip():
+            _jid, state, exit_text = acct.stdout.strip().splitlines()[0].split("|")[:3]
+            state = state.split()[0]
+            code, sig = parse_slurm_exit(exit_text)
+            finished = state in SLURM_DONE
+            return JobStatus(job_id, state, finished, code if finished else None, sig if finished else None)
+        raise SchedulerError(f"job {job_id}: unknown to Slurm ({problem_line(proc)})")
