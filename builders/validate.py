@@ -29,14 +29,14 @@ IMAGE_REF = re.compile(
     rf"^(?:[A-Za-z0-9](?:[A-Za-z0-9.-]*[A-Za-z0-9])?(?::[0-9]+)?/)?{_COMPONENT}(?:/{_COMPONENT})*"
     r"(?::[A-Za-z0-9_][A-Za-z0-9_.-]{0,127})?(?:@[a-z0-9]+(?:[+._-][a-z0-9]+)*:[0-9a-fA-F]{32,})?\Z"
 )
-ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*\Z")
 #: OCI label keys that are also valid Kubernetes annotation names (reverse-DNS, lower case, at most 63 chars).
-LABEL_KEY = re.compile(r"^[a-z0-9](?:[a-z0-9._-]{0,61}[a-z0-9])?$")
+LABEL_KEY = re.compile(r"^[a-z0-9](?:[a-z0-9._-]{0,61}[a-z0-9])?\Z")
 #: Paths safe unquoted in COPY, %files (shell-globbed on the host) and scripts: no spaces, quotes, globs or $.
-SAFE_PATH = re.compile(r"^[A-Za-z0-9._+@/-]+$")
+SAFE_PATH = re.compile(r"^[A-Za-z0-9._+@/-]+\Z")
 #: Scheduler partition / queue / account names: they go on #SBATCH / #PBS lines, which no shell quotes.
-SCHEDULER_TOKEN = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.+@-]*(?:,[A-Za-z0-9_][A-Za-z0-9_.+@-]*)*$")
-WALLTIME = re.compile(r"^(?:(\d+)-)?(\d{1,3}):([0-5]\d):([0-5]\d)$")
+SCHEDULER_TOKEN = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.+@-]*(?:,[A-Za-z0-9_][A-Za-z0-9_.+@-]*)*\Z")
+WALLTIME = re.compile(r"^(?:(\d+)-)?(\d{1,3}):([0-5]\d):([0-5]\d)\Z")
 
 
 def walltime_seconds(walltime: str) -> int:

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from builders import validate
 from builders.context import RenderContext
 from builders.primitives import (
     BaseImage,
@@ -173,3 +174,20 @@ def test_only_primitives_write_container_syntax() -> None:
         (path.name, word) for path in sources for text in _code_strings(path) for word in keywords if word in text
     ]
     assert offenders == []
+
+
+@pytest.mark.parametrize(
+    ("pattern", "value"),
+    [
+        ("ENV_NAME", "A\n"),
+        ("LABEL_KEY", "org.example\n"),
+        ("SAFE_PATH", "model.onnx\n"),
+        ("SCHEDULER_TOKEN", "gpu\n"),
+        ("WALLTIME", "01:00:00\n"),
+    ],
+)
+def test_render_grammars_refuse_a_trailing_newline(pattern: str, value: str) -> None:
+    """``$`` matches before a final newline; the grammars end in ``\\Z`` so a value cannot add a line."""
+    grammar = getattr(validate, pattern)
+    assert grammar.match(value.rstrip("\n"))
+    assert not grammar.match(value)
