@@ -209,7 +209,10 @@ def _kind(mode: int) -> str:
 
 
 def _size(count: int) -> str:
-    return f"{count / (1 << 30):g} GiB" if count >= 1 << 30 else f"{count / (1 << 20):g} MiB"
+    for unit, name in ((1 << 30, "GiB"), (1 << 20, "MiB")):
+        if count >= unit:
+            return f"{count / unit:g} {name}"
+    return f"{count} bytes"
 
 
 def copy_app_files(shipped: ShippedFiles, out_dir: Path) -> list[Path]:
