@@ -4,9 +4,10 @@
 * **Built aside.** The plan is written into ``DIR/.appopt-new-*`` first, so a failure leaves DIR as it was; then each
   entry is renamed into place, ``plan.json`` last, and what the previous plan rendered but this one does not (and what
   ``build``, ``push`` and the HPC builds wrote from it: ``build.json``, ``push.json``, ``logs``, images) is removed.
-* **Only its own files.** ``DIR/.appopt-files`` lists what the plan wrote. A directory holding anything else (a job's
-  output, a user's file, a directory planned by an older appopt) is refused unless ``force``, which writes the plan
-  beside those files (a file of the same name as one the plan writes is replaced).
+* **Only its own files.** ``DIR/.appopt-files`` lists what the plan wrote (a directory planned by an appopt without
+  that list is recognised by its plan.json and deployment.json). A directory holding anything else (a job's output, a
+  user's file) is refused unless ``force``, which writes the plan beside those files (a file of the same name as one
+  the plan writes is replaced).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
+from builders.jobs import JOB_FILES
 from optimiser.errors import AppoptError
 
 LOCK = ".appopt-lock"
@@ -30,6 +32,11 @@ _OURS = ".appopt-"
 #: What commands other than ``plan`` write into a plan's directory; a re-plan removes it (it describes the old plan).
 LATER_OUTPUTS = frozenset({"build.json", "push.json", "logs", "build", "wheelhouse"})
 LATER_SUFFIXES = (".sqfs", ".sif")
+#: What a plan by an appopt without ``MANIFEST`` wrote (recognised when plan.json and deployment.json are there).
+_LEGACY_PLAN = frozenset(
+    {"plan.json", "plan.md", "deployment.json", "model.onnx", "runtime", "code", "Dockerfile", "Singularity.def",
+     *JOB_FILES.values()}
+)
 #: Written last, so that a reader who sees the new plan.json sees the whole new plan.
 _LAST = ("plan.md", "plan.json")
 
@@ -76,22 +83,20 @@ def exclusive_output_dir(out_dir: Path, force: bool = False) -> Iterator[Path]:
 
 def _previous_outputs(out_dir: Path) -> set[str]:
     """Names the previous plan and the commands after it wrote, and leftovers of a planner that was killed."""
+    present = set(os.listdir(out_dir))
     try:
         listed = json.loads((out_dir / MANIFEST).read_text(encoding="utf-8"))
         names = {n for n in listed if isinstance(n, str) and n and "/" not in n and n not in (".", "..")}
     except (OSError, ValueError, TypeError):
-        names = set()
-    present = set(os.listdir(out_dir))
-    later = {n for n in present if n in LATER_OUTPUTS or n.endswith(LATER_SUFFIXES)}
+        names = set(_LEGACY_PLAN & present) if {"plan.json", "deployment.json"} <= present else set()
+    later = {n for n in present if n in LATER_OUTPUTS or n.endswith(LATER_SUFFIXES)} if names else set()
     leftovers = {n for n in present if n.startswith(_OURS) and n not in (LOCK, MANIFEST)}
-    return (names & present) | later | leftovers if names else leftovers
+    return (names & present) | later | leftovers
 
 
 def _foreign(out_dir: Path, previous: set[str]) -> list[str]:
     """Entries of ``out_dir`` that appopt did not write (sorted)."""
     own = previous | {LOCK, MANIFEST}
-    if not (out_dir / MANIFEST).exists():
-        own -= LATER_OUTPUTS  # without the plan's list, a build.json may be anyone's
     return sorted(n for n in os.listdir(out_dir) if n not in own)
 
 

@@ -252,3 +252,14 @@ def test_build_refuses_a_deployment_from_another_plan(tmp_path: Path) -> None:
     assert code == 4
     assert err.startswith(f"error: {out}/deployment.json is from another spec (sha256 ")
     assert err.rstrip().endswith(f"plan again: appopt plan SPEC -o {out}")
+
+
+def test_a_directory_planned_before_the_file_list_existed_is_replanned_without_force(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    assert _plan(_spec(tmp_path, "alpha"), out)[0] == 0
+    (out / output_dir.MANIFEST).unlink()  # as an older appopt left it, with a build record
+    (out / "build.json").write_text("{}\n")
+    code, err = _plan(_spec(tmp_path, "beta", scheduler="none", formats="[docker]"), out)
+    assert code == 0, err
+    assert _assert_one_plan(out) == "beta"
+    assert not (out / "job.slurm").exists() and not (out / "build.json").exists()
