@@ -308,11 +308,13 @@ def database_lock(path: str | Path) -> Iterator[int]:
     """
     path = Path(path)
     while True:
-        _ensure_file(path)
         try:
+            _ensure_file(path)
             fd = os.open(path, os.O_WRONLY | os.O_APPEND)
         except FileNotFoundError:
             continue  # replaced or removed between the two calls
+        except OSError as exc:
+            raise ResultsSchemaError(f"{path}: cannot write: {exc.strerror or exc}") from None
         try:
             fcntl.flock(fd, fcntl.LOCK_EX)
             held, now = os.fstat(fd), _stat_or_none(path)
