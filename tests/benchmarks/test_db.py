@@ -322,28 +322,41 @@ _LOGGING_WRITER = textwrap.dedent(
 )
 
 
+_MERGER = textwrap.dedent(
+    """
+    import sys
+    from perfmodels.results_db import merge
+    while True:
+        merge([sys.argv[2]], sys.argv[1])
+    """
+)
+
+
 def test_rows_committed_before_a_kill_survive_concurrent_merges(tmp_path):
-    """Appenders killed with SIGKILL mid-write while merges replace the database: every row whose append returned
-    is in the final database, and the killed writers' fragments are dropped, not fatal."""
+    """Appenders and a merging process all killed with SIGKILL mid-write, twice over the same database: every row
+    whose append returned is in the final database, and the killed writers' fragments are dropped, not fatal."""
     db, shard = tmp_path / "db.csv", tmp_path / "shard.csv"
     append_rows(shard, [row(model="shard0")])
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     logs = [tmp_path / f"log-w{n}.txt" for n in range(2)]
-    for _ in range(2):  # two rounds: kill, restart on the same database
-        writers = [
+    for round_number in range(2):
+        procs = [subprocess.Popen([sys.executable, "-c", _MERGER, str(db), str(shard)], env=env)]
+        procs += [
             subprocess.Popen([sys.executable, "-c", _LOGGING_WRITER, str(db), str(log)], env=env) for log in logs
         ]
         try:
             deadline = time.monotonic() + 60
-            while time.monotonic() < deadline and not all(p.exists() and p.stat().st_size > 200 for p in logs):
-                merge([shard], db)
+            while time.monotonic() < deadline and not all(
+                p.exists() and p.stat().st_size > 200 * (round_number + 1) for p in logs
+            ):
+                time.sleep(0.05)
         finally:
-            for proc in writers:
+            for proc in procs:
                 proc.send_signal(signal.SIGKILL)
                 proc.wait()
-        merge([shard], db)
+    merge([shard], db)
     committed = {line for log in logs for line in log.read_text().split()}
-    assert len(committed) > 20
+    assert len(committed) > 40
     frame = read_results(db, warn=False)
     assert committed <= set(frame["model"])
-    assert frame["row_id"].is_unique
+    assert frame["row_id"].is_unique and "shard0" in set(frame["model"])
