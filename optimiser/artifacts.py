@@ -25,7 +25,7 @@ from optimiser.app_files import (
 )
 from optimiser.catalog import load_catalog
 from optimiser.catalog.models import Catalog, Install
-from optimiser.errors import AppoptError
+from optimiser.errors import AppoptError, SpecError
 from optimiser.output_dir import exclusive_output_dir
 from optimiser.planner import Plan
 from optimiser.report import appopt_version, plan_to_dict, render_markdown, spec_digest
@@ -143,6 +143,8 @@ def _training_argv(plan: Plan, model: str) -> tuple[str, ...]:
         argv += ["--data", app.data.path]
     argv += ["-o", TRAINED_MODEL, "--batch-size", str(app.batch_size), "--precision", plan.choice.route.precision]
     if app.data is not None:
+        if not math.isfinite(app.data.epochs):  # the spec should refuse it first; never an OverflowError here
+            raise SpecError(f"application.data.epochs: {app.data.epochs} is not a finite number of epochs")
         argv += ["--epochs", str(max(1, math.ceil(app.data.epochs)))]
     return (*argv, "--checkpoint", CHECKPOINTS, "--resume")
 

@@ -322,3 +322,10 @@ def test_missing_relative_training_data_is_reported_by_validate_and_plan(tmp_pat
         assert err == (
             f"error: application.data.path: 'digits.npz' does not exist (looked for {tmp_path.resolve()}/digits.npz)\n"
         )
+
+
+def test_infinite_epochs_are_one_line_not_an_overflow(tmp_path: Path) -> None:
+    shutil.copy2(EXAMPLES / "digits_mlp.onnx", tmp_path / "digits_mlp.onnx")
+    (tmp_path / "train.yaml").write_text(TRAIN_SPEC.format(data="data: {epochs: .inf}"))
+    code, _, err = _invoke("plan", str(tmp_path / "train.yaml"), "-o", str(tmp_path / "out"))
+    assert code == 2 and err.startswith("error: application.data.epochs") and len(err.splitlines()) == 1, err
