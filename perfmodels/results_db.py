@@ -299,8 +299,9 @@ def _ensure_file(path: Path) -> None:
 
 
 @contextlib.contextmanager
-def database_lock(path: str | Path) -> Iterator[int]:
-    """Hold the one lock every writer of the database ``path`` takes; yields an ``O_APPEND`` descriptor of it.
+def database_lock(path: str | Path, write: bool = True) -> Iterator[int]:
+    """Hold the one lock every writer of the database ``path`` takes; yields an ``O_APPEND`` descriptor of it (or,
+    with ``write=False``, a read-only one: a merge's shards, which may be read-only files).
 
     The lock is an exclusive ``flock`` on the file itself (created with the header when missing). A replacing writer
     (``write_rows``, ``merge``) swaps the file's inode while holding the lock, so a writer granted the lock on an inode
@@ -309,18 +310,22 @@ def database_lock(path: str | Path) -> Iterator[int]:
     path = Path(path)
     while True:
         try:
-            _ensure_file(path)
-            fd = os.open(path, os.O_WRONLY | os.O_APPEND)
+            if write:
+                _ensure_file(path)
+            fd = os.open(path, os.O_WRONLY | os.O_APPEND if write else os.O_RDONLY)
         except FileNotFoundError:
+            if not write:
+                raise ResultsSchemaError(f"{path}: no such results file") from None
             continue  # replaced or removed between the two calls
         except OSError as exc:
-            raise ResultsSchemaError(f"{path}: cannot write: {exc.strerror or exc}") from None
+            raise ResultsSchemaError(f"{path}: cannot {'write' if write else 'read'}: {exc.strerror or exc}") from None
         try:
             fcntl.flock(fd, fcntl.LOCK_EX)
             held, now = os.fstat(fd), _stat_or_none(path)
             if now is not None and (held.st_dev, held.st_ino) == (now.st_dev, now.st_ino):
                 yield fd
-                os.fsync(fd)
+                if write:
+                    os.fsync(fd)
                 return
         finally:
             os.close(fd)  # closing releases the lock
@@ -532,8 +537,9 @@ def merge(shards: Sequence[str | Path], out: str | Path) -> tuple[int, list[str]
         if not source.is_file():
             raise ResultsSchemaError(f"{source}: no such results file")
     with contextlib.ExitStack() as stack:
+        target = out.resolve()
         for locked in sorted({p.resolve() for p in (*sources, out)}):
-            stack.enter_context(database_lock(locked))
+            stack.enter_context(database_lock(locked, write=locked == target))
         frame = read_results(out, *sources, warn=False)
         frame = frame.sort_values(["timestamp", "row_id"], kind="stable")
         written = _replace_rows(out, frame_rows(frame))

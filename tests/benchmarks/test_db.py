@@ -360,3 +360,19 @@ def test_rows_committed_before_a_kill_survive_concurrent_merges(tmp_path):
     frame = read_results(db, warn=False)
     assert committed <= set(frame["model"])
     assert frame["row_id"].is_unique and "shard0" in set(frame["model"])
+
+
+def test_a_read_only_shard_merges(tmp_path, monkeypatch):
+    """A merge locks its shards without opening them for writing (a shard may be a read-only file)."""
+    shard = tmp_path / "a.csv"
+    append_rows(shard, [row(model="ro")])
+    real_open = os.open
+
+    def read_only(path, flags, *args):
+        if Path(path) == shard.resolve() and flags & (os.O_WRONLY | os.O_RDWR):
+            raise PermissionError(13, "Permission denied")  # as for a non-root user and a 0444 file
+        return real_open(path, flags, *args)
+
+    monkeypatch.setattr(os, "open", read_only)
+    written, _ = merge([shard], tmp_path / "db.csv")
+    assert written == 1 and read_results(tmp_path / "db.csv")["model"].tolist() == ["ro"]
