@@ -49,8 +49,6 @@ class ShippedFiles:
 
     dirs: tuple[PurePosixPath, ...] = ()
     files: tuple[ShippedFile, ...] = ()
-    #: The data file's path inside the image (``/opt/app/data/NAME``) when the spec ships one, else None.
-    data_in_image: str | None = None
 
 
 def local_data_path(spec: AppSpec) -> Path | None:
@@ -59,6 +57,12 @@ def local_data_path(spec: AppSpec) -> Path | None:
     if data is None or not data.path or Path(data.path).is_absolute():
         return None
     return spec.base_dir / data.path
+
+
+def shipped_data(spec: AppSpec) -> str | None:
+    """Where the shipped data file is relative to the plan's output (and the image's app) directory: ``data/NAME``."""
+    local = local_data_path(spec)
+    return None if local is None else f"{DATA_DIR}/{local.name}"
 
 
 def check_app_files(spec: AppSpec, allow_outside: bool = False) -> ShippedFiles:
@@ -73,7 +77,6 @@ def check_app_files(spec: AppSpec, allow_outside: bool = False) -> ShippedFiles:
             f"application.code.{i}", str(given), spec.base_dir / given, PurePosixPath(CODE_DIR, given.name),
             base, allow_outside, code_budget, dirs, files, problems,
         )
-    data_in_image = None
     data_path = local_data_path(spec)
     if data_path is not None:
         name = data_path.name
@@ -84,11 +87,10 @@ def check_app_files(spec: AppSpec, allow_outside: bool = False) -> ShippedFiles:
             dirs, files, problems,
         )
         if DATA_DIR in {p.name for p in spec.application.code}:
-            problems.append(f"application.code: {DATA_DIR!r} would share /opt/app/{DATA_DIR} with the data file")
-        data_in_image = f"/opt/app/{DATA_DIR}/{name}"
+            problems.append(f"application.code: {DATA_DIR!r} would share the image's {DATA_DIR}/ with the data file")
     if problems:
         raise SpecError(*problems)
-    return ShippedFiles(tuple(dirs), tuple(files), data_in_image)
+    return ShippedFiles(tuple(dirs), tuple(files))
 
 
 @dataclass

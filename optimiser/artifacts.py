@@ -21,7 +21,7 @@ from optimiser.app_files import (
     ShippedFiles,
     check_app_files,
     copy_app_files,
-    local_data_path,
+    shipped_data,
 )
 from optimiser.catalog import load_catalog
 from optimiser.catalog.models import Catalog, Install
@@ -81,7 +81,7 @@ def deployment_from_plan(plan: Plan, catalog: Catalog | None = None) -> Deployme
         app_files=(
             *(("runtime",) if ships_runtime else ()),
             *(f"{CODE_DIR}/{p.name}" for p in spec.application.code),
-            *((DATA_DIR,) if local_data_path(spec) is not None else ()),
+            *((DATA_DIR,) if shipped_data(spec) is not None else ()),
         ),
         app_dir=IMAGE_APP_DIR,
         compile_argv=compile_argv,
@@ -136,9 +136,9 @@ def _training_argv(plan: Plan, model: str) -> tuple[str, ...]:
     previous (preempted) run left some."""
     app = plan.spec.application
     argv = ["python3", "-m", "runtime", "train", model]
-    local = local_data_path(plan.spec)
-    if local is not None:  # shipped with the plan (appopt.app_files)
-        argv += ["--data", f"{IMAGE_APP_DIR}/{DATA_DIR}/{local.name}"]
+    shipped = shipped_data(plan.spec)
+    if shipped is not None:  # shipped with the plan (optimiser.app_files)
+        argv += ["--data", f"{IMAGE_APP_DIR}/{shipped}"]
     elif app.data is not None and app.data.path:
         argv += ["--data", app.data.path]
     argv += ["-o", TRAINED_MODEL, "--batch-size", str(app.batch_size), "--precision", plan.choice.route.precision]
@@ -170,7 +170,7 @@ def _entrypoint_notes(plan: Plan, dep: Deployment) -> list[str]:
             ]
         if not path.endswith(".npz"):
             return [f"application.data.path {path!r}: appopt's runtime trains from .npz arrays (x_train/y_train, x/y)"]
-        if local_data_path(plan.spec) is None and not Path(path).exists():
+        if shipped_data(plan.spec) is None and not Path(path).exists():
             return [
                 f"application.data.path {path!r} is not on this machine: the job must find it there on the target "
                 "(a path relative to the spec is shipped with the plan instead)"
