@@ -71,10 +71,16 @@ def exclusive_output_dir(out_dir: Path, force: bool = False) -> Iterator[Path]:
                 f"{out_dir}: holds files appopt did not write ({shown}); choose another directory, or pass --force "
                 "to write the plan beside them"
             )
-        staging = Path(tempfile.mkdtemp(prefix=_STAGING, dir=out_dir))
         try:
-            yield staging
-            _install(staging, out_dir, previous)
+            staging = Path(tempfile.mkdtemp(prefix=_STAGING, dir=out_dir))
+        except OSError as exc:
+            raise OutputDirError(f"{out_dir}: cannot write the plan: {exc.strerror or exc}") from None
+        try:
+            try:
+                yield staging
+                _install(staging, out_dir, previous)
+            except OSError as exc:  # a full disk, a file appearing where a directory goes
+                raise OutputDirError(f"{out_dir}: cannot write the plan: {exc.strerror or exc}") from None
         finally:
             shutil.rmtree(staging, ignore_errors=True)
     finally:
@@ -108,8 +114,8 @@ def _install(staging: Path, out_dir: Path, previous: set[str]) -> None:
         _remove(out_dir / name, out_dir)
     for name in new:
         target = out_dir / name
-        if target.is_dir() and not target.is_symlink():
-            _remove(target, out_dir)
+        if (target.is_dir() and not target.is_symlink()) or (staging / name).is_dir():
+            _remove(target, out_dir)  # os.replace swaps only a file for a file
         os.replace(staging / name, target)
     _write_manifest(out_dir, set(new))
 

@@ -119,7 +119,7 @@ def test_a_failed_plan_leaves_the_directory_as_it_was(tmp_path: Path, monkeypatc
         raise OSError("disk full")
 
     monkeypatch.setattr(artifacts, "render_artifacts", broken)
-    with pytest.raises(OSError, match="disk full"):
+    with pytest.raises(output_dir.OutputDirError, match=f"^{out}: cannot write the plan: disk full$"):
         artifacts.write_plan_outputs(_plan_of(_spec(tmp_path, "beta")), out)
     after = {p.relative_to(out): p.read_bytes() for p in out.rglob("*") if p.is_file()}
     assert after == before
@@ -263,3 +263,12 @@ def test_a_directory_planned_before_the_file_list_existed_is_replanned_without_f
     assert code == 0, err
     assert _assert_one_plan(out) == "beta"
     assert not (out / "job.slurm").exists() and not (out / "build.json").exists()
+
+
+def test_a_file_where_the_plan_puts_a_directory_is_replaced_with_force(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "code").write_text("a file named like the plan's code directory\n")
+    code, err = _plan(_spec(tmp_path, "alpha"), out, "--force")
+    assert code == 0, err
+    assert _assert_one_plan(out) == "alpha"
