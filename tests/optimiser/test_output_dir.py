@@ -183,7 +183,7 @@ def test_two_appopt_plans_racing_into_one_directory_never_mix_it(tmp_path: Path)
     specs = [_spec(tmp_path / "specs", "alpha"), _spec(tmp_path / "specs", "beta")]
     out = tmp_path / "out"
     env = {**os.environ, "PYTHONPATH": str(REPO)}
-    for round_number in range(4):
+    for round_number in range(3):
         go = tmp_path / f"go{round_number}"
         procs = [
             subprocess.Popen(
