@@ -272,3 +272,36 @@ def test_a_file_where_the_plan_puts_a_directory_is_replaced_with_force(tmp_path:
     code, err = _plan(_spec(tmp_path, "alpha"), out, "--force")
     assert code == 0, err
     assert _assert_one_plan(out) == "alpha"
+
+
+def test_a_build_records_the_plans_digest_and_push_accepts_it(tmp_path: Path) -> None:
+    """The build record carries the digest of the spec the plan was made from (an engine that records the build
+    without running one stands in for podman here; the real build is in tests/builders/realcomp)."""
+    from builders.engines import BuildRequest, BuildResult, Engine
+    from builders.image_build import build_plan_image
+    from optimiser.commands.build_cmds import PushError, check_build_matches_plan
+
+    class Recorder(Engine):
+        name = "recorder"
+
+        @classmethod
+        def unavailable_reason(cls, env: object) -> None:
+            return None
+
+        def build(self, request: BuildRequest, on_line: object = None) -> BuildResult:
+            return BuildResult("recorder", request.tag, "sha256:" + "1" * 64, 0.0, request.log_path)
+
+        def labels(self, image: str) -> dict[str, str]:
+            return {}
+
+        def export_oci(self, image: str, layout_dir: Path) -> Path:
+            return layout_dir
+
+    out = tmp_path / "out"
+    assert _plan(_spec(tmp_path, "alpha"), out)[0] == 0
+    build_plan_image(out, engine=Recorder())
+    digest = json.loads((out / "plan.json").read_text())["spec_sha256"]
+    assert json.loads((out / "build.json").read_text())["spec_sha256"] == digest
+    check_build_matches_plan(out, PushError, required=True)  # no error
+    assert _plan(_spec(tmp_path, "beta"), out)[0] == 0  # a new plan drops the old build record
+    assert not (out / "build.json").exists()
