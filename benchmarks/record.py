@@ -36,7 +36,7 @@ from benchmarks.kernels import kernel_suite, run_kernel_suite
 from benchmarks.models import suite
 from benchmarks.results.provenance import collect, load_average, wait_until_quiet
 from benchmarks.runner import Analyser, BenchRequest, Outcome, run_benchmarks
-from perfmodels.results_db import BUSY_OTHER_CPU, DEFAULT_DB, frame_rows, read_results, write_rows
+from perfmodels.results_db import BUSY_OTHER_CPU, DEFAULT_DB, frame_rows, read_results, rewrite_rows, write_rows
 
 #: Timing settings for the shipped database: fast configurations run ≥ 5 queries and ≥ 0.5 s, slow ones stop after
 #: 2.5 s with at least 3 queries (a median of 3 on a quiet machine is within a few per cent).
@@ -210,7 +210,8 @@ def _line(outcome: Outcome) -> str:
 
 def refresh_features(analyser: Analyser, path: Path = DEFAULT_DB) -> int:
     """Recompute the model features (FLOPs by op class, node counts, bytes, params) of every suite-model row in
-    ``path`` with ``analyser`` and rewrite the file atomically; returns how many rows changed.
+    ``path`` with ``analyser`` and rewrite the file atomically, holding the database's lock; returns how many rows
+    changed.
 
     For when the model analyser learns something new (an op class) after the measurements were made: the
     measurements stay, the features follow the analyser the planner uses. Rows of other models are left alone.
@@ -218,27 +219,30 @@ def refresh_features(analyser: Analyser, path: Path = DEFAULT_DB) -> int:
     from benchmarks.models import suite
 
     models = {m.name: m for m in suite("all")}
-    rows = frame_rows(read_results(path))
     features: dict[str, dict[str, Any]] = {}
     changed = 0
-    for row in rows:
-        model = models.get(str(row.get("model")))
-        if model is None or row.get("source") != "measured" or row.get("flops_per_sample") is None:
-            continue
-        if model.name not in features:
-            f = analyser(model.model())
-            features[model.name] = {
-                "flops_per_sample": f.flops_per_sample,
-                "flops_by_class": json.dumps(f.flops_by_class, sort_keys=True, separators=(",", ":")),
-                "ops_by_class": json.dumps(f.ops_by_class, sort_keys=True, separators=(",", ":")),
-                "activation_bytes_per_sample": f.activation_bytes_per_sample,
-                "params": f.params,
-                "units": f.units or None,
-            }
-        new = features[model.name]
-        if any(row.get(k) != v for k, v in new.items()):
-            row.update(new)
-            changed += 1
-    if changed:
-        write_rows(path, rows)
+
+    def refresh(rows: list[dict[str, Any]]) -> list[dict[str, Any]] | None:
+        nonlocal changed
+        for row in rows:
+            model = models.get(str(row.get("model")))
+            if model is None or row.get("source") != "measured" or row.get("flops_per_sample") is None:
+                continue
+            if model.name not in features:
+                f = analyser(model.model())
+                features[model.name] = {
+                    "flops_per_sample": f.flops_per_sample,
+                    "flops_by_class": json.dumps(f.flops_by_class, sort_keys=True, separators=(",", ":")),
+                    "ops_by_class": json.dumps(f.ops_by_class, sort_keys=True, separators=(",", ":")),
+                    "activation_bytes_per_sample": f.activation_bytes_per_sample,
+                    "params": f.params,
+                    "units": f.units or None,
+                }
+            new = features[model.name]
+            if any(row.get(k) != v for k, v in new.items()):
+                row.update(new)
+                changed += 1
+        return rows if changed else None
+
+    rewrite_rows(path, refresh)  # under the database's lock: rows appended meanwhile are kept
     return changed

@@ -31,6 +31,8 @@ from builders.wheelhouse import copy_into_context, download_wheelhouse, list_whe
 DEPLOYMENT_FILE = "deployment.json"
 BUILD_RECORD = "build.json"
 PUSH_RECORD = "push.json"
+#: The image label that carries the plan's spec digest.
+SPEC_LABEL = "io.appopt.spec-sha256"
 BUILD_SUBDIR = "build"
 WHEELHOUSE_SUBDIR = "wheelhouse"
 _PLATFORM_ARCH = {"amd64": "x86_64", "arm64": "aarch64", "ppc64le": "ppc64le"}
@@ -186,6 +188,8 @@ class BuildRecord:
     base_image: str | None
     wheels: tuple[str, ...]
     built_at: str
+    #: The plan's spec digest (its image label ``io.appopt.spec-sha256``): push and submit check it against plan.json.
+    spec_sha256: str | None = None
 
     @classmethod
     def load(cls, out_dir: Path) -> BuildRecord:
@@ -232,6 +236,7 @@ def build_plan_image(
         seconds=round(result.seconds, 3), dockerfile=str(prepared.dockerfile.relative_to(out_dir)),
         log=str(log_path.relative_to(out_dir)), platform=platform, base_image=base_image, wheels=prepared.wheels,
         built_at=time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        spec_sha256=dict(prepared.deployment.labels).get(SPEC_LABEL) if prepared.deployment else None,
     )
     (out_dir / BUILD_RECORD).write_text(json.dumps(dataclasses.asdict(record), indent=2) + "\n", encoding="utf-8")
     return record

@@ -14,21 +14,27 @@ from typing import Any
 
 from builders import RenderError
 from builders.deployment import Deployment
-from builders.image_build import save_deployment
+from builders.image_build import SPEC_LABEL, save_deployment
 from builders.jobs import DEFAULT_LAUNCHER
 from builders.kubernetes import GIB, kubernetes_notes
 from builders.render import render_artifacts
+from optimiser.app_files import (
+    CODE_DIR,
+    DATA_DIR,
+    ShippedFiles,
+    check_app_files,
+    copy_app_files,
+    shipped_data,
+)
 from optimiser.catalog import load_catalog
 from optimiser.catalog.models import Catalog, Install
-from optimiser.errors import AppoptError
+from optimiser.errors import AppoptError, SpecError
+from optimiser.output_dir import exclusive_output_dir
 from optimiser.planner import Plan
 from optimiser.report import appopt_version, plan_to_dict, render_markdown, spec_digest
-from optimiser.spec import AppSpec
 
 #: Where the model lives inside images.
 IMAGE_APP_DIR = "/opt/app"
-#: Where the application's own code (``application.code``) is copied in the plan output (the build context).
-CODE_DIR = "code"
 #: Our runtime's id in the catalog: the route whose image runs the model with ``python -m runtime``.
 OUR_RUNTIME = "appopt-runtime"
 #: Frameworks whose plans for an ONNX model run it with ``python -m runtime run --engine ENGINE`` when the spec gives
@@ -74,7 +80,11 @@ def deployment_from_plan(plan: Plan, catalog: Catalog | None = None) -> Deployme
         env=tuple(sorted(env.items())),
         labels=tuple(_labels(plan).items()),
         model_file=model_file,
-        app_files=(*(("runtime",) if ships_runtime else ()), *(f"{CODE_DIR}/{p.name}" for p in spec.application.code)),
+        app_files=(
+            *(("runtime",) if ships_runtime else ()),
+            *(f"{CODE_DIR}/{p.name}" for p in spec.application.code),
+            *((DATA_DIR,) if shipped_data(spec) is not None else ()),
+        ),
         app_dir=IMAGE_APP_DIR,
         compile_argv=compile_argv,
         run_argv=run_argv,
@@ -145,10 +155,15 @@ def _training_argv(plan: Plan, model: str) -> tuple[str, ...]:
     previous (preempted) run left some."""
     app = plan.spec.application
     argv = ["python3", "-m", "runtime", "train", model]
-    if app.data is not None and app.data.path:
+    shipped = shipped_data(plan.spec)
+    if shipped is not None:  # shipped with the plan (optimiser.app_files)
+        argv += ["--data", f"{IMAGE_APP_DIR}/{shipped}"]
+    elif app.data is not None and app.data.path:
         argv += ["--data", app.data.path]
     argv += ["-o", TRAINED_MODEL, "--batch-size", str(app.batch_size), "--precision", plan.choice.route.precision]
     if app.data is not None:
+        if not math.isfinite(app.data.epochs):  # the spec should refuse it first; never an OverflowError here
+            raise SpecError(f"application.data.epochs: {app.data.epochs} is not a finite number of epochs")
         argv += ["--epochs", str(max(1, math.ceil(app.data.epochs)))]
     return (*argv, "--checkpoint", CHECKPOINTS, "--resume")
 
@@ -180,6 +195,11 @@ def _entrypoint_notes(plan: Plan, dep: Deployment) -> list[str]:
             ]
         if not path.endswith(".npz"):
             return [f"application.data.path {path!r}: appopt's runtime trains from .npz arrays (x_train/y_train, x/y)"]
+        if shipped_data(plan.spec) is None and not Path(path).exists():
+            return [
+                f"application.data.path {path!r} is not on this machine: the job must find it there on the target "
+                "(a path relative to the spec is shipped with the plan instead)"
+            ]
         return []
     if dep.run_argv != ("python3",):
         return []
@@ -220,7 +240,7 @@ def _labels(plan: Plan) -> dict[str, str]:
         "org.opencontainers.image.title": plan.spec.name,
         "org.opencontainers.image.version": plan.spec.container.tag,
         "org.opencontainers.image.revision": git_revision(),
-        "io.appopt.spec-sha256": spec_digest(plan),
+        SPEC_LABEL: spec_digest(plan),
         "io.appopt.route": plan.choice.route.key,
         "io.appopt.predicted-step-seconds": f"{p.step_seconds:.6g}",
         "io.appopt.predicted-samples-per-second": f"{p.samples_per_second:.6g}",
@@ -241,14 +261,30 @@ def git_revision() -> str:
     return out.stdout.strip() if out.returncode == 0 and out.stdout.strip() else "unknown"
 
 
-def write_plan_outputs(plan: Plan, out_dir: Path, catalog: Catalog | None = None) -> list[Path]:
-    """Write plan.json, plan.md, the model, the runtime sources (when the route needs them) and the artifacts."""
-    try:
-        out_dir.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise AppoptError(f"{out_dir}: cannot create output directory: {exc.strerror or exc}") from None
+def write_plan_outputs(
+    plan: Plan,
+    out_dir: Path,
+    catalog: Catalog | None = None,
+    *,
+    force: bool = False,
+    allow_outside_spec_dir: bool = False,
+) -> list[Path]:
+    """Write plan.json, plan.md, the model, the runtime sources (when the route needs them), the application's code
+    and data, and the artifacts; return the paths written (top-level entries of ``out_dir``).
+
+    ``out_dir`` is this plan's alone (``optimiser.output_dir``): a concurrent planner refuses, what the previous plan
+    rendered is cleared, and a directory with files appopt did not write is refused unless ``force``.
+    ``allow_outside_spec_dir`` lets ``application.code`` and ``data.path`` name files outside the spec's directory.
+    """
+    shipped = check_app_files(plan.spec, allow_outside_spec_dir)  # before anything is written
     dep = deployment_from_plan(plan, catalog)
     plan = with_deployment_notes(plan, dep)
+    with exclusive_output_dir(out_dir, force=force) as staging:
+        written = _write_plan_files(plan, dep, shipped, staging)
+    return [out_dir / path.relative_to(staging) for path in written]
+
+
+def _write_plan_files(plan: Plan, dep: Deployment, shipped: ShippedFiles, out_dir: Path) -> list[Path]:
     written = [
         _write_text(out_dir / "plan.json", json.dumps(plan_to_dict(plan), indent=2) + "\n"),
         _write_text(out_dir / "plan.md", render_markdown(plan)),
@@ -259,7 +295,7 @@ def write_plan_outputs(plan: Plan, out_dir: Path, catalog: Catalog | None = None
         written.append(out_dir / dep.model_file)
     if "runtime" in dep.app_files:
         written.append(_copy_runtime_sources(out_dir))
-    written += _copy_code(plan.spec, out_dir)
+    written += copy_app_files(shipped, out_dir)
     try:
         written += render_artifacts(dep, out_dir)
     except RenderError as exc:
@@ -280,28 +316,12 @@ def _copy_runtime_sources(out_dir: Path) -> Path:
     return dest
 
 
-def _copy_code(spec: AppSpec, out_dir: Path) -> list[Path]:
-    """Copy ``application.code`` into ``out_dir/code`` (replacing an earlier copy) for the image build."""
-    dest = out_dir / CODE_DIR
-    if dest.exists():
-        shutil.rmtree(dest)
-    copied = []
-    for given, path in zip(spec.application.code, spec.code_paths(), strict=True):
-        target = dest / path.name
-        target.parent.mkdir(parents=True, exist_ok=True)
-        try:
-            if path.is_dir():
-                shutil.copytree(path, target, ignore=shutil.ignore_patterns("__pycache__", "*.pyc", ".git"))
-            else:
-                shutil.copy2(path, target)
-        except OSError as exc:
-            raise AppoptError(f"application.code: cannot copy {str(given)!r}: {exc.strerror or exc}") from None
-        copied.append(target)
-    return copied
-
-
 def _write_text(path: Path, text: str) -> Path:
+    """Write ``text`` atomically with the mode the umask gives new files (mkstemp alone would leave 0600)."""
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    mask = os.umask(0)
+    os.umask(mask)
+    os.fchmod(fd, 0o666 & ~mask)
     with os.fdopen(fd, "w", encoding="utf-8") as fh:
         fh.write(text)
     os.replace(tmp, path)

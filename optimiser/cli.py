@@ -19,20 +19,31 @@ app = typer.Typer(
 )
 
 SpecArg = Annotated[Path, typer.Argument(help="The application spec (YAML).", show_default=False)]
+OutsideOption = Annotated[
+    bool,
+    typer.Option(
+        "--allow-outside-spec-dir",
+        help="Let application.code and application.data.path ship files from outside the spec's directory.",
+    ),
+]
 
 
 @app.command()
 @user_errors
 def validate(
     spec: SpecArg,
+    allow_outside_spec_dir: OutsideOption = False,
     strict: Annotated[
         bool, typer.Option("--strict", help="Also plan and render the job; check a Kubernetes Job against the API.")
     ] = False,
 ) -> None:
-    """Check a spec (fields, catalog ids, target hardware) without planning."""
+    """Check a spec (fields, catalog ids, target hardware, the files it ships) without planning."""
+    from optimiser.app_files import check_app_files
+    from optimiser.spec import load_spec
     from optimiser.validation import check_rendered_job, validate_spec
 
     summary = validate_spec(spec)
+    check_app_files(load_spec(spec), allow_outside_spec_dir)  # what `plan` checks before it copies anything
     typer.echo(f"ok: {summary}")
     if strict:
         typer.echo(f"ok: {check_rendered_job(spec)}")
@@ -62,14 +73,20 @@ def plan(
         Path | None, typer.Option("-o", "--out", help="Write plan.json, plan.md and the artifacts here.")
     ] = None,
     top: Annotated[int | None, typer.Option(help="Rank this many candidates in the table/report.", min=1)] = None,
+    force: Annotated[
+        bool, typer.Option("--force", help="Write into an -o directory that holds files appopt did not write.")
+    ] = False,
+    allow_outside_spec_dir: OutsideOption = False,
 ) -> None:
     """Rank every compatible route for SPEC and explain the choice; with -o also render the artifacts."""
+    from optimiser.app_files import check_app_files
     from optimiser.artifacts import with_deployment_notes, write_plan_outputs
     from optimiser.planner import make_plan
     from optimiser.report import render_table
     from optimiser.spec import load_spec
 
     app_spec = load_spec(spec)
+    check_app_files(app_spec, allow_outside_spec_dir)
     if top is not None:
         app_spec = app_spec.model_copy(
             update={"optimisation": app_spec.optimisation.model_copy(update={"top": top})}
@@ -79,7 +96,7 @@ def plan(
     for note in result.notes:
         typer.echo(f"note: {note}", err=True)
     if out is not None:
-        for path in write_plan_outputs(result, out):
+        for path in write_plan_outputs(result, out, force=force, allow_outside_spec_dir=allow_outside_spec_dir):
             typer.echo(f"wrote {path}")
 
 

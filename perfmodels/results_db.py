@@ -8,13 +8,18 @@ columns hold compact JSON; no field contains a newline.
 
 Why it survives crashes
 -----------------------
-``append_rows`` takes an exclusive ``flock``, writes each row with a single ``write(2)`` on an ``O_APPEND`` descriptor
-and ``fsync``s. A writer killed mid-row can leave at most one partial line at the end; the next writer starts on a
-fresh line, and the reader drops any line whose field count or checksum is wrong (counted in
-``frame.attrs["dropped_rows"]`` and warned about). A row with a valid checksum but an invalid value is a schema
-violation and raises ``ResultsSchemaError``. New files appear atomically (written aside, then hard-linked into place),
-and ``write_rows``/``merge`` replace whole files atomically (temp file + ``os.replace``). Many nodes write separate
-shards; ``merge`` combines them, dropping duplicate ``row_id``s.
+Every writer (``append_rows``, ``write_rows``, ``merge``, ``rewrite_rows``: the benchmark runner, ``bench merge``,
+``bench refresh-features``, ``bench record-default``) holds one lock, ``database_lock``: an exclusive ``flock`` on the
+database file itself, re-checked after it is granted to be the file the path names now, since a replacing writer swaps
+the inode (a writer that waited on the old inode retries on the new one, so its rows land in the file that stays).
+``append_rows`` writes each row with a single ``write(2)`` on an ``O_APPEND`` descriptor and ``fsync``s. A writer
+killed mid-row can leave at most one partial line at the end; the next writer starts on a fresh line, and the reader
+drops any line whose field count or checksum is wrong. A row with a valid checksum but a value outside its column's
+type or range (an int of ``1e400``, a negative thread count) is dropped too. Dropped lines are counted in
+``frame.attrs["dropped_rows"]`` and warned about. New files appear atomically (written aside, then hard-linked into
+place), and ``write_rows``/``merge`` replace whole files atomically (temp file + ``os.replace``) while holding the lock
+for the whole read-modify-write, so no appended row is lost. Many nodes write separate shards; ``merge`` combines
+them, dropping duplicate ``row_id``s.
 
 Example::
 
@@ -36,7 +41,7 @@ import tempfile
 import uuid
 import warnings
 import zlib
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -211,16 +216,25 @@ def validate_row(row: Mapping[str, Any], where: str = "row") -> None:
             continue
         try:
             _check_value(column, value)
-        except (TypeError, ValueError) as error:
+        except (TypeError, ValueError, RecursionError) as error:  # RecursionError: JSON nested too deep
             raise ResultsSchemaError(f"{where}: {column.name}: {error}") from None
     if row.get("source") == "literature" and not row.get("citation"):
         raise ResultsSchemaError(f"{where}: citation: required for literature rows")
 
 
+#: Smallest value of each int column (counts of cores, threads and samples are positive); every int stays below
+#: ``_INT_LIMIT`` (exact in a float and in pandas' Int64).
+_INT_MINIMUM = {"schema_version": 1, "cores": 1, "threads": 1, "batch": 1, "queries": 0}
+_INT_LIMIT = 2**53
+
+
 def _check_value(column: Column, value: Any) -> None:
     if column.kind == "int":
-        if isinstance(value, bool) or int(value) != float(value):
-            raise ValueError(f"expected an integer, got {value!r}")
+        if isinstance(value, bool) or not (isinstance(value, int) or float(value).is_integer()):
+            raise ValueError(f"expected an integer, got {str(value)[:40]!r}")
+        low = _INT_MINIMUM.get(column.name, -_INT_LIMIT)
+        if not low <= int(value) < _INT_LIMIT:
+            raise ValueError(f"{str(value)[:40]} is out of range (at least {low}, below 2**53)")
     elif column.kind == "float":
         if isinstance(value, bool) or not math.isfinite(float(value)):
             raise ValueError(f"expected a finite number, got {value!r}")
@@ -285,14 +299,43 @@ def _ensure_file(path: Path) -> None:
 
 
 @contextlib.contextmanager
-def _locked_append(path: Path) -> Iterator[int]:
-    fd = os.open(path, os.O_WRONLY | os.O_APPEND)
+def database_lock(path: str | Path, write: bool = True) -> Iterator[int]:
+    """Hold the one lock every writer of the database ``path`` takes; yields an ``O_APPEND`` descriptor of it (or,
+    with ``write=False``, a read-only one: a merge's shards, which may be read-only files).
+
+    The lock is an exclusive ``flock`` on the file itself (created with the header when missing). A replacing writer
+    (``write_rows``, ``merge``) swaps the file's inode while holding the lock, so a writer granted the lock on an inode
+    the path no longer names retries on the current one. A killed holder's lock goes with its process.
+    """
+    path = Path(path)
+    while True:
+        try:
+            if write:
+                _ensure_file(path)
+            fd = os.open(path, os.O_WRONLY | os.O_APPEND if write else os.O_RDONLY)
+        except FileNotFoundError:
+            if not write:
+                raise ResultsSchemaError(f"{path}: no such results file") from None
+            continue  # replaced or removed between the two calls
+        except OSError as exc:
+            raise ResultsSchemaError(f"{path}: cannot {'write' if write else 'read'}: {exc.strerror or exc}") from None
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            held, now = os.fstat(fd), _stat_or_none(path)
+            if now is not None and (held.st_dev, held.st_ino) == (now.st_dev, now.st_ino):
+                yield fd
+                if write:
+                    os.fsync(fd)
+                return
+        finally:
+            os.close(fd)  # closing releases the lock
+
+
+def _stat_or_none(path: Path) -> os.stat_result | None:
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
-        yield fd
-        os.fsync(fd)
-    finally:
-        os.close(fd)  # closing releases the lock
+        return os.stat(path)
+    except FileNotFoundError:
+        return None
 
 
 def _ends_with_newline(path: Path) -> bool:
@@ -324,8 +367,7 @@ def append_rows(path: str | Path, rows: Iterable[Mapping[str, Any]]) -> int:
         lines.append(format_row(row).encode("utf-8"))
     if not lines:
         return 0
-    _ensure_file(path)
-    with _locked_append(path) as fd:
+    with database_lock(path) as fd:
         _check_current_header(path)
         if not _ends_with_newline(path):
             os.write(fd, b"\n")  # a writer died mid-row: start on a fresh line, leave its fragment to the reader
@@ -335,8 +377,27 @@ def append_rows(path: str | Path, rows: Iterable[Mapping[str, Any]]) -> int:
 
 
 def write_rows(path: str | Path, rows: Iterable[Mapping[str, Any]]) -> int:
-    """Replace ``path`` with exactly these rows, atomically (readers see the old file or the new one)."""
+    """Replace ``path`` with exactly these rows, atomically (readers see the old file or the new one), holding the
+    database's lock: rows appended while this runs wait and land in the new file."""
     path = Path(path)
+    rows = list(rows)
+    with database_lock(path):
+        return _replace_rows(path, rows)
+
+
+def rewrite_rows(path: str | Path, change: Callable[[list[dict[str, Any]]], list[dict[str, Any]] | None]) -> int | None:
+    """Read ``path``'s rows, let ``change`` return the new rows (or None for no change) and replace the file, all
+    under the database's lock, so no row appended meanwhile is lost; returns the rows written, or None."""
+    path = Path(path)
+    if not path.exists():
+        raise ResultsSchemaError(f"{path}: no such results file")
+    with database_lock(path):
+        new = change(frame_rows(read_results(path)))
+        return None if new is None else _replace_rows(path, new)
+
+
+def _replace_rows(path: Path, rows: Iterable[Mapping[str, Any]]) -> int:
+    """Write ``rows`` aside and rename over ``path`` (the caller holds ``database_lock(path)``)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     count = 0
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".new", dir=path.parent)
@@ -365,14 +426,21 @@ def _parse_field(column: Column, text: str) -> Any:
     if text == "":
         return None
     if column.kind == "int":
-        return int(float(text))
+        try:
+            return int(text)
+        except ValueError:
+            number = float(text)  # "8.0" from an older writer; "1e400" is inf and fails the check below
+            if not number.is_integer():
+                raise ValueError(f"{column.name}: expected an integer, got {text[:40]!r}") from None
+            return int(number)
     if column.kind == "float":
         return float(text)
     return text
 
 
 def _read_rows(path: Path) -> tuple[list[dict[str, Any]], list[str]]:
-    """(valid rows, descriptions of dropped damaged lines); ResultsSchemaError for a wrong header or bad value."""
+    """(valid rows, descriptions of dropped lines: damaged, or a value out of its column's type or range);
+    ResultsSchemaError for a missing file or a wrong header."""
     try:
         raw = path.read_bytes()
     except FileNotFoundError:
@@ -402,13 +470,16 @@ def _read_rows(path: Path) -> tuple[list[dict[str, Any]], list[str]]:
         if len(fields) != len(columns):
             dropped.append(f"line {number}: {len(fields)} fields, expected {len(columns)}")
             continue
-        where = f"{path}:{number}"
         try:
             row = dict.fromkeys(COLUMN_NAMES)
             row.update({c.name: _parse_field(c, f) for c, f in zip(columns, fields, strict=True)})
+            validate_row(row, f"line {number}")
+        except ResultsSchemaError as error:
+            dropped.append(str(error))
+            continue
         except ValueError as error:
-            raise ResultsSchemaError(f"{where}: {error}") from None
-        validate_row(row, where)
+            dropped.append(f"line {number}: {error}")
+            continue
         rows.append(row)
     return rows, dropped
 
@@ -436,7 +507,7 @@ def read_results(*paths: str | Path, warn: bool = True) -> pd.DataFrame:
         rows.extend(file_rows)
         dropped.extend(f"{path}: {d}" for d in file_dropped)
     if dropped and warn:
-        warnings.warn(f"dropped {len(dropped)} damaged row(s): {dropped[0]}", stacklevel=2)
+        warnings.warn(f"dropped {len(dropped)} damaged or invalid row(s): {dropped[0]}", stacklevel=2)
     frame = to_frame(rows).drop_duplicates("row_id", keep="first").reset_index(drop=True)
     frame.attrs["dropped_rows"] = dropped
     return frame
@@ -453,16 +524,25 @@ def frame_rows(frame: pd.DataFrame) -> list[dict[str, Any]]:
 
 
 def merge(shards: Sequence[str | Path], out: str | Path) -> tuple[int, list[str]]:
-    """Merge shard files (and ``out`` itself if it exists) into ``out``; (rows written, dropped damaged lines)."""
+    """Merge shard files (and ``out`` itself if it exists) into ``out``; (rows written, dropped damaged lines).
+
+    Holds the lock of ``out`` and of every shard (taken in path order, so two merges never wait on each other), so
+    rows appended to any of them meanwhile are neither lost from ``out`` nor read half-written from a shard.
+    """
     out = Path(out)
     sources = [Path(s) for s in shards if Path(s).resolve() != out.resolve()]
-    if out.exists():
-        sources.insert(0, out)
-    if not sources:
+    if not sources and not out.exists():
         raise ResultsSchemaError("merge: no shard files given")
-    frame = read_results(*sources, warn=False)
-    frame = frame.sort_values(["timestamp", "row_id"], kind="stable")
-    written = write_rows(out, frame_rows(frame))
+    for source in sources:
+        if not source.is_file():
+            raise ResultsSchemaError(f"{source}: no such results file")
+    with contextlib.ExitStack() as stack:
+        target = out.resolve()
+        for locked in sorted({p.resolve() for p in (*sources, out)}):
+            stack.enter_context(database_lock(locked, write=locked == target))
+        frame = read_results(out, *sources, warn=False)
+        frame = frame.sort_values(["timestamp", "row_id"], kind="stable")
+        written = _replace_rows(out, frame_rows(frame))
     return written, list(frame.attrs["dropped_rows"])
 
 

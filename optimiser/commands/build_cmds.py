@@ -56,6 +56,58 @@ def _as_user_errors() -> Iterator[None]:
         raise SchedulerError(*exc.lines) from None
 
 
+# --- one plan, one image: build, push and submit check the spec digest ------------------------------------------
+
+
+def _plan_digest(out: Path) -> str | None:
+    """plan.json's ``spec_sha256``; None when OUT has no readable plan.json (a hand-made build context)."""
+    import json
+
+    try:
+        digest = json.loads((out / "plan.json").read_text(encoding="utf-8")).get("spec_sha256")
+    except (OSError, ValueError, AttributeError):
+        return None
+    return digest if isinstance(digest, str) else None
+
+
+def check_deployment_matches_plan(out: Path) -> None:
+    """Before a build: ``deployment.json`` (what the Dockerfile is re-rendered from) is the plan's own."""
+    from builders.image_build import SPEC_LABEL, load_deployment
+
+    planned = _plan_digest(out)
+    dep = load_deployment(out) if planned else None
+    if planned is None or dep is None:
+        return
+    rendered = dict(dep.labels).get(SPEC_LABEL)
+    if rendered != planned:
+        raise BuildError(
+            f"{out}/deployment.json is from another spec (sha256 {str(rendered)[:12]}) than {out}/plan.json "
+            f"({planned[:12]}); plan again: appopt plan SPEC -o {out}"
+        )
+
+
+def check_build_matches_plan(out: Path, error: type[AppoptError], required: bool) -> None:
+    """Before a push or a submission: ``build.json`` records an image built from the plan's spec. Without a
+    build.json, ``required`` says whether that is an error here (a push) or not (a job may run a pulled image)."""
+    import json
+
+    from builders.image_build import BUILD_RECORD
+
+    planned = _plan_digest(out)
+    record = out / BUILD_RECORD
+    if planned is None or (not record.is_file() and not required):
+        return
+    try:
+        built = json.loads(record.read_text(encoding="utf-8")).get("spec_sha256")
+    except (OSError, ValueError, AttributeError):
+        return  # a missing or unreadable record: the push itself says so
+    if built != planned:
+        was = f"from another spec (sha256 {built[:12]})" if isinstance(built, str) else "with no spec digest"
+        raise error(
+            f"{record} was built {was}, not from {out}/plan.json ({planned[:12]}); rebuild: appopt build {out}"
+        )
+
+
 def _printer(quiet: bool) -> Callable[[str], None]:
     return (lambda _line: None) if quiet else (lambda line: typer.echo(line))
 
@@ -93,6 +145,7 @@ def build_cmd(
 
     say = _printer(quiet)
     with _as_user_errors():
+        check_deployment_matches_plan(out)
         if engine in ("charliecloud", "apptainer"):
             if push:
                 raise BuildError(f"--push: {engine} images are files, not registry images; copy them instead")
@@ -154,6 +207,7 @@ def push_cmd(
     """Push the image `appopt build` made for OUT; print and verify its digest."""
     from builders.image_build import push_built_image
 
+    check_build_matches_plan(out, PushError, required=True)
     with _as_user_errors():
         result = push_built_image(out, to, insecure=insecure, on_line=_printer(quiet))
     typer.echo(
@@ -166,6 +220,7 @@ def submit_cmd(out: OutArg) -> None:
     """Submit OUT's job script (sbatch for Slurm, qsub for PBS/Torque) and print the job id."""
     from builders.schedulers import submit_plan_job
 
+    check_build_matches_plan(out, SchedulerError, required=False)
     with _as_user_errors():
         scheduler, job_id = submit_plan_job(out)
     typer.echo(f"submitted job {job_id} to {scheduler.name}")

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import csv
 import io
+import multiprocessing
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -26,6 +28,7 @@ from perfmodels.results_db import (
     make_row,
     merge,
     read_results,
+    rewrite_rows,
     schema_markdown,
     write_rows,
 )
@@ -97,17 +100,44 @@ def test_wrong_header_is_a_schema_error(tmp_path):
         read_results(path)
 
 
-def test_valid_checksum_with_invalid_value_is_a_schema_error(tmp_path):
-    import zlib
+def _with_field(line: str, column: str, text: str) -> str:
+    """``line`` (one row with its checksum) with ``column`` set to ``text`` and a valid checksum again."""
+    fields = next(csv.reader([line.rpartition(",")[0]]))
+    fields[COLUMN_NAMES.index(column)] = text
+    buffer = io.StringIO()
+    csv.writer(buffer, lineterminator="").writerow(fields)
+    content = buffer.getvalue()
+    return f"{content},{zlib.crc32(content.encode()):08x}"
 
+
+@pytest.mark.parametrize(
+    "column, text, message",
+    [
+        ("source", "bogus", "source: 'bogus' is not one of"),
+        ("threads", "1e400", "threads: expected an integer"),
+        ("batch", "9" * 30, "batch: .* out of range"),
+        ("threads", "-2", "threads: .* out of range"),
+        ("cores", "0", "cores: .* out of range"),
+        ("threads", "1.5", "threads: expected an integer"),
+        ("value", "1e400", "value: expected a finite number"),
+        ("settings", "[" * 100_000, "settings:"),
+    ],
+)
+def test_valid_checksum_with_invalid_value_drops_the_row_with_a_warning(tmp_path, column, text, message):
     path = tmp_path / "db.csv"
-    append_rows(path, [row()])
+    append_rows(path, [row(model="bad"), row(model="good")])
     lines = path.read_text().splitlines()
-    content = lines[1].rpartition(",")[0].replace(",measured,", ",bogus,", 1)
-    lines[1] = f"{content},{zlib.crc32(content.encode()):08x}"
+    lines[1] = _with_field(lines[1], column, text)
     path.write_text("\n".join(lines) + "\n")
-    with pytest.raises(ResultsSchemaError, match=r"db.csv:2: source"):
-        read_results(path)
+    with pytest.warns(UserWarning, match="dropped 1 damaged or invalid"):
+        frame = read_results(path)
+    assert frame["model"].tolist() == ["good"]
+    assert re.search(f"db.csv: line 2: {message}", frame.attrs["dropped_rows"][0])
+
+
+def test_negative_thread_counts_are_refused_on_write():
+    with pytest.raises(ResultsSchemaError, match=r"threads: .* out of range"):
+        row(threads=-1)
 
 
 def test_torn_last_row_is_dropped_and_the_next_append_starts_a_fresh_line(tmp_path):
@@ -229,3 +259,150 @@ def test_files_of_the_previous_schema_are_read_and_upgraded_by_merge(tmp_path, v
     merged = tmp_path / "current.csv"
     merge([old], merged)
     assert merged.read_text().startswith(HEADER_LINE) and len(read_results(merged)) == 1
+
+
+# --- one lock for every writer: appends, merges, rewrites and kill -9 lose no committed row --------------------------
+
+
+def _append_numbered(path: str, tag: str, count: int) -> None:
+    for i in range(count):
+        append_rows(path, [row(model=f"{tag}{i}")])
+
+
+def _merge_repeatedly(path: str, shard: str, stop) -> None:
+    while not stop.is_set():
+        merge([shard], path)
+        rewrite_rows(path, lambda rows: list(rows))  # what `bench refresh-features` does, changing nothing
+
+
+def test_concurrent_appends_merges_and_rewrites_lose_no_row(tmp_path):
+    """Two appenders and a process that merges a shard into the database and rewrites it in a loop: without one
+    lock shared by every writer, rows appended while a merge reads are lost when it replaces the file."""
+    db, shard = tmp_path / "db.csv", tmp_path / "shard.csv"
+    append_rows(shard, [row(model="shard0")])
+    append_rows(db, [row(model="first")])
+    context = multiprocessing.get_context("spawn")
+    stop = context.Event()
+    merger = context.Process(target=_merge_repeatedly, args=(str(db), str(shard), stop))
+    merger.start()
+    appenders = [context.Process(target=_append_numbered, args=(str(db), tag, 60)) for tag in ("p", "q")]
+    try:
+        for proc in appenders:
+            proc.start()
+        for proc in appenders:
+            proc.join(120)
+            assert proc.exitcode == 0
+    finally:
+        stop.set()
+        merger.join(60)
+        for proc in (*appenders, merger):
+            proc.kill()
+    assert merger.exitcode == 0
+    frame = read_results(db)
+    models = set(frame["model"])
+    assert {f"{tag}{i}" for tag in ("p", "q") for i in range(60)} <= models
+    assert {"first", "shard0"} <= models and frame.attrs["dropped_rows"] == []
+
+
+_LOGGING_WRITER = textwrap.dedent(
+    """
+    import sys
+    from perfmodels.results_db import append_rows, make_row
+    path, log = sys.argv[1], sys.argv[2]
+    with open(log, "a") as out:
+        i = 0
+        while True:
+            model = f"{log[-6:]}-{i}"
+            append_rows(path, [make_row(source="measured", target="t", backend="b", model=model,
+                                        scenario="SingleStream", metric="m", value=1.0, notes="x" * 3000)])
+            out.write(model + "\\n")  # committed: append_rows returned
+            out.flush()
+            i += 1
+    """
+)
+
+
+_MERGER = textwrap.dedent(
+    """
+    import sys
+    from perfmodels.results_db import merge
+    while True:
+        merge([sys.argv[2]], sys.argv[1])
+    """
+)
+
+
+def test_rows_committed_before_a_kill_survive_concurrent_merges(tmp_path):
+    """Appenders and a merging process all killed with SIGKILL mid-write, twice over the same database: every row
+    whose append returned is in the final database, and the killed writers' fragments are dropped, not fatal."""
+    db, shard = tmp_path / "db.csv", tmp_path / "shard.csv"
+    append_rows(shard, [row(model="shard0")])
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    logs = [tmp_path / f"log-w{n}.txt" for n in range(2)]
+    for round_number in range(2):
+        procs = [subprocess.Popen([sys.executable, "-c", _MERGER, str(db), str(shard)], env=env)]
+        procs += [
+            subprocess.Popen([sys.executable, "-c", _LOGGING_WRITER, str(db), str(log)], env=env) for log in logs
+        ]
+        try:
+            deadline = time.monotonic() + 60
+            while time.monotonic() < deadline and not all(
+                p.exists() and p.stat().st_size > 200 * (round_number + 1) for p in logs
+            ):
+                time.sleep(0.05)
+        finally:
+            for proc in procs:
+                proc.send_signal(signal.SIGKILL)
+                proc.wait()
+    merge([shard], db)
+    committed = {line for log in logs for line in log.read_text().split()}
+    assert len(committed) > 40
+    frame = read_results(db, warn=False)
+    assert committed <= set(frame["model"])
+    assert frame["row_id"].is_unique and "shard0" in set(frame["model"])
+
+
+def test_a_read_only_shard_merges(tmp_path, monkeypatch):
+    """A merge locks its shards without opening them for writing (a shard may be a read-only file)."""
+    shard = tmp_path / "a.csv"
+    append_rows(shard, [row(model="ro")])
+    real_open = os.open
+
+    def read_only(path, flags, *args):
+        if Path(path) == shard.resolve() and flags & (os.O_WRONLY | os.O_RDWR):
+            raise PermissionError(13, "Permission denied")  # as for a non-root user and a 0444 file
+        return real_open(path, flags, *args)
+
+    monkeypatch.setattr(os, "open", read_only)
+    written, _ = merge([shard], tmp_path / "db.csv")
+    assert written == 1 and read_results(tmp_path / "db.csv")["model"].tolist() == ["ro"]
+
+
+def test_appends_and_merges_in_threads_of_one_process_lose_no_row(tmp_path):
+    """The issue's in-process case (1,465 of 1,500 rows lost over 33 merges): flock is per open file, so threads
+    exclude each other as processes do."""
+    import threading
+
+    db, shard = tmp_path / "db.csv", tmp_path / "shard.csv"
+    append_rows(shard, [row(model="shard0")])
+    stop = threading.Event()
+    merges = 0
+
+    def merging() -> None:
+        nonlocal merges
+        while not stop.is_set():
+            merge([shard], db)
+            merges += 1
+
+    merger = threading.Thread(target=merging)
+    merger.start()
+    appenders = [threading.Thread(target=_append_numbered, args=(str(db), tag, 100)) for tag in ("p", "q")]
+    for thread in appenders:
+        thread.start()
+    for thread in appenders:
+        thread.join(120)
+    stop.set()
+    merger.join(60)
+    models = set(read_results(db)["model"])
+    assert {f"{tag}{i}" for tag in ("p", "q") for i in range(100)} <= models
+    assert merges > 3

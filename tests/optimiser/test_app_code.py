@@ -207,3 +207,125 @@ def test_a_training_plan_without_usable_data_says_so(tmp_path: Path, data: str, 
     code, _, err = _invoke("plan", str(tmp_path / "train.yaml"), "-o", str(out))
     assert code == 0, err
     assert note in (out / "plan.md").read_text()
+
+
+# --- the build-context rule: inside the spec's directory, regular files and directories, a size cap ---------------
+
+
+def _host_file_cases(tmp_path: Path) -> list[tuple[str, str]]:
+    os.mkfifo(tmp_path / "fifo")
+    (tmp_path / "passwd-link").symlink_to("/etc/passwd")
+    (tmp_path / "etc-link").symlink_to("/etc")
+    (tmp_path / "pkg" / "hostname").symlink_to("/etc/hostname")
+    outside = "resolves to {}, outside the spec's directory {}; move it inside, or pass --allow-outside-spec-dir"
+    base = tmp_path.resolve()
+    return [
+        ("[/dev/zero]", "application.code.0: '/dev/zero' " + outside.format("/dev/zero", base)),
+        ("[/etc]", "application.code.0: '/etc' " + outside.format("/etc", base)),
+        ("['../x/serve.py']", "application.code.0: '../x/serve.py' does not exist"),
+        ("[fifo]", "application.code.0: 'fifo' is a fifo, not a regular file or directory"),
+        ("[passwd-link]", "application.code.0: 'passwd-link' " + outside.format("/etc/passwd", base)),
+        ("[etc-link]", "application.code.0: 'etc-link' " + outside.format("/etc", base)),
+        ("[pkg]", "application.code.0: 'pkg/hostname' " + outside.format("/etc/hostname", base)),
+    ]
+
+
+def test_code_from_outside_the_spec_dir_or_not_a_regular_file_is_refused_by_validate_and_plan(tmp_path: Path) -> None:
+    spec = _spec(tmp_path, "[serve.py]")
+    for code_list, message in _host_file_cases(tmp_path):
+        spec.write_text(SPEC.format(code=code_list, command="[python3, serve.py]"))
+        for command in ("validate", "plan"):
+            out = tmp_path / "out"
+            code, _, err = _invoke(command, str(spec), *(["-o", str(out)] if command == "plan" else []))
+            assert code == 2, (code_list, command, err)
+            assert err.startswith(f"error: {message}"), (code_list, err)
+            assert len(err.strip().splitlines()) == 1
+            assert not out.exists()
+
+
+def test_a_symlinked_directory_inside_code_is_refused(tmp_path: Path) -> None:
+    spec = _spec(tmp_path, "[pkg]")
+    (tmp_path / "pkg" / "loop").symlink_to(tmp_path / "pkg")
+    code, _, err = _invoke("validate", str(spec))
+    assert code == 2
+    assert err == "error: application.code.0: 'pkg/loop' is a symlink to a directory; ship the directory itself\n"
+
+
+def test_the_flag_allows_files_outside_but_never_devices(tmp_path: Path) -> None:
+    (tmp_path / "elsewhere").mkdir()
+    (tmp_path / "elsewhere" / "helper.py").write_text("X = 1\n")
+    spec_dir = tmp_path / "spec"
+    spec_dir.mkdir()
+    spec = _spec(spec_dir, "['../elsewhere/helper.py']")
+    assert _invoke("validate", str(spec))[0] == 2
+    out = tmp_path / "out"
+    code, _, err = _invoke("plan", str(spec), "-o", str(out), "--allow-outside-spec-dir")
+    assert code == 0, err
+    assert (out / "code" / "helper.py").read_text() == "X = 1\n"
+    spec.write_text(SPEC.format(code="[/dev/zero]", command="[python3, serve.py]"))
+    code, _, err = _invoke("validate", str(spec), "--allow-outside-spec-dir")
+    assert (code, err) == (2, "error: application.code.0: '/dev/zero' is a character device, not a regular file or "
+                              "directory\n")
+
+
+def test_code_over_the_size_cap_is_one_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from optimiser import app_files
+
+    monkeypatch.setattr(app_files, "MAX_CODE_BYTES", 1000)
+    spec = _spec(tmp_path, "[serve.py, pkg]")
+    (tmp_path / "pkg" / "big.bin").write_bytes(b"\0" * 2000)
+    for command in ("validate", "plan"):
+        code, _, err = _invoke(command, str(spec), *(["-o", str(tmp_path / "out")] if command == "plan" else []))
+        assert code == 2
+        assert err == "error: application.code: more than 1000 bytes to ship (reached at 'pkg/big.bin'); ship less\n"
+
+
+# --- application.data.path: relative to the spec, shipped with the plan ----------------------------------------
+
+
+def test_relative_training_data_is_shipped_and_the_job_finds_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from tests.runtime.training.test_runtime_train_cli import _separable_npz
+
+    spec_dir = tmp_path / "spec"
+    (spec_dir / "datasets").mkdir(parents=True)
+    _separable_npz(spec_dir / "datasets" / "points.npz")
+    shutil.copy2(EXAMPLES / "digits_mlp.onnx", spec_dir / "digits_mlp.onnx")
+    (spec_dir / "train.yaml").write_text(TRAIN_SPEC.format(data="data: {path: datasets/points.npz, epochs: 1}"))
+    out = tmp_path / "out"
+    elsewhere = tmp_path / "cwd"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)  # the spec's directory resolves the path, not the working directory
+    code, _, err = _invoke("plan", str(spec_dir / "train.yaml"), "-o", str(out))
+    assert code == 0, err
+    assert (out / "data" / "points.npz").read_bytes() == (spec_dir / "datasets" / "points.npz").read_bytes()
+    deployment = json.loads((out / "deployment.json").read_text())
+    assert "data" in deployment["app_files"]
+    argv = deployment["run_argv"]
+    assert argv[argv.index("--data") + 1] == "/opt/app/data/points.npz"
+    job_dir = tmp_path / "job"
+    job_dir.mkdir()
+    env = {**os.environ, "APPOPT_CONTAINER": "none", "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"}
+    done = subprocess.run(["bash", str(out / "run.sh")], cwd=job_dir, env=env, capture_output=True, text=True,
+                          timeout=300, check=False)
+    assert done.returncode == 0, done.stderr
+    assert (job_dir / "trained.onnx").exists()
+
+
+def test_missing_relative_training_data_is_reported_by_validate_and_plan(tmp_path: Path) -> None:
+    shutil.copy2(EXAMPLES / "digits_mlp.onnx", tmp_path / "digits_mlp.onnx")
+    (tmp_path / "train.yaml").write_text(TRAIN_SPEC.format(data="data: {path: digits.npz}"))
+    for command in ("validate", "plan"):
+        code, _, err = _invoke(command, str(tmp_path / "train.yaml"))
+        assert code == 2, err
+        assert err == (
+            f"error: application.data.path: 'digits.npz' does not exist (looked for {tmp_path.resolve()}/digits.npz)\n"
+        )
+
+
+def test_infinite_epochs_are_one_line_not_an_overflow(tmp_path: Path) -> None:
+    shutil.copy2(EXAMPLES / "digits_mlp.onnx", tmp_path / "digits_mlp.onnx")
+    (tmp_path / "train.yaml").write_text(TRAIN_SPEC.format(data="data: {epochs: .inf}"))
+    code, _, err = _invoke("plan", str(tmp_path / "train.yaml"), "-o", str(tmp_path / "out"))
+    assert code == 2 and err.startswith("error: application.data.epochs") and len(err.splitlines()) == 1, err
