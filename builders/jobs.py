@@ -16,6 +16,7 @@ from typing import Any
 
 import yaml
 
+from builders.container_choice import runtime_values
 from builders.deployment import Deployment
 from builders.errors import RenderError
 from builders.names import dns_label, image_name, sif_name, squashfs_name
@@ -60,9 +61,10 @@ def render_job(dep: Deployment) -> tuple[str, str]:
     if dep.scheduler == "kubernetes":
         return JOB_FILES["kubernetes"], render_kubernetes(dep)
     if dep.scheduler == "none":
-        return JOB_FILES["none"], render_template("run.sh.j2", **_script_values(dep), **_local_values(dep))
+        values = _script_values(dep) | _local_values(dep) | runtime_values(dep, batch_job=False)
+        return JOB_FILES["none"], render_template("run.sh.j2", **values)
     template = "job.slurm.j2" if dep.scheduler == "slurm" else "job.pbs.j2"
-    values = _script_values(dep) | _hpc_values(dep)
+    values = _script_values(dep) | _hpc_values(dep) | runtime_values(dep, batch_job=True)
     return JOB_FILES[dep.scheduler], render_template(template, **values)
 
 
@@ -176,7 +178,6 @@ def _slurm_time(seconds: int) -> str:
 
 def _local_values(dep: Deployment) -> dict[str, Any]:
     return {
-        "default_container": "docker" if "docker" in dep.formats else "singularity",
         "host_app_dir": '"$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"',
         "oci_image": shell_quote(image_name(dep)),
         "sif_image": shell_quote(_singularity_image(dep)),

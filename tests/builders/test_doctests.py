@@ -19,6 +19,7 @@ MODULES = [
     "builders.jobs",
     "builders.blocks.apt_packages",
     "builders.blocks.model_compile",
+    "builders.blocks.pip_packages",
 ]
 
 
