@@ -135,7 +135,7 @@ def prepare_build(
             if on_line:
                 on_line(f"wheelhouse {wheelhouse} is empty: pip download {' '.join(dep.pip_packages)}")
             download_wheelhouse(dep.pip_packages, wheelhouse, python_version=python_version_of(dep.base_image),
-                                arch=arch, on_line=on_line)
+                                arch=arch, on_line=on_line, index_urls=dep.pip_index_urls)
         copy_into_context(wheelhouse, out_dir, WHEELHOUSE_SUBDIR)
         wheels = list_wheels(out_dir / WHEELHOUSE_SUBDIR)
         dep = dataclasses.replace(dep, wheelhouse=WHEELHOUSE_SUBDIR)
