@@ -110,3 +110,10 @@ def test_without_a_container_appopt_python_names_the_python_that_runs_it(tmp_pat
 def test_python_modules_are_the_import_names_of_the_requirements() -> None:
     assert python_modules(("torch==2.13.0", "apache-tvm==0.27.0.post1", "mkl==2024.1.0")) == ("torch", "tvm")
     assert python_modules(("bad;name==1", "x$(id)==1")) == ("bad",)  # never anything but an identifier
+
+
+def test_a_batch_job_refuses_docker_with_the_runtimes_it_can_use(tmp_path: Path) -> None:
+    run = _run(render_job(cpu_slurm())[1], tmp_path, container="docker")  # the docker stub answers `version`
+    assert run.returncode == 2 and run.argv[0] == "version"  # probed for a daemon, never run
+    assert "job: APPOPT_CONTAINER: docker cannot run this job's image" in run.stderr
+    assert "use apptainer, singularity, podman, charliecloud or none" in run.stderr
