@@ -121,3 +121,15 @@ def test_without_a_container_run_sh_names_what_python_lacks(tmp_path: Path) -> N
     assert "run.sh: without a container this needs a Python that imports onnxruntime, numpy, onnx; none of" \
         in done.stderr
     assert "pip install onnxruntime==1.19.2 numpy==2.4.6 onnx==1.23.2 into one" in done.stderr
+
+
+def test_offline_the_default_base_image_fails_with_a_pointer_to_base_image(containers: object, tmp_path: Path,
+                                                                          appopt: Callable[..., Result]) -> None:
+    """No registry is reachable here: buildah cannot pull python:3.11-slim, and the error says what to do."""
+    out = _plan("onnx-mlp-local.yaml", tmp_path / "out")
+    result = appopt("build", out, "--engine", "buildah", "--quiet")
+    assert result.exit_code == 4, result.output[-3000:]
+    lines = result.output.strip().splitlines()
+    assert lines[0].startswith("error: buildah build failed") and "python:3.11-slim" in lines[0]
+    assert lines[-1].startswith("error: the base image (python:3.11-slim) could not be pulled (offline, or no "
+                                "registry reachable): build on one this engine already has with --base-image IMAGE")
