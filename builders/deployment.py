@@ -29,6 +29,9 @@ class Deployment:
     #: Debian/Ubuntu packages and pip requirements to install in the build stage.
     apt_packages: tuple[str, ...] = ()
     pip_packages: tuple[str, ...] = ()
+    #: Extra package indexes (URLs) pip searches besides PyPI in the build stage (PyTorch's CPU wheels); unused with
+    #: a ``wheelhouse``.
+    pip_index_urls: tuple[str, ...] = ()
     #: Extra shell commands from the catalog (trusted text, not from the spec).
     run_steps: tuple[str, ...] = ()
     #: Environment for the final image (thread counts, library switches, precision flags).

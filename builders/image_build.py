@@ -143,7 +143,7 @@ def prepare_build(
             if on_line:
                 on_line(f"wheelhouse {wheelhouse} is empty: pip download {' '.join(dep.pip_packages)}")
             download_wheelhouse(dep.pip_packages, wheelhouse, python_version=python_version_of(dep.base_image),
-                                arch=arch, on_line=on_line)
+                                arch=arch, on_line=on_line, index_urls=dep.pip_index_urls)
         copy_into_context(wheelhouse, out_dir, WHEELHOUSE_SUBDIR)
         wheels = list_wheels(out_dir / WHEELHOUSE_SUBDIR)
         dep = dataclasses.replace(dep, wheelhouse=WHEELHOUSE_SUBDIR)
@@ -230,7 +230,10 @@ def build_plan_image(
     log_path.parent.mkdir(parents=True, exist_ok=True)
     request = BuildRequest(context=out_dir, dockerfile=prepared.dockerfile, tag=image, platform=platform,
                            log_path=log_path)
-    result = chosen.build(request, on_line)
+    try:
+        result = chosen.build(request, on_line)
+    except EngineError as exc:
+        raise with_base_image_hint(exc, prepared.dockerfile, base_image) from None
     record = BuildRecord(
         engine=chosen.name, engine_detail=chosen.describe(), image=result.image, image_id=result.image_id,
         seconds=round(result.seconds, 3), dockerfile=str(prepared.dockerfile.relative_to(out_dir)),
@@ -240,6 +243,45 @@ def build_plan_image(
     )
     (out_dir / BUILD_RECORD).write_text(json.dumps(dataclasses.asdict(record), indent=2) + "\n", encoding="utf-8")
     return record
+
+
+#: What engines print when the base image cannot be fetched (buildah/podman, the Docker API).
+_PULL_FAILED = re.compile(
+    r"creating build container|initializing source|pinging container registry|pull access denied|manifest unknown|"
+    r"error pulling|failed to resolve|short-name|no such host|dial tcp|name unknown|not found: manifest",
+    re.IGNORECASE,
+)
+
+
+def base_images_of(dockerfile: Path) -> list[str]:
+    """The images (not earlier stages) a Dockerfile's ``FROM`` lines name, in order, each once."""
+    stages: set[str] = set()
+    images: list[str] = []
+    for line in dockerfile.read_text(encoding="utf-8").splitlines():
+        match = _FROM.match(line)
+        if not match:
+            continue
+        image, alias = match.group(3), re.search(r"\bAS\s+(\S+)", match.group(4), re.IGNORECASE)
+        if image.lower() not in stages and image not in images:
+            images.append(image)
+        if alias:
+            stages.add(alias.group(1).lower())
+    return images
+
+
+def with_base_image_hint(exc: EngineError, dockerfile: Path, base_image: str | None) -> EngineError:
+    """``exc`` with a line saying what to do when its cause is a base image that could not be pulled."""
+    if not any(_PULL_FAILED.search(line) for line in exc.lines):
+        return exc
+    images = ", ".join(base_images_of(dockerfile)) or "the base image"
+    if base_image is None:
+        hint = (f"the base image ({images}) could not be pulled (offline, or no registry reachable): build on one "
+                "this engine already has with --base-image IMAGE (one with the same Python, e.g. a Debian 12 "
+                "rootfs imported with `podman import`; README, \"Build\"), or pull it while online")
+    else:
+        hint = (f"--base-image {base_image}: not in this engine's local storage and it could not be pulled: check "
+                "the name (`podman images`, `buildah images`)")
+    return EngineError(*exc.lines, hint)
 
 
 def push_built_image(

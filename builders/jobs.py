@@ -14,6 +14,7 @@ from __future__ import annotations
 from typing import Any
 
 from builders import kubernetes, pbs, slurm
+from builders.container_choice import runtime_values
 from builders.deployment import Deployment
 from builders.errors import RenderError
 from builders.kubernetes import K8S_GPU_RESOURCES, kubernetes_job, render_kubernetes
@@ -54,8 +55,9 @@ def render_job(dep: Deployment) -> tuple[str, str]:
     if dep.scheduler == "kubernetes":
         return kubernetes.JOB_FILE, render_kubernetes(dep)
     if dep.scheduler == "none":
-        return JOB_FILES["none"], render_template("run.sh.j2", **_script_values(dep), **_local_values(dep))
-    values = _script_values(dep) | _hpc_values(dep)
+        values = _script_values(dep) | _local_values(dep) | runtime_values(dep, batch_job=False)
+        return JOB_FILES["none"], render_template("run.sh.j2", **values)
+    values = _script_values(dep) | _hpc_values(dep) | runtime_values(dep, batch_job=True)
     return JOB_FILES[dep.scheduler], render_template(BATCH[dep.scheduler].TEMPLATE, **values)
 
 
@@ -121,7 +123,6 @@ def _launch(dep: Deployment) -> str:
 
 def _local_values(dep: Deployment) -> dict[str, Any]:
     return {
-        "default_container": "docker" if "docker" in dep.formats else "singularity",
         "host_app_dir": '"$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"',
         "oci_image": shell_quote(image_name(dep)),
         "sif_image": shell_quote(_singularity_image(dep)),

@@ -53,7 +53,8 @@ def recipe_from_deployment(dep: Deployment) -> Recipe:
     # Order matters: system packages, catalog steps, the venv, pip into it, then the app (compiled with all that).
     blocks: list[BuildingBlock] = [AptPackages(dep.apt_packages), ShellSteps(dep.run_steps)]
     if python is not None:
-        blocks += [python, PipPackages(dep.pip_packages, python=python.venv_python, wheelhouse=dep.wheelhouse)]
+        blocks += [python, PipPackages(dep.pip_packages, python=python.venv_python, wheelhouse=dep.wheelhouse,
+                                      index_urls=dep.pip_index_urls)]
     blocks.append(app)
 
     final: list[Primitive] = [BaseImage(dep.runtime_image or dep.base_image, FINAL_STAGE)]

@@ -100,6 +100,7 @@ def _text_problems(dep: Deployment) -> Iterator[str]:
     ]
     texts += [(f"apt_packages[{i}]", v) for i, v in enumerate(dep.apt_packages)]
     texts += [(f"pip_packages[{i}]", v) for i, v in enumerate(dep.pip_packages)]
+    texts += [(f"pip_index_urls[{i}]", v) for i, v in enumerate(dep.pip_index_urls)]
     texts += [(f"run_steps[{i}]", v) for i, v in enumerate(dep.run_steps)]
     texts += [(f"env.{k}", v) for k, v in dep.env] + [(f"labels.{k}", v) for k, v in dep.labels]
     texts += [(f"compile_argv[{i}]", v) for i, v in enumerate(dep.compile_argv or ())]

@@ -70,10 +70,12 @@ def download_wheelhouse(
     python_version: str = DEFAULT_PYTHON,
     arch: str = "x86_64",
     on_line: Callable[[str], None] | None = None,
+    index_urls: Sequence[str] = (),
 ) -> Wheelhouse:
     """``pip download`` binary wheels of ``requirements`` (and their dependencies) for the image into ``dest``.
 
-    Only wheels (``--only-binary=:all:``): the build stage must not compile anything it cannot fetch.
+    Only wheels (``--only-binary=:all:``): the build stage must not compile anything it cannot fetch. ``index_urls``
+    are searched besides PyPI (and pip's own ``PIP_FIND_LINKS``), as the build stage would (PyTorch's CPU index).
     """
     dest.mkdir(parents=True, exist_ok=True)
     platforms = wheel_platforms(arch)
@@ -87,6 +89,8 @@ def download_wheelhouse(
     bad = [r for r in requirements if r.startswith("-")]
     if bad:
         raise WheelhouseError(f"wheelhouse: {bad[0]!r} is an option, not a requirement")
+    for url in index_urls:
+        argv += ["--extra-index-url", url]
     argv += list(requirements)
     proc = subprocess.run(argv, capture_output=True, text=True, check=False)
     if on_line:

@@ -76,6 +76,7 @@ def deployment_from_plan(plan: Plan, catalog: Catalog | None = None) -> Deployme
         gpus_per_node=gpus,
         apt_packages=tuple(dict.fromkeys(p for inst in installs for p in inst.apt)),
         pip_packages=tuple(dict.fromkeys(p for inst in installs for p in inst.pip)),
+        pip_index_urls=tuple(dict.fromkeys(url for inst in installs for url in inst.pip_index)),
         run_steps=tuple(step for inst in installs for step in inst.run),
         env=tuple(sorted(env.items())),
         labels=tuple(_labels(plan).items()),

@@ -13,7 +13,12 @@ WHEELHOUSE_IN_IMAGE = "/opt/appopt/wheelhouse"
 
 @dataclass(frozen=True)
 class PipPackages:
-    """``python -m pip install`` of ``packages``; with ``wheelhouse`` set: ``--no-index --find-links`` it.
+    """``python -m pip install`` of ``packages`` from PyPI and ``index_urls``; with ``wheelhouse`` set: only from it
+    (``--no-index --find-links``).
+
+    >>> PipPackages(("torch==2.13.0",), index_urls=("https://download.pytorch.org/whl/cpu",)).build()[0].commands[0]
+    ... # doctest: +ELLIPSIS
+    '... --extra-index-url https://download.pytorch.org/whl/cpu torch==2.13.0'
 
     Install into a venv made by :class:`PythonRuntime` (pass its ``venv_python``): the final stage gets the packages
     by copying that venv, so this block has no runtime steps of its own.
@@ -22,13 +27,15 @@ class PipPackages:
     packages: tuple[str, ...]
     python: str = "python3"
     wheelhouse: str | None = None
+    index_urls: tuple[str, ...] = ()
 
     def build(self) -> list[Primitive]:
         if not self.packages:
             return []
         argv = [self.python, "-m", "pip", "install", "--no-cache-dir", "--disable-pip-version-check"]
         if self.wheelhouse is None:
-            return [Shell.from_argv([*argv, *self.packages])]
+            indexes = [word for url in self.index_urls for word in ("--extra-index-url", url)]
+            return [Shell.from_argv([*argv, *indexes, *self.packages])]
         install = [*argv, "--no-index", "--find-links", WHEELHOUSE_IN_IMAGE, *self.packages]
         return [
             Copy(self.wheelhouse, WHEELHOUSE_IN_IMAGE),

@@ -82,6 +82,8 @@ class Install(_Entry):
     base_images: dict[str, str] = Field(default_factory=dict)
     apt: list[str] = Field(default_factory=list)
     pip: list[str] = Field(default_factory=list)
+    #: Extra package indexes pip searches (besides PyPI) in the build stage, e.g. PyTorch's CPU wheel index.
+    pip_index: list[str] = Field(default_factory=list)
     env: dict[str, str] = Field(default_factory=dict)
     #: Extra shell steps, each a plain command line with no spec-derived text.
     run: list[str] = Field(default_factory=list)
@@ -99,7 +101,7 @@ class Install(_Entry):
     def for_key(self, key: str) -> Install:
         """The steps for one install key, with its variant applied (``variants`` and other keys dropped)."""
         variant = self.variants.get(key)
-        steps = {name: getattr(self, name) for name in ("apt", "pip", "env", "run")}
+        steps = {name: getattr(self, name) for name in ("apt", "pip", "pip_index", "env", "run")}
         if variant is not None:
             steps.update({name: getattr(variant, name) for name in variant.model_fields_set if name in steps})
         image = self.base_images.get(key)

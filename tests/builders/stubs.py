@@ -26,8 +26,12 @@ class ScriptRun:
     workdir: Path
 
 
-def run_script(text: str, tmp_path: Path, extra_args: tuple[str, ...] = (), check_env: str = "") -> ScriptRun:
-    """Write ``text`` to ``tmp_path/job`` and run it with bash from ``tmp_path`` with stubbed tools on PATH."""
+def run_script(text: str, tmp_path: Path, extra_args: tuple[str, ...] = (), check_env: str = "",
+               container: str | None = None, extra_env: dict[str, str] | None = None) -> ScriptRun:
+    """Write ``text`` to ``tmp_path/job`` and run it with bash from ``tmp_path`` with stubbed tools on PATH.
+
+    ``container`` sets APPOPT_CONTAINER (else the script picks from what PATH has: the stubs, and this machine's
+    own podman or ch-run, when present); ``extra_env`` adds variables."""
     bin_dir = tmp_path / "stub-bin"
     bin_dir.mkdir(exist_ok=True)
     for name, body in _STUBS.items():
@@ -47,6 +51,8 @@ def run_script(text: str, tmp_path: Path, extra_args: tuple[str, ...] = (), chec
         "SLURM_SUBMIT_DIR": str(tmp_path),
         "PBS_O_WORKDIR": str(tmp_path),
         "PBS_NODEFILE": str(tmp_path / "nodes"),
+        **({"APPOPT_CONTAINER": container} if container is not None else {}),
+        **(extra_env or {}),
     }
     done = subprocess.run(
         ["bash", str(script), *extra_args],

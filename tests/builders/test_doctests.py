@@ -21,6 +21,7 @@ MODULES = [
     "builders.kubernetes",
     "builders.blocks.apt_packages",
     "builders.blocks.model_compile",
+    "builders.blocks.pip_packages",
 ]
 
 

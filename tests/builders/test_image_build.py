@@ -146,3 +146,35 @@ def test_wheel_platform_tags_follow_the_image() -> None:
 def test_apptainer_missing_is_a_result_not_a_crash(out: Path, tmp_path: Path) -> None:
     result = apptainer.build_sif(out, env={"PATH": str(tmp_path)})
     assert dataclasses.astuple(result)[:2] == (False, "no apptainer/singularity binary on this machine")
+
+
+_OFFLINE = ('Error: creating build container: initializing source docker://python:3.11-slim: pinging container '
+            'registry registry-1.docker.io: Get "https://registry-1.docker.io/v2/": dial tcp: no such host')
+
+
+def _fake_buildah(out: Path, message: str) -> Path:
+    """A ``buildah`` on PATH that fails the way buildah 1.28 does without a network."""
+    bin_dir = out / "fake-bin"
+    bin_dir.mkdir()
+    (bin_dir / "buildah").write_text(f"#!/bin/sh\necho 'STEP 1/9: FROM python:3.11-slim AS build'\necho '{message}'\n"
+                                     "exit 125\n")
+    (bin_dir / "buildah").chmod(0o755)
+    return bin_dir
+
+
+def test_a_base_image_that_cannot_be_pulled_suggests_base_image(out: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PATH", str(_fake_buildah(out, _OFFLINE)))
+    monkeypatch.delenv("DOCKER_HOST", raising=False)
+    result = CliRunner().invoke(_app(), ["build", str(out), "--engine", "buildah", "--quiet"])
+    assert result.exit_code == 4
+    lines = result.output.strip().splitlines()
+    assert lines[0].startswith("error: buildah build failed (125): Error: creating build container")
+    assert lines[-1].startswith("error: the base image (python:3.11-slim) could not be pulled (offline, or no "
+                                "registry reachable): build on one this engine already has with --base-image IMAGE")
+
+
+def test_other_build_failures_get_no_base_image_hint(out: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PATH", str(_fake_buildah(out, "error: pip install failed: No matching distribution")))
+    monkeypatch.delenv("DOCKER_HOST", raising=False)
+    result = CliRunner().invoke(_app(), ["build", str(out), "--engine", "buildah", "--quiet"])
+    assert result.exit_code == 4 and "--base-image" not in result.output

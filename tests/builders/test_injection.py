@@ -203,7 +203,8 @@ def _check_job(dep: Deployment, plain: Deployment, tmp: Path) -> None:
         line.replace(dns_label(plain.app_name), dns_label(dep.app_name)) for line in _directive_lines(plain_text)
     ]
     assert _directive_lines(text) == expected
-    run = run_script(text, tmp, extra_args=("--extra",), check_env="APPOPT_NOTE")
+    container = "docker" if name == "run.sh" else "singularity"
+    run = run_script(text, tmp, extra_args=("--extra",), check_env="APPOPT_NOTE", container=container)
     assert run.returncode == 0, run.stderr
     if name == "run.sh":  # docker run --entrypoint ARGV0 IMAGE ARGV1...
         assert run.argv[run.argv.index("--entrypoint") + 1] == dep.run_argv[0]

@@ -306,9 +306,11 @@ def test_every_deployable_device_has_a_pinned_install_route(catalog: Catalog) ->
 def test_install_variants_replace_only_what_they_set(catalog: Catalog) -> None:
     torch_install = catalog.get_framework("pytorch").install
     assert torch_install.for_key("nvidia").pip == []  # the NGC image ships PyTorch
-    assert torch_install.for_key("cpu-aarch64").pip == ["torch==2.3.1"]
+    assert torch_install.for_key("cpu-aarch64").pip == ["torch==2.13.0"]
+    assert torch_install.for_key("cpu-aarch64").pip_index == ["https://download.pytorch.org/whl/cpu"]
     x86 = torch_install.for_key("cpu-x86_64")
-    assert x86.pip == ["torch==2.3.1+cpu"] and "PIP_EXTRA_INDEX_URL" in x86.env
+    # the same pin (it matches 2.13.0+cpu), with PyTorch's CPU index searched by the build stage
+    assert x86.pip == ["torch==2.13.0"] and x86.pip_index == ["https://download.pytorch.org/whl/cpu"]
     assert x86.base_images == {"cpu-x86_64": "python:3.11-slim"}
     assert install_key("cpu", "aarch64") == "cpu-aarch64" and install_key("nvidia") == "nvidia"
 
@@ -349,7 +351,7 @@ def test_user_catalog_overrides_fields_and_adds_entries(tmp_path: Path) -> None:
     assert merged.get_hardware("mycluster-cpu").cores == 32
     pytorch = merged.get_framework("pytorch")
     assert pytorch.version == "2.4.0" and pytorch.accelerators == ["nvidia"]  # other fields kept
-    assert load_catalog().get_framework("pytorch").version == "2.3.1"  # the shipped catalog is untouched
+    assert load_catalog().get_framework("pytorch").version == "2.13.0"  # the shipped catalog is untouched
 
 
 @pytest.mark.parametrize(

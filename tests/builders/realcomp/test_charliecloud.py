@@ -3,8 +3,10 @@ ch-image and converts it to a SquashFS file with ch-convert; ch-run runs the mod
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
+import subprocess
 from collections.abc import Callable
 from pathlib import Path
 
@@ -44,4 +46,13 @@ def test_charliecloud_builds_squashes_and_runs_the_model(runtime_plan: Path, deb
     proc = charliecloud.run(sqfs, command, workdir=tmp_path)
     assert proc.returncode == 0, proc.stderr
     assert re.search(r"output probabilities: float32\[1, 10\].*latency over 20 run", proc.stdout, re.DOTALL)
+
+    # the plan's own job script with APPOPT_CONTAINER=charliecloud: it sets USER (ch-run refuses to start without
+    # it) and applies the image's environment (the venv's python first on PATH)
+    env = {key: value for key, value in os.environ.items() if key not in ("USER", "PYTHONPATH", "VIRTUAL_ENV")}
+    done = subprocess.run(["bash", "job.slurm"], cwd=out, env={**env, "APPOPT_CONTAINER": "charliecloud"},
+                          capture_output=True, text=True, timeout=300, check=False)
+    assert done.returncode == 0, done.stderr
+    assert "job: container runtime: charliecloud" in done.stderr
+    assert re.search(r"output probabilities: float32\[1, 10\].*latency over 20 run", done.stdout, re.DOTALL)
     sqfs.unlink()  # 160 MB; pytest keeps recent temp dirs
