@@ -208,9 +208,16 @@ def test_schema_is_documented_for_every_column():
         assert f"| {name} |" in text
 
 
+_V4 = ("driver", "verdict", "verdict_reason", "log_dir", "flags")
+
+
 @pytest.mark.parametrize(
     "version, added_since",
-    [(1, ("cache_bandwidth_gbs", "other_cpu", "units", "boundary_ms")), (2, ("units", "boundary_ms"))],
+    [
+        (1, ("cache_bandwidth_gbs", "other_cpu", "units", "boundary_ms", *_V4)),
+        (2, ("units", "boundary_ms", *_V4)),
+        (3, _V4),
+    ],
 )
 def test_files_of_the_previous_schema_are_read_and_upgraded_by_merge(tmp_path, version, added_since):
     old_names = [c for c in COLUMN_NAMES if c not in added_since]
