@@ -34,7 +34,7 @@ import queue
 import threading
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from types import ModuleType
 from typing import Any, Literal
@@ -347,14 +347,6 @@ def verdict_of(detail: Mapping[str, list[Any]]) -> tuple[str, str]:
     return verdict, "; ".join(reasons)[:400] or "LoadGen gave no reason"
 
 
-def _peak_qps(detail: Mapping[str, list[Any]]) -> float | None:
-    for message in reversed(detail.get("generic_message", [])):
-        text = str(message)
-        if "Found peak performance field:" in text:
-            return float(text.rsplit(":", 1)[1])
-    return None
-
-
 def _keep_logs(log_dir: Path, accuracy: bool) -> None:
     """Drop what LoadGen wrote that we do not keep (its empty trace; its accuracy log outside accuracy mode)."""
     for path in log_dir.glob("mlperf_log_*"):
@@ -392,17 +384,11 @@ def _start(
     if test.FromConfig(str(conf), model_name, scenario, 1) != 0:
         raise RuntimeError(f"LoadGen could not read {conf}")
     test.scenario = getattr(lg.TestScenario, scenario)
-    find_peak = scenario == "Server" and settings.server_target_qps is None and mode == "performance"
-    test.mode = (
-        lg.TestMode.AccuracyOnly
-        if mode == "accuracy"
-        else lg.TestMode.FindPeakPerformance
-        if find_peak
-        else lg.TestMode.PerformanceOnly
-    )
+    # Not FindPeakPerformance: its boundary search doubles the QPS until a run fails, and a run too short to fail
+    # (a small min_duration) drives it to an infinite QPS and a crash. ``_server_search`` bisects instead.
+    test.mode = lg.TestMode.AccuracyOnly if mode == "accuracy" else lg.TestMode.PerformanceOnly
     if scenario == "Server":
         test.server_target_latency_ns = round(server_bound_ms(settings, calibration) * 1e6)
-        test.server_find_peak_qps_decimals_of_precision = 0
     if settings.seed:  # mlperf.conf's seeds, shifted by ours (seed 0 keeps MLPerf's own)
         for key in ("qsl_rng_seed", "sample_index_rng_seed", "schedule_rng_seed"):
             setattr(test, key, (getattr(test, key) + settings.seed) % 2**64)
@@ -439,6 +425,47 @@ def _start(
     return LoadgenRun(detail, {"loadgen": effective, "loadgen_version": loadgen_version()})
 
 
+def _server_search(
+    sut: SessionSUT,
+    settings: ScenarioSettings,
+    log_dir: Path,
+    model_name: str,
+    calibration: Calibration,
+    probes: dict[str, float],
+) -> tuple[LoadgenRun, float]:
+    """The highest Poisson QPS whose p99 LoadGen finds within the bound: ``server_search_steps`` LoadGen runs
+    bisecting between a tenth of one server's back-to-back capacity and all of it (the harness's search). Each
+    probe's logs stay in ``log_dir/probeK``; the chosen run's (the best passing one, else the first) are copied
+    into ``log_dir``. Returns that run and its QPS (0 when none met the bound)."""
+    import shutil
+
+    capacity = 1e3 / calibration.query_ms
+    low, high = 0.0, capacity
+    chosen: tuple[LoadgenRun, Path] | None = None
+    for step in range(max(1, settings.server_search_steps)):
+        qps = capacity * 0.1 if step == 0 else (low + high) / 2
+        probe_dir = log_dir / f"probe{step}"
+        run = _start(
+            "Server", sut, replace(settings, server_target_qps=qps), probe_dir, model_name, "performance", calibration
+        )
+        met = _last(run.detail, "result_perf_constraints_met") is True
+        probes[f"probe{step}_qps"] = qps
+        probes[f"probe{step}_p99_ms"] = float(_last(run.detail, "result_99.00_percentile_latency_ns", 0) or 0) / 1e6
+        if met:
+            low, chosen = qps, (run, probe_dir)
+        else:
+            high = qps
+        if chosen is None and step == 0:
+            chosen = (run, probe_dir)
+        if step == 0 and not met:
+            break
+    assert chosen is not None
+    run, source = chosen
+    for name in KEPT_LOGS:
+        shutil.copyfile(source / name, log_dir / name)
+    return run, low
+
+
 def run_loadgen(
     scenario: Scenario,
     model: SuiteModel,
@@ -453,7 +480,11 @@ def run_loadgen(
     qsl.load(range(samples))  # prepared before timing; LoadGen's own load call then finds them ready
     sut = SessionSUT(session, qsl, threaded=scenario == "Server")
     calibration = calibrate(sut, scenario, settings)
-    run = _start(scenario, sut, settings, log_dir, model.name, "performance", calibration)
+    probes: dict[str, float] = {}
+    if scenario == "Server" and settings.server_target_qps is None:
+        run, peak = _server_search(sut, settings, log_dir, model.name, calibration, probes)
+    else:
+        run, peak = _start(scenario, sut, settings, log_dir, model.name, "performance", calibration), None
     detail = run.detail
     ns = {q: _last(detail, f"result_{q:.2f}_percentile_latency_ns") for q in (50, 90, 99)}
     reported = {q: float(v) / 1e6 for q, v in ns.items() if v is not None}
@@ -487,11 +518,8 @@ def run_loadgen(
             metric, unit, value = "p99_latency_ms", "ms", reported.get(99, math.nan)
             extra.update(qps=settings.server_target_qps, meets_bound=float(bool(constraints)))
         else:
-            peak = _peak_qps(detail)
-            scheduled = _last(detail, "result_scheduled_samples_per_sec")
-            metric, unit = "max_qps", "queries/s"
-            value = peak if peak is not None else float(scheduled) if scheduled else math.nan
-            extra.update(qps=value)
+            metric, unit, value = "max_qps", "queries/s", peak or 0.0
+            extra.update(qps=value, **probes)
     duration = queries / float(rate) if rate and queries else sut.span_s
     verdict, reason = verdict_of(detail)
     early = _last(detail, f"early_stopping_latency_{'ss' if scenario == 'SingleStream' else 'ms'}")

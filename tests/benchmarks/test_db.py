@@ -231,6 +231,7 @@ def test_files_of_the_previous_schema_are_read_and_upgraded_by_merge(tmp_path, v
     old.write_text(",".join((*old_names, "crc")) + "\n" + f"{line},{zlib.crc32(line.encode()):08x}\n")
     frame = read_results(old)
     assert len(frame) == 1 and frame["load_avg"].iloc[0] == 0.5 and frame["units"].isna().all()
+    assert frame["driver"].iloc[0] == "harness"  # the only scenario driver before schema v4
     with pytest.raises(ResultsSchemaError, match="older schema"):
         append_rows(old, [row()])
     merged = tmp_path / "current.csv"
