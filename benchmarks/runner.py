@@ -219,7 +219,7 @@ class RunContext:
     db_dir: Path | None = None
 
     def new_log_dir(self, label: str, row_id: str) -> Path:
-        root = self.log_root or Path(tempfile.mkdtemp(prefix="appopt-loadgen-"))
+        root = self.log_root or Path(tempfile.gettempdir())
         return root / f"{label.replace('/', '-').replace(' ', '-')}-{row_id[:12]}"
 
     def row_path(self, log_dir: str) -> str:
@@ -237,6 +237,8 @@ def run_context(request: BenchRequest, db_path: str | Path | None) -> RunContext
     log_root = request.log_root
     if log_root is None and db_path is not None:
         log_root = Path(db_path).with_suffix(".logs")
+    if log_root is None and driver == "loadgen":
+        log_root = Path(tempfile.mkdtemp(prefix="appopt-loadgen-"))  # no database to keep them next to
     return RunContext(driver, log_root, db_dir)
 
 

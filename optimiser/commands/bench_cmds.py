@@ -164,7 +164,8 @@ def run_cmd(
             typer.echo(f"warning: {warning}", err=True)
     if db is not None:
         typer.echo(f"appended {sum(o.row is not None for o in outcomes)} row(s) to {db}")
-    log_dirs = {str(Path(o.row["log_dir"]).parent) for o in outcomes if o.row and o.row.get("log_dir")}
+    base = db.parent if db is not None else Path()
+    log_dirs = {str((base / o.row["log_dir"]).parent) for o in outcomes if o.row and o.row.get("log_dir")}
     if log_dirs:
         typer.echo(f"LoadGen logs in {', '.join(sorted(log_dirs))} (appopt bench show RUN prints a run's summary)")
 

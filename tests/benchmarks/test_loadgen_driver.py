@@ -200,22 +200,27 @@ def test_a_run_on_a_busy_machine_is_flagged_and_warned_about(monkeypatch, tmp_pa
     assert result.exit_code == 0, result.output
     assert "warning: tiny_lenet5/onnxruntime/1t/fp32 b1 SingleStream: measured on a busy machine" in result.output
     assert "1.00 cores" in result.output
+    assert "ok (VALID, busy)" in result.output or "ok (INVALID, busy)" in result.output  # the table says so too
+    assert f"LoadGen logs in {tmp_path / 'db.logs'}" in result.output
     row = read_results(db).iloc[0]
     assert row["flags"] == "busy" and row["other_cpu"] == 1.0 and row["driver"] == "loadgen"
 
 
 def test_campaign_slices_use_loadgen_and_keep_their_logs_next_to_the_shard(tmp_path):
     from benchmarks.campaign import load_campaign
+    from optimiser.commands import bench_cmds
 
     spec = tmp_path / "c.yaml"
     spec.write_text(
         "name: c\nmodels: [tiny_lenet5]\nbackends: [onnxruntime]\nscenarios: [Offline]\n"
         "settings: {min_duration_s: 0.05, min_queries: 5}\n"
     )
-    campaign = load_campaign(spec)
-    assert campaign.request().driver == "auto"
+    assert load_campaign(spec).request().driver == "auto"
     shard = tmp_path / "shards" / "s0.csv"
-    (outcome,) = run_benchmarks(campaign.request(), None, shard, campaign.jobs())
+    result = CliRunner().invoke(
+        _app(bench_cmds), ["bench", "run-slice", str(spec), "--slice", "0", "--shard", str(shard)]
+    )
+    assert result.exit_code == 0, result.output
     row = read_results(shard).iloc[0]
     assert row["driver"] == "loadgen"
     assert (shard.parent / row["log_dir"] / "mlperf_log_summary.txt").is_file()
