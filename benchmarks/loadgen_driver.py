@@ -422,7 +422,11 @@ def _start(
         )
         if detail.get(k)
     }
-    return LoadgenRun(detail, {"loadgen": effective, "loadgen_version": loadgen_version()})
+    # LoadGen's own errors, e.g. that a user.conf overriding mlperf.conf is "not valid for official submission"
+    errors = sorted({str(v) for k, vs in detail.items() if k.startswith("error_") for v in vs})
+    return LoadgenRun(
+        detail, {"loadgen": effective, "loadgen_version": loadgen_version(), "loadgen_errors": "; ".join(errors)}
+    )
 
 
 def _server_search(

@@ -78,6 +78,14 @@ def test_every_scenario_runs_through_loadgen_with_its_verdict_and_logs(measured)
     assert (db.parent / rows.loc["Server", "log_dir"] / "probe0" / "mlperf_log_detail.txt").is_file()
 
 
+def test_the_progress_bar_names_each_measurement_in_the_order_they_run(measured):
+    _, outcomes, _ = measured
+    request = BenchRequest(models=suite("tiny_lenet5"), backends=("onnxruntime",), scenarios=(*SCENARIOS, "accuracy"))
+    labels = runner.planned_labels(request)
+    assert labels == [runner.outcome_label(o.job, o.batch, o.scenario) for o in outcomes]
+    assert labels[0] == "tiny_lenet5/onnxruntime/1t/fp32 b1 SingleStream"
+
+
 def test_accuracy_mode_is_loadgens_accuracy_only_run_checked_against_the_reference(measured):
     db, _, frame = measured
     row = frame.set_index("scenario").loc["accuracy"]
