@@ -346,6 +346,12 @@ def run_slice_cmd(
         jobs = campaign.slice_jobs(campaign_spec, slice_index)
     except campaign.CampaignError as error:
         raise AppoptError(*error.lines) from None
+    from benchmarks.loadgen_driver import DriverUnavailable, resolve_driver
+
+    try:
+        resolve_driver(campaign_spec.driver)
+    except DriverUnavailable as error:
+        raise AppoptError(f"driver: {error}") from None
     shard.parent.mkdir(parents=True, exist_ok=True)
     for outcome in run_benchmarks(campaign_spec.request(), model_features, shard, jobs):
         typer.echo(outcome.describe())

@@ -187,6 +187,14 @@ def test_bench_run_names_the_driver_and_refuses_loadgen_when_missing(without_loa
     )
     assert result.exit_code == 1 and "--driver: LoadGen is not installed" in result.output
     assert "Traceback" not in result.output
+    spec = tmp_path / "c.yaml"
+    spec.write_text("name: c\nmodels: [tiny_lenet5]\nbackends: [onnxruntime]\ndriver: loadgen\n")
+    shard = tmp_path / "s.csv"
+    sliced = CliRunner().invoke(
+        _app(bench_cmds), ["bench", "run-slice", str(spec), "--slice", "0", "--shard", str(shard)]
+    )
+    assert sliced.exit_code == 1 and "driver: LoadGen is not installed" in sliced.output
+    assert not shard.exists()
 
 
 def test_a_run_on_a_busy_machine_is_flagged_and_warned_about(monkeypatch, tmp_path):
