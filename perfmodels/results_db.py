@@ -437,11 +437,18 @@ def _read_rows(path: Path) -> tuple[list[dict[str, Any]], list[str]]:
             row.update({c.name: _parse_field(c, f) for c, f in zip(columns, fields, strict=True)})
         except ValueError as error:
             raise ResultsSchemaError(f"{where}: {error}") from None
-        if "driver" not in names and row["source"] == "measured" and row["scenario"] in _HARNESS_SCENARIOS:
-            row["driver"] = "harness"  # the only scenario driver before schema v4
         validate_row(row, where)
         rows.append(row)
-    return rows, dropped
+    return _older_drivers(rows, names), dropped
+
+
+def _older_drivers(rows: list[dict[str, Any]], names: Sequence[str]) -> list[dict[str, Any]]:
+    """Rows of a file before schema v4 (no ``driver`` column): scenario rows were measured by the harness."""
+    if "driver" not in names:
+        for row in rows:
+            if row["source"] == "measured" and row["scenario"] in _HARNESS_SCENARIOS:
+                row["driver"] = "harness"  # the only scenario driver before schema v4
+    return rows
 
 
 _PANDAS_DTYPES = {"str": "string", "int": "Int64", "float": "Float64", "json": "string", "bool": "boolean"}
