@@ -94,12 +94,15 @@ def test_accuracy_mode_is_loadgens_accuracy_only_run_checked_against_the_referen
     assert (db.parent / row["log_dir"] / "mlperf_log_accuracy.json").is_file()
 
 
-def test_an_invalid_run_says_why():
+def test_an_invalid_run_says_why(tmp_path):
     # the run must last 10 s but is cut at 0.1 s: LoadGen judges it INVALID for its duration
     settings = ScenarioSettings(min_duration_s=10.0, min_queries=5, max_duration_s=0.1, warmup_queries=1)
-    request = BenchRequest(models=suite("tiny_lenet5"), backends=("onnxruntime",), settings=settings, driver="loadgen")
+    request = BenchRequest(
+        models=suite("tiny_lenet5"), backends=("onnxruntime",), settings=settings, driver="loadgen", log_root=tmp_path
+    )
     (outcome,) = run_benchmarks(request, None)
     assert outcome.row is not None
+    assert (Path(outcome.row["log_dir"]) / "mlperf_log_summary.txt").is_file()  # absolute: no database to be near
     assert outcome.row["verdict"] == "INVALID"
     assert "min duration not met" in outcome.row["verdict_reason"]
     assert "[loadgen INVALID]" in outcome.describe()
