@@ -14,6 +14,7 @@ Example spec::
     threads: [1, 2]
     batches: [1, 8]
     settings: {min_duration_s: 2.0, min_queries: 20}
+    driver: auto                 # LoadGen where installed (its logs stay next to each shard), else the harness
     shard_dir: shards
     slurm: {tasks: 4, partition: debug, time: "00:30:00", cpus_per_task: 2, image: appopt.sif}
 """
@@ -74,6 +75,8 @@ class CampaignSpec(BaseModel):
     batches: list[int] = Field(default_factory=lambda: [1])
     precisions: list[Literal["fp32", "fp16", "bf16", "int8"]] = Field(default_factory=_fp32_only)
     settings: dict[str, float | int] = Field(default_factory=dict)
+    #: Scenario driver of every slice: LoadGen where installed (``auto``), or named; logs go to ``<shard>.logs/``.
+    driver: Literal["auto", "loadgen", "harness"] = "auto"
     #: Where tasks write their shards (relative paths are relative to the spec file).
     shard_dir: str = "shards"
     #: How tasks invoke appopt (e.g. ``python -m optimiser.cli`` where the console script is not on PATH).
@@ -120,6 +123,7 @@ class CampaignSpec(BaseModel):
             tuple(self.batches),
             tuple(self.precisions),
             settings,
+            driver=self.driver,
         )
 
     def jobs(self) -> list[Job]:

@@ -7,10 +7,14 @@ only times it. The four scenarios follow MLPerf Inference's definitions, scaled 
 * MultiStream: queries of ``samples_per_query`` (8) samples, one in flight; metric: 99th-percentile latency.
 * Server: queries arrive as a seeded Poisson process at a target QPS and wait if the SUT is busy; latency counts from
   arrival. Metric: the highest QPS whose p99 latency meets a bound (found by bisection), or the p99 at a given QPS.
-* Offline: all samples issued at once; metric: samples per second.
+* Offline: all samples issued at once; metric: samples per second. The batch is issued again until the run has
+  lasted ``min_duration_s``.
 
 Every run warms up first, then issues at least ``min_queries`` queries and runs at least ``min_duration_s`` (small
 defaults so tests stay fast; MLPerf's are 1024 queries / 600 s).
+
+This home-made harness is the fallback driver: where MLCommons LoadGen is installed, ``benchmarks.loadgen_driver``
+runs the scenarios instead and the rows say which driver measured them (``ScenarioResult.driver``).
 
 Example::
 
@@ -84,6 +88,15 @@ class ScenarioResult:
     extra: dict[str, float] = field(default_factory=dict)
     #: Process CPU time per query (ms, all threads): robust to other processes competing for the cores.
     cpu_ms: tuple[float, ...] = ()
+    #: Which scenario driver measured it: "harness" (this module) or "loadgen" (MLCommons LoadGen).
+    driver: str = "harness"
+    #: LoadGen's judgement of the run, "VALID" or "INVALID" ("" where no driver judged it), and why not valid.
+    verdict: str = ""
+    verdict_reason: str = ""
+    #: Directory holding the driver's logs of this run ("" when it kept none).
+    log_dir: str = ""
+    #: Latency percentiles the driver reported (50, 90, 99 -> ms) where it keeps no per-query latencies.
+    reported_ms: dict[int, float] = field(default_factory=dict)
 
     @property
     def median_cpu_ms(self) -> float:
@@ -94,7 +107,10 @@ class ScenarioResult:
         return self.queries * self.samples_per_query
 
     def percentile_ms(self, q: float) -> float:
-        return float(np.percentile(self.latencies_ms, q)) if self.latencies_ms else math.nan
+        if self.latencies_ms:
+            return float(np.percentile(self.latencies_ms, q))
+        reported = self.reported_ms.get(int(q)) if float(q).is_integer() else None
+        return math.nan if reported is None else reported
 
     @property
     def median_ms(self) -> float:
@@ -198,16 +214,28 @@ def multi_stream(sut: SUT, settings: ScenarioSettings, clock: Clock = time.perf_
 
 
 def offline(sut: SUT, settings: ScenarioSettings, clock: Clock = time.perf_counter) -> ScenarioResult:
-    """All samples issued at once, processed in queries of ``samples_per_query``; throughput over the whole batch."""
+    """All samples issued at once, processed in queries of ``samples_per_query``; throughput over the whole run.
+
+    The batch of ``offline_samples`` is issued again until the run has lasted ``min_duration_s`` (MLPerf's Offline
+    sizes its one query to fill the minimum duration); ``max_duration_s`` and ``max_queries`` end it earlier.
+    """
     _warm_up(sut, settings, clock)
-    queries = max(1, math.ceil(settings.offline_samples / settings.samples_per_query))
+    per_batch = max(1, math.ceil(settings.offline_samples / settings.samples_per_query))
     latencies: list[float] = []
     started = clock()
-    for i in range(queries):
-        t0 = clock()
-        sut(i)
-        latencies.append((clock() - t0) * 1e3)
+    i = 0
+    while True:
+        for _ in range(per_batch):
+            t0 = clock()
+            sut(i)
+            latencies.append((clock() - t0) * 1e3)
+            i += 1
+        elapsed = clock() - started
+        capped = settings.max_duration_s is not None and elapsed >= settings.max_duration_s
+        if elapsed >= settings.min_duration_s or capped or i + per_batch > settings.max_queries:
+            break
     wall = clock() - started
+    queries = i
     samples = queries * settings.samples_per_query
     return ScenarioResult(
         "Offline",

@@ -16,7 +16,9 @@ def outcomes_table(outcomes: Sequence[Outcome]) -> str:
         if o.row is not None:
             result = f"{row['metric']}={row['value']:.4g}"
             median = f"{row['median_ms']:.3f}" if row.get("median_ms") is not None else ""
-            status = "ok" if not row.get("accuracy") else f"ok ({row['accuracy']})"
+            # what the row says about itself: accuracy, LoadGen's verdict, a busy machine (the fit skips INVALID/busy)
+            marks = [str(row[k]) for k in ("accuracy", "verdict") if row.get(k)] + (["busy"] if o.warnings else [])
+            status = f"ok ({', '.join(marks)})" if marks else "ok"
         else:
             result, median, status = "", "", f"{o.status}: {o.reason[:60]}"
         lines.append(

@@ -1,9 +1,12 @@
 """Run the model suite through backends and scenarios, and turn each measurement into a database row.
 
 The work is a list of ``Job``s (model × backend × threads × precision); each job prepares one session and runs every
-requested batch and scenario on it. Campaigns split the same list into slices. Model features (FLOPs, bytes, params)
-come from an ``analyser`` the caller passes in: ``benchmarks`` does not depend on the optimiser, the CLI wires
-``optimiser.modelinfo.analyse_onnx`` in.
+requested batch and scenario on it. MLCommons LoadGen drives the scenarios where it is installed
+(``benchmarks.loadgen_driver``; its logs go next to the shard, in ``<shard>.logs/``), the home-made
+``benchmarks.harness`` where not; each row names its ``driver``, LoadGen's ``verdict``, and ``flags`` (``busy`` when
+other processes used more than ``BUSY_OTHER_CPU`` cores during the run). Campaigns split the same list into slices.
+Model features (FLOPs, bytes, params) come from an ``analyser`` the caller passes in: ``benchmarks`` does not depend
+on the optimiser, the CLI wires ``optimiser.modelinfo.analyse_onnx`` in.
 
 Example::
 
@@ -17,6 +20,8 @@ from __future__ import annotations
 import functools
 import json
 import math
+import tempfile
+import uuid
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -35,6 +40,7 @@ from benchmarks.harness import (
     run_scenario,
     samples_per_query,
 )
+from benchmarks.loadgen_driver import Driver, DriverChoice, query_plan, resolve_driver, run_accuracy, run_loadgen
 from benchmarks.models import SuiteModel
 from benchmarks.results.provenance import Interference, collect, interference, load_average
 from perfmodels.results_db import BUSY_OTHER_CPU, append_rows, make_row
@@ -76,6 +82,10 @@ class BenchRequest:
     retries_under_load: int = 0
     #: Seconds to wait before such a retry (lets a short burst of other work pass).
     retry_wait_s: float = 2.0
+    #: Scenario driver: ``auto`` = LoadGen where installed, else the home-made harness.
+    driver: DriverChoice = "auto"
+    #: Where LoadGen logs go (one directory per run); None: ``<db>.logs/`` next to the database, else a temp dir.
+    log_root: Path | None = None
 
 
 @dataclass(frozen=True)
@@ -103,11 +113,42 @@ class Outcome:
     reason: str = ""
     row: dict[str, Any] | None = None
 
+    @property
+    def warnings(self) -> list[str]:
+        """What the terminal should warn about: a busy machine during the run."""
+        row = self.row or {}
+        if "busy" in str(row.get("flags") or "").split():
+            return [
+                f"{self.job.label} b{self.batch} {self.scenario}: measured on a busy machine (other processes used "
+                f"{row.get('other_cpu') or 0.0:.2f} cores); the fit leaves this row out"
+            ]
+        return []
+
     def describe(self) -> str:
         head = f"{self.job.label} b{self.batch} {self.scenario}"
         if self.row is None:
             return f"{head}: {self.status}: {self.reason}"
-        return f"{head}: {self.row['metric']} = {self.row['value']:.4g} {self.row['unit']}"
+        text = f"{head}: {self.row['metric']} = {self.row['value']:.4g} {self.row['unit']}"
+        if self.row.get("verdict"):
+            text += f" [{self.row['driver']} {self.row['verdict']}]"
+        if self.row.get("accuracy") is None and self.scenario == "accuracy":
+            text += " [unchecked]"
+        return text + (" [busy]" if self.warnings else "")
+
+
+def outcome_label(job: Job, batch: int, scenario: str) -> str:
+    """What a progress display shows for one measurement."""
+    return f"{job.label} b{batch} {scenario}"
+
+
+def planned_labels(request: BenchRequest, jobs: Sequence[Job] | None = None) -> list[str]:
+    """Every measurement's label in the order ``run_benchmarks`` yields their outcomes."""
+    return [
+        outcome_label(job, batch, scenario)
+        for job in (plan_jobs(request) if jobs is None else jobs)
+        for batch in request.batches
+        for scenario in request.scenarios
+    ]
 
 
 def plan_jobs(request: BenchRequest) -> list[Job]:
@@ -168,13 +209,48 @@ def _query_samples(scenario: RunScenario, batch: int, settings: ScenarioSettings
     return batch if scenario == "accuracy" else samples_per_query(scenario, replace(settings, samples_per_query=batch))
 
 
+@dataclass(frozen=True)
+class RunContext:
+    """What every measurement of one ``run_benchmarks`` call shares: the driver and where its logs go."""
+
+    driver: Driver = "harness"
+    log_root: Path | None = None
+    #: The directory row ``log_dir`` paths are relative to (the database's), when the logs are under it.
+    db_dir: Path | None = None
+
+    def new_log_dir(self, label: str, row_id: str) -> Path:
+        root = self.log_root or Path(tempfile.gettempdir())
+        return root / f"{label.replace('/', '-').replace(' ', '-')}-{row_id[:12]}"
+
+    def row_path(self, log_dir: str) -> str:
+        """``log_dir`` as the row records it: relative to the database's directory where it lies below it."""
+        if not log_dir or self.db_dir is None:
+            return log_dir
+        path = Path(log_dir).resolve()
+        return str(path.relative_to(self.db_dir)) if path.is_relative_to(self.db_dir) else str(path)
+
+
+def run_context(request: BenchRequest, db_path: str | Path | None) -> RunContext:
+    """The driver (``request.driver`` resolved) and the log root: ``request.log_root``, else ``<db>.logs/``."""
+    driver = resolve_driver(request.driver)
+    db_dir = Path(db_path).resolve().parent if db_path is not None else None
+    log_root = request.log_root
+    if log_root is None and db_path is not None:
+        log_root = Path(db_path).with_suffix(".logs")
+    if log_root is None and driver == "loadgen":
+        log_root = Path(tempfile.mkdtemp(prefix="appopt-loadgen-"))  # no database to keep them next to
+    return RunContext(driver, log_root, db_dir)
+
+
 def run_job(
     job: Job,
     request: BenchRequest,
     analyser: Analyser | None,
     reference_cache: dict[tuple[str, str], Any] | None = None,
+    context: RunContext | None = None,
 ) -> Iterator[Outcome]:
     """Prepare the job's session and run every batch × scenario on it."""
+    context = context or RunContext()
     backend = get_backend(job.backend)
     try:
         session = backend.prepare(job.model.model(), threads=job.threads, precision=job.precision)
@@ -197,16 +273,35 @@ def run_job(
                     job, batch, scenario, "skipped", f"{job.model.name} runs only at batch {job.model.fixed_batch}"
                 )
                 continue
+            row_id = uuid.uuid4().hex
+            log_dir = context.new_log_dir(outcome_label(job, batch, scenario), row_id)
             try:
-                if scenario == "accuracy":
+                if scenario == "accuracy" and context.driver == "loadgen":
+                    reference = _reference_session(job, request, reference_cache)
+                    check = run_accuracy(
+                        job.model,
+                        session,
+                        reference,
+                        _reference_name(job, request),
+                        job.precision,
+                        batch,
+                        request.settings,
+                        log_dir,
+                        SAMPLE_SETS,
+                    )
+                    row = _loadgen_accuracy_row(job, backend, batch, features, check, context, row_id)
+                elif scenario == "accuracy":
                     reference = _reference_session(job, request, reference_cache)
                     accuracy = _accuracy(job.model, session, reference, batch, request.settings.seed)
                     row = _accuracy_row(job, backend, batch, request, features, accuracy)
                 else:
                     settings = replace(request.settings, samples_per_query=batch)
-                    sut = _sut(job.model, session, samples, request.settings.seed)
-                    result, probe = _measure(scenario, sut, settings, request)
-                    row = _scenario_row(job, backend, batch, features, result, probe)
+                    if context.driver == "loadgen":
+                        result, probe = _measure_loadgen(scenario, job, session, batch, settings, request, log_dir)
+                    else:
+                        sut = _sut(job.model, session, samples, request.settings.seed)
+                        result, probe = _measure(scenario, sut, settings, request)
+                    row = _scenario_row(job, backend, batch, features, result, probe, context, row_id)
             except BackendSkipped as skipped:
                 yield Outcome(job, batch, scenario, "skipped", str(skipped))
                 continue
@@ -232,8 +327,35 @@ def _measure(
     return result, probe
 
 
+def _measure_loadgen(
+    scenario: Scenario,
+    job: Job,
+    session: Session,
+    batch: int,
+    settings: ScenarioSettings,
+    request: BenchRequest,
+    log_dir: Path,
+) -> tuple[ScenarioResult, Interference]:
+    """``_measure`` with LoadGen driving the scenario (the logs of the last attempt stay in ``log_dir``)."""
+    import time
+
+    plan = query_plan(job.model, scenario, batch, settings.multistream_samples_per_query)
+    for attempt in range(request.retries_under_load + 1):
+        if attempt:
+            time.sleep(request.retry_wait_s)
+        with interference() as probe:
+            result = run_loadgen(scenario, job.model, session, plan, settings, log_dir, SAMPLE_SETS)
+        if probe.other_cpu is None or probe.other_cpu <= BUSY_OTHER_CPU:
+            break
+    return result, probe
+
+
+def _reference_name(job: Job, request: BenchRequest) -> str:
+    return request.reference if request.reference != job.backend else "onnx-reference"
+
+
 def _reference_session(job: Job, request: BenchRequest, cache: dict[tuple[str, str], Any] | None) -> Session:
-    name = request.reference if request.reference != job.backend else "onnx-reference"
+    name = _reference_name(job, request)
     key = (job.model.name, name)
     if cache is not None and key in cache:
         return cache[key]
@@ -295,12 +417,24 @@ def _scenario_row(
     features: ModelFeatures | None,
     result: ScenarioResult,
     probe: Interference | None = None,
+    context: RunContext | None = None,
+    row_id: str | None = None,
 ) -> dict[str, Any]:
     settings = {**result.settings.as_dict(), **result.extra}
-    finite = [v for v in result.latencies_ms if math.isfinite(v)]
+    finite = [v for v in result.latencies_ms if math.isfinite(v)] or [
+        v for v in result.reported_ms.values() if math.isfinite(v)
+    ]
+    other_cpu = None if probe is None else probe.other_cpu
+    busy = other_cpu is not None and other_cpu > BUSY_OTHER_CPU
     return make_row(
         **_base_row(job, backend, batch, features),
-        other_cpu=None if probe is None else probe.other_cpu,
+        **({"row_id": row_id} if row_id else {}),
+        other_cpu=other_cpu,
+        flags="busy" if busy else None,
+        driver=result.driver,
+        verdict=result.verdict or None,
+        verdict_reason=result.verdict_reason or None,
+        log_dir=(context or RunContext()).row_path(result.log_dir) or None,
         scenario=result.scenario,
         settings=json.dumps(settings, sort_keys=True, default=float),
         metric=result.metric,
@@ -314,6 +448,32 @@ def _scenario_row(
         queries=result.queries,
         duration_s=result.duration_s,
         notes=f"{result.samples_per_query} sample(s) per query",
+    )
+
+
+def _loadgen_accuracy_row(
+    job: Job,
+    backend: Backend,
+    batch: int,
+    features: ModelFeatures | None,
+    check: Any,
+    context: RunContext,
+    row_id: str,
+) -> dict[str, Any]:
+    return make_row(
+        **_base_row(job, backend, batch, features),
+        row_id=row_id,
+        driver="loadgen",
+        log_dir=context.row_path(check.log_dir) or None,
+        scenario="accuracy",
+        settings=check.settings,
+        metric=check.metric,
+        value=check.value,
+        unit="",
+        queries=check.outputs,
+        accuracy=check.accuracy or None,
+        max_abs_error=check.value if check.metric == "max_abs_error" else None,
+        notes=check.notes,
     )
 
 
@@ -334,6 +494,7 @@ def _accuracy_row(
         value=accuracy.max_abs_error,
         unit="",
         queries=accuracy.samples,
+        driver="harness",
         accuracy="pass" if accuracy.ok else "fail",
         max_abs_error=accuracy.max_abs_error,
         notes=f"vs {reference}: max rel {accuracy.max_rel_error:.3g}"
@@ -349,8 +510,9 @@ def run_benchmarks(
 ) -> Iterator[Outcome]:
     """Run ``jobs`` (default: all of the request's), appending each measured row to ``db_path`` as it completes."""
     reference_cache: dict[tuple[str, str], Any] = {}
+    context = run_context(request, db_path)
     for job in plan_jobs(request) if jobs is None else jobs:
-        for outcome in run_job(job, request, analyser, reference_cache):
+        for outcome in run_job(job, request, analyser, reference_cache, context):
             if outcome.row is not None and db_path is not None:
                 append_rows(db_path, [outcome.row])
             yield outcome

@@ -29,7 +29,8 @@ drifting arbitrarily. The overheads have no physical prior and are pulled only w
 from the suite's tiny models, which come from several architecture families. A second pass moves the rates the
 pulls aim at from the roofline's to what the machine's fp32 routes reach together (``fit``'s ``share_routes``).
 
-Rows used: measured, SingleStream, inference, with model features, the median of repeated measurements. The time
+Rows used: measured, SingleStream, inference, with model features, the median of repeated measurements; not rows
+LoadGen judged INVALID or flagged busy (``flagged``, schema v4). The time
 of a row is its median wall-clock latency, except for a row measured under load (other processes used more than
 ``BUSY_OTHER_CPU`` cores while it ran, or, for rows recorded before that was measured, the 1-minute load average
 exceeded the core count): there a single-threaded row uses its median process CPU time (``effective_ms``), and
@@ -343,9 +344,24 @@ def unreliable(frame: pd.DataFrame) -> pd.Series:
     return (measured_under_load(frame) & (frame["threads"].astype("Int64") > 1).fillna(False)).astype(bool)
 
 
-def training_rows(frame: pd.DataFrame, statistic: Statistic = "auto") -> pd.DataFrame:
-    """The rows a fit can use, one per configuration (median over repeats), with ``x`` (features) and ``y`` (s)."""
+def flagged(frame: pd.DataFrame) -> pd.Series:
+    """Rows whose run LoadGen judged INVALID or that carry a warning flag (``busy``: schema v4); the fit leaves them
+    out unless asked to keep them. Rows from before schema v4 have neither and are judged by ``unreliable``."""
+    bad = pd.Series(False, index=frame.index)
+    if "verdict" in frame:
+        bad |= (frame["verdict"].astype("string") == "INVALID").fillna(False)
+    if "flags" in frame:
+        bad |= frame["flags"].astype("string").fillna("").str.split().map(lambda f: "busy" in f).astype(bool)
+    return bad.astype(bool)
+
+
+def training_rows(frame: pd.DataFrame, statistic: Statistic = "auto", include_flagged: bool = False) -> pd.DataFrame:
+    """The rows a fit can use, one per configuration (median over repeats), with ``x`` (features) and ``y`` (s).
+
+    Rows ``flagged`` INVALID or busy are left out unless ``include_flagged``."""
     needed = ["effective_ms", "flops_per_sample", "batch", "threads", "peak_gflops"]
+    if not include_flagged and len(frame):
+        frame = frame[~flagged(frame)]
     frame = frame.assign(effective_ms=effective_ms(frame, statistic)) if len(frame) else frame.assign(effective_ms=[])
     if statistic == "auto" and len(frame):
         frame = frame[~unreliable(frame)]

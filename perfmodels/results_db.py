@@ -49,7 +49,7 @@ from typing import Any, Literal
 
 import pandas as pd
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 #: The database shipped with appopt (measurements on the development machine plus literature rows).
 #: The shipped database: measurements live with the benchmarks that made them (benchmarks/results/), read here as
 #: package data so that perfmodels never imports benchmark code.
@@ -163,13 +163,42 @@ COLUMNS: tuple[Column, ...] = (
         "Kernel sweeps: ms per query spent converting layouts at the model's inputs and outputs (the backend's "
         "profiler; a whole model pays it once, a one-kernel model once per kernel) (schema v3).",
     ),
+    Column(
+        "driver",
+        "str",
+        "Scenario driver that measured the row: loadgen (MLCommons LoadGen) or harness (benchmarks.harness); "
+        "scenario rows of files before schema v4 read as harness (schema v4).",
+        False,
+        ("", "loadgen", "harness"),
+    ),
+    Column(
+        "verdict",
+        "str",
+        "LoadGen's judgement of the run: VALID or INVALID (schema v4).",
+        False,
+        ("", "VALID", "INVALID"),
+    ),
+    Column("verdict_reason", "str", "Why LoadGen judged the run INVALID (its summary's unmet checks) (schema v4)."),
+    Column("log_dir", "str", "The run's LoadGen logs, relative to the database's directory or absolute (schema v4)."),
+    Column(
+        "flags",
+        "str",
+        "Space-separated warnings about the measurement, e.g. busy (other_cpu above BUSY_OTHER_CPU); the fit leaves "
+        "flagged rows out (schema v4).",
+    ),
     Column("notes", "str", "Anything else (skipped reasons are not rows; see the run report)."),
 )
 COLUMN_NAMES: tuple[str, ...] = tuple(c.name for c in COLUMNS)
 _BY_NAME = {c.name: c for c in COLUMNS}
 HEADER_LINE = ",".join((*COLUMN_NAMES, "crc")) + "\n"
 #: Columns each older schema version lacks; files in those versions are read with the columns left empty.
-_ADDED_IN = {2: ("cache_bandwidth_gbs", "other_cpu"), 3: ("units", "boundary_ms")}
+_ADDED_IN = {
+    2: ("cache_bandwidth_gbs", "other_cpu"),
+    3: ("units", "boundary_ms"),
+    4: ("driver", "verdict", "verdict_reason", "log_dir", "flags"),
+}
+#: Scenarios whose rows in files before schema v4 were measured by the home-made harness.
+_HARNESS_SCENARIOS = frozenset({"SingleStream", "MultiStream", "Server", "Offline", "accuracy"})
 #: Header line -> the columns (in file order) of every schema version a reader accepts.
 _KNOWN_HEADERS = {
     ",".join((*names, "crc")) + "\n": names
@@ -481,7 +510,16 @@ def _read_rows(path: Path) -> tuple[list[dict[str, Any]], list[str]]:
             dropped.append(f"line {number}: {error}")
             continue
         rows.append(row)
-    return rows, dropped
+    return _older_drivers(rows, names), dropped
+
+
+def _older_drivers(rows: list[dict[str, Any]], names: Sequence[str]) -> list[dict[str, Any]]:
+    """Rows of a file before schema v4 (no ``driver`` column): scenario rows were measured by the harness."""
+    if "driver" not in names:
+        for row in rows:
+            if row["source"] == "measured" and row["scenario"] in _HARNESS_SCENARIOS:
+                row["driver"] = "harness"  # the only scenario driver before schema v4
+    return rows
 
 
 _PANDAS_DTYPES = {"str": "string", "int": "Int64", "float": "Float64", "json": "string", "bool": "boolean"}

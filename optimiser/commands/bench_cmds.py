@@ -108,12 +108,19 @@ def run_cmd(
     ] = None,
     reference: Annotated[str, typer.Option(help="accuracy: the reference backend.")] = "onnxruntime",
     db: Annotated[Path | None, typer.Option("--db", help="Append result rows to this database file.")] = None,
+    driver: Annotated[
+        str, typer.Option(help="auto (LoadGen where installed) | loadgen | harness (the home-made fallback).")
+    ] = "auto",
+    logs: Annotated[
+        Path | None, typer.Option("--logs", help="Directory for LoadGen's logs (default: DB.logs/ next to --db).")
+    ] = None,
 ) -> None:
     """Run suite models through backends and scenarios; show a progress bar, then a results table."""
     from benchmarks.backends import DEFAULT_BACKENDS, PRECISIONS, all_backends
     from benchmarks.harness import SCENARIOS
+    from benchmarks.loadgen_driver import DriverUnavailable, resolve_driver
     from benchmarks.report import outcomes_table
-    from benchmarks.runner import BenchRequest, count_measurements, plan_jobs, run_benchmarks
+    from benchmarks.runner import BenchRequest, count_measurements, plan_jobs, planned_labels, run_benchmarks
 
     scenarios = scenario or ["SingleStream"]
     backends = backend or list(DEFAULT_BACKENDS)
@@ -121,6 +128,11 @@ def run_cmd(
     _check_choices("--scenario", scenarios, [*SCENARIOS, "accuracy"])
     _check_choices("--backend", [*backends, reference], list(all_backends()))
     _check_choices("--precision", precisions, PRECISIONS)
+    _check_choices("--driver", [driver], ["auto", "loadgen", "harness"])
+    try:
+        resolved = resolve_driver(driver)  # type: ignore[arg-type]
+    except DriverUnavailable as error:
+        raise AppoptError(f"--driver: {error}") from None
     request = BenchRequest(
         models=_suite(suite_name),
         backends=tuple(backends),
@@ -130,15 +142,48 @@ def run_cmd(
         precisions=tuple(precisions),
         settings=_settings(min_duration, min_queries, seed, qps, latency_bound_ms),
         reference=reference,
+        driver=resolved,
+        log_root=logs,
     )
     outcomes = []
-    with typer.progressbar(length=count_measurements(request), label="benchmarking") as bar:
+    labels = planned_labels(request)
+    with typer.progressbar(
+        length=count_measurements(request),
+        label=f"benchmarking ({resolved})",
+        item_show_func=lambda item: item,
+    ) as bar:
+        bar.current_item = labels[0] if labels else None  # the bar names what it is measuring now
+        bar.render_progress()
         for outcome in run_benchmarks(request, model_features, db, plan_jobs(request)):
             outcomes.append(outcome)
+            bar.current_item = labels[len(outcomes)] if len(outcomes) < len(labels) else None
             bar.update(1)
     typer.echo(outcomes_table(outcomes))
+    for outcome in outcomes:
+        for warning in outcome.warnings:
+            typer.echo(f"warning: {warning}", err=True)
     if db is not None:
         typer.echo(f"appended {sum(o.row is not None for o in outcomes)} row(s) to {db}")
+    base = db.parent if db is not None else Path()
+    log_dirs = {str((base / o.row["log_dir"]).parent) for o in outcomes if o.row and o.row.get("log_dir")}
+    if log_dirs:
+        typer.echo(f"LoadGen logs in {', '.join(sorted(log_dirs))} (appopt bench show RUN prints a run's summary)")
+
+
+@bench_app.command("show")
+@user_errors
+def show_cmd(
+    run: Annotated[str, typer.Argument(help="A run's log directory, or a row id (prefix) of --db.")],
+    db: Annotated[Path | None, typer.Option("--db", help="Database whose row ids RUN may name.")] = None,
+) -> None:
+    """Print the LoadGen summary (mlperf_log_summary.txt) of one benchmark run."""
+    from benchmarks.loadgen_driver import RunNotFound, show_summary
+    from perfmodels.results_db import ResultsSchemaError
+
+    try:
+        typer.echo(show_summary(run, db))
+    except (RunNotFound, ResultsSchemaError) as error:
+        raise AppoptError(str(error)) from None
 
 
 @bench_app.command("kernels")
@@ -301,9 +346,17 @@ def run_slice_cmd(
         jobs = campaign.slice_jobs(campaign_spec, slice_index)
     except campaign.CampaignError as error:
         raise AppoptError(*error.lines) from None
+    from benchmarks.loadgen_driver import DriverUnavailable, resolve_driver
+
+    try:
+        resolve_driver(campaign_spec.driver)
+    except DriverUnavailable as error:
+        raise AppoptError(f"driver: {error}") from None
     shard.parent.mkdir(parents=True, exist_ok=True)
     for outcome in run_benchmarks(campaign_spec.request(), model_features, shard, jobs):
         typer.echo(outcome.describe())
+        for warning in outcome.warnings:
+            typer.echo(f"warning: {warning}", err=True)
 
 
 @bench_app.command("record-default")

@@ -238,9 +238,16 @@ def test_schema_is_documented_for_every_column():
         assert f"| {name} |" in text
 
 
+_V4 = ("driver", "verdict", "verdict_reason", "log_dir", "flags")
+
+
 @pytest.mark.parametrize(
     "version, added_since",
-    [(1, ("cache_bandwidth_gbs", "other_cpu", "units", "boundary_ms")), (2, ("units", "boundary_ms"))],
+    [
+        (1, ("cache_bandwidth_gbs", "other_cpu", "units", "boundary_ms", *_V4)),
+        (2, ("units", "boundary_ms", *_V4)),
+        (3, _V4),
+    ],
 )
 def test_files_of_the_previous_schema_are_read_and_upgraded_by_merge(tmp_path, version, added_since):
     old_names = [c for c in COLUMN_NAMES if c not in added_since]
@@ -254,6 +261,7 @@ def test_files_of_the_previous_schema_are_read_and_upgraded_by_merge(tmp_path, v
     old.write_text(",".join((*old_names, "crc")) + "\n" + f"{line},{zlib.crc32(line.encode()):08x}\n")
     frame = read_results(old)
     assert len(frame) == 1 and frame["load_avg"].iloc[0] == 0.5 and frame["units"].isna().all()
+    assert frame["driver"].iloc[0] == "harness"  # the only scenario driver before schema v4
     with pytest.raises(ResultsSchemaError, match="older schema"):
         append_rows(old, [row()])
     merged = tmp_path / "current.csv"

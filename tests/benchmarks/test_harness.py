@@ -83,11 +83,23 @@ def test_multistream_uses_eight_samples_per_query_and_p99():
 def test_offline_throughput_counts_all_samples():
     fake = FakeTime()
     sut, calls = sut_with_latencies(fake, [20])  # 20 ms per query of 4 samples -> 200 samples/s
-    settings = ScenarioSettings(offline_samples=64, samples_per_query=4, warmup_queries=1)
+    settings = ScenarioSettings(min_duration_s=0.0, offline_samples=64, samples_per_query=4, warmup_queries=1)
     result = offline(sut, settings, clock=fake.clock)
     assert result.queries == 16
     assert len(calls) == 17
     assert result.value == pytest.approx(200.0)
+
+
+def test_offline_reissues_the_batch_until_the_minimum_duration():
+    fake = FakeTime()
+    sut, _ = sut_with_latencies(fake, [1])  # 64 queries take 0.064 s; the run must last 0.5 s
+    settings = ScenarioSettings(min_duration_s=0.5, offline_samples=64, warmup_queries=0)
+    result = offline(sut, settings, clock=fake.clock)
+    assert result.duration_s >= 0.5
+    assert result.queries == 64 * 8  # whole batches: 8 × 0.064 s is the first to reach 0.5 s
+    assert result.value == pytest.approx(1000.0)
+    capped = offline(sut, ScenarioSettings(min_duration_s=10.0, max_duration_s=0.2, warmup_queries=0), fake.clock)
+    assert 0.2 <= capped.duration_s < 0.3
 
 
 def test_poisson_arrivals_are_seeded_and_have_the_requested_rate():

@@ -1,0 +1,47 @@
+"""The fit leaves out rows LoadGen judged INVALID and rows flagged busy (schema v4), unless asked to keep them."""
+
+from __future__ import annotations
+
+from perfmodels.fit import flagged, training_rows
+from perfmodels.results_db import make_row, to_frame
+
+
+def measured(model: str, **fields: object) -> dict[str, object]:
+    return make_row(
+        source="measured",
+        target="cpu-test-2c",
+        backend="b",
+        framework="fast",
+        precision="fp32",
+        threads=1,
+        cores=2,
+        mode="inference",
+        model=model,
+        family="f",
+        batch=1,
+        flops_per_sample=1e9,
+        flops_by_class={"conv": 1e9},
+        activation_bytes_per_sample=1e6,
+        params=1e6,
+        scenario="SingleStream",
+        metric="p90_latency_ms",
+        value=10.0,
+        median_ms=10.0,
+        peak_gflops=100.0,
+        bandwidth_gbs=10.0,
+        **fields,
+    )
+
+
+def test_invalid_and_busy_rows_are_left_out_of_the_fit_by_default():
+    frame = to_frame(
+        [
+            measured("valid", driver="loadgen", verdict="VALID"),
+            measured("invalid", driver="loadgen", verdict="INVALID", verdict_reason="min duration not met"),
+            measured("busy", driver="loadgen", verdict="VALID", flags="busy", other_cpu=1.0),
+            measured("old", driver="harness"),  # a row from before verdicts: judged as before
+        ]
+    )
+    assert flagged(frame).tolist() == [False, True, True, False]
+    assert sorted(training_rows(frame)["model"]) == ["old", "valid"]
+    assert sorted(training_rows(frame, include_flagged=True)["model"]) == ["busy", "invalid", "old", "valid"]
