@@ -15,8 +15,9 @@ Example::
 from __future__ import annotations
 
 import itertools
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from optimiser.catalog import load_catalog
 from optimiser.catalog.models import Catalog, Compiler, Framework, Hardware, Library
@@ -27,7 +28,15 @@ from optimiser.target import ResolvedTarget, resolve_target
 from optimiser.workload import workload_for
 from perfmodels import PerformanceModel, Prediction, Route, Workload
 from perfmodels.fitted import load_default_model
-from perfmodels.priors import layout_factor
+from perfmodels.priors import (
+    COMPILER_SOURCE,
+    LAYOUT_SOURCE,
+    TENSOR_CORE_SOURCE,
+    TF32_SOURCE,
+    capped_compiler_speedup,
+    layout_factor,
+    tf32_share,
+)
 
 NO_COMPILER = "none"
 #: Precisions tried when the spec says ``auto``. int8 is left out: it needs calibration data and can cost accuracy,
@@ -66,10 +75,21 @@ class Plan:
     excluded: tuple[Exclusion, ...]
     model_name: str
     notes: tuple[str, ...] = field(default_factory=tuple)
+    #: False when the model has no convolutions: every layout runs it the same, so one is kept and not shown.
+    layout_applies: bool = True
 
     @property
     def choice(self) -> Candidate:
         return self.candidates[0]
+
+    def objective(self, candidate: Candidate) -> float:
+        """The figure candidates are ranked by (lower is better)."""
+        return _objective(self.spec, candidate.prediction)
+
+    @property
+    def removed_by_selection(self) -> tuple[Exclusion, ...]:
+        """What the spec's optimisation.allow / optimisation.deny lists removed."""
+        return tuple(e for e in self.excluded if e.reason.startswith(SELECTION_REASONS))
 
 
 def make_plan(
@@ -84,20 +104,24 @@ def make_plan(
     check_spec_files(spec)
     target = resolve_target(spec.target, catalog)
     workload = workload_for(spec, catalog)
-    enumerator = _Enumerator(spec, catalog, target)
+    enumerator = _Enumerator(spec, catalog, target, workload)
     routes = list(enumerator.routes())
     if not routes:
         raise PlanError(
             "no route satisfies the spec:", *(f"  {e.describe()}" for e in enumerator.excluded), exit_code=3
         )
     candidates = [
-        Candidate(route=r, prediction=model.predict(workload, r, target.device), base_image=img, notes=notes)
+        Candidate(
+            route=r,
+            prediction=model.predict(workload, r, target.device).with_setup(r.setup_seconds),
+            base_image=img,
+            notes=notes,
+        )
         for r, img, notes in routes
     ]
-    # Ties (e.g. memory-bound routes that differ only in layout) go to the route the priors favour.
-    candidates.sort(
-        key=lambda c: (_objective(spec, c.prediction), -c.route.layout_factor, -c.route.compiler_speedup, c.route.key)
-    )
+    # Equal figures (e.g. routes that differ only in a library the model cannot tell apart) are ordered by the
+    # tie-break rules; ``ties.explain_ties`` states which rule decided each.
+    candidates.sort(key=lambda c: (_objective(spec, c.prediction), *tie_break_key(c)))
     return Plan(
         spec=spec,
         target=target,
@@ -106,6 +130,7 @@ def make_plan(
         excluded=tuple(enumerator.excluded),
         model_name=model.name,
         notes=(*target.notes, *_unshipped_command_files(spec)),
+        layout_applies=has_convolutions(workload),
     )
 
 
@@ -123,6 +148,31 @@ def _unshipped_command_files(spec: AppSpec) -> list[str]:
     ]
 
 
+def has_convolutions(workload: Workload) -> bool:
+    """True when the model has convolution FLOPs (the only ops a memory layout changes)."""
+    return workload.flops_by_class.get("conv", 0.0) > 0
+
+
+_PRECISION_RISK = {"fp32": 0, "bf16": 1, "fp16": 2, "int8": 3}
+#: How a route ranks against one with the same predicted figure, first rule first: (name, key; lower wins).
+TIE_RULES: tuple[tuple[str, Callable[[Candidate], Any]], ...] = (
+    ("measured basis over prior", lambda c: not _measured(c.prediction)),
+    ("fewer moving parts (no compiler, fewer libraries)", lambda c: (c.route.compiler != NO_COMPILER,
+                                                                     len(c.route.libraries))),
+    ("fewer numerical risks (fp32, then bf16: no loss scaling, then fp16, then int8)",
+     lambda c: _PRECISION_RISK.get(c.route.precision, 9)),
+    ("the layout the device prefers (layout prior)", lambda c: -c.route.layout_factor),
+    ("the framework's and libraries' efficiency prior", lambda c: -c.route.efficiency),
+    ("route name (alphabetical: nothing else tells them apart)", lambda c: c.route.key),
+)
+def _measured(p: Prediction) -> bool:
+    return p.basis.startswith(("fitted", "kernel units"))
+
+
+def tie_break_key(c: Candidate) -> tuple[Any, ...]:
+    return tuple(rule(c) for _, rule in TIE_RULES)
+
+
 def _objective(spec: AppSpec, p: Prediction) -> float:
     goal = spec.optimisation.goal
     if goal == "throughput":
@@ -135,10 +185,12 @@ def _objective(spec: AppSpec, p: Prediction) -> float:
 class _Enumerator:
     """Walks the catalog for one spec and target, collecting routes and exclusions."""
 
-    def __init__(self, spec: AppSpec, catalog: Catalog, target: ResolvedTarget) -> None:
+    def __init__(self, spec: AppSpec, catalog: Catalog, target: ResolvedTarget, workload: Workload) -> None:
         self.spec = spec
         self.catalog = catalog
         self.target = target
+        self.workload = workload
+        self.convolutions = has_convolutions(workload)
         self.mode = spec.application.type
         self.excluded: list[Exclusion] = []
 
@@ -158,8 +210,9 @@ class _Enumerator:
             base_image = self._base_image(fw)
             if base_image is None:
                 continue
-            for comp, libs, prec, layout in itertools.product(compilers, libraries, precisions, layouts):
-                yield self._route(fw, comp, libs, prec, layout), base_image, self._notes(fw, comp)
+            for (comp, variant), libs, prec, layout in itertools.product(compilers, libraries, precisions, layouts):
+                route = self._route(fw, comp, variant, libs, prec, layout)
+                yield route, base_image, self._notes(fw, comp, route)
 
     # --- frameworks ---------------------------------------------------------------------------------------------
 
@@ -177,11 +230,11 @@ class _Enumerator:
         checks: list[tuple[bool, str]] = [
             (pinned in ("auto", fw.id), f"application.framework pins {pinned}"),
             *_selection_checks("frameworks", fw.id, self.spec.optimisation.allow, self.spec.optimisation.deny),
+            (fw.install.available, _no_install(fw.status, fw.successor)),
             (
                 fw.status == "maintained" or pinned == fw.id,
                 f"legacy{_successor(fw.successor)}; pin application.framework to use it anyway",
             ),
-            (fw.install.available, "no packaged install exists (described for reference only)"),
             (self.mode in fw.modes, f"does not support {self.mode} (supports {', '.join(fw.modes) or 'nothing'})"),
             (
                 t.device_key == "cpu" or t.device_key in fw.accelerators,
@@ -217,8 +270,8 @@ class _Enumerator:
                 reason = f"{self.target.hardware.id} has no {prec} support"
             elif prec == "int8" and self.mode == "training":
                 reason = "int8 is for inference only"
-            elif not _selected("precisions", prec, self.spec.optimisation.allow, self.spec.optimisation.deny):
-                reason = "excluded by optimisation allow/deny precisions"
+            elif selection := _selection_problem("precisions", prec, self.spec):
+                reason = selection
             if reason is None:
                 out.append(prec)
             elif wanted != "auto" or prec in supported:
@@ -229,10 +282,24 @@ class _Enumerator:
 
     def _layouts(self, fw: Framework) -> list[str]:
         layouts = fw.layouts.get(self.target.device_key, ["NCHW"])
-        allow, deny = self.spec.optimisation.allow, self.spec.optimisation.deny
-        out: list[str] = [lay for lay in layouts if _selected("layouts", lay, allow, deny)]
+        out: list[str] = []
+        lay: str
+        for lay in layouts:
+            problem = _selection_problem("layouts", lay, self.spec)
+            if problem:
+                self._exclude(problem, framework=fw.id, layout=lay)
+            else:
+                out.append(lay)
         if not out:
             self._exclude("every layout excluded by optimisation allow/deny", framework=fw.id)
+        if not self.convolutions and len(out) > 1:
+            # A layout only changes convolutions: rank one route per layout-free choice, in the framework's default.
+            for lay in out[1:]:
+                self._exclude(
+                    f"the model has no convolutions, so the layout changes nothing ({out[0]} kept)",
+                    framework=fw.id, layout=lay,
+                )
+            out = out[:1]
         return out
 
     # --- libraries ----------------------------------------------------------------------------------------------
@@ -257,37 +324,46 @@ class _Enumerator:
 
     def _library_problem(self, lib: Library) -> str | None:
         t = self.target
-        if not _selected("libraries", lib.id, self.spec.optimisation.allow, self.spec.optimisation.deny):
-            return "excluded by optimisation allow/deny libraries"
+        selection = _selection_problem("libraries", lib.id, self.spec)
+        if selection:
+            return selection
         if t.device_key == "cpu":
             if t.arch not in lib.cpu_archs:
                 return f"{lib.name} does not run on {t.arch} CPUs"
         elif t.device_key not in lib.accelerators:
             return f"{lib.name} does not run on {t.device_key} accelerators"
+        if not lib.install.available:
+            return _no_install(lib.status, lib.successor)
         if lib.status != "maintained" and not _explicitly_allowed("libraries", lib.id, self.spec.optimisation.allow):
             return f"legacy{_successor(lib.successor)}; list it in optimisation.allow.libraries to use it"
         return None
 
     # --- compilers ----------------------------------------------------------------------------------------------
 
-    def _compilers(self, fw: Framework) -> list[Compiler | None]:
-        out: list[Compiler | None] = []
+    def _compilers(self, fw: Framework) -> list[tuple[Compiler | None, str]]:
+        """Each usable compiler with its variant (``tuned``/``untuned`` for one that needs a tuning search)."""
+        out: list[tuple[Compiler | None, str]] = []
         # An allow list restricts which compilers may be used; running without one stays allowed unless denied.
-        if NO_COMPILER not in (self.spec.optimisation.deny.compilers or []):
-            out.append(None)
+        if NO_COMPILER in (self.spec.optimisation.deny.compilers or []):
+            self._exclude(f"{DENIED} compilers", framework=fw.id, compiler=NO_COMPILER)
+        else:
+            out.append((None, ""))
         for comp in self.catalog.compilers.values():
             reason = self._compiler_problem(fw, comp)
-            if reason is None:
-                out.append(comp)
-            else:
+            if reason is not None:
                 self._exclude(reason, framework=fw.id, compiler=comp.id)
+            elif comp.tuning is not None:
+                out += [(comp, "untuned"), (comp, "tuned")]
+            else:
+                out.append((comp, ""))
         return out
 
     def _compiler_problem(self, fw: Framework, comp: Compiler) -> str | None:
         t = self.target
-        allow, deny = self.spec.optimisation.allow, self.spec.optimisation.deny
-        if not _selected("compilers", comp.id, allow, deny):
-            return "excluded by optimisation allow/deny compilers"
+        allow = self.spec.optimisation.allow
+        selection = _selection_problem("compilers", comp.id, self.spec)
+        if selection:
+            return selection
         modes = comp.support.get(fw.id, [])
         if self.mode not in modes:
             have = "/".join(modes) if modes else "no"
@@ -296,19 +372,27 @@ class _Enumerator:
             return f"{comp.name} does not target {t.arch} CPUs"
         if t.device_key != "cpu" and t.device_key not in comp.accelerators:
             return f"{comp.name} does not target {t.device_key} accelerators"
+        if not comp.install.available:
+            return _no_install(comp.status, comp.successor)
         if comp.status != "maintained" and not _explicitly_allowed("compilers", comp.id, allow):
             return f"legacy{_successor(comp.successor)}; list it in optimisation.allow.compilers to use it"
-        if not comp.install.available:
-            return "no packaged install exists (described for reference only)"
         return None
 
     # --- assembling a route -------------------------------------------------------------------------------------
 
-    def _route(self, fw: Framework, comp: Compiler | None, libs: tuple[str, ...], prec: str, layout: str) -> Route:
+    def _route(
+        self, fw: Framework, comp: Compiler | None, variant: str, libs: tuple[str, ...], prec: str, layout: str
+    ) -> Route:
         key = self.target.device_key
         efficiency = fw.efficiency.get(key, 0.5)
         for lib_id in libs:
             efficiency *= self.catalog.libraries[lib_id].efficiency.get(key, 1.0)
+        speedup, setup = 1.0, 0.0
+        if comp is not None and variant == "untuned" and comp.tuning is not None:
+            speedup = comp.tuning.untuned
+        elif comp is not None:
+            speedup = capped_compiler_speedup(compiler_speedup(comp, key, self.mode, prec), min(efficiency, 1.0))
+            setup = comp.tuning.seconds if comp.tuning is not None else 0.0
         return Route(
             framework=fw.id,
             compiler=comp.id if comp else NO_COMPILER,
@@ -316,8 +400,12 @@ class _Enumerator:
             precision=prec,
             layout=layout,
             efficiency=min(efficiency, 1.0),
-            compiler_speedup=compiler_speedup(comp, key, self.mode) if comp else 1.0,
-            layout_factor=layout_factor(self.target.device.kind, layout, prec),
+            compiler_speedup=speedup,
+            layout_factor=layout_factor(self.target.device.kind, layout, prec, self.convolutions),
+            compiler_variant=variant,
+            setup_seconds=setup,
+            tf32_share=tf32_share(fw.id, self.workload.flops_by_class) if "tf32" in self.target.device.peak_flops
+            else 0.0,
         )
 
     def _base_image(self, fw: Framework) -> str | None:
@@ -327,17 +415,49 @@ class _Enumerator:
             self._exclude(f"the catalog has no {key} base image for it", framework=fw.id)
         return image
 
-    def _notes(self, fw: Framework, comp: Compiler | None) -> tuple[str, ...]:
+    def _notes(self, fw: Framework, comp: Compiler | None, route: Route) -> tuple[str, ...]:
+        """Where each prior that shaped this route's prediction comes from."""
         notes = []
         if fw.status != "maintained":
             notes.append(f"{fw.name} is legacy{_successor(fw.successor)} (pinned by the spec)")
-        if comp is not None and comp.speedups:
-            best = comp.speedups[0]
-            notes.append(f"{comp.name} prior: {best.typical:.2f}x over {best.baseline} ({best.source.citation})")
+        if comp is not None:
+            notes.append(self._compiler_note(comp, route))
+        gpu = self.target.device.kind == "gpu"
+        if gpu and route.precision in ("fp16", "bf16", "int8"):
+            notes.append(
+                f"tensor-core prior: {route.precision} FLOPs reach 3/8 of the fp32 share of peak ({TENSOR_CORE_SOURCE})"
+            )
+        if route.tf32_share > 0:
+            notes.append(
+                f"TF32 prior: {fw.name} runs {route.tf32_share:.0%} of this model's FLOPs on TF32 tensor cores "
+                f"at fp32 ({TF32_SOURCE})"
+            )
+        if self.convolutions and route.layout_factor != 1.0:
+            notes.append(f"layout prior: {route.layout} keeps {route.layout_factor:.2f} of the rate ({LAYOUT_SOURCE})")
         return tuple(notes)
 
+    def _compiler_note(self, comp: Compiler, route: Route) -> str:
+        if route.compiler_variant == "untuned" and comp.tuning is not None:
+            return f"{comp.name} untuned prior: {comp.tuning.untuned:g}x its framework ({comp.tuning.source.citation})"
+        figures = [
+            s for s in comp.speedups
+            if s.use_as_prior and s.device in (None, self.target.device_key) and s.mode in (None, self.mode)
+            and (not s.precisions or route.precision in s.precisions)
+        ]
+        cited = "; ".join(f"{s.typical:.2f}x over {s.baseline} ({s.source.citation})" for s in figures)
+        text = (
+            f"{comp.name} prior: {route.compiler_speedup:.2f}x on the compute-bound part ({COMPILER_SOURCE})"
+            + (f"; reported {cited}" if cited else "; no applicable figure is reported, so none is assumed")
+        )
+        if route.compiler_variant == "tuned" and comp.tuning is not None:
+            text += (
+                f"; tuned: {comp.tuning.seconds / 3600:g} h of search before the job, counted in the time to "
+                f"solution ({comp.tuning.source.citation})"
+            )
+        return text
 
-def compiler_speedup(comp: Compiler, device_key: str, mode: str) -> float:
+
+def compiler_speedup(comp: Compiler, device_key: str, mode: str, precision: str | None = None) -> float:
     """The compiler's prior speed-up: geometric mean of the reported figures that apply to this device and mode.
 
     Figures the catalog marks ``use_as_prior: false`` (measured against another device, or best cases such as
@@ -347,6 +467,7 @@ def compiler_speedup(comp: Compiler, device_key: str, mode: str) -> float:
         s.typical
         for s in comp.speedups
         if s.use_as_prior and s.device in (None, device_key) and s.mode in (None, mode)
+        and (precision is None or not s.precisions or precision in s.precisions)
     ]
     if not figures:
         return 1.0
@@ -360,17 +481,31 @@ def _successor(successor: str | None) -> str:
     return f" (successor: {successor})" if successor else ""
 
 
+#: How an exclusion by the spec's allow/deny lists starts (``Plan.removed_by_selection`` finds them by it).
+DENIED = "denied by optimisation.deny."
+NOT_ALLOWED = "not in optimisation.allow."
+SELECTION_REASONS = (DENIED, NOT_ALLOWED)
+
+
 def _selection_checks(category: str, item: str, allow: Selection, deny: Selection) -> list[tuple[bool, str]]:
     allowed: Sequence[str] | None = getattr(allow, category)
     denied: Sequence[str] | None = getattr(deny, category)
     return [
-        (not denied or item not in denied, f"denied by optimisation.deny.{category}"),
-        (allowed is None or item in allowed, f"not in optimisation.allow.{category}"),
+        (not denied or item not in denied, f"{DENIED}{category}"),
+        (allowed is None or item in allowed, f"{NOT_ALLOWED}{category}"),
     ]
 
 
-def _selected(category: str, item: str, allow: Selection, deny: Selection) -> bool:
-    return all(ok for ok, _ in _selection_checks(category, item, allow, deny))
+def _selection_problem(category: str, item: str, spec: AppSpec) -> str | None:
+    """Why the spec's allow/deny lists remove ``item`` (None when they keep it)."""
+    allow, deny = spec.optimisation.allow, spec.optimisation.deny
+    return next((reason for ok, reason in _selection_checks(category, item, allow, deny) if not ok), None)
+
+
+def _no_install(status: str, successor: str | None) -> str:
+    """The reason for a component that cannot be deployed: nothing (no allow list or pin) can change it."""
+    legacy = f"legacy{_successor(successor)} and " if status != "maintained" else ""
+    return f"{legacy}no packaged install exists (described for reference only; it cannot be deployed)"
 
 
 def _explicitly_allowed(category: str, item: str, allow: Selection) -> bool:
@@ -400,4 +535,106 @@ def check_spec_ids(spec: AppSpec, catalog: Catalog) -> None:
         raise SpecError(*problems)
 
 
-__all__ = ["Candidate", "Exclusion", "Hardware", "Plan", "compiler_speedup", "make_plan"]
+
+
+# --- ties ---------------------------------------------------------------------------------------------------------
+
+#: Relative difference below which two figures are the same number (an exact tie, not a near one).
+EXACT_TIE = 1e-9
+#: The error assumed for a prediction whose model has no measured error (the roofline prior's), as a share.
+PRIOR_ERROR = 0.25
+
+
+def model_error(p: Prediction) -> tuple[float, str]:
+    """The relative error of a prediction's model and where the figure comes from."""
+    rmspe = p.detail.get("heldout_rmspe")
+    if rmspe:
+        return float(rmspe), "held-out RMSPE of the fitted model"
+    return PRIOR_ERROR, "assumed for the roofline prior, which no measurement checks here"
+
+
+def _differences(a: Route, b: Route, layout_applies: bool = True) -> str:
+    parts = [
+        f"{name} {x} vs {y}"
+        for name, x, y in (
+            ("framework", a.framework, b.framework),
+            ("compiler", a.compiler_label, b.compiler_label),
+            ("libraries", "+".join(a.libraries) or "-", "+".join(b.libraries) or "-"),
+            ("precision", a.precision, b.precision),
+            ("layout", a.layout if layout_applies else "-", b.layout if layout_applies else "-"),
+        )
+        if x != y
+    ]
+    return ", ".join(parts) or "nothing"
+
+
+def _why_equal(plan: Plan, a: Candidate, b: Candidate) -> str:
+    """Why the model cannot tell two routes apart (the first reason that applies)."""
+    ra, rb = a.route, b.route
+    peaks = plan.target.device.peak_flops
+    if ra.precision != rb.precision and peaks.get(ra.precision) == peaks.get(rb.precision):
+        return f"{ra.precision} and {rb.precision} have the same peak on {plan.target.hardware.id} (data sheet)"
+    if a.prediction.bound == b.prediction.bound == "memory" and not _measured(a.prediction):
+        return "both memory-bound: what differs changes compute, not memory traffic"
+    if ra.compiler != rb.compiler and ra.compiler_speedup == rb.compiler_speedup == 1.0:
+        named = rb if ra.compiler == NO_COMPILER else ra
+        return f"no gain over the framework is known for {named.compiler_label} here"
+    if NO_COMPILER not in (ra.compiler, rb.compiler) and abs(
+        ra.efficiency * ra.compiler_speedup - rb.efficiency * rb.compiler_speedup
+    ) < 1e-9:
+        return "both compiled routes reach the kernel ceiling of the compiler prior (0.85 of peak)"
+    if _measured(a.prediction) and ra.libraries != rb.libraries:
+        return "the measurements are per framework, not per library"
+    return "the priors give these choices the same factors"
+
+
+def _deciding_rule(winner: Candidate, loser: Candidate) -> str:
+    for name, rule in TIE_RULES:
+        if rule(winner) != rule(loser):
+            return name
+    return "none (identical routes)"
+
+
+def _same(a: float, b: float) -> bool:
+    return abs(a - b) <= EXACT_TIE * max(abs(a), abs(b), 1e-300)
+
+
+def explain_ties(plan: Plan, top: int | None = None) -> list[str]:
+    """One line per exact tie among the first ``top`` candidates (and their tie partners below), naming what the
+    tied routes differ in and the rule that ordered them, and one line for the candidates whose figure is within the
+    model's error of the choice."""
+    shown = top or plan.spec.optimisation.top
+    ranked = plan.candidates
+    lines: list[str] = []
+    i = 0
+    while i < min(shown, len(ranked)):
+        j = i
+        while j + 1 < len(ranked) and _same(plan.objective(ranked[i]), plan.objective(ranked[j + 1])):
+            j += 1
+        if j > i:
+            steps = "; ".join(
+                f"#{k + 1} over #{k + 2} ({_differences(ranked[k].route, ranked[k + 1].route, plan.layout_applies)}): "
+                f"{_deciding_rule(ranked[k], ranked[k + 1])}"
+                for k in range(i, j)
+            )
+            lines.append(
+                f"exact tie #{i + 1}-#{j + 1}: the same figure ({_why_equal(plan, ranked[i], ranked[i + 1])}); "
+                f"broken by: {steps}"
+            )
+        i = j + 1
+    best = plan.objective(plan.choice)
+    error, source = model_error(plan.choice.prediction)
+    near = [
+        k + 1 for k, c in enumerate(ranked[1:shown], start=1)
+        if not _same(plan.objective(c), best) and abs(plan.objective(c) - best) <= error * abs(best)
+    ]
+    if near:
+        which = ", ".join(f"#{k}" for k in near)
+        lines.append(
+            f"within the model's error: {which} differ from #1 by less than {error:.0%} ({source}); ranked by the "
+            "predicted figure, so measure them on the target (appopt bench run) before trusting the order"
+        )
+    return lines
+
+
+__all__ = ["Candidate", "Exclusion", "Hardware", "Plan", "compiler_speedup", "explain_ties", "make_plan"]

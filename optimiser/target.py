@@ -39,8 +39,11 @@ def resolve_target(target: Target, catalog: Catalog) -> ResolvedTarget:
         hw = _preset(catalog, gpu.model, "target.accelerator.model")
         if hw.kind != "gpu" or hw.vendor != gpu.vendor:
             raise SpecError(f"target.accelerator.model: {hw.id} is a {hw.vendor} {hw.kind}, not a {gpu.vendor} GPU")
+        peaks = {str(k): v for k, v in hw.peak_flops.items()}
+        if hw.tf32_flops:  # fp32 layers run on TF32 tensor cores by default in most frameworks (perfmodels.priors)
+            peaks["tf32"] = hw.tf32_flops
         device = Device(
-            name=hw.id, kind="gpu", peak_flops={str(k): v for k, v in hw.peak_flops.items()},
+            name=hw.id, kind="gpu", peak_flops=peaks,
             mem_bandwidth=hw.mem_bandwidth, per_node=gpu.count, nodes=target.nodes, interconnect=gbps * 1e9 / 8,
         )
         vendor: DeviceKey = gpu.vendor  # type: ignore[assignment]  # "none" was ruled out by target.gpu

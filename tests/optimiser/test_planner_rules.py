@@ -61,7 +61,13 @@ def test_deny_and_allow_lists_apply_per_category() -> None:
     plan = plan_for(optimisation={"deny": {"libraries": ["mkl"]}, "allow": {"compilers": ["jit"]}})
     assert all("mkl" not in c.route.libraries for c in plan.candidates)
     assert {c.route.compiler for c in plan.candidates} == {"none", "jit"}
-    assert "excluded by optimisation allow/deny libraries" in reasons(plan, library="mkl")
+    assert "denied by optimisation.deny.libraries" in reasons(plan, library="mkl")
+    # The allow list acts as a whitelist: every other compiler is removed, and the report names each one.
+    others = {c for c in fake_catalog().compilers if c != "jit"}
+    removed = {e.what.get("compiler") for e in plan.removed_by_selection if "compiler" in e.what}
+    assert others and others <= removed
+    assert all(e.reason == "not in optimisation.allow.compilers" for e in plan.removed_by_selection
+               if "compiler" in e.what)
 
 
 def test_ranking_follows_the_goal_and_predictions_are_ordered() -> None:
