@@ -77,6 +77,8 @@ class Plan:
     notes: tuple[str, ...] = field(default_factory=tuple)
     #: False when the model has no convolutions: every layout runs it the same, so one is kept and not shown.
     layout_applies: bool = True
+    #: How many leading candidates lie within the model's error of the fastest (ordered by ``BAND_RULES``).
+    band: int = 1
 
     @property
     def choice(self) -> Candidate:
@@ -119,9 +121,15 @@ def make_plan(
         )
         for r, img, notes in routes
     ]
-    # Equal figures (e.g. routes that differ only in a library the model cannot tell apart) are ordered by the
-    # tie-break rules; ``ties.explain_ties`` states which rule decided each.
+    # Ranked by the goal's figure; equal figures (routes the model cannot tell apart) by the tie rules. The routes
+    # within the model's error of the fastest are then ordered by the band rules (measured over prior, no compiler)
+    # before their figures: the model cannot separate them, so the measured, simpler route is taken.
+    # ``explain_ties`` states which rule decided each.
     candidates.sort(key=lambda c: (_objective(spec, c.prediction), *tie_break_key(c)))
+    band = error_band(spec, candidates)
+    candidates[:band] = sorted(
+        candidates[:band], key=lambda c: (*band_key(c), _objective(spec, c.prediction), *tie_break_key(c))
+    )
     return Plan(
         spec=spec,
         target=target,
@@ -131,6 +139,7 @@ def make_plan(
         model_name=model.name,
         notes=(*target.notes, *_unshipped_command_files(spec)),
         layout_applies=has_convolutions(workload),
+        band=band,
     )
 
 
@@ -154,13 +163,20 @@ def has_convolutions(workload: Workload) -> bool:
 
 
 _PRECISION_RISK = {"fp32": 0, "bf16": 1, "fp16": 2, "int8": 3}
-#: How a route ranks against one with the same predicted figure, first rule first: (name, key; lower wins).
-TIE_RULES: tuple[tuple[str, Callable[[Candidate], Any]], ...] = (
-    ("measured basis over prior", lambda c: not _measured(c.prediction)),
-    ("fewer moving parts (no compiler, fewer libraries)", lambda c: (c.route.compiler != NO_COMPILER,
-                                                                     len(c.route.libraries))),
-    ("fewer numerical risks (fp32, then bf16: no loss scaling, then fp16, then int8)",
-     lambda c: _PRECISION_RISK.get(c.route.precision, 9)),
+Rule = tuple[str, Callable[[Candidate], Any]]
+#: How routes the model cannot separate are ordered, first rule first: (name, key; lower wins). Within the model's
+#: error of the fastest route the first two decide before the figures do (``BAND_RULES``); the rest order routes
+#: whose figures are equal.
+_MEASURED: Rule = ("measured basis over prior", lambda c: not _measured(c.prediction))
+_SIMPLER: Rule = ("fewer moving parts (no compiler)", lambda c: c.route.compiler != NO_COMPILER)
+_SAFER: Rule = (
+    "fewer numerical risks (fp32, then bf16: no loss scaling, then fp16, then int8)",
+    lambda c: _PRECISION_RISK.get(c.route.precision, 9),
+)
+BAND_RULES: tuple[Rule, ...] = (_MEASURED, _SIMPLER)
+TIE_RULES: tuple[Rule, ...] = (
+    *BAND_RULES,
+    _SAFER,
     ("the layout the device prefers (layout prior)", lambda c: -c.route.layout_factor),
     ("the framework's and libraries' efficiency prior", lambda c: -c.route.efficiency),
     ("route name (alphabetical: nothing else tells them apart)", lambda c: c.route.key),
@@ -171,6 +187,17 @@ def _measured(p: Prediction) -> bool:
 
 def tie_break_key(c: Candidate) -> tuple[Any, ...]:
     return tuple(rule(c) for _, rule in TIE_RULES)
+
+
+def band_key(c: Candidate) -> tuple[Any, ...]:
+    return tuple(rule(c) for _, rule in BAND_RULES)
+
+
+def error_band(spec: AppSpec, ranked: Sequence[Candidate]) -> int:
+    """How many of the ``ranked`` candidates (fastest first) lie within the fastest one's model error of it."""
+    best = _objective(spec, ranked[0].prediction)
+    error, _ = model_error(ranked[0].prediction)
+    return sum(1 for c in ranked if abs(_objective(spec, c.prediction) - best) <= error * abs(best) * (1 + 1e-12))
 
 
 def _objective(spec: AppSpec, p: Prediction) -> float:
@@ -588,8 +615,8 @@ def _why_equal(plan: Plan, a: Candidate, b: Candidate) -> str:
     return "the priors give these choices the same factors"
 
 
-def _deciding_rule(winner: Candidate, loser: Candidate) -> str:
-    for name, rule in TIE_RULES:
+def _deciding_rule(winner: Candidate, loser: Candidate, rules: Sequence[Rule] = TIE_RULES) -> str:
+    for name, rule in rules:
         if rule(winner) != rule(loser):
             return name
     return "none (identical routes)"
@@ -599,41 +626,59 @@ def _same(a: float, b: float) -> bool:
     return abs(a - b) <= EXACT_TIE * max(abs(a), abs(b), 1e-300)
 
 
+def _step(plan: Plan, k: int, rules: Sequence[Rule] = TIE_RULES) -> str:
+    """``#k over #k+1 (what differs): rule`` for the ranked pair at 0-based index ``k``."""
+    a, b = plan.candidates[k], plan.candidates[k + 1]
+    what = _differences(a.route, b.route, plan.layout_applies)
+    return f"#{k + 1} over #{k + 2} ({what}): {_deciding_rule(a, b, rules)}"
+
+
+def _band_rule(plan: Plan, k: int) -> str:
+    """Within the error band: the band rule that ordered the pair, else their figures (then the tie rules)."""
+    a, b = plan.candidates[k], plan.candidates[k + 1]
+    decided = _deciding_rule(a, b, BAND_RULES)
+    if decided != "none (identical routes)":
+        return _step(plan, k, BAND_RULES)
+    if not _same(plan.objective(a), plan.objective(b)):
+        what = _differences(a.route, b.route, plan.layout_applies)
+        return f"#{k + 1} over #{k + 2} ({what}): the better predicted figure"
+    return _step(plan, k) + f" (the same figure: {_why_equal(plan, a, b)})"
+
+
 def explain_ties(plan: Plan, top: int | None = None) -> list[str]:
-    """One line per exact tie among the first ``top`` candidates (and their tie partners below), naming what the
-    tied routes differ in and the rule that ordered them, and one line for the candidates whose figure is within the
-    model's error of the choice."""
-    shown = top or plan.spec.optimisation.top
+    """How the first ``top`` candidates were ordered where the model cannot separate them: one line for the routes
+    within the model's error of the fastest (ordered by the band rules, each step named), and one line per exact tie
+    below that band (what the tied routes differ in, why their figures are equal, the rule that ordered them)."""
+    shown = min(top or plan.spec.optimisation.top, len(plan.candidates))
     ranked = plan.candidates
     lines: list[str] = []
-    i = 0
-    while i < min(shown, len(ranked)):
+    band = min(plan.band, len(ranked))
+    if band > 1:
+        fastest = min(range(band), key=lambda k: (plan.objective(ranked[k]), k))
+        error, source = model_error(ranked[fastest].prediction)
+        gap = abs(plan.objective(ranked[0]) / plan.objective(ranked[fastest]) - 1)
+        lead = (
+            "#1 is also the fastest predicted"
+            if _same(plan.objective(ranked[0]), plan.objective(ranked[fastest]))
+            else f"#1 is predicted {gap:.1%} slower than the fastest (#{fastest + 1}), within the error"
+        )
+        steps = "; ".join(_band_rule(plan, k) for k in range(min(band, shown + 1) - 1))
+        more = f" (the band goes on to #{band})" if band > shown + 1 else ""
+        lines.append(
+            f"within the model's error (±{error:.0%}, {source}): #1-#{band} cannot be separated by the model, so they "
+            f"are ordered by measured basis and fewer moving parts before their figures; {lead}; "
+            f"broken by: {steps}{more}"
+        )
+    i = band
+    while i < shown:
         j = i
         while j + 1 < len(ranked) and _same(plan.objective(ranked[i]), plan.objective(ranked[j + 1])):
             j += 1
         if j > i:
-            steps = "; ".join(
-                f"#{k + 1} over #{k + 2} ({_differences(ranked[k].route, ranked[k + 1].route, plan.layout_applies)}): "
-                f"{_deciding_rule(ranked[k], ranked[k + 1])}"
-                for k in range(i, j)
-            )
-            lines.append(
-                f"exact tie #{i + 1}-#{j + 1}: the same figure ({_why_equal(plan, ranked[i], ranked[i + 1])}); "
-                f"broken by: {steps}"
-            )
+            steps = "; ".join(_step(plan, k) for k in range(i, j))
+            why = _why_equal(plan, ranked[i], ranked[i + 1])
+            lines.append(f"exact tie #{i + 1}-#{j + 1}: the same figure ({why}); broken by: {steps}")
         i = j + 1
-    best = plan.objective(plan.choice)
-    error, source = model_error(plan.choice.prediction)
-    near = [
-        k + 1 for k, c in enumerate(ranked[1:shown], start=1)
-        if not _same(plan.objective(c), best) and abs(plan.objective(c) - best) <= error * abs(best)
-    ]
-    if near:
-        which = ", ".join(f"#{k}" for k in near)
-        lines.append(
-            f"within the model's error: {which} differ from #1 by less than {error:.0%} ({source}); ranked by the "
-            "predicted figure, so measure them on the target (appopt bench run) before trusting the order"
-        )
     return lines
 
 
