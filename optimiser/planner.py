@@ -256,12 +256,7 @@ class _Enumerator:
         t = self.target
         checks: list[tuple[bool, str]] = [
             (pinned in ("auto", fw.id), f"application.framework pins {pinned}"),
-            *_selection_checks("frameworks", fw.id, self.spec.optimisation.allow, self.spec.optimisation.deny),
             (fw.install.available, _no_install(fw.status, fw.successor)),
-            (
-                fw.status == "maintained" or pinned == fw.id,
-                f"legacy{_successor(fw.successor)}; pin application.framework to use it anyway",
-            ),
             (self.mode in fw.modes, f"does not support {self.mode} (supports {', '.join(fw.modes) or 'nothing'})"),
             (
                 t.device_key == "cpu" or t.device_key in fw.accelerators,
@@ -276,6 +271,12 @@ class _Enumerator:
                 self.mode != "training" or fw.distributed_training or self._processes() == 1,
                 f"trains in one process; the spec asks for {self._processes()} "
                 f"({self.spec.target.nodes} node(s) x {self._tasks_per_node()} task(s))",
+            ),
+            # The spec's lists last: what they remove is what would have run otherwise (the report lists it).
+            *_selection_checks("frameworks", fw.id, self.spec.optimisation.allow, self.spec.optimisation.deny),
+            (
+                fw.status == "maintained" or pinned == fw.id,
+                f"legacy{_successor(fw.successor)}; pin application.framework to use it anyway",
             ),
         ]
         for ok, reason in checks:
@@ -351,9 +352,6 @@ class _Enumerator:
 
     def _library_problem(self, lib: Library) -> str | None:
         t = self.target
-        selection = _selection_problem("libraries", lib.id, self.spec)
-        if selection:
-            return selection
         if t.device_key == "cpu":
             if t.arch not in lib.cpu_archs:
                 return f"{lib.name} does not run on {t.arch} CPUs"
@@ -361,8 +359,11 @@ class _Enumerator:
             return f"{lib.name} does not run on {t.device_key} accelerators"
         if not lib.install.available:
             return _no_install(lib.status, lib.successor)
+        selection = _selection_problem("libraries", lib.id, self.spec)
+        if selection:  # after the hardware rules: the report then names only what the lists removed
+            return selection
         if lib.status != "maintained" and not _explicitly_allowed("libraries", lib.id, self.spec.optimisation.allow):
-            return f"legacy{_successor(lib.successor)}; list it in optimisation.allow.libraries to use it"
+            return f"legacy{_successor(lib.successor)}; {_opt_in('libraries')}"
         return None
 
     # --- compilers ----------------------------------------------------------------------------------------------
@@ -388,9 +389,6 @@ class _Enumerator:
     def _compiler_problem(self, fw: Framework, comp: Compiler) -> str | None:
         t = self.target
         allow = self.spec.optimisation.allow
-        selection = _selection_problem("compilers", comp.id, self.spec)
-        if selection:
-            return selection
         modes = comp.support.get(fw.id, [])
         if self.mode not in modes:
             have = "/".join(modes) if modes else "no"
@@ -401,8 +399,11 @@ class _Enumerator:
             return f"{comp.name} does not target {t.device_key} accelerators"
         if not comp.install.available:
             return _no_install(comp.status, comp.successor)
+        selection = _selection_problem("compilers", comp.id, self.spec)
+        if selection:  # after the support rules: the report then names only what the lists removed
+            return selection
         if comp.status != "maintained" and not _explicitly_allowed("compilers", comp.id, allow):
-            return f"legacy{_successor(comp.successor)}; list it in optimisation.allow.compilers to use it"
+            return f"legacy{_successor(comp.successor)}; {_opt_in('compilers')}"
         return None
 
     # --- assembling a route -------------------------------------------------------------------------------------
@@ -431,9 +432,12 @@ class _Enumerator:
             layout_factor=layout_factor(self.target.device.kind, layout, prec, self.convolutions),
             compiler_variant=variant,
             setup_seconds=setup,
-            tf32_share=tf32_share(fw.id, self.workload.flops_by_class) if "tf32" in self.target.device.peak_flops
-            else 0.0,
+            tf32_share=tf32_share(fw.id, self.workload.flops_by_class) if self._tf32(prec) else 0.0,
         )
+
+    def _tf32(self, precision: str) -> bool:
+        """True when fp32 work may run on TF32 tensor cores (fp32 on hardware that has them)."""
+        return precision == "fp32" and "tf32" in self.target.device.peak_flops
 
     def _base_image(self, fw: Framework) -> str | None:
         key = self.target.image_key
@@ -527,6 +531,11 @@ def _selection_problem(category: str, item: str, spec: AppSpec) -> str | None:
     """Why the spec's allow/deny lists remove ``item`` (None when they keep it)."""
     allow, deny = spec.optimisation.allow, spec.optimisation.deny
     return next((reason for ok, reason in _selection_checks(category, item, allow, deny) if not ok), None)
+
+
+def _opt_in(category: str) -> str:
+    """How to use a legacy component that can be installed (an allow list also removes everything it does not name)."""
+    return f"list it in optimisation.allow.{category} to use it (that list then allows only the {category} it names)"
 
 
 def _no_install(status: str, successor: str | None) -> str:

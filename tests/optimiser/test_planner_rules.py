@@ -62,12 +62,17 @@ def test_deny_and_allow_lists_apply_per_category() -> None:
     assert all("mkl" not in c.route.libraries for c in plan.candidates)
     assert {c.route.compiler for c in plan.candidates} == {"none", "jit"}
     assert "denied by optimisation.deny.libraries" in reasons(plan, library="mkl")
-    # The allow list acts as a whitelist: every other compiler is removed, and the report names each one.
-    others = {c for c in fake_catalog().compilers if c != "jit"}
-    removed = {e.what.get("compiler") for e in plan.removed_by_selection if "compiler" in e.what}
-    assert others and others <= removed
-    assert all(e.reason == "not in optimisation.allow.compilers" for e in plan.removed_by_selection
+    # The allow list acts as a whitelist: every other compiler that would have run is removed, and the report names
+    # each one (and only those: a compiler the rules exclude anyway keeps that reason).
+    inference = {"type": "inference"}
+    would_run = {c.route.compiler for c in plan_for(application=inference).candidates} - {"none", "jit"}
+    allowed = plan_for(application=inference, optimisation={"allow": {"compilers": ["jit"]}})
+    removed = {e.what.get("compiler") for e in allowed.removed_by_selection if "compiler" in e.what}
+    assert would_run == {"infer"} and removed == would_run
+    assert all(e.reason == "not in optimisation.allow.compilers" for e in allowed.removed_by_selection
                if "compiler" in e.what)
+    # In a training plan the inference-only compiler is excluded by its support rule, not by the list.
+    assert not any("compiler" in e.what for e in plan.removed_by_selection)
 
 
 def test_ranking_follows_the_goal_and_predictions_are_ordered() -> None:
