@@ -373,7 +373,7 @@ class _Enumerator:
         out: list[tuple[Compiler | None, str]] = []
         # An allow list restricts which compilers may be used; running without one stays allowed unless denied.
         if NO_COMPILER in (self.spec.optimisation.deny.compilers or []):
-            self._exclude(f"{DENIED} compilers", framework=fw.id, compiler=NO_COMPILER)
+            self._exclude(f"{DENIED}compilers", framework=fw.id, compiler=NO_COMPILER)
         else:
             out.append((None, ""))
         for comp in self.catalog.compilers.values():

@@ -128,3 +128,10 @@ def test_unknown_hardware_preset_is_a_spec_error() -> None:
         plan_for(target={"cpu": {"arch": "x86_64", "model": "cpu2"}})
     with pytest.raises(SpecError, match=r"arm1 is aarch64 but target\.cpu\.arch is x86_64"):
         plan_for(target={"cpu": {"arch": "x86_64", "model": "arm1"}})
+
+
+def test_denying_none_requires_a_compiler_and_is_reported() -> None:
+    plan = plan_for(optimisation={"deny": {"compilers": ["none"]}})
+    assert plan.candidates and all(c.route.compiler != "none" for c in plan.candidates)
+    assert any(e.what.get("compiler") == "none" and e.reason == "denied by optimisation.deny.compilers"
+               for e in plan.removed_by_selection)
