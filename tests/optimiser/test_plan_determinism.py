@@ -55,3 +55,24 @@ def test_an_unwritable_cache_still_plans(tmp_path: Path, monkeypatch: pytest.Mon
 def test_host_key_names_the_host_and_is_stable() -> None:
     assert local.host_key() == local.host_key()
     assert local.probe_cache_path().parent.name == "probes"
+
+
+@pytest.mark.slow
+def test_five_appopt_plan_processes_write_identical_figures(tmp_path: Path) -> None:
+    """The issue's check end to end: five ``appopt plan`` processes (a fresh cache, so the first one probes and
+    fits) write the same figures to plan.json."""
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "APPOPT_CACHE_DIR": str(tmp_path / "cache")}
+    env.pop("APPOPT_LOCAL_MEM_BANDWIDTH", None)
+    figures = []
+    for i in range(5):
+        out = tmp_path / f"plan{i}"
+        subprocess.run(
+            [sys.executable, "-m", "optimiser.cli", "plan", str(EXAMPLES / "onnx-mlp-local.yaml"), "-o", str(out)],
+            check=True, env=env, capture_output=True, timeout=300,
+        )
+        figures.append(_figures(json.loads((out / "plan.json").read_text())))
+    assert len(set(figures)) == 1

@@ -7,7 +7,6 @@ import re
 from pathlib import Path
 from typing import Any
 
-import pytest
 import yaml
 
 from optimiser.catalog import load_catalog
@@ -135,7 +134,6 @@ def _specs() -> list[tuple[str, Plan]]:
     return plans
 
 
-@pytest.mark.slow
 def test_no_exact_tie_without_an_explanation_across_examples_and_presets() -> None:
     checked = 0
     for name, p in _specs():
