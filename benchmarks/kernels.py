@@ -246,7 +246,11 @@ class KernelOutcome:
             return f"{self.kernel.name} {self.backend} {self.threads}t: {self.status}: {self.reason}"
         reference = reference_gflops or self.peak_gflops
         share = self.gflops / reference if reference else math.nan
-        beyond = " (above the best GEMM rate: direct-convolution FLOPs counted)" if share > 1.0 else ""
+        beyond = ""
+        if share > 1.0:  # possible for a convolution: its FLOPs are the direct algorithm's, a backend may do fewer
+            beyond = " (above the best GEMM rate measured" + (
+                ": direct-convolution FLOPs counted, the backend may do fewer)" if self.kernel.kind == "conv" else ")"
+            )
         return (
             f"{self.kernel.name} {self.backend} {self.threads}t: {self.median_ms:.3f} ms, {self.gflops:.1f} GFLOP/s "
             f"({share:.0%} of {reference:.0f}{beyond})"
