@@ -453,6 +453,17 @@ class _Enumerator:
             notes.append(f"{fw.name} is legacy{_successor(fw.successor)} (pinned by the spec)")
         if comp is not None:
             notes.append(self._compiler_note(comp, route))
+        key = self.target.device_key
+        factors = " x ".join(
+            [f"{fw.id} {fw.efficiency.get(key, 0.5):g}"]
+            + [f"{lib} {self.catalog.libraries[lib].efficiency.get(key, 1.0):g}" for lib in route.libraries]
+        )
+        anchor = (
+            "catalog priors anchored on onnxruntime, PyTorch and OpenBLAS measured here"
+            if key == "cpu"
+            else "catalog seed priors: no GPU was measured here"
+        )
+        notes.append(f"efficiency prior: {factors} = {route.efficiency:.2f} of peak ({anchor})")
         gpu = self.target.device.kind == "gpu"
         if gpu and route.precision in ("fp16", "bf16", "int8"):
             notes.append(
