@@ -162,3 +162,20 @@ def test_within_the_models_error_the_simpler_route_is_chosen_and_the_report_says
     assert band_line.startswith("within the model's error (±25%")
     assert "#1 is predicted" in band_line and "fewer moving parts (no compiler)" in band_line
     assert "within the model's error" in render_markdown(p)
+
+
+def test_every_prior_that_shapes_a_prediction_names_its_source() -> None:
+    p = plan("resnet50", "a100")
+    for c in p.candidates:
+        notes = " | ".join(c.notes)
+        assert "efficiency prior:" in notes and ("measured here" in notes or "seed priors" in notes)
+        if c.route.precision in ("fp16", "bf16"):
+            assert "tensor-core prior" in notes and "DeepLearningExamples" in notes
+        if c.route.precision == "fp32":
+            assert "TF32 prior" in notes
+        if c.route.layout != "NHWC":
+            assert "layout prior" in notes
+        if c.route.compiler == "tensorrt":
+            assert "Torch-TensorRT" in notes or "TensorRT developer guide" in notes
+        if c.route.compiler_variant == "untuned":
+            assert "measured here" in notes
