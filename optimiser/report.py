@@ -10,7 +10,8 @@ from typing import Any
 
 from jinja2 import Environment, PackageLoader, StrictUndefined
 
-from optimiser.planner import Candidate, Plan, explain_ties
+from optimiser.planner import Candidate, Plan
+from optimiser.ties import explain_ties
 from perfmodels import Prediction
 
 

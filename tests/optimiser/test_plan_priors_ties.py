@@ -10,9 +10,10 @@ from typing import Any
 import yaml
 
 from optimiser.catalog import load_catalog
-from optimiser.planner import Plan, explain_ties, make_plan
+from optimiser.planner import Plan, make_plan
 from optimiser.report import render_markdown, render_table
 from optimiser.spec import load_spec, parse_spec
+from optimiser.ties import explain_ties
 
 EXAMPLES = Path(__file__).parents[2] / "examples"
 
