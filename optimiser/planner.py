@@ -281,6 +281,12 @@ class _Enumerator:
                 "cannot load an ONNX model file (application.model.onnx)",
             ),
             (
+                not fw.model_files_only or self.mode != "inference" or self._brings_a_model(),
+                f"runs model files only, and the spec names the architecture "
+                f"{self.spec.application.model.architecture!r} without one: give application.model.onnx (or an "
+                "application.command that brings its model)",
+            ),
+            (
                 self.mode != "training" or fw.distributed_training or self._processes() == 1,
                 f"trains in one process; the spec asks for {self._processes()} "
                 f"({self.spec.target.nodes} node(s) x {self._tasks_per_node()} task(s))",
@@ -297,6 +303,10 @@ class _Enumerator:
                 self._exclude(reason, framework=fw.id)
                 return False
         return True
+
+    def _brings_a_model(self) -> bool:
+        """True when the spec gives a model file, or a command that may load its own."""
+        return self.spec.application.model.onnx is not None or bool(self.spec.application.command)
 
     def _precisions(self, fw: Framework) -> list[str]:
         wanted = self.spec.application.precision

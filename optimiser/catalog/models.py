@@ -177,6 +177,9 @@ class Framework(Component):
     efficiency: dict[DeviceKey, float] = Field(default_factory=dict)
     #: True if it reads ONNX directly (others need an exporter step or a native model definition).
     reads_onnx: bool = False
+    #: True if it only runs model files (no model definitions of its own): inference on it needs
+    #: ``application.model.onnx``, or an ``application.command`` that brings its own model.
+    model_files_only: bool = False
     #: False if it trains in one process only: a training plan on several nodes (or GPUs) would start independent
     #: copies of the same run.
     distributed_training: bool = True

@@ -59,7 +59,7 @@ def test_a100_fp32_runs_on_tf32_and_bf16_equals_fp16() -> None:
 
 
 def test_tensorrt_beats_its_framework_per_precision_on_a_v100() -> None:
-    p = plan("resnet50", "v100")
+    p = plan("resnet50", "v100", command=["python3", "serve.py"])  # onnxruntime needs a model: the script brings it
     for precision in ("fp16", "fp32"):
         alone = best(p, framework="onnxruntime", compiler="none", precision=precision)
         trt = best(p, framework="onnxruntime", compiler="tensorrt", precision=precision)
@@ -180,3 +180,15 @@ def test_every_prior_that_shapes_a_prediction_names_its_source() -> None:
             assert "Torch-TensorRT" in notes or "TensorRT developer guide" in notes
         if c.route.compiler_variant == "untuned":
             assert "measured here" in notes
+
+
+def test_engines_that_only_run_model_files_need_one() -> None:
+    p = plan("resnet18", "xeon-8380")  # an architecture name, no ONNX file, no command
+    ranked = {c.route.framework for c in p.candidates}
+    assert not ranked & {"onnxruntime", "appopt-runtime"}
+    reason = next(e.reason for e in p.excluded if e.what == {"framework": "onnxruntime"})
+    assert reason.startswith("runs model files only") and "application.model.onnx" in reason
+    with_command = plan("resnet18", "xeon-8380", command=["python3", "serve.py"])
+    assert "onnxruntime" in {c.route.framework for c in with_command.candidates}
+    onnx_file = make_plan(load_spec(EXAMPLES / "onnx-mlp-local.yaml"))
+    assert {"onnxruntime", "appopt-runtime"} <= {c.route.framework for c in onnx_file.candidates}
