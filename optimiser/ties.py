@@ -78,6 +78,9 @@ def _step(plan: Plan, k: int, rules: Sequence[Rule] = TIE_RULES) -> str:
     return f"#{k + 1} over #{k + 2} ({what}): {_deciding_rule(a, b, rules)}"
 
 
+_BY_FIGURE = "by the better predicted figure"
+
+
 def _band_rule(plan: Plan, k: int) -> str:
     """Within the error band: the band rule that ordered the pair, else their figures (then the tie rules)."""
     a, b = plan.candidates[k], plan.candidates[k + 1]
@@ -86,7 +89,7 @@ def _band_rule(plan: Plan, k: int) -> str:
         return _step(plan, k, BAND_RULES)
     if not _same(plan.objective(a), plan.objective(b)):
         what = _differences(a.route, b.route, plan.layout_applies)
-        return f"#{k + 1} over #{k + 2} ({what}): the better predicted figure"
+        return f"#{k + 1} over #{k + 2} ({what}): {_BY_FIGURE}"
     return _step(plan, k) + f" (the same figure: {_why_equal(plan, a, b)})"
 
 
@@ -107,12 +110,15 @@ def explain_ties(plan: Plan, top: int | None = None) -> list[str]:
             if _same(plan.objective(ranked[0]), plan.objective(ranked[fastest]))
             else f"#1 is predicted {gap:.1%} slower than the fastest (#{fastest + 1}), within the error"
         )
-        steps = "; ".join(_band_rule(plan, k) for k in range(min(band, shown + 1) - 1))
-        more = f" (the band goes on to #{band})" if band > shown + 1 else ""
+        decided = [_band_rule(plan, k) for k in range(min(band, shown + 1) - 1)]
+        by_rule = [step for step in decided if not step.endswith(_BY_FIGURE)]
+        rest = "" if len(by_rule) == len(decided) else ("; the rest " if by_rule else "all ") + _BY_FIGURE
+        steps = "; ".join(by_rule) + rest
+        more = f" (steps shown to #{shown})" if band > shown + 1 else ""
         lines.append(
             f"within the model's error (±{error:.0%}, {source}): #1-#{band} cannot be separated by the model, so they "
             f"are ordered by measured basis and fewer moving parts before their figures; {lead}; "
-            f"broken by: {steps}{more}"
+            f"broken by: {steps}{more}; measure them on the target (appopt bench run) to be sure"
         )
     i = band
     while i < shown:
