@@ -465,7 +465,12 @@ class _StaticPlan:
                 stable[step.outputs[0]] = out
                 program.append(("bound", bound) if bound is not None else ("into", out))
                 continue
-            if inputs_stable and _is_view_op(step.node) and len(step.outputs) == 1:
+            # a view is fixed only when what shapes it (Reshape's shape, Squeeze's axes...) is a constant: one read
+            # from a graph input changes from run to run while the staged buffer it would be computed from does not
+            shaped_by_constants = all(
+                not name or name in plan.constants and name not in overridable for name in step.inputs[1:]
+            )
+            if inputs_stable and shaped_by_constants and _is_view_op(step.node) and len(step.outputs) == 1:
                 try:
                     view = step.kernel.run(*args)[0]
                 except Exception:
