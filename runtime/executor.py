@@ -46,6 +46,7 @@ from runtime.check import (
     check_kernels,
     check_node_types,
     check_reshapes,
+    check_windows,
     topological_order,
 )
 from runtime.errors import KernelError, ModelCheckError, RuntimeModelError, UnsupportedOpError
@@ -468,7 +469,7 @@ class _StaticPlan:
             # a view is fixed only when what shapes it (Reshape's shape, Squeeze's axes...) is a constant: one read
             # from a graph input changes from run to run while the staged buffer it would be computed from does not
             shaped_by_constants = all(
-                not name or name in plan.constants and name not in overridable for name in step.inputs[1:]
+                not name or (name in plan.constants and name not in overridable) for name in step.inputs[1:]
             )
             if inputs_stable and shaped_by_constants and _is_view_op(step.node) and len(step.outputs) == 1:
                 try:
@@ -655,6 +656,7 @@ def _check_graph(graph: Graph, outer: Mapping[str, Value], options: CompileOptio
         check_initializer_types(graph)
         check_node_types(order, {**outer, **graph.values})
         check_reshapes(graph, order)
+        check_windows(graph, order)
         check_allocations(graph, order, options.max_alloc_bytes)
     return order
 
