@@ -292,3 +292,41 @@ def check_windows(graph: Graph, nodes: Iterable[Node]) -> None:
             problem = f"malformed window attributes: {exc}"
         if problem:
             raise ModelCheckError(f"{node.label()}: {problem}")
+
+
+#: Attributes ONNX defines as 0/1 flags: any other value would be read as one or the other without a word.
+FLAG_ATTRS = frozenset(
+    {
+        "keepdims",
+        "noop_with_empty_axes",
+        "select_last_index",
+        "allowzero",
+        "ceil_mode",
+        "count_include_pad",
+        "storage_order",
+        "transA",
+        "transB",
+        "exclusive",
+        "reverse",
+        "largest",
+        "sorted",
+        "onesided",
+        "inverse",
+        "detect_negative",
+        "detect_positive",
+        "linear_before_reset",
+        "input_forget",
+    }
+)
+
+
+def check_flag_attrs(nodes: Iterable[Node]) -> None:
+    """0/1 flags of ONNX ops (``keepdims``, ``transA``...) hold 0 or 1."""
+    for node in nodes:
+        if node.domain:
+            continue
+        for name in FLAG_ATTRS.intersection(node.attrs):
+            value = node.attrs[name]
+            if isinstance(value, bool) or (isinstance(value, int) and value in (0, 1)):
+                continue
+            raise ModelCheckError(f"{node.label()}: attribute {name} must be 0 or 1, got {str(value)[:40]}")

@@ -42,6 +42,7 @@ from runtime import kernels
 from runtime.check import (
     DEFAULT_MAX_ALLOC_BYTES,
     check_allocations,
+    check_flag_attrs,
     check_initializer_types,
     check_kernels,
     check_node_types,
@@ -657,6 +658,7 @@ def _check_graph(graph: Graph, outer: Mapping[str, Value], options: CompileOptio
         check_node_types(order, {**outer, **graph.values})
         check_reshapes(graph, order)
         check_windows(graph, order)
+        check_flag_attrs(order)
         check_allocations(graph, order, options.max_alloc_bytes)
     return order
 

@@ -316,3 +316,27 @@ def test_models_too_big_for_onnx_inference_are_inferred_without_their_weights(mo
     assert exe.stats["inference_note"].startswith("large initializers")
     assert exe.model.graph.values["y"].shape == (2, 300)
     assert exe.run({"x": np.ones((2, 200), np.float32)})["y"].shape == (2, 300)
+
+
+@pytest.mark.parametrize(
+    ("op", "attrs"),
+    [
+        ("ReduceSum", {"keepdims": 2}),
+        ("ReduceMax", {"keepdims": -1}),
+        ("ArgMax", {"keepdims": 9}),
+        ("ArgMin", {"select_last_index": 3}),
+        ("ReduceMean", {"noop_with_empty_axes": 7}),
+    ],
+)
+def test_flag_attributes_other_than_0_or_1_are_refused(op: str, attrs: dict[str, Any]) -> None:
+    node = helper.make_node(op, ["x"], ["y"], name="flag", **attrs)
+    m = model([node], [vi("x", F, [2, 3])], [vi("y", I64 if op.startswith("Arg") else F, None)], opset=13)
+    with pytest.raises(ModelCheckError, match=rf"^node 'flag' \({op}\): attribute \w+ must be 0 or 1, got -?\d+$"):
+        compile_model(m)
+
+
+def test_gemm_trans_flag_out_of_range_is_refused() -> None:
+    node = helper.make_node("Gemm", ["a", "b"], ["y"], name="g", transA=2)
+    m = model([node], [vi("a", F, [2, 2]), vi("b", F, [2, 2])], [vi("y", F, None)])
+    with pytest.raises(ModelCheckError, match="attribute transA must be 0 or 1, got 2"):
+        compile_model(m)
