@@ -75,7 +75,7 @@ class CompileOptions:
     base_dir: str | None = None
     #: Node name -> opset for nodes that keep a different opset than the model (restored compiled artifacts).
     node_opsets: Mapping[str, int] = field(default_factory=dict)
-    #: Skip onnx inference and the static checks (only for artifacts this runtime already checked).
+    #: Skip onnx's checker and inference (only for artifacts this runtime already checked; its own checks still run).
     prechecked: bool = False
     #: Layout pass mode: "auto" (NHWC where the compiled kernels exist), "nhwc" or "nchw".
     layout: str = "auto"
@@ -653,13 +653,13 @@ def _guard_size(step: _Step, args: list[Any], limit: int) -> None:
 def _check_graph(graph: Graph, outer: Mapping[str, Value], options: CompileOptions) -> list[Node]:
     order = topological_order(graph, outer)
     check_kernels(order, resolve_kernel)
-    if not options.prechecked:
-        check_initializer_types(graph)
-        check_node_types(order, {**outer, **graph.values})
-        check_reshapes(graph, order)
-        check_windows(graph, order)
-        check_flag_attrs(order)
-        check_allocations(graph, order, options.max_alloc_bytes)
+    # cheap, so they run on a compiled artifact's fast load too (its files are verified, not trusted)
+    check_initializer_types(graph)
+    check_node_types(order, {**outer, **graph.values})
+    check_reshapes(graph, order)
+    check_windows(graph, order)
+    check_flag_attrs(order)
+    check_allocations(graph, order, options.max_alloc_bytes)
     return order
 
 
