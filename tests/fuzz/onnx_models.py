@@ -422,7 +422,7 @@ def make_example(rng: random.Random, seeds: dict[str, onnx.ModelProto] | None = 
     if external:
         _to_external(model.graph.initializer[0])
     applied = []
-    for _ in range(rng.randint(1, 3)):
+    for _ in range(rng.choices([1, 2, 3], weights=[6, 3, 1])[0]):
         mutation = rng.choice(PROTO_MUTATIONS)
         mutation(model, rng)
         applied.append(mutation.__name__)
@@ -499,11 +499,15 @@ def worker_main() -> None:
         print(json.dumps({"outcome": outcome, "detail": detail}), flush=True)
 
 
+WORKER_CODE = "from tests.fuzz.onnx_models import worker_main; worker_main()"
+
+
 class Worker:
     """A long-lived worker process; restarted after a crash or a hang."""
 
-    def __init__(self, timeout: float = EXAMPLE_TIMEOUT) -> None:
+    def __init__(self, timeout: float = EXAMPLE_TIMEOUT, code: str = WORKER_CODE) -> None:
         self.timeout = timeout
+        self.code = code
         self.proc: subprocess.Popen[str] | None = None
 
     def _start(self) -> subprocess.Popen[str]:
@@ -513,7 +517,7 @@ class Worker:
         env.setdefault("OPENBLAS_NUM_THREADS", "1")
         env.setdefault("OMP_NUM_THREADS", "1")
         proc = subprocess.Popen(
-            [sys.executable, "-c", "from tests.fuzz.onnx_models import worker_main; worker_main()"],
+            [sys.executable, "-c", self.code],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=subprocess.DEVNULL,
