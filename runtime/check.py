@@ -95,7 +95,11 @@ _TYPE_STR_CACHE: dict[int, str] = {}
 def tensor_type_str(elem_type: int) -> str:
     """The schema spelling of a tensor type, e.g. ``tensor(float)``."""
     if elem_type not in _TYPE_STR_CACHE:
-        _TYPE_STR_CACHE[elem_type] = f"tensor({onnx.TensorProto.DataType.Name(elem_type).lower()})"
+        try:
+            name = onnx.TensorProto.DataType.Name(elem_type).lower()
+        except ValueError:  # not a data type ONNX defines
+            name = f"unknown type {elem_type}"
+        _TYPE_STR_CACHE[elem_type] = f"tensor({name})"
     return _TYPE_STR_CACHE[elem_type]
 
 

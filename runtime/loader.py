@@ -80,17 +80,22 @@ def _validate_envelope(proto: onnx.ModelProto) -> None:
             )
 
 
+_DTYPE_FIELDS = frozenset({"elem_type", "data_type"})
+_DATA_TYPES = frozenset(onnx.TensorProto.DataType.values())
 _STRING = FieldDescriptor.TYPE_STRING
 _MESSAGE = FieldDescriptor.TYPE_MESSAGE
 
 
 def _check_strings_and_dims(message: Message, where: str) -> None:
-    """Every string field is text (protobuf hands invalid UTF-8 in onnx's proto2 strings back as bytes) and every
-    declared dimension is non-negative (onnx's C++ shape inference aborts the process on a negative one)."""
+    """Every string field is text (protobuf hands invalid UTF-8 in onnx's proto2 strings back as bytes), every
+    data type one ONNX defines, and every declared dimension non-negative (onnx's C++ shape inference aborts the
+    process on a negative one)."""
     dimension = isinstance(message, onnx.TensorShapeProto.Dimension)
-    if dimension and message.HasField("dim_value") and message.dim_value < 0:  # type: ignore[attr-defined]
-        raise ModelCheckError(f"{where}: dimension {message.dim_value} is negative")  # type: ignore[attr-defined]
+    if dimension and message.HasField("dim_value") and message.dim_value < 0:
+        raise ModelCheckError(f"{where}: dimension {message.dim_value} is negative")
     for field, value in message.ListFields():
+        if field.name in _DTYPE_FIELDS and isinstance(value, int) and value not in _DATA_TYPES:
+            raise ModelCheckError(f"{where}: {field.name} {value} is not an ONNX data type")
         repeated = _is_repeated(field)
         if field.type == _STRING:
             for text in value if repeated else (value,):
@@ -271,12 +276,46 @@ _BENIGN_CHECKER_MESSAGES = (
 )
 
 
+def _graphs(graph: onnx.GraphProto) -> Iterator[onnx.GraphProto]:
+    yield graph
+    for node in graph.node:
+        for attr in node.attribute:
+            if attr.type == onnx.AttributeProto.GRAPH:
+                yield from _graphs(attr.g)
+            elif attr.type == onnx.AttributeProto.GRAPHS:
+                for g in attr.graphs:
+                    yield from _graphs(g)
+
+
+def check_inference_hazards(proto: onnx.ModelProto) -> None:
+    """Attributes onnx's shape inference would size its own allocations by, refused before it runs: a Split's
+    ``num_outputs`` of 10**9 makes it allocate tens of GB (the spec wants it equal to the node's outputs)."""
+    for graph in _graphs(proto.graph):
+        for node in graph.node:
+            if node.op_type != "Split" or node.domain not in ("", "ai.onnx"):
+                continue
+            for attr in node.attribute:
+                if attr.name == "num_outputs" and attr.i != len(node.output):
+                    raise ModelCheckError(
+                        f"node {node.name[:80]!r} (Split): num_outputs {attr.i} differs from its {len(node.output)} "
+                        "outputs"
+                    )
+
+
 def validate_proto(proto: onnx.ModelProto) -> None:
     """onnx's structural checker (names, attributes, opset/IR consistency) as ModelCheckError."""
+    check_inference_hazards(proto)
     if proto.ByteSize() > (1 << 31) - 1:
         return  # the in-memory checker cannot take a message this large; the runtime's own checks still run
     try:
-        onnx.checker.check_model(proto)
+        try:
+            onnx.checker.check_model(proto)
+        except onnx.checker.ValidationError as exc:
+            if not any(benign in " ".join(str(exc).split()) for benign in _BENIGN_CHECKER_MESSAGES):
+                raise
+            # the checker stops at its first complaint: check the rest (nodes, attribute types) on a copy whose
+            # undeclared types are filled in
+            onnx.checker.check_model(_declared_copy(proto))
     except onnx.checker.ValidationError as exc:
         first = " ".join(str(exc).split())
         if any(benign in first for benign in _BENIGN_CHECKER_MESSAGES):
@@ -284,3 +323,25 @@ def validate_proto(proto: onnx.ModelProto) -> None:
         if "No Op registered for" in first or "No opset import for domain" in first:
             raise UnsupportedOpError(f"unknown op: {first[:400]}") from None
         raise ModelCheckError(f"invalid model: {first[:400]}") from None
+
+
+def _declared_copy(proto: onnx.ModelProto) -> onnx.ModelProto:
+    """A copy of ``proto`` whose values without a type get a float tensor type and tensor types without a shape
+    an empty one: what the checker insists on, and nothing it reads further (it runs no inference)."""
+    copy = onnx.ModelProto()
+    copy.CopyFrom(proto)
+    graphs = [copy.graph]
+    while graphs:
+        graph = graphs.pop()
+        for vi in [*graph.input, *graph.output, *graph.value_info]:
+            if not vi.HasField("type"):
+                vi.type.tensor_type.elem_type = onnx.TensorProto.FLOAT
+            if vi.type.HasField("tensor_type") and not vi.type.tensor_type.HasField("shape"):
+                vi.type.tensor_type.shape.SetInParent()
+        for node in graph.node:
+            for attr in node.attribute:
+                if attr.type == onnx.AttributeProto.GRAPH:
+                    graphs.append(attr.g)
+                elif attr.type == onnx.AttributeProto.GRAPHS:
+                    graphs.extend(attr.graphs)
+    return copy

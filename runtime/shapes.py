@@ -41,7 +41,7 @@ def infer_model(proto: onnx.ModelProto, stats: dict[str, Any]) -> onnx.ModelProt
             stats["inference_warning"] = f"strict inference failed inside a function body: {message}"
         else:
             raise ModelCheckError(message) from None
-    except (ValueError, RuntimeError) as exc:  # e.g. protobuf too large, malformed subgraph
+    except (ValueError, RuntimeError, MemoryError) as exc:  # protobuf too large, malformed subgraph, a huge shape
         raise ModelCheckError(f"shape/type inference failed: {_clean_message(str(exc))}") from None
     try:
         return shape_inference.infer_shapes(proto, check_type=False, strict_mode=False, data_prop=True)

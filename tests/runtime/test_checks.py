@@ -330,7 +330,7 @@ def test_models_too_big_for_onnx_inference_are_inferred_without_their_weights(mo
 )
 def test_flag_attributes_other_than_0_or_1_are_refused(op: str, attrs: dict[str, Any]) -> None:
     node = helper.make_node(op, ["x"], ["y"], name="flag", **attrs)
-    m = model([node], [vi("x", F, [2, 3])], [vi("y", I64 if op.startswith("Arg") else F, None)], opset=13)
+    m = model([node], [vi("x", F, [2, 3])], [vi("y", I64 if op.startswith("Arg") else F, None)], opset=18)
     with pytest.raises(ModelCheckError, match=rf"^node 'flag' \({op}\): attribute \w+ must be 0 or 1, got -?\d+$"):
         compile_model(m)
 
