@@ -18,6 +18,10 @@ from typing import Any
 MAX_WINDOW_VALUE = 2**31 - 1
 #: Most window taps a pool may visit in one run (output elements times kernel taps); ~10 s of compiled work.
 MAX_POOL_WORK = 2**34
+#: Most multiply-adds one convolution may take (ResNet-50's largest is ~2**28; this is hours on a small CPU).
+MAX_CONV_MACS = 2**42
+#: Most output elements one convolution may produce (the default max_alloc_bytes of float32 values).
+MAX_CONV_OUTPUT_ELEMENTS = 2**31
 AUTO_PADS = ("NOTSET", "SAME_UPPER", "SAME_LOWER", "VALID")
 #: ONNX ops whose attributes describe a sliding window (the ``Conv``-like ones also have a weight input 1).
 CONV_OPS = frozenset({"Conv", "ConvTranspose", "ConvInteger", "QLinearConv", "DeformConv"})
@@ -108,4 +112,21 @@ def pool_work_problem(batch_channels: int, out_spatial: Sequence[int], kernel: S
         work *= max(int(d), 0)
     if work > MAX_POOL_WORK:
         return f"the pool would visit {work} window taps, above the limit of {MAX_POOL_WORK}"
+    return None
+
+
+def conv_work_problem(
+    batch: int, out_channels: int, in_channels_per_group: int, out_spatial: Sequence[int], kernel: Sequence[int]
+) -> str | None:
+    """A convolution whose output or multiply-adds exceed the caps (huge pads or kernels), or None."""
+    elements = batch * out_channels
+    for d in out_spatial:
+        elements *= max(int(d), 0)
+    if elements > MAX_CONV_OUTPUT_ELEMENTS:
+        return f"the output would have {elements} elements, above the limit of {MAX_CONV_OUTPUT_ELEMENTS}"
+    macs = elements * in_channels_per_group
+    for k in kernel:
+        macs *= max(int(k), 0)
+    if macs > MAX_CONV_MACS:
+        return f"the convolution would take {macs} multiply-adds, above the limit of {MAX_CONV_MACS}"
     return None

@@ -14,7 +14,7 @@ from typing import Any, ClassVar
 import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
-from runtime.geometry import window_attr_problem, window_output_problem
+from runtime.geometry import conv_work_problem, window_attr_problem, window_output_problem
 from runtime.kernels.base import Kernel, register
 
 #: Compute dtype for low-precision floats (NumPy has no fast half-precision GEMM).
@@ -61,10 +61,16 @@ def resolve_pads(
 
 
 def check_conv_geometry(
-    op_type: str, attrs: dict[str, Any], in_spatial: Sequence[int], w_shape: Sequence[int], pads: Sequence[int]
+    op_type: str,
+    attrs: dict[str, Any],
+    in_spatial: Sequence[int],
+    w_shape: Sequence[int],
+    pads: Sequence[int],
+    batch: int | None = None,
 ) -> None:
     """Refuse (ValueError; the kernel wrapper names the node) window attributes that do not fit the weight or the
-    input, before any loop runs over them: ``kernel_shape`` must equal the weight's spatial shape."""
+    input, before any loop runs over them: ``kernel_shape`` must equal the weight's spatial shape; with ``batch``
+    also an output or a number of multiply-adds beyond the caps of ``runtime.geometry``."""
     kernel = list(w_shape[2:])
     problem = window_attr_problem(op_type, attrs, len(in_spatial), kernel)
     if problem is None and len(kernel) != len(in_spatial):
@@ -72,6 +78,13 @@ def check_conv_geometry(
     if problem is None:
         strides, dilations = spatial_attrs(attrs, kernel)
         problem = window_output_problem(in_spatial, kernel, strides, dilations, pads)
+        if problem is None and batch is not None:
+            nd = len(kernel)
+            out = [
+                (in_spatial[i] + pads[i] + pads[i + nd] - (kernel[i] - 1) * dilations[i] - 1) // strides[i] + 1
+                for i in range(nd)
+            ]
+            problem = conv_work_problem(batch, int(w_shape[0]), int(w_shape[1]), out, kernel)
     if problem:
         raise ValueError(problem)
 
@@ -198,7 +211,7 @@ class Conv(Kernel):
         kernel = w.shape[2:]
         strides, dilations = spatial_attrs(self.attrs, kernel)
         pads = resolve_pads(self.attrs["auto_pad"], self.attrs.get("pads"), x.shape[2:], kernel, strides, dilations)
-        check_conv_geometry("Conv", self.attrs, x.shape[2:], w.shape, pads)
+        check_conv_geometry("Conv", self.attrs, x.shape[2:], w.shape, pads, x.shape[0])
         ct = compute_dtype(x.dtype)
         y = conv_nd(
             x.astype(ct, copy=False),

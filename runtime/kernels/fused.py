@@ -99,7 +99,7 @@ class FusedConv(Kernel):
         kernel = w.shape[2:]
         strides, dilations = spatial_attrs(self.attrs, kernel)
         pads = resolve_pads(self.attrs["auto_pad"], self.attrs.get("pads"), x.shape[2:], kernel, strides, dilations)
-        check_conv_geometry("Conv", self.attrs, x.shape[2:], w.shape, pads)
+        check_conv_geometry("Conv", self.attrs, x.shape[2:], w.shape, pads, x.shape[0])
         y = conv_nd(x, w, b, pads, strides, dilations, int(self.attrs["group"]))
         return _finish(y, res, self.epilogue)
 
@@ -166,7 +166,7 @@ class NhwcConv(Kernel):
         res: np.ndarray | None = None,
     ) -> np.ndarray:
         if x.ndim == 4 and w.ndim == 4:
-            check_conv_geometry("Conv", self.attrs, x.shape[1:3], w.shape, self.pads)
+            check_conv_geometry("Conv", self.attrs, x.shape[1:3], w.shape, self.pads, x.shape[0])
         lib = native.lib()
         if lib is not None and x.dtype == np.float32 and w.dtype == np.float32 and x.ndim == 4:
             conv = self._native_conv(lib, w, b)

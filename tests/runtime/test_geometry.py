@@ -105,3 +105,12 @@ def test_conv_attributes_out_of_range_are_refused(paths: bool, attrs: dict[str, 
     m = model([node], [vi("x", F, [1, 3, 8, 8])], [vi("y", F, None)], [const("w", np.ones((4, 3, 3, 3)))])
     with pytest.raises(ModelCheckError, match=r"node 'conv' \(Conv\)"):
         compile_model(m)
+
+
+def test_a_conv_with_an_unbounded_output_is_refused_not_run(paths: bool) -> None:
+    """Pads of 2**20 around a 1x1 image: a 2**42-element output the C loop would fill for hours."""
+    node = helper.make_node("Conv", ["x", "w"], ["y"], name="conv", pads=[2**20] * 4)
+    m = model([node], [vi("x", F, [1, 1, "h", "w"])], [vi("y", F, None)], [const("w", np.ones((1, 1, 1, 1)))])
+    exe = compile_model(m)
+    with pytest.raises(KernelError, match=r"node 'conv(_nhwc)?' \((Nhwc)?Conv\).*above the limit of 2147483648"):
+        exe.run({"x": np.ones((1, 1, 1, 1), np.float32)})
