@@ -340,3 +340,19 @@ def test_gemm_trans_flag_out_of_range_is_refused() -> None:
     m = model([node], [vi("a", F, [2, 2]), vi("b", F, [2, 2])], [vi("y", F, None)])
     with pytest.raises(ModelCheckError, match="attribute transA must be 0 or 1, got 2"):
         compile_model(m)
+
+
+@pytest.mark.parametrize(
+    ("op", "extra"),
+    [("Pad", {"p": np.array([0, 2**40], np.int64)}), ("OneHot", {"d": np.array(2**40, np.int64)})],
+)
+def test_pad_and_one_hot_sizes_from_inputs_are_guarded_at_run_time(op: str, extra: dict[str, np.ndarray]) -> None:
+    """Sizes that only a run's input values reveal are checked before the kernel allocates (not left to the OS)."""
+    names = ["x", *extra] if op == "Pad" else ["x", *extra, "v"]
+    x_type = F if op == "Pad" else I64
+    inputs = [vi("x", x_type, [2])] + [vi(n, I64, list(a.shape)) for n, a in extra.items()]
+    inits = [const("v", [0, 1])] if op == "OneHot" else []
+    m = model([helper.make_node(op, names, ["y"], name="big")], inputs, [vi("y", F, None)], inits)
+    exe = compile_model(m)
+    with pytest.raises(ModelCheckError, match=r"node 'big' .*output would have \d+ elements, above"):
+        exe.run({"x": np.zeros(2, np.float32 if op == "Pad" else np.int64), **extra})
