@@ -144,6 +144,23 @@ def seed_models() -> dict[str, onnx.ModelProto]:
         "lstm": _model([n("LSTM", ["x", "w", "r"], ["y"], hidden_size=2)], [_vi("x", F, [3, 1, 2])], ["y"],
                        [_c("w", np.full((1, 8, 2), 0.1)), _c("r", np.full((1, 8, 2), 0.1))]),
         "depth_to_space": _model([n("DepthToSpace", ["x"], ["y"], blocksize=2)], [_vi("x", F, [1, 4, 2, 3])], ["y"]),
+        "loop": _model(
+            [n("Loop", ["m", "", "x"], ["y"],
+               body=helper.make_graph([n("Identity", ["c"], ["c_out"]), n("Add", ["s", "one"], ["s_out"])], "body",
+                                      [_vi("i", I64, []), _vi("c", B, []), _vi("s", F, [2])],
+                                      [_vi("c_out", B, []), _vi("s_out", F, [2])],
+                                      [_c("one", [1.0, 1.0])]))],
+            [_vi("x", F, [2])], ["y"], [_c("m", 3, np.int64)]),
+        "maxunpool": _model([n("MaxPool", ["x"], ["p", "i"], kernel_shape=[2, 2], strides=[2, 2]),
+                             n("MaxUnpool", ["p", "i"], ["y"], kernel_shape=[2, 2], strides=[2, 2])],
+                            [x4], ["y"]),
+        "cumsum_scatter": _model([n("CumSum", ["x", "ax"], ["c"]), n("ScatterND", ["c", "idx", "upd"], ["y"])],
+                                 [_vi("x", F, [4, 3])], ["y"],
+                                 [_c("ax", 1, np.int64), _c("idx", [[1], [3]], np.int64), _c("upd", np.ones((2, 3)))]),
+        "nonzero_unique": _model([n("NonZero", ["x"], ["nz"]), n("Unique", ["nz"], ["y"], sorted=1)],
+                                 [_vi("x", F, [3, 4])], ["y"], opset=17),
+        "einsum_trilu": _model([n("Einsum", ["x", "x"], ["e"], equation="ij,kj->ik"), n("Trilu", ["e", "k"], ["y"])],
+                               [_vi("x", F, [3, 4])], ["y"], [_c("k", 0, np.int64)]),
     }  # fmt: skip
     return seeds
 
@@ -271,6 +288,21 @@ def mutate_initializer(model: onnx.ModelProto, rng: random.Random) -> None:
         t.raw_data = os.urandom(rng.randint(0, 64))
 
 
+def mutate_initializer_values(model: onnx.ModelProto, rng: random.Random) -> None:
+    """Set an integer initializer (a shape, axes, k, pads, a trip count...) to extreme values of its own shape."""
+    ints = [t for t in model.graph.initializer if t.data_type in (TensorProto.INT64, TensorProto.INT32)]
+    if not ints:
+        return mutate_initializer(model, rng)
+    t = rng.choice(ints)
+    shape = [int(d) for d in t.dims]
+    if any(d < 0 for d in shape) or int(np.prod(shape)) > 64:
+        return mutate_initializer(model, rng)  # an earlier mutation made it unreadable: damage it another way
+    dtype = np.int64 if t.data_type == TensorProto.INT64 else np.int32
+    info = np.iinfo(dtype)
+    values = [min(max(_int(rng), info.min), info.max) for _ in range(int(np.prod(shape)))]
+    t.CopyFrom(numpy_helper.from_array(np.array(values, dtype=dtype).reshape(shape), t.name))
+
+
 def mutate_opset(model: onnx.ModelProto, rng: random.Random) -> None:
     choice = rng.random()
     if choice < 0.6:
@@ -351,6 +383,8 @@ PROTO_MUTATIONS: list[Callable[[onnx.ModelProto, random.Random], None]] = [
     mutate_input_shape,
     mutate_dtype,
     mutate_initializer,
+    mutate_initializer_values,
+    mutate_initializer_values,
     mutate_opset,
     mutate_op_type,
     mutate_wiring,
@@ -597,6 +631,7 @@ def fuzz(examples: int, seed: int = 0, keep: Path | None = None, progress: bool 
             outcome, detail = check_example(w, example, scratch)
             report.counts[outcome] += 1
             if outcome not in ACCEPTABLE:
+                w.close()  # a fresh worker for the next example: no failure carries its state into the next
                 report.failures.append((outcome, example, detail))
                 if keep is not None:
                     where = keep / f"{i:06d}-{outcome}"
