@@ -140,7 +140,7 @@ def random_input(value: Value, rng: np.random.Generator) -> np.ndarray:
     shape = tuple(d if isinstance(d, int) else 1 for d in (value.shape or ()))
     dtype = value.dtype
     nbytes = math.prod(shape) * (dtype.itemsize if dtype != np.dtype(object) else 8)
-    if nbytes > MAX_RANDOM_INPUT_BYTES or any(d < 0 for d in shape):
+    if nbytes > MAX_RANDOM_INPUT_BYTES or any(not 0 <= d <= MAX_RANDOM_INPUT_BYTES for d in shape):
         raise RuntimeModelError(
             f"input {value.name!r}: declared shape {list(shape)} is too large for --random data (over "
             f"{MAX_RANDOM_INPUT_BYTES >> 20} MiB); pass --input {value.name}=FILE.npy"
