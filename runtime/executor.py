@@ -782,7 +782,19 @@ class Executable:
         self.threads_applied = "unlimited"
 
     def run(self, feeds: Mapping[str, Any]) -> dict[str, Any]:
-        """Run once. Tensors are NumPy arrays (strings: dtype=object), sequences lists, empty optionals None."""
+        """Run once. Tensors are NumPy arrays (strings: dtype=object), sequences lists, empty optionals None.
+
+        Failures are ``RuntimeModelError``s (kernel errors name their node); anything else the executor meets is
+        reported as an internal error, with the original as its cause."""
+        try:
+            return self._profiled_run(feeds)
+        except RuntimeModelError:
+            raise
+        except (MemoryError, RecursionError, ValueError, TypeError, KeyError, IndexError, AttributeError,
+                ArithmeticError, AssertionError, RuntimeError, OSError, NotImplementedError) as exc:  # fmt: skip
+            raise KernelError(f"internal error while running the model: {type(exc).__name__}: {exc}") from exc
+
+    def _profiled_run(self, feeds: Mapping[str, Any]) -> dict[str, Any]:
         profile = self.plan.shared.profile
         if profile is None:
             return self._run(feeds)
@@ -945,7 +957,21 @@ def _copy(proto: onnx.ModelProto) -> onnx.ModelProto:
 
 
 def compile_proto(proto: onnx.ModelProto, options: CompileOptions) -> Executable:
-    """Compile an already loaded ModelProto (external data resolved)."""
+    """Compile an already loaded ModelProto (external data resolved).
+
+    Whatever goes wrong ends in a ``RuntimeModelError``: a failure no check foresaw (a pass or kernel meeting a
+    model it does not expect) is reported as an internal error, one line, with the original as its cause.
+    """
+    try:
+        return _compile_proto(proto, options)
+    except RuntimeModelError:
+        raise
+    except (MemoryError, RecursionError, ValueError, TypeError, KeyError, IndexError, AttributeError,
+            ArithmeticError, AssertionError, RuntimeError, OSError, NotImplementedError) as exc:  # fmt: skip
+        raise ModelCheckError(f"internal error while compiling the model: {type(exc).__name__}: {exc}") from exc
+
+
+def _compile_proto(proto: onnx.ModelProto, options: CompileOptions) -> Executable:
     started = time.perf_counter()
     stats: dict[str, Any] = {}
     if not options.prechecked:

@@ -40,7 +40,11 @@ def load_model_proto(source: ModelSource, base_dir: str | os.PathLike[str] | Non
         path = Path(source)
         if not path.is_file():
             raise RuntimeModelError(f"model file {str(path)!r} does not exist")
-        proto = parse_model_bytes(path.read_bytes(), str(path))
+        try:
+            data = path.read_bytes()
+        except OSError as exc:
+            raise RuntimeModelError(f"model file {str(path)!r} cannot be read: {exc.strerror or exc}") from None
+        proto = parse_model_bytes(data, str(path))
         if base_dir is None:
             base_dir = path.resolve().parent
     _validate_envelope(proto)

@@ -486,6 +486,15 @@ def _classify(exc: BaseException) -> tuple[str, str]:
     if isinstance(exc, RuntimeModelError):
         if "\n" in message or len(message) > 1000:
             return "bad-message", message[:300]
+        if message.startswith("internal error"):  # the runtime's safety net caught what no check foresaw
+            cause = exc.__cause__
+            where = ""
+            if cause is not None and cause.__traceback__ is not None:
+                import traceback
+
+                frame = traceback.extract_tb(cause.__traceback__)[-1]
+                where = f" at {frame.filename}:{frame.lineno}"
+            return "traceback", message[:300] + where
         return "refused", message[:300]
     import traceback
 

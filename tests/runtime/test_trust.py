@@ -173,3 +173,21 @@ def test_error_messages_are_one_bounded_line() -> None:
     err = RuntimeModelError("first\nsecond\t" + "x" * 10_000)
     assert "\n" not in str(err) and str(err).startswith("first second x")
     assert len(str(err)) == MAX_MESSAGE_CHARS
+
+
+def test_an_unforeseen_failure_is_one_line_with_its_cause(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The safety net of compile and run: what no check foresaw is still the runtime's error, not a traceback."""
+
+    def broken(*args: Any, **kwargs: Any) -> Any:
+        raise TypeError("float() argument must be a string or a real number, not 'list'")
+
+    m = model([helper.make_node("Relu", ["x"], ["y"])], [vi("x", F, [2])], [vi("y", F, None)])
+    monkeypatch.setattr("runtime.passes.pipeline.run_passes", broken)
+    with pytest.raises(ModelCheckError, match=r"^internal error while compiling the model: TypeError: float") as info:
+        compile_model(m)
+    assert isinstance(info.value.__cause__, TypeError)
+    monkeypatch.undo()
+    exe = compile_model(m)
+    monkeypatch.setattr(exe, "_run", broken)
+    with pytest.raises(RuntimeModelError, match=r"^internal error while running the model: TypeError"):
+        exe.run({"x": np.zeros(2, np.float32)})
