@@ -548,9 +548,12 @@ WORKER_CODE = "from tests.fuzz.onnx_models import worker_main; worker_main()"
 class Worker:
     """A long-lived worker process; restarted after a crash or a hang."""
 
-    def __init__(self, timeout: float = EXAMPLE_TIMEOUT, code: str = WORKER_CODE) -> None:
+    def __init__(
+        self, timeout: float = EXAMPLE_TIMEOUT, code: str = WORKER_CODE, env: dict[str, str] | None = None
+    ) -> None:
         self.timeout = timeout
         self.code = code
+        self.extra_env = dict(env or {})
         self.proc: subprocess.Popen[str] | None = None
 
     def _start(self) -> subprocess.Popen[str]:
@@ -559,6 +562,7 @@ class Worker:
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(root), env.get("PYTHONPATH", "")]))
         env.setdefault("OPENBLAS_NUM_THREADS", "1")
         env.setdefault("OMP_NUM_THREADS", "1")
+        env.update(self.extra_env)
         proc = subprocess.Popen(
             [sys.executable, "-c", self.code],
             stdin=subprocess.PIPE,

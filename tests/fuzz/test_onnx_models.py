@@ -25,7 +25,9 @@ COUNTS: Counter[str] = Counter()
 
 @pytest.fixture(scope="module")
 def worker() -> Iterator[Worker]:
-    w = Worker()
+    # a Loop whose trip count was mutated to INT64_MAX stops at the iteration cap: a lower cap keeps those
+    # examples fast here (the default's seconds times two runs would dominate the campaign)
+    w = Worker(env={"APPOPT_MAX_LOOP_ITERATIONS": "5000"})
     try:
         yield w
     finally:
