@@ -1,2 +1,1 @@
-"""Fuzzing: hypothesis strategies run a bounded, seeded number of examples in the suite; ``python -m tests.fuzz``
-runs larger campaigns and prints counts by outcome."""
+"""Fuzzers: hostile specs (``specs``) and mutated ONNX models (``onnx_models``), run by ``python -m tests.fuzz``."""
