@@ -567,7 +567,7 @@ class Worker:
             [sys.executable, "-c", self.code],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
-            stderr=subprocess.DEVNULL,
+            stderr=self._stderr_file(),
             text=True,
             cwd=root,
             env=env,
@@ -578,6 +578,21 @@ class Worker:
             proc.kill()
             raise RuntimeError("the fuzz worker did not start")
         return proc
+
+    def _stderr_file(self) -> Any:
+        """The worker's stderr goes to a scratch file: a crash's last words (a glibc or C++ abort message)."""
+        if getattr(self, "stderr", None) is not None:
+            self.stderr.close()
+        self.stderr = tempfile.TemporaryFile(mode="w+")  # noqa: SIM115  (open for the worker's lifetime)
+        return self.stderr
+
+    def _last_words(self) -> str:
+        stream = getattr(self, "stderr", None)
+        if stream is None:
+            return ""
+        stream.seek(0)
+        lines = [line.strip() for line in stream.read().splitlines() if line.strip()]
+        return f": {lines[-1][:200]}" if lines else ""
 
     def run(self, path: Path, artifact: bool, manifest: int | None) -> tuple[str, str]:
         if self.proc is None or self.proc.poll() is not None:
@@ -603,7 +618,7 @@ class Worker:
         assert self.proc is not None
         code = self.proc.wait()
         self.proc = None
-        return "crash", f"worker exited with {code}" + (f" (signal {-code})" if code < 0 else "")
+        return "crash", f"worker exited with {code}" + (f" (signal {-code})" if code < 0 else "") + self._last_words()
 
     def close(self) -> None:
         if self.proc is not None:
