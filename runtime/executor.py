@@ -9,7 +9,9 @@ its last reader. The first run for an input signature records every step's shape
 use a static plan (``runtime/passes/memory_plan.py``): intermediate tensors live in a few reused per-thread buffers
 (in place where a kernel allows), graph inputs are staged into fixed buffers, and every step whose inputs then sit
 at fixed addresses runs as a prebound compiled call, so the run loop is a short list of calls. A step meeting
-shapes other than recorded (value-dependent shapes) makes the run start again unplanned.
+shapes other than recorded (value-dependent shapes) makes the run start again unplanned. A view op (Reshape,
+Squeeze...) is fixed once only when what shapes it is a constant: one shaped by a graph input's values runs every
+time, since those values may change between runs of one input signature.
 
 Threads: ``threads=N`` sizes the compiled kernels' pool (``runtime.native``; default every available CPU), whose
 workers stay hot during a run, and caps the BLAS/OpenMP pools NumPy uses (to one thread when the pool exists, so the
