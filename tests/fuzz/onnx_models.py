@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import os
 import random
 import select
@@ -295,11 +296,11 @@ def mutate_initializer_values(model: onnx.ModelProto, rng: random.Random) -> Non
         return mutate_initializer(model, rng)
     t = rng.choice(ints)
     shape = [int(d) for d in t.dims]
-    if any(d < 0 for d in shape) or int(np.prod(shape)) > 64:
+    if any(d < 0 for d in shape) or math.prod(shape) > 64:
         return mutate_initializer(model, rng)  # an earlier mutation made it unreadable: damage it another way
     dtype = np.int64 if t.data_type == TensorProto.INT64 else np.int32
     info = np.iinfo(dtype)
-    values = [min(max(_int(rng), info.min), info.max) for _ in range(int(np.prod(shape)))]
+    values = [min(max(_int(rng), info.min), info.max) for _ in range(math.prod(shape))]
     t.CopyFrom(numpy_helper.from_array(np.array(values, dtype=dtype).reshape(shape), t.name))
 
 
