@@ -7,12 +7,16 @@ Layout::
     OUT/manifest.json     inputs/outputs (name, dtype, shape), opsets, per-node opsets of expanded function
                           bodies, pass and expansion stats, runtime version
 
-Loading an artifact skips onnx inference, the static checks and the passes (they ran at compile time) when the
-manifest's runtime version matches this runtime; otherwise the model is compiled again from ``model.onnx``.
+Loading an artifact skips onnx inference and the passes (they ran at compile time) when the manifest's runtime
+version matches this runtime and ``model.onnx`` still has the SHA-256 digest the manifest records; otherwise the
+model is compiled again from ``model.onnx``. The manifest is verified, not trusted: a digest that does not match
+refuses the directory, every field is type-checked (one-line ``RuntimeModelError``), and the runtime's own static
+checks run on every load (they are cheap; onnx's inference is what the fast path saves).
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import time
@@ -36,13 +40,11 @@ EXTERNAL_DATA_THRESHOLD = 1 << 30
 
 
 def is_artifact_dir(path: str | os.PathLike[str]) -> bool:
-    """True for a directory written by ``save_artifact``."""
-    manifest = Path(path) / MANIFEST_FILE
-    if not manifest.is_file():
-        return False
+    """True for a directory that holds a ``manifest.json`` (as ``save_artifact`` writes): loading it then reads
+    and verifies that manifest, so a damaged one is reported as such, not as a missing model file."""
     try:
-        return json.loads(manifest.read_text()).get("format") == FORMAT
-    except (OSError, ValueError):
+        return Path(path).is_dir() and (Path(path) / MANIFEST_FILE).is_file()
+    except OSError:
         return False
 
 
@@ -101,22 +103,73 @@ def save_artifact(exe: Executable, out_dir: str | os.PathLike[str]) -> dict[str,
     else:
         onnx.save_model(proto, model_path)
     manifest = build_manifest(exe)
+    manifest["model_sha256"] = file_sha256(model_path)
     (out / MANIFEST_FILE).write_text(json.dumps(manifest, indent=2) + "\n")
     return manifest
 
 
+def file_sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+#: Highest opset number a manifest may name for a node (anything above is not an opset, but a corrupted file).
+MAX_NODE_OPSET = 1000
+
+
+def _check_manifest_fields(path: str | os.PathLike[str], manifest: dict[str, Any]) -> None:
+    """Type-check the fields loading reads; the first bad one is refused naming the field."""
+
+    def bad(field: str, want: str) -> RuntimeModelError:
+        value = json.dumps(manifest.get(field), default=str)[:80]
+        return RuntimeModelError(f"{path}: {MANIFEST_FILE} field {field!r} must be {want}, got {value}")
+
+    version = manifest.get("format_version")
+    if not isinstance(version, int) or isinstance(version, bool) or version < 1:
+        raise bad("format_version", "a positive integer")
+    if "runtime_version" in manifest and not isinstance(manifest["runtime_version"], str):
+        raise bad("runtime_version", "a string")
+    digest = manifest.get("model_sha256")
+    if digest is not None and (
+        not isinstance(digest, str) or len(digest) != 64 or any(c not in "0123456789abcdef" for c in digest)
+    ):
+        raise bad("model_sha256", "64 lowercase hex digits")
+    opsets = manifest.get("node_opsets", {})
+    if not isinstance(opsets, dict) or not all(
+        isinstance(k, str) and isinstance(v, int) and not isinstance(v, bool) and 1 <= v <= MAX_NODE_OPSET
+        for k, v in opsets.items()
+    ):
+        raise bad("node_opsets", f"an object of node names to opsets from 1 to {MAX_NODE_OPSET}")
+    stats = manifest.get("stats")
+    if stats is not None and not isinstance(stats, dict):
+        raise bad("stats", "an object")
+
+
 def read_manifest(path: str | os.PathLike[str]) -> dict[str, Any]:
     try:
-        manifest: dict[str, Any] = json.loads((Path(path) / MANIFEST_FILE).read_text())
-    except (OSError, ValueError) as exc:
+        text = (Path(path) / MANIFEST_FILE).read_text(encoding="utf-8")
+        manifest = json.loads(text, parse_constant=_refuse_constant)
+    except (OSError, ValueError, RecursionError) as exc:
         raise RuntimeModelError(f"{path}: unreadable {MANIFEST_FILE}: {exc}") from None
+    if not isinstance(manifest, dict):
+        raise RuntimeModelError(f"{path}: {MANIFEST_FILE} must hold a JSON object, not {type(manifest).__name__}")
     if manifest.get("format") != FORMAT:
-        raise RuntimeModelError(f"{path}: not an appopt compiled model (format {manifest.get('format')!r})")
-    if int(manifest.get("format_version", 0)) > FORMAT_VERSION:
+        shown = json.dumps(manifest.get("format"), default=str)[:80]
+        raise RuntimeModelError(f"{path}: not an appopt compiled model (format {shown})")
+    _check_manifest_fields(path, manifest)
+    if manifest["format_version"] > FORMAT_VERSION:
         raise RuntimeModelError(
             f"{path}: artifact format {manifest['format_version']} is newer than this runtime reads ({FORMAT_VERSION})"
         )
     return manifest
+
+
+def _refuse_constant(name: str) -> float:
+    """JSON has no NaN or Infinity; Python's reader accepts them unless told otherwise."""
+    raise ValueError(f"{name} is not JSON")
 
 
 def load_artifact(path: str | os.PathLike[str], threads: int | None = None) -> Executable:
@@ -126,12 +179,24 @@ def load_artifact(path: str | os.PathLike[str], threads: int | None = None) -> E
     from runtime.loader import load_model_proto
 
     manifest = read_manifest(path)
-    proto = load_model_proto(Path(path) / MODEL_FILE)
-    same_runtime = manifest.get("runtime_version") == __version__
+    model_path = Path(path) / MODEL_FILE
+    digest = manifest.get("model_sha256")
+    try:
+        actual = file_sha256(model_path) if digest is not None else None
+    except OSError as exc:
+        raise RuntimeModelError(f"{path}: cannot read {MODEL_FILE}: {exc.strerror or exc}") from None
+    if digest is not None and actual != digest:
+        raise RuntimeModelError(
+            f"{path}: {MODEL_FILE} does not match the digest in {MANIFEST_FILE} (changed after it was compiled); "
+            "compile the model again"
+        )
+    proto = load_model_proto(model_path)
+    # without a digest (an older artifact) nothing says model.onnx is what was checked: compile it in full
+    same_runtime = manifest.get("runtime_version") == __version__ and digest is not None
     options = CompileOptions(
         threads=threads,
         passes=[] if same_runtime else None,
-        node_opsets={str(k): int(v) for k, v in manifest.get("node_opsets", {}).items()},
+        node_opsets=dict(manifest.get("node_opsets", {})),
         prechecked=same_runtime,
     )
     exe = compile_proto(proto, options)

@@ -15,6 +15,7 @@ import numpy as np
 import onnx
 
 from runtime.errors import ModelCheckError, UnsupportedOpError
+from runtime.geometry import CONV_OPS, POOL_OPS, window_attr_problem
 from runtime.ir import Graph, Node, Value, elem_type_name, graph_free_names, node_reads
 from runtime.shapes import SIZE_CREATING_OPS, estimate_output_elements, num_elements
 
@@ -94,7 +95,11 @@ _TYPE_STR_CACHE: dict[int, str] = {}
 def tensor_type_str(elem_type: int) -> str:
     """The schema spelling of a tensor type, e.g. ``tensor(float)``."""
     if elem_type not in _TYPE_STR_CACHE:
-        _TYPE_STR_CACHE[elem_type] = f"tensor({onnx.TensorProto.DataType.Name(elem_type).lower()})"
+        try:
+            name = onnx.TensorProto.DataType.Name(elem_type).lower()
+        except ValueError:  # not a data type ONNX defines
+            name = f"unknown type {elem_type}"
+        _TYPE_STR_CACHE[elem_type] = f"tensor({name})"
     return _TYPE_STR_CACHE[elem_type]
 
 
@@ -258,3 +263,74 @@ def subgraph_free_names(node: Node) -> set[str]:
     for g in node.subgraphs():
         names |= graph_free_names(g)
     return names
+
+
+#: Input index of the weight of each Conv-like op.
+_WEIGHT_INPUT = {"Conv": 1, "ConvTranspose": 1, "ConvInteger": 1, "DeformConv": 1, "QLinearConv": 3}
+
+
+def check_windows(graph: Graph, nodes: Iterable[Node]) -> None:
+    """Conv-like and pool attributes must be in range and consistent with the input rank and the weight's shape
+    (``kernel_shape`` equal to the weight's spatial dims, as onnxruntime requires)."""
+    for node in nodes:
+        if node.domain or node.op_type not in CONV_OPS | POOL_OPS:
+            continue
+        x = graph.values.get(node.inputs[0]) if node.inputs else None
+        nd = len(x.shape) - 2 if x is not None and x.shape is not None and len(x.shape) >= 2 else None
+        weight_kernel = None
+        index = _WEIGHT_INPUT.get(node.op_type)
+        if index is not None and index < len(node.inputs):
+            w = graph.values.get(node.inputs[index])
+            w_shape = w.static_shape if w is not None else None
+            if w_shape is None and node.inputs[index] in graph.initializers:
+                w_shape = tuple(graph.initializers[node.inputs[index]].shape)
+            if w_shape is not None and len(w_shape) >= 2:
+                weight_kernel = list(w_shape[2:])
+                if nd is not None and len(weight_kernel) != nd:
+                    raise ModelCheckError(
+                        f"{node.label()}: the weight has {len(weight_kernel)} spatial dims, the input {nd}"
+                    )
+        try:
+            problem = window_attr_problem(node.op_type, node.attrs, nd, weight_kernel)
+        except (TypeError, ValueError) as exc:
+            problem = f"malformed window attributes: {exc}"
+        if problem:
+            raise ModelCheckError(f"{node.label()}: {problem}")
+
+
+#: Attributes ONNX defines as 0/1 flags: any other value would be read as one or the other without a word.
+FLAG_ATTRS = frozenset(
+    {
+        "keepdims",
+        "noop_with_empty_axes",
+        "select_last_index",
+        "allowzero",
+        "ceil_mode",
+        "count_include_pad",
+        "storage_order",
+        "transA",
+        "transB",
+        "exclusive",
+        "reverse",
+        "largest",
+        "sorted",
+        "onesided",
+        "inverse",
+        "detect_negative",
+        "detect_positive",
+        "linear_before_reset",
+        "input_forget",
+    }
+)
+
+
+def check_flag_attrs(nodes: Iterable[Node]) -> None:
+    """0/1 flags of ONNX ops (``keepdims``, ``transA``...) hold 0 or 1."""
+    for node in nodes:
+        if node.domain:
+            continue
+        for name in FLAG_ATTRS.intersection(node.attrs):
+            value = node.attrs[name]
+            if isinstance(value, bool) or (isinstance(value, int) and value in (0, 1)):
+                continue
+            raise ModelCheckError(f"{node.label()}: attribute {name} must be 0 or 1, got {str(value)[:40]}")

@@ -9,7 +9,9 @@ its last reader. The first run for an input signature records every step's shape
 use a static plan (``runtime/passes/memory_plan.py``): intermediate tensors live in a few reused per-thread buffers
 (in place where a kernel allows), graph inputs are staged into fixed buffers, and every step whose inputs then sit
 at fixed addresses runs as a prebound compiled call, so the run loop is a short list of calls. A step meeting
-shapes other than recorded (value-dependent shapes) makes the run start again unplanned.
+shapes other than recorded (value-dependent shapes) makes the run start again unplanned. A view op (Reshape,
+Squeeze...) is fixed once only when what shapes it is a constant: one shaped by a graph input's values runs every
+time, since those values may change between runs of one input signature.
 
 Threads: ``threads=N`` sizes the compiled kernels' pool (``runtime.native``; default every available CPU), whose
 workers stay hot during a run, and caps the BLAS/OpenMP pools NumPy uses (to one thread when the pool exists, so the
@@ -42,10 +44,12 @@ from runtime import kernels
 from runtime.check import (
     DEFAULT_MAX_ALLOC_BYTES,
     check_allocations,
+    check_flag_attrs,
     check_initializer_types,
     check_kernels,
     check_node_types,
     check_reshapes,
+    check_windows,
     topological_order,
 )
 from runtime.errors import KernelError, ModelCheckError, RuntimeModelError, UnsupportedOpError
@@ -73,7 +77,7 @@ class CompileOptions:
     base_dir: str | None = None
     #: Node name -> opset for nodes that keep a different opset than the model (restored compiled artifacts).
     node_opsets: Mapping[str, int] = field(default_factory=dict)
-    #: Skip onnx inference and the static checks (only for artifacts this runtime already checked).
+    #: Skip onnx's checker and inference (only for artifacts this runtime already checked; its own checks still run).
     prechecked: bool = False
     #: Layout pass mode: "auto" (NHWC where the compiled kernels exist), "nhwc" or "nchw".
     layout: str = "auto"
@@ -465,7 +469,12 @@ class _StaticPlan:
                 stable[step.outputs[0]] = out
                 program.append(("bound", bound) if bound is not None else ("into", out))
                 continue
-            if inputs_stable and _is_view_op(step.node) and len(step.outputs) == 1:
+            # a view is fixed only when what shapes it (Reshape's shape, Squeeze's axes...) is a constant: one read
+            # from a graph input changes from run to run while the staged buffer it would be computed from does not
+            shaped_by_constants = all(
+                not name or (name in plan.constants and name not in overridable) for name in step.inputs[1:]
+            )
+            if inputs_stable and shaped_by_constants and _is_view_op(step.node) and len(step.outputs) == 1:
                 try:
                     view = step.kernel.run(*args)[0]
                 except Exception:
@@ -646,11 +655,13 @@ def _guard_size(step: _Step, args: list[Any], limit: int) -> None:
 def _check_graph(graph: Graph, outer: Mapping[str, Value], options: CompileOptions) -> list[Node]:
     order = topological_order(graph, outer)
     check_kernels(order, resolve_kernel)
-    if not options.prechecked:
-        check_initializer_types(graph)
-        check_node_types(order, {**outer, **graph.values})
-        check_reshapes(graph, order)
-        check_allocations(graph, order, options.max_alloc_bytes)
+    # cheap, so they run on a compiled artifact's fast load too (its files are verified, not trusted)
+    check_initializer_types(graph)
+    check_node_types(order, {**outer, **graph.values})
+    check_reshapes(graph, order)
+    check_windows(graph, order)
+    check_flag_attrs(order)
+    check_allocations(graph, order, options.max_alloc_bytes)
     return order
 
 
@@ -773,7 +784,19 @@ class Executable:
         self.threads_applied = "unlimited"
 
     def run(self, feeds: Mapping[str, Any]) -> dict[str, Any]:
-        """Run once. Tensors are NumPy arrays (strings: dtype=object), sequences lists, empty optionals None."""
+        """Run once. Tensors are NumPy arrays (strings: dtype=object), sequences lists, empty optionals None.
+
+        Failures are ``RuntimeModelError``s (kernel errors name their node); anything else the executor meets is
+        reported as an internal error, with the original as its cause."""
+        try:
+            return self._profiled_run(feeds)
+        except RuntimeModelError:
+            raise
+        except (MemoryError, RecursionError, ValueError, TypeError, KeyError, IndexError, AttributeError,
+                ArithmeticError, AssertionError, RuntimeError, OSError, NotImplementedError) as exc:  # fmt: skip
+            raise KernelError(f"internal error while running the model: {type(exc).__name__}: {exc}") from exc
+
+    def _profiled_run(self, feeds: Mapping[str, Any]) -> dict[str, Any]:
         profile = self.plan.shared.profile
         if profile is None:
             return self._run(feeds)
@@ -936,7 +959,21 @@ def _copy(proto: onnx.ModelProto) -> onnx.ModelProto:
 
 
 def compile_proto(proto: onnx.ModelProto, options: CompileOptions) -> Executable:
-    """Compile an already loaded ModelProto (external data resolved)."""
+    """Compile an already loaded ModelProto (external data resolved).
+
+    Whatever goes wrong ends in a ``RuntimeModelError``: a failure no check foresaw (a pass or kernel meeting a
+    model it does not expect) is reported as an internal error, one line, with the original as its cause.
+    """
+    try:
+        return _compile_proto(proto, options)
+    except RuntimeModelError:
+        raise
+    except (MemoryError, RecursionError, ValueError, TypeError, KeyError, IndexError, AttributeError,
+            ArithmeticError, AssertionError, RuntimeError, OSError, NotImplementedError) as exc:  # fmt: skip
+        raise ModelCheckError(f"internal error while compiling the model: {type(exc).__name__}: {exc}") from exc
+
+
+def _compile_proto(proto: onnx.ModelProto, options: CompileOptions) -> Executable:
     started = time.perf_counter()
     stats: dict[str, Any] = {}
     if not options.prechecked:

@@ -115,7 +115,7 @@ def _schema(node: Node) -> Any:
     """The node's OpSchema at its opset (typed Any: the stubs lack the function-body accessors), or None."""
     try:
         return onnx.defs.get_schema(node.op_type, node.opset or 1, node.domain)
-    except onnx.defs.SchemaError:
+    except (onnx.defs.SchemaError, TypeError, OverflowError):  # also an opset beyond a C int
         return None
 
 

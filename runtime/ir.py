@@ -103,7 +103,17 @@ def _dim(d: onnx.TensorShapeProto.Dimension) -> Dim:
 
 
 def decode_attribute(attr: AttributeProto) -> Any:
-    """Decode one attribute per the kernel contract (see ``runtime/kernels/base.py``)."""
+    """Decode one attribute per the kernel contract (see ``runtime/kernels/base.py``); a string that is not UTF-8
+    is refused (``ModelCheckError``)."""
+    try:
+        return _decode_attribute(attr)
+    except UnicodeDecodeError:
+        raise ModelCheckError(f"attribute {attr.name[:80]!r} holds a string that is not UTF-8") from None
+    except (ValueError, TypeError, OverflowError) as exc:  # a tensor whose dims and data disagree
+        raise ModelCheckError(f"attribute {attr.name[:80]!r} cannot be read: {exc}") from None
+
+
+def _decode_attribute(attr: AttributeProto) -> Any:
     t = attr.type
     A = AttributeProto
     if t == A.INT:

@@ -41,7 +41,7 @@ def infer_model(proto: onnx.ModelProto, stats: dict[str, Any]) -> onnx.ModelProt
             stats["inference_warning"] = f"strict inference failed inside a function body: {message}"
         else:
             raise ModelCheckError(message) from None
-    except (ValueError, RuntimeError) as exc:  # e.g. protobuf too large, malformed subgraph
+    except (ValueError, RuntimeError, MemoryError) as exc:  # protobuf too large, malformed subgraph, a huge shape
         raise ModelCheckError(f"shape/type inference failed: {_clean_message(str(exc))}") from None
     try:
         return shape_inference.infer_shapes(proto, check_type=False, strict_mode=False, data_prop=True)
@@ -114,8 +114,20 @@ def estimate_output_elements(
 
     ``inputs`` holds known constant values (arrays) or None; ``input_shapes`` static shapes or None.
     Covers the ops whose output size is set by *values* rather than input shapes, the usual way to ask
-    for an absurd allocation.
+    for an absurd allocation. Values it cannot read (wrong types, odd ranks) give None: the kernel judges them.
     """
+    try:
+        return _estimate_output_elements(op_type, inputs, input_shapes, attrs)
+    except (ValueError, TypeError, OverflowError, IndexError, ZeroDivisionError):
+        return None
+
+
+def _estimate_output_elements(
+    op_type: str,
+    inputs: Sequence[Any],
+    input_shapes: Sequence[tuple[int, ...] | None],
+    attrs: dict[str, Any],
+) -> int | None:
 
     def shape_in(i: int) -> tuple[int, ...] | None:
         if i < len(inputs) and isinstance(inputs[i], np.ndarray):
@@ -164,10 +176,31 @@ def estimate_output_elements(
         if sc.size != len(x) or not np.all(np.isfinite(sc)):
             return None
         return _checked_prod([math.floor(d * s) for d, s in zip(x, sc, strict=True)])
+    if op_type == "Pad":
+        x = shape_in(0)
+        pads = value_in(1) if len(inputs) > 1 else _ints(attrs.get("pads"))
+        if x is None or pads is None or len(pads) % 2:
+            return None
+        axes = value_in(3) if len(inputs) > 3 and inputs[3] is not None else None
+        axes = [a % len(x) for a in axes] if axes is not None and x else list(range(len(x)))
+        if len(pads) != 2 * len(axes):
+            return None
+        out = list(x)
+        for i, axis in enumerate(axes):
+            out[axis] += pads[i] + pads[i + len(axes)]
+        return _checked_prod(out)
+    if op_type == "OneHot":
+        indices, depth = shape_in(0), inputs[1] if len(inputs) > 1 else None
+        if indices is None or not isinstance(depth, np.ndarray) or depth.size != 1:
+            return None
+        value = float(depth.reshape(-1)[0])
+        if not math.isfinite(value):
+            return None
+        return _checked_prod([*indices, max(int(value), 0)])
     return None
 
 
-SIZE_CREATING_OPS = frozenset({"ConstantOfShape", "Expand", "Tile", "Range", "Resize", "Upsample"})
+SIZE_CREATING_OPS = frozenset({"ConstantOfShape", "Expand", "Tile", "Range", "Resize", "Upsample", "Pad", "OneHot"})
 
 
 def _broadcast_dims(x: list[int], target: list[int]) -> list[int]:

@@ -8,6 +8,7 @@ output summaries and latency figures; ``format_*`` turn those into printable lin
 from __future__ import annotations
 
 import contextlib
+import math
 import os
 import statistics
 import time
@@ -128,12 +129,22 @@ def load_input_file(name: str, path: Path) -> Any:
         raise RuntimeModelError(f"input {name!r}: cannot read {str(path)!r}: {exc}") from None
 
 
+#: Most bytes ``--random`` makes for one input (a declared dim of 2**31 would otherwise allocate 8 GiB).
+MAX_RANDOM_INPUT_BYTES = 1 << 30
+
+
 def random_input(value: Value, rng: np.random.Generator) -> np.ndarray:
     """Random data for a declared tensor input; unknown dimensions become 1 (as onnx's backend tests do)."""
     if value.kind != "tensor" or value.dtype is None:
         raise RuntimeModelError(f"input {value.name!r}: --random can only make tensors, not {value.kind}")
     shape = tuple(d if isinstance(d, int) else 1 for d in (value.shape or ()))
     dtype = value.dtype
+    nbytes = math.prod(shape) * (dtype.itemsize if dtype != np.dtype(object) else 8)
+    if nbytes > MAX_RANDOM_INPUT_BYTES or any(not 0 <= d <= MAX_RANDOM_INPUT_BYTES for d in shape):
+        raise RuntimeModelError(
+            f"input {value.name!r}: declared shape {list(shape)} is too large for --random data (over "
+            f"{MAX_RANDOM_INPUT_BYTES >> 20} MiB); pass --input {value.name}=FILE.npy"
+        )
     if dtype == np.dtype(object):
         return np.full(shape, "a", dtype=object)
     if dtype.kind == "b":

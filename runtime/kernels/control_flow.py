@@ -15,8 +15,10 @@ import numpy as np
 from runtime.errors import KernelError
 from runtime.kernels.base import Kernel, SubgraphFn, register
 
-#: A Loop running more iterations than this is stopped (override with APPOPT_MAX_LOOP_ITERATIONS).
-MAX_LOOP_ITERATIONS = int(os.environ.get("APPOPT_MAX_LOOP_ITERATIONS", 10_000_000))
+#: A Loop running more iterations than this is stopped (override with APPOPT_MAX_LOOP_ITERATIONS): an iteration
+#: costs ~50 us of interpreter overhead at least, so 10**5 is seconds, where the earlier 10**7 was ten minutes of
+#: what looks like a hang (a trip count of INT64_MAX with a condition that never turns false).
+MAX_LOOP_ITERATIONS = int(os.environ.get("APPOPT_MAX_LOOP_ITERATIONS", 100_000))
 
 
 def _truth(value: Any, what: str) -> bool:
@@ -71,7 +73,10 @@ class Loop(_WithBodies):
         i = 0
         while keep_going and (limit is None or i < limit):
             if i >= MAX_LOOP_ITERATIONS:
-                raise KernelError(f"Loop ran more than {MAX_LOOP_ITERATIONS} iterations (APPOPT_MAX_LOOP_ITERATIONS)")
+                raise KernelError(
+                    f"node {self.node.name!r} (Loop): ran more than {MAX_LOOP_ITERATIONS} iterations "
+                    "(APPOPT_MAX_LOOP_ITERATIONS)"
+                )
             out = self.body(np.asarray(i, dtype=np.int64), np.asarray(keep_going), *carried)
             keep_going = _truth(out[0], "Loop body condition")
             carried = list(out[1 : 1 + len(carried)])

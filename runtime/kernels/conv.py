@@ -14,6 +14,7 @@ from typing import Any, ClassVar
 import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
+from runtime.geometry import conv_work_problem, window_attr_problem, window_output_problem
 from runtime.kernels.base import Kernel, register
 
 #: Compute dtype for low-precision floats (NumPy has no fast half-precision GEMM).
@@ -57,6 +58,35 @@ def resolve_pads(
     if auto_pad == "VALID":
         return [0] * (2 * nd)
     return list(pads) if pads else [0] * (2 * nd)
+
+
+def check_conv_geometry(
+    op_type: str,
+    attrs: dict[str, Any],
+    in_spatial: Sequence[int],
+    w_shape: Sequence[int],
+    pads: Sequence[int],
+    batch: int | None = None,
+) -> None:
+    """Refuse (ValueError; the kernel wrapper names the node) window attributes that do not fit the weight or the
+    input, before any loop runs over them: ``kernel_shape`` must equal the weight's spatial shape; with ``batch``
+    also an output or a number of multiply-adds beyond the caps of ``runtime.geometry``."""
+    kernel = list(w_shape[2:])
+    problem = window_attr_problem(op_type, attrs, len(in_spatial), kernel)
+    if problem is None and len(kernel) != len(in_spatial):
+        problem = f"the weight has {len(kernel)} spatial dims, the input {len(in_spatial)}"
+    if problem is None:
+        strides, dilations = spatial_attrs(attrs, kernel)
+        problem = window_output_problem(in_spatial, kernel, strides, dilations, pads)
+        if problem is None and batch is not None:
+            nd = len(kernel)
+            out = [
+                (in_spatial[i] + pads[i] + pads[i + nd] - (kernel[i] - 1) * dilations[i] - 1) // strides[i] + 1
+                for i in range(nd)
+            ]
+            problem = conv_work_problem(batch, int(w_shape[0]), int(w_shape[1]), out, kernel)
+    if problem:
+        raise ValueError(problem)
 
 
 def window_view(
@@ -181,6 +211,7 @@ class Conv(Kernel):
         kernel = w.shape[2:]
         strides, dilations = spatial_attrs(self.attrs, kernel)
         pads = resolve_pads(self.attrs["auto_pad"], self.attrs.get("pads"), x.shape[2:], kernel, strides, dilations)
+        check_conv_geometry("Conv", self.attrs, x.shape[2:], w.shape, pads, x.shape[0])
         ct = compute_dtype(x.dtype)
         y = conv_nd(
             x.astype(ct, copy=False),
@@ -208,6 +239,9 @@ class ConvTranspose(Kernel):
         in_shape = x.shape[2:]
         nd = len(in_shape)
         kernel = w.shape[2:]
+        problem = window_attr_problem("ConvTranspose", self.attrs, nd, kernel)
+        if problem:
+            raise ValueError(problem)
         cg, mg = c // group, w.shape[1]
         m = mg * group
         strides, dilations = spatial_attrs(self.attrs, kernel)

@@ -22,7 +22,7 @@ import numpy as np
 from runtime import native
 from runtime.kernels.activations import sigmoid
 from runtime.kernels.base import Kernel, register
-from runtime.kernels.conv import conv_nd, resolve_pads, spatial_attrs
+from runtime.kernels.conv import check_conv_geometry, conv_nd, resolve_pads, spatial_attrs
 from runtime.kernels.elementwise import erf
 from runtime.kernels.pool import PoolGeometry
 from runtime.native import ops
@@ -99,6 +99,7 @@ class FusedConv(Kernel):
         kernel = w.shape[2:]
         strides, dilations = spatial_attrs(self.attrs, kernel)
         pads = resolve_pads(self.attrs["auto_pad"], self.attrs.get("pads"), x.shape[2:], kernel, strides, dilations)
+        check_conv_geometry("Conv", self.attrs, x.shape[2:], w.shape, pads, x.shape[0])
         y = conv_nd(x, w, b, pads, strides, dilations, int(self.attrs["group"]))
         return _finish(y, res, self.epilogue)
 
@@ -164,6 +165,8 @@ class NhwcConv(Kernel):
         b: np.ndarray | None = None,
         res: np.ndarray | None = None,
     ) -> np.ndarray:
+        if x.ndim == 4 and w.ndim == 4:
+            check_conv_geometry("Conv", self.attrs, x.shape[1:3], w.shape, self.pads, x.shape[0])
         lib = native.lib()
         if lib is not None and x.dtype == np.float32 and w.dtype == np.float32 and x.ndim == 4:
             conv = self._native_conv(lib, w, b)
@@ -392,7 +395,7 @@ class _NhwcPool(Kernel):
         return self.compute_into(None, x)
 
     def compute_into(self, out: np.ndarray | None, x: np.ndarray) -> np.ndarray:
-        geo = PoolGeometry(self.attrs, x.shape[1:3])
+        geo = PoolGeometry(self.attrs, x.shape[1:3], x.shape[0] * x.shape[3])
         lib = native.lib()
         if lib is not None and x.dtype == np.float32 and geo.nd == 2:
             return ops.pool(lib, x, geo.window(self.pool_mode()), out)
@@ -403,7 +406,7 @@ class _NhwcPool(Kernel):
         lib = native.lib()
         if lib is None or x.ndim != 4:
             return None
-        geo = PoolGeometry(self.attrs, x.shape[1:3])
+        geo = PoolGeometry(self.attrs, x.shape[1:3], x.shape[0] * x.shape[3])
         if geo.nd != 2:
             return None
         return ops.bind_pool(lib, x, geo.window(self.pool_mode()), out)
@@ -420,7 +423,7 @@ class NhwcMaxPool(_NhwcPool):
     op_type = "NhwcMaxPool"
 
     def compute_numpy(self, x_nchw: np.ndarray) -> np.ndarray:
-        geo = PoolGeometry(self.attrs, x_nchw.shape[2:])
+        geo = PoolGeometry(self.attrs, x_nchw.shape[2:], x_nchw.shape[0] * x_nchw.shape[1])
         return geo.windows(x_nchw, -np.inf).max(axis=(4, 5))
 
 
@@ -432,7 +435,7 @@ class NhwcAveragePool(_NhwcPool):
         return 2 if self.attrs["count_include_pad"] else 1
 
     def compute_numpy(self, x_nchw: np.ndarray) -> np.ndarray:
-        geo = PoolGeometry(self.attrs, x_nchw.shape[2:])
+        geo = PoolGeometry(self.attrs, x_nchw.shape[2:], x_nchw.shape[0] * x_nchw.shape[1])
         sums = geo.windows(x_nchw, 0).sum(axis=(4, 5))
         counts = geo.counts(bool(self.attrs["count_include_pad"]))
         return (sums / np.maximum(counts, 1).astype(x_nchw.dtype)).astype(x_nchw.dtype, copy=False)

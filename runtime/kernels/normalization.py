@@ -295,7 +295,10 @@ class LRN(Kernel):
         return native.lib()
 
     def _params(self) -> tuple[int, float, float, float]:
-        return int(self.attrs["size"]), *(float(self.attrs[k]) for k in ("alpha", "beta", "bias"))  # type: ignore[return-value]
+        size = int(self.attrs["size"])
+        if not 1 <= size <= 2**31 - 1:  # the compiled loop divides by it and offsets channels by it
+            raise ValueError(f"size {size} must be from 1 to {2**31 - 1}")
+        return size, *(float(self.attrs[k]) for k in ("alpha", "beta", "bias"))  # type: ignore[return-value]
 
     def compute_into(self, out: np.ndarray | None, x: np.ndarray) -> np.ndarray:
         lib = self._native(x)

@@ -12,6 +12,7 @@ from typing import Any, ClassVar, Literal
 
 import numpy as np
 
+from runtime.geometry import pool_work_problem, window_attr_problem, window_output_problem
 from runtime.kernels.base import Kernel, register
 from runtime.kernels.conv import compute_dtype, pad_spatial, resolve_pads, window_view
 
@@ -19,7 +20,10 @@ from runtime.kernels.conv import compute_dtype, pad_spatial, resolve_pads, windo
 class PoolGeometry:
     """Output shape and padding of a windowed pool, including ``ceil_mode`` overhang."""
 
-    def __init__(self, attrs: dict[str, Any], in_shape: Sequence[int]) -> None:
+    def __init__(self, attrs: dict[str, Any], in_shape: Sequence[int], batch_channels: int = 1) -> None:
+        problem = window_attr_problem("MaxPool", attrs, len(in_shape))
+        if problem:
+            raise ValueError(problem)
         self.kernel = list(attrs["kernel_shape"])
         nd = len(self.kernel)
         self.strides = list(attrs.get("strides") or [1] * nd)
@@ -46,6 +50,11 @@ class PoolGeometry:
                 out = (padded - span) // self.strides[i] + 1
             self.out.append(out)
             self.extra.append(max(0, (out - 1) * self.strides[i] + span - padded))
+        problem = window_output_problem(in_shape, self.kernel, self.strides, self.dilations, pads) or (
+            pool_work_problem(batch_channels, self.out, self.kernel)
+        )
+        if problem:
+            raise ValueError(problem)
 
     @property
     def nd(self) -> int:
@@ -101,7 +110,7 @@ def _pool_nchw(lib: Any, x: np.ndarray, geo: PoolGeometry, mode: int, out: np.nd
 
 
 def _bind_pool_nchw(out: np.ndarray, x: np.ndarray, attrs: dict[str, Any], mode: int) -> Any:
-    geo = PoolGeometry(attrs, x.shape[2:])
+    geo = PoolGeometry(attrs, x.shape[2:], x.shape[0] * x.shape[1])
     lib = _native_pool(x, geo)
     if lib is None:
         return None
@@ -143,7 +152,7 @@ class AveragePool(Kernel):
         return self.compute_into(None, x)
 
     def compute_into(self, out: np.ndarray | None, x: np.ndarray) -> np.ndarray:
-        geo = PoolGeometry(self.attrs, x.shape[2:])
+        geo = PoolGeometry(self.attrs, x.shape[2:], x.shape[0] * x.shape[1])
         lib = _native_pool(x, geo)
         if lib is not None:
             return _pool_nchw(lib, x, geo, self.mode(), out)
@@ -172,7 +181,7 @@ class MaxPool(Kernel):
     attr_defaults: ClassVar[dict[str, Any]] = {"auto_pad": "NOTSET", "ceil_mode": 0, "storage_order": 0}
 
     def compute(self, x: np.ndarray) -> np.ndarray | tuple[np.ndarray, np.ndarray]:
-        geo = PoolGeometry(self.attrs, x.shape[2:])
+        geo = PoolGeometry(self.attrs, x.shape[2:], x.shape[0] * x.shape[1])
         want_indices = self.node.n_outputs > 1 and (
             not self.node.output_present or len(self.node.output_present) < 2 or self.node.output_present[1]
         )
@@ -188,7 +197,7 @@ class MaxPool(Kernel):
 
     def compute_into(self, out: np.ndarray, x: np.ndarray) -> np.ndarray:
         """The single-output MaxPool into a planned buffer (the executor calls this only with one output)."""
-        geo = PoolGeometry(self.attrs, x.shape[2:])
+        geo = PoolGeometry(self.attrs, x.shape[2:], x.shape[0] * x.shape[1])
         lib = _native_pool(x, geo)
         if lib is not None:
             return _pool_nchw(lib, x, geo, 0, out)
@@ -229,7 +238,7 @@ class LpPool(Kernel):
     attr_defaults: ClassVar[dict[str, Any]] = {"auto_pad": "NOTSET", "ceil_mode": 0, "p": 2}
 
     def compute(self, x: np.ndarray) -> np.ndarray:
-        geo = PoolGeometry(self.attrs, x.shape[2:])
+        geo = PoolGeometry(self.attrs, x.shape[2:], x.shape[0] * x.shape[1])
         p = float(self.attrs["p"])
         ct = compute_dtype(x.dtype)
         powered = np.abs(x.astype(ct, copy=False)) ** p

@@ -53,6 +53,8 @@ INLINE void vstore_n(float *p, v16 v, int n) {
 }
 INLINE v16 vblend(vi16 mask, v16 yes, v16 no) { return (v16)((mask & (vi16)yes) | (~mask & (vi16)no)); }
 INLINE v16 vmax(v16 a, v16 b) { return vblend((vi16)(a < b), b, a); } /* NaN in a propagates */
+/* max pooling: a NaN in either operand wins, so a window holding a NaN pools to NaN in every path and tap order */
+INLINE v16 vmax_nan(v16 v, v16 acc) { return vblend((vi16)((v < acc) | (acc != acc)), acc, v); }
 INLINE v16 vmin(v16 a, v16 b) { return vblend((vi16)(a > b), b, a); }
 INLINE float f32(int64_t bits) { union { int32_t i; float f; } u; u.i = (int32_t)bits; return u.f; }
 
@@ -753,7 +755,7 @@ static void pool_task(const void *vctx, long task) {
           long iw = ow * sw - pl + j * dw;
           if (iw < 0 || iw >= W) continue;
           v16 v = vload_n(x + (ih * W + iw) * C + c, nv);
-          if (mode == 0) acc = vmax(v, acc); else acc += v;
+          if (mode == 0) acc = vmax_nan(v, acc); else acc += v;
         }
       }
       if (mode != 0) acc *= scale;
@@ -823,12 +825,12 @@ static void pool_nchw_row(const int64_t *a, long task) {
         for (long ow = lo; ow <= hi; ow += VL) {
           int nv = (int)(hi + 1 - ow < VL ? hi + 1 - ow : VL);
           v16 v = vload_n(r + ow, nv), acc = vload_n(y + ow, nv);
-          vstore_n(y + ow, mode == 0 ? vmax(v, acc) : (v16)(acc + v), nv);
+          vstore_n(y + ow, mode == 0 ? vmax_nan(v, acc) : (v16)(acc + v), nv);
         }
       } else {
         for (long ow = lo; ow <= hi; ow++) {
           float v = row[ow * sw + off];
-          if (mode == 0) y[ow] = v > y[ow] ? v : y[ow]; else y[ow] += v;
+          if (mode == 0) y[ow] = v > y[ow] || v != v ? v : y[ow]; else y[ow] += v;
         }
       }
     }

@@ -316,3 +316,43 @@ def test_models_too_big_for_onnx_inference_are_inferred_without_their_weights(mo
     assert exe.stats["inference_note"].startswith("large initializers")
     assert exe.model.graph.values["y"].shape == (2, 300)
     assert exe.run({"x": np.ones((2, 200), np.float32)})["y"].shape == (2, 300)
+
+
+@pytest.mark.parametrize(
+    ("op", "attrs"),
+    [
+        ("ReduceSum", {"keepdims": 2}),
+        ("ReduceMax", {"keepdims": -1}),
+        ("ArgMax", {"keepdims": 9}),
+        ("ArgMin", {"select_last_index": 3}),
+        ("ReduceMean", {"noop_with_empty_axes": 7}),
+    ],
+)
+def test_flag_attributes_other_than_0_or_1_are_refused(op: str, attrs: dict[str, Any]) -> None:
+    node = helper.make_node(op, ["x"], ["y"], name="flag", **attrs)
+    m = model([node], [vi("x", F, [2, 3])], [vi("y", I64 if op.startswith("Arg") else F, None)], opset=18)
+    with pytest.raises(ModelCheckError, match=rf"^node 'flag' \({op}\): attribute \w+ must be 0 or 1, got -?\d+$"):
+        compile_model(m)
+
+
+def test_gemm_trans_flag_out_of_range_is_refused() -> None:
+    node = helper.make_node("Gemm", ["a", "b"], ["y"], name="g", transA=2)
+    m = model([node], [vi("a", F, [2, 2]), vi("b", F, [2, 2])], [vi("y", F, None)])
+    with pytest.raises(ModelCheckError, match="attribute transA must be 0 or 1, got 2"):
+        compile_model(m)
+
+
+@pytest.mark.parametrize(
+    ("op", "extra"),
+    [("Pad", {"p": np.array([0, 2**40], np.int64)}), ("OneHot", {"d": np.array(2**40, np.int64)})],
+)
+def test_pad_and_one_hot_sizes_from_inputs_are_guarded_at_run_time(op: str, extra: dict[str, np.ndarray]) -> None:
+    """Sizes that only a run's input values reveal are checked before the kernel allocates (not left to the OS)."""
+    names = ["x", *extra] if op == "Pad" else ["x", *extra, "v"]
+    x_type = F if op == "Pad" else I64
+    inputs = [vi("x", x_type, [2])] + [vi(n, I64, list(a.shape)) for n, a in extra.items()]
+    inits = [const("v", [0, 1])] if op == "OneHot" else []
+    m = model([helper.make_node(op, names, ["y"], name="big")], inputs, [vi("y", F, None)], inits)
+    exe = compile_model(m)
+    with pytest.raises(ModelCheckError, match=r"node 'big' .*output would have \d+ elements, above"):
+        exe.run({"x": np.zeros(2, np.float32 if op == "Pad" else np.int64), **extra})

@@ -84,3 +84,33 @@ def test_max_unpool_inverts_max_pool_indices() -> None:
     kept = restored != 0
     np.testing.assert_array_equal(restored[kept], x[kept])
     assert kept.sum() == y.size
+
+
+@pytest.mark.parametrize("strides", [[1, 1], [2, 2], [3, 2]])
+@pytest.mark.parametrize("channels", [1, 3, 20])
+def test_max_pool_propagates_nan_the_same_in_compiled_and_numpy_paths(strides: list[int], channels: int) -> None:
+    """A window holding a NaN pools to NaN whatever the tap order (the compiled kernels kept or dropped it by
+    position before: results depended on APPOPT_NATIVE and the layout)."""
+    from onnx import helper
+
+    from runtime import compile_model, native
+
+    rng = np.random.default_rng(7)
+    x = rng.standard_normal((2, channels, 9, 9)).astype(np.float32)
+    x[rng.random(x.shape) < 0.05] = np.nan
+    x[0, 0, 4, 4] = np.inf
+    node = helper.make_node("MaxPool", ["x"], ["y"], kernel_shape=[3, 3], strides=strides, pads=[1, 1, 1, 1])
+    graph = helper.make_graph(
+        [node], "g", [helper.make_tensor_value_info("x", 1, list(x.shape))], [helper.make_empty_tensor_value_info("y")]
+    )
+    m = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    padded = np.pad(x, ((0, 0), (0, 0), (1, 1), (1, 1)), constant_values=-np.inf)
+    view = np.lib.stride_tricks.sliding_window_view(padded, (3, 3), axis=(2, 3))[:, :, :: strides[0], :: strides[1]]
+    expected = view.max(axis=(4, 5))  # NumPy's max: NaN wins
+    try:
+        for enabled in (True, False):
+            native.set_enabled(enabled)
+            got = compile_model(m).run({"x": x})["y"]
+            np.testing.assert_array_equal(got, expected, err_msg=f"compiled kernels {enabled}")
+    finally:
+        native.set_enabled(None)
