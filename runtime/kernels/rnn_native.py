@@ -2,9 +2,9 @@
 
 The input projection of every time step and direction is one matmul, ``X @ [W_0; W_1]^T`` plus the biases that
 can be folded into it (all of them, except GRU's ``Rb_h`` under ``linear_before_reset``). Each direction's
-recurrence then runs in one C call: per step and batch row a GEMV against ``R^T`` (packed once per weight, each
-gate padded to 16 columns) and the gate math, with ``sequence_lens``, initial states, peepholes, clip and
-``input_forget``, writing straight into ``Y``, ``Y_h`` and ``Y_c`` in either layout.
+recurrence then runs in one C call: per step a GEMM of the batch's states against ``R^T`` (packed once per weight,
+each gate padded to 16 columns, stored in panels of 16 columns) and the gate math, with ``sequence_lens``, initial
+states, peepholes, clip and ``input_forget``, writing straight into ``Y``, ``Y_h`` and ``Y_c`` in either layout.
 
 ``run`` returns ``None`` where the inputs are outside what the loop handles (the caller then takes the NumPy
 path): a dtype other than float32, an inconsistent shape, ``sequence_lens`` not of shape ``(batch,)``.
@@ -67,7 +67,7 @@ class Packed:
 
     w_t: np.ndarray  # (input, dirs * G * H): every direction's W, transposed, for one projection matmul
     bias: np.ndarray  # (dirs * G * H,): the biases folded into the projection
-    r_t: list[np.ndarray]  # per direction (H, G * Hp): R^T, each gate padded to Hp columns
+    r_t: list[np.ndarray]  # per direction (G * Hp / 16, H, 16): R^T, each gate padded to Hp columns, in panels
     rb_h: list[np.ndarray | None]  # per direction: GRU's Rb_h where linear_before_reset keeps it apart
     peep: list[np.ndarray | None]  # per direction: LSTM peepholes (3H)
 
@@ -105,7 +105,7 @@ def _pack(kernel: _Recurrent, w: np.ndarray, r: np.ndarray, b: np.ndarray | None
         packed = np.zeros((hidden, g * hp), dtype=np.float32)
         for gate in range(g):
             packed[:, gate * hp : gate * hp + hidden] = r[d, gate * hidden : (gate + 1) * hidden].T
-        r_t.append(packed)
+        r_t.append(np.ascontiguousarray(packed.reshape(hidden, g * hp // LANES, LANES).transpose(1, 0, 2)))
         rb_h.append(None)
         if b is not None:
             wb = b[d, : g * hidden].astype(np.float32)

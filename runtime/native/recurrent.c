@@ -5,9 +5,10 @@
  * this loop then runs the recurrence without returning to Python: per step and batch row, a GEMV against the
  * packed R^T and the gate math, vectorised.
  *
- * Packing: each gate's H columns are padded to Hp (a multiple of 16), so R^T is (H, G*Hp) row-major and every
- * gate segment starts on a vector boundary; padded columns are zero, so the padded lanes of the state stay finite
- * and are never written out. Activations: 0 sigmoid, 1 tanh, 2 relu (others run on the NumPy path).
+ * Packing: each gate's H columns are padded to Hp (a multiple of 16), so R^T has G*Hp columns and every gate
+ * segment starts on a vector boundary; it is stored in panels of 16 columns (G*Hp/16, H, 16), each one contiguous
+ * stream for the GEMM. Padded columns are zero, so the padded lanes of the state stay finite and are never written
+ * out. Activations: 0 sigmoid, 1 tanh, 2 relu (others run on the NumPy path).
  */
 #include <math.h>
 #include <stdint.h>
@@ -65,26 +66,83 @@ RINLINE rv16 rclip(rv16 x, int has_clip, float clip) {
   return has_clip ? rmin(rmax(x, rsplat(-clip)), rsplat(clip)) : x;
 }
 
-/* out[0:ncols] += h[0:H] @ RT[0:H, col0:col0+ncols] (ld ldr; ncols a multiple of 16), four vectors at a time. */
-static void gemv_acc(const float *h, const float *rt, long H, long ldr, long col0, long ncols, float *out) {
-  long c = 0;
-  for (; c + 4 * RVL <= ncols; c += 4 * RVL) {
-    rv16 a0 = rload(out + c), a1 = rload(out + c + RVL), a2 = rload(out + c + 2 * RVL), a3 = rload(out + c + 3 * RVL);
-    const float *w = rt + col0 + c;
-    for (long k = 0; k < H; k++, w += ldr) {
-      rv16 hk = rsplat(h[k]);
-      a0 += hk * rload(w);
-      a1 += hk * rload(w + RVL);
-      a2 += hk * rload(w + 2 * RVL);
-      a3 += hk * rload(w + 3 * RVL);
+/* out[b][0:ncols] += h[b][0:H] @ RT[0:H, col0:col0+ncols] for rows b in [0, nrows), out rows ld ldo, h rows ld ldh.
+ * RT is packed in panels of 16 columns, panel p holding RT[k, 16p:16p+16] at rt + (p*H + k)*16, so each panel is
+ * one contiguous stream; col0 and ncols are multiples of 16. Up to 4 rows x 2 panels share each load. */
+/* One row (batch 1): eight panels at a time, so eight independent accumulators hide the FMA latency. */
+static void gemv_acc(const float *h, const float *rt, long H, long p0, long np, float *out) {
+  long p = 0;
+  for (; p + 8 <= np; p += 8) {
+    const float *w = rt + (p0 + p) * H * RVL;
+    const long ps = H * RVL;
+    rv16 a0 = rload(out + p * RVL), a1 = rload(out + (p + 1) * RVL), a2 = rload(out + (p + 2) * RVL);
+    rv16 a3 = rload(out + (p + 3) * RVL), a4 = rload(out + (p + 4) * RVL), a5 = rload(out + (p + 5) * RVL);
+    rv16 a6 = rload(out + (p + 6) * RVL), a7 = rload(out + (p + 7) * RVL);
+    for (long k = 0; k < H; k++) {
+      const float *wk = w + k * RVL;
+      rv16 s = rsplat(h[k]);
+      a0 += s * rload(wk); a1 += s * rload(wk + ps); a2 += s * rload(wk + 2 * ps); a3 += s * rload(wk + 3 * ps);
+      a4 += s * rload(wk + 4 * ps); a5 += s * rload(wk + 5 * ps); a6 += s * rload(wk + 6 * ps);
+      a7 += s * rload(wk + 7 * ps);
     }
-    rstore(out + c, a0); rstore(out + c + RVL, a1); rstore(out + c + 2 * RVL, a2); rstore(out + c + 3 * RVL, a3);
+    rstore(out + p * RVL, a0); rstore(out + (p + 1) * RVL, a1); rstore(out + (p + 2) * RVL, a2);
+    rstore(out + (p + 3) * RVL, a3); rstore(out + (p + 4) * RVL, a4); rstore(out + (p + 5) * RVL, a5);
+    rstore(out + (p + 6) * RVL, a6); rstore(out + (p + 7) * RVL, a7);
   }
-  for (; c < ncols; c += RVL) {
-    rv16 a0 = rload(out + c);
-    const float *w = rt + col0 + c;
-    for (long k = 0; k < H; k++, w += ldr) a0 += rsplat(h[k]) * rload(w);
-    rstore(out + c, a0);
+  for (; p < np; p++) {
+    const float *w = rt + (p0 + p) * H * RVL;
+    rv16 a = rload(out + p * RVL), b = {0};
+    long k = 0;
+    for (; k + 2 <= H; k += 2) {
+      a += rsplat(h[k]) * rload(w + k * RVL);
+      b += rsplat(h[k + 1]) * rload(w + (k + 1) * RVL);
+    }
+    if (k < H) a += rsplat(h[k]) * rload(w + k * RVL);
+    rstore(out + p * RVL, a + b);
+  }
+}
+
+static void gemm_acc(const float *h, long ldh, long nrows, const float *rt, long H, long col0, long ncols, float *out,
+                     long ldo) {
+  const long p0 = col0 / RVL, np = ncols / RVL;
+  if (nrows == 1) {
+    gemv_acc(h, rt, H, p0, np, out);
+    return;
+  }
+  for (long r0 = 0; r0 < nrows; r0 += 4) {
+    const long nr = nrows - r0 < 4 ? nrows - r0 : 4;
+    const float *hr[4];
+    for (long r = 0; r < 4; r++) hr[r] = h + (r0 + (r < nr ? r : 0)) * ldh;
+    long p = 0;
+    for (; p + 2 <= np; p += 2) {
+      const float *w0 = rt + (p0 + p) * H * RVL, *w1 = w0 + H * RVL;
+      float *o = out + r0 * ldo + p * RVL;
+      rv16 a00 = rload(o), a01 = rload(o + RVL), a10 = {0}, a11 = {0}, a20 = {0}, a21 = {0}, a30 = {0}, a31 = {0};
+      if (nr > 1) { a10 = rload(o + ldo); a11 = rload(o + ldo + RVL); }
+      if (nr > 2) { a20 = rload(o + 2 * ldo); a21 = rload(o + 2 * ldo + RVL); }
+      if (nr > 3) { a30 = rload(o + 3 * ldo); a31 = rload(o + 3 * ldo + RVL); }
+      for (long k = 0; k < H; k++) {
+        rv16 v0 = rload(w0 + k * RVL), v1 = rload(w1 + k * RVL);
+        rv16 s0 = rsplat(hr[0][k]), s1 = rsplat(hr[1][k]), s2 = rsplat(hr[2][k]), s3 = rsplat(hr[3][k]);
+        a00 += s0 * v0; a01 += s0 * v1;
+        a10 += s1 * v0; a11 += s1 * v1;
+        a20 += s2 * v0; a21 += s2 * v1;
+        a30 += s3 * v0; a31 += s3 * v1;
+      }
+      rstore(o, a00); rstore(o + RVL, a01);
+      if (nr > 1) { rstore(o + ldo, a10); rstore(o + ldo + RVL, a11); }
+      if (nr > 2) { rstore(o + 2 * ldo, a20); rstore(o + 2 * ldo + RVL, a21); }
+      if (nr > 3) { rstore(o + 3 * ldo, a30); rstore(o + 3 * ldo + RVL, a31); }
+    }
+    for (; p < np; p++) {
+      const float *w0 = rt + (p0 + p) * H * RVL;
+      for (long r = 0; r < nr; r++) {
+        float *o = out + (r0 + r) * ldo + p * RVL;
+        rv16 a = rload(o);
+        for (long k = 0; k < H; k++) a += rsplat(hr[r][k]) * rload(w0 + k * RVL);
+        rstore(o, a);
+      }
+    }
   }
 }
 
@@ -93,7 +151,7 @@ enum {
   RN_KIND,     /* 0 RNN, 1 GRU, 2 LSTM */
   RN_XP,       /* float*: projected input, gate g column j of step t, row b at XP + t*XP_T + b*XP_B + g*H + j */
   RN_XP_T, RN_XP_B,
-  RN_RT,       /* float*: packed R^T, (H, G*Hp) */
+  RN_RT,       /* float*: packed R^T, panels (G*Hp/16, H, 16) */
   RN_SEQ, RN_BATCH, RN_HIDDEN,
   RN_H0, RN_H0_B, /* float* initial h (row stride) or 0 */
   RN_C0, RN_C0_B, /* float* initial c (LSTM) or 0 */
@@ -132,13 +190,13 @@ RNN_API void ap_rnn_seq(const int64_t *a) {
   const int input_forget = (int)a[RN_INPUT_FORGET];
   const int af = (int)a[RN_ACT_F], ag = (int)a[RN_ACT_G], ah = (int)a[RN_ACT_H];
 
-  /* state h, c (B, Hp); gates (Hp * G); gru scratch (Hp); padded peepholes and rbh (3 Hp, Hp) */
-  size_t nfl = (size_t)(2 * B * Hp + ldr + 2 * Hp + 3 * Hp + Hp);
+  /* state h, c (B, Hp); gates (B, G * Hp); GRU scratch (B, Hp); padded peepholes and Rb_h (3 Hp, Hp) */
+  size_t nfl = (size_t)(2 * B * Hp + B * ldr + B * Hp + 3 * Hp + Hp);
   float *buf = (float *)aligned_alloc(64, ((nfl * sizeof(float)) + 63) / 64 * 64);
   if (!buf) return;
   memset(buf, 0, nfl * sizeof(float));
-  float *hs = buf, *cs = buf + B * Hp, *gates = cs + B * Hp, *tmp = gates + ldr, *tmp2 = tmp + Hp;
-  float *pp = tmp2 + Hp, *rbp = pp + 3 * Hp;
+  float *hs = buf, *cs = buf + B * Hp, *gates = cs + B * Hp, *tmp = gates + B * ldr;
+  float *pp = tmp + B * Hp, *rbp = pp + 3 * Hp;
   for (long b = 0; b < B; b++) {
     if (a[RN_H0]) memcpy(hs + b * Hp, (const float *)a[RN_H0] + b * a[RN_H0_B], (size_t)H * sizeof(float));
     if (a[RN_C0]) memcpy(cs + b * Hp, (const float *)a[RN_C0] + b * a[RN_C0_B], (size_t)H * sizeof(float));
@@ -150,23 +208,41 @@ RNN_API void ap_rnn_seq(const int64_t *a) {
   for (long s = 0; s < S; s++) {
     const long t = reverse ? S - 1 - s : s;
     for (long b = 0; b < B; b++) {
+      const float *x = xp + t * xpt + b * xpb;
+      for (long g = 0; g < G; g++) memcpy(gates + b * ldr + g * Hp, x + g * H, (size_t)H * sizeof(float));
+    }
+    /* the recurrent product of every row at once (rows past their length are computed and then ignored) */
+    if (kind == 1) {
+      gemm_acc(hs, Hp, B, rt, H, 0, 2 * Hp, gates, ldr);
+      if (lbr) {
+        memset(tmp, 0, (size_t)(B * Hp) * sizeof(float));
+        gemm_acc(hs, Hp, B, rt, H, 2 * Hp, Hp, tmp, Hp);
+      } else {
+        for (long b = 0; b < B; b++)
+          for (long j = 0; j < Hp; j += RVL) {
+            rv16 r = ract(rclip(rload(gates + b * ldr + Hp + j), has_clip, clip), af);
+            rstore(tmp + b * Hp + j, r * rload(hs + b * Hp + j));
+          }
+        gemm_acc(tmp, Hp, B, rt, H, 2 * Hp, Hp, gates + 2 * Hp, ldr);
+      }
+    } else {
+      gemm_acc(hs, Hp, B, rt, H, 0, ldr, gates, ldr);
+    }
+    for (long b = 0; b < B; b++) {
       float *yrow = y ? y + t * yt + b * yb : NULL;
       if (lens && t >= lens[b]) { /* past this entry's length: state kept, output zero */
         if (yrow) memset(yrow, 0, (size_t)H * sizeof(float));
         continue;
       }
       float *h = hs + b * Hp, *c = cs + b * Hp;
-      const float *x = xp + t * xpt + b * xpb;
-      for (long g = 0; g < G; g++) memcpy(gates + g * Hp, x + g * H, (size_t)H * sizeof(float));
+      const float *gt = gates + b * ldr;
       if (kind == 0) {
-        gemv_acc(h, rt, H, ldr, 0, Hp, gates);
-        for (long j = 0; j < Hp; j += RVL) rstore(h + j, ract(rclip(rload(gates + j), has_clip, clip), af));
+        for (long j = 0; j < Hp; j += RVL) rstore(h + j, ract(rclip(rload(gt + j), has_clip, clip), af));
       } else if (kind == 2) {
-        gemv_acc(h, rt, H, ldr, 0, ldr, gates);
         for (long j = 0; j < Hp; j += RVL) {
           rv16 cp = rload(c + j);
-          rv16 pi = rload(gates + j), po = rload(gates + Hp + j), pf = rload(gates + 2 * Hp + j);
-          rv16 pc = rload(gates + 3 * Hp + j);
+          rv16 pi = rload(gt + j), po = rload(gt + Hp + j), pf = rload(gt + 2 * Hp + j);
+          rv16 pc = rload(gt + 3 * Hp + j);
           if (peep) { pi += rload(pp + j) * cp; pf += rload(pp + 2 * Hp + j) * cp; }
           rv16 i = ract(rclip(pi, has_clip, clip), af);
           rv16 f = 1.0f - i;
@@ -178,26 +254,17 @@ RNN_API void ap_rnn_seq(const int64_t *a) {
           rstore(h + j, o * ract(cn, ah));
         }
       } else if (lbr) { /* GRU, h~ = g(x_h + r * (h R_h^T + Rb_h)) with Wb_h in x_h */
-        memset(tmp, 0, (size_t)Hp * sizeof(float));
-        gemv_acc(h, rt, H, ldr, 0, 2 * Hp, gates);
-        gemv_acc(h, rt, H, ldr, 2 * Hp, Hp, tmp);
         for (long j = 0; j < Hp; j += RVL) {
-          rv16 z = ract(rclip(rload(gates + j), has_clip, clip), af);
-          rv16 r = ract(rclip(rload(gates + Hp + j), has_clip, clip), af);
-          rv16 cand = rload(gates + 2 * Hp + j) + r * (rload(tmp + j) + rload(rbp + j));
+          rv16 z = ract(rclip(rload(gt + j), has_clip, clip), af);
+          rv16 r = ract(rclip(rload(gt + Hp + j), has_clip, clip), af);
+          rv16 cand = rload(gt + 2 * Hp + j) + r * (rload(tmp + b * Hp + j) + rload(rbp + j));
           rv16 ht = ract(rclip(cand, has_clip, clip), ag);
           rstore(h + j, (1.0f - z) * ht + z * rload(h + j));
         }
       } else { /* GRU, h~ = g(x_h + (r * h) R_h^T), both biases in x_h */
-        gemv_acc(h, rt, H, ldr, 0, 2 * Hp, gates);
         for (long j = 0; j < Hp; j += RVL) {
-          rv16 r = ract(rclip(rload(gates + Hp + j), has_clip, clip), af);
-          rstore(tmp + j, r * rload(h + j));
-        }
-        gemv_acc(tmp, rt, H, ldr, 2 * Hp, Hp, gates + 2 * Hp);
-        for (long j = 0; j < Hp; j += RVL) {
-          rv16 z = ract(rclip(rload(gates + j), has_clip, clip), af);
-          rv16 ht = ract(rclip(rload(gates + 2 * Hp + j), has_clip, clip), ag);
+          rv16 z = ract(rclip(rload(gt + j), has_clip, clip), af);
+          rv16 ht = ract(rclip(rload(gt + 2 * Hp + j), has_clip, clip), ag);
           rstore(h + j, (1.0f - z) * ht + z * rload(h + j));
         }
       }
