@@ -40,8 +40,8 @@ __all__ = [
 ]
 
 SOURCE = Path(__file__).with_name("kernels.c")
-#: Compiled into the same shared object as ``SOURCE`` (the recurrent layers live in their own file).
-EXTRA_SOURCES = (Path(__file__).with_name("recurrent.c"),)
+#: Compiled into the same shared object as ``SOURCE`` (recurrent layers and ConvTranspose in their own files).
+EXTRA_SOURCES = (Path(__file__).with_name("recurrent.c"), Path(__file__).with_name("upsample.c"))
 FLAGS = ("-O3", "-march=native", "-fPIC", "-shared", "-pthread", "-Wno-psabi", "-fno-math-errno")
 #: Entry points, each ``void f(const int64_t *args)``.
 ENTRY_POINTS = (
@@ -61,6 +61,7 @@ ENTRY_POINTS = (
     "ap_dwpw",
     "ap_lrn",
     "ap_rnn_seq",
+    "ap_col2im_gather",
 )
 
 _lock = threading.Lock()
