@@ -256,7 +256,7 @@ def format_families(results: Sequence[ModelResult]) -> str:
     for family, members in families.items():
         worst = max(members, key=lambda r: r.ratio("ort") if math.isfinite(r.ratio("ort")) else -1.0)
         g = geomean([r.ratio("ort") for r in members])
-        lines.append(f"  {family:14s} {g:6.2f}  ({len(members)} models; worst {worst.name} {worst.ratio('ort'):.2f})")
+        lines.append(f"  {family:14s} {g:6.2f}  ({len(members)} results; worst {worst.name} {worst.ratio('ort'):.2f})")
     return "\n".join(lines)
 
 

@@ -65,7 +65,7 @@ def test_families_are_summarised_by_geomean_with_their_worst_model() -> None:
         [result("a", "lstm", 2.0, 1.0), result("b", "lstm", 0.5, 1.0), result("c", "vit", 3.0, 1.0)]
     )
     lines = text.splitlines()
-    assert lines[1].split()[:2] == ["lstm", "1.00"] and "worst a 2.00" in lines[1]
+    assert lines[1].split()[:2] == ["lstm", "1.00"] and "2 results; worst a 2.00" in lines[1]
     assert lines[2].split()[:2] == ["vit", "3.00"]
 
 
