@@ -166,36 +166,131 @@ enum {
   RN_PEEP,     /* float* LSTM peepholes (i, o, f; 3H) or 0 */
   RN_INPUT_FORGET,
   RN_ACT_F, RN_ACT_G, RN_ACT_H,
+  RN_SERIAL_WORK, /* recurrent multiply-adds per step below which a step runs on the caller alone */
   RN_NARGS
 };
+
+/* The compiled pool of kernels.c (same shared object): fn(ctx, 0..ntasks-1) on up to ap_get_threads() threads. */
+void ap_pool_for(long ntasks, void (*fn)(const void *, long), const void *ctx);
+int ap_get_threads(void);
+
+/* One direction's loop state; a step's tasks each own a range of hidden units [j0, j1) (in vectors) for every
+ * row: its gate columns' GEMM, the gate math, its slice of Y. The state h is double-buffered (h_old read by
+ * every task's GEMM, h_new written) and swapped between steps; c, gates and scratch are touched only in a
+ * task's own columns. GRU without linear_before_reset needs r * h over all units before its third product, so
+ * its step runs in two phases. */
+typedef struct {
+  int kind, lbr, input_forget, has_clip, af, ag, ah;
+  float clip;
+  long B, H, Hp, G, ldr, hv, ntasks;
+  const float *rt, *pp, *rbp;
+  const int64_t *lens;
+  float *h_old, *h_new, *cs, *gates, *tmp;
+  float *yt; /* Y at this step, or NULL */
+  long yb;
+  long t;
+  int phase; /* GRU without linear_before_reset: 1 (z, r and r*h), 2 (candidate and h) */
+} rnn_ctx;
+
+static void rnn_step_task(const void *vctx, long task) {
+  const rnn_ctx *x = (const rnn_ctx *)vctx;
+  const long j0 = task * x->hv / x->ntasks * RVL, j1 = (task + 1) * x->hv / x->ntasks * RVL;
+  if (j1 <= j0) return;
+  const long B = x->B, H = x->H, Hp = x->Hp, ldr = x->ldr, nc = j1 - j0;
+  const int has_clip = x->has_clip, af = x->af, ag = x->ag, ah = x->ah;
+  const float clip = x->clip;
+  const float *rt = x->rt, *pp = x->pp;
+  float *gates = x->gates, *tmp = x->tmp;
+  if (x->kind == 1 && !x->lbr && x->phase == 1) {
+    gemm_acc(x->h_old, Hp, B, rt, H, j0, nc, gates + j0, ldr);
+    gemm_acc(x->h_old, Hp, B, rt, H, Hp + j0, nc, gates + Hp + j0, ldr);
+    for (long b = 0; b < B; b++)
+      for (long j = j0; j < j1; j += RVL) {
+        rv16 r = ract(rclip(rload(gates + b * ldr + Hp + j), has_clip, clip), af);
+        rstore(tmp + b * Hp + j, r * rload(x->h_old + b * Hp + j));
+      }
+    return;
+  }
+  if (x->kind == 1 && !x->lbr) {
+    gemm_acc(tmp, Hp, B, rt, H, 2 * Hp + j0, nc, gates + 2 * Hp + j0, ldr);
+  } else if (x->kind == 1) {
+    for (long g = 0; g < 2; g++) gemm_acc(x->h_old, Hp, B, rt, H, g * Hp + j0, nc, gates + g * Hp + j0, ldr);
+    for (long b = 0; b < B; b++) memset(tmp + b * Hp + j0, 0, (size_t)nc * sizeof(float));
+    gemm_acc(x->h_old, Hp, B, rt, H, 2 * Hp + j0, nc, tmp + j0, Hp);
+  } else {
+    for (long g = 0; g < x->G; g++) gemm_acc(x->h_old, Hp, B, rt, H, g * Hp + j0, nc, gates + g * Hp + j0, ldr);
+  }
+  for (long b = 0; b < B; b++) {
+    const float *ho = x->h_old + b * Hp;
+    float *h = x->h_new + b * Hp, *c = x->cs + b * Hp;
+    const long yn = (j1 < H ? j1 : H) - j0; /* this task's share of the row in Y */
+    float *yrow = x->yt ? x->yt + b * x->yb + j0 : NULL;
+    if (x->lens && x->t >= x->lens[b]) { /* past this entry's length: state kept, output zero */
+      memcpy(h + j0, ho + j0, (size_t)nc * sizeof(float));
+      if (yrow && yn > 0) memset(yrow, 0, (size_t)yn * sizeof(float));
+      continue;
+    }
+    const float *gt = gates + b * ldr;
+    if (x->kind == 0) {
+      for (long j = j0; j < j1; j += RVL) rstore(h + j, ract(rclip(rload(gt + j), has_clip, clip), af));
+    } else if (x->kind == 2) {
+      for (long j = j0; j < j1; j += RVL) {
+        rv16 cp = rload(c + j);
+        rv16 pi = rload(gt + j), po = rload(gt + Hp + j), pf = rload(gt + 2 * Hp + j);
+        rv16 pc = rload(gt + 3 * Hp + j);
+        if (pp) { pi += rload(pp + j) * cp; pf += rload(pp + 2 * Hp + j) * cp; }
+        rv16 i = ract(rclip(pi, has_clip, clip), af);
+        rv16 f = 1.0f - i;
+        if (!x->input_forget) f = ract(rclip(pf, has_clip, clip), af);
+        rv16 cn = f * cp + i * ract(rclip(pc, has_clip, clip), ag);
+        if (pp) po += rload(pp + Hp + j) * cn;
+        rv16 o = ract(rclip(po, has_clip, clip), af);
+        rstore(c + j, cn);
+        rstore(h + j, o * ract(cn, ah));
+      }
+    } else if (x->lbr) { /* GRU, h~ = g(x_h + r * (h R_h^T + Rb_h)) with Wb_h in x_h */
+      for (long j = j0; j < j1; j += RVL) {
+        rv16 z = ract(rclip(rload(gt + j), has_clip, clip), af);
+        rv16 r = ract(rclip(rload(gt + Hp + j), has_clip, clip), af);
+        rv16 cand = rload(gt + 2 * Hp + j) + r * (rload(tmp + b * Hp + j) + rload(x->rbp + j));
+        rv16 ht = ract(rclip(cand, has_clip, clip), ag);
+        rstore(h + j, (1.0f - z) * ht + z * rload(ho + j));
+      }
+    } else { /* GRU, h~ = g(x_h + (r * h) R_h^T), both biases in x_h */
+      for (long j = j0; j < j1; j += RVL) {
+        rv16 z = ract(rclip(rload(gt + j), has_clip, clip), af);
+        rv16 ht = ract(rclip(rload(gt + 2 * Hp + j), has_clip, clip), ag);
+        rstore(h + j, (1.0f - z) * ht + z * rload(ho + j));
+      }
+    }
+    if (yrow && yn > 0) memcpy(yrow, h + j0, (size_t)yn * sizeof(float));
+  }
+}
 
 RNN_API void ap_rnn_seq(const int64_t *a) {
   const int kind = (int)a[RN_KIND];
   const float *xp = (const float *)a[RN_XP];
   const long xpt = a[RN_XP_T], xpb = a[RN_XP_B];
-  const float *rt = (const float *)a[RN_RT];
   const long S = a[RN_SEQ], B = a[RN_BATCH], H = a[RN_HIDDEN];
   const long Hp = (H + RVL - 1) / RVL * RVL;
   const long G = kind == 2 ? 4 : (kind == 1 ? 3 : 1);
   const long ldr = G * Hp;
-  const int64_t *lens = (const int64_t *)a[RN_LENS];
   const int reverse = (int)a[RN_REVERSE];
-  float *y = (float *)a[RN_Y];
-  const long yt = a[RN_Y_T], yb = a[RN_Y_B];
-  const int has_clip = (int)a[RN_HAS_CLIP];
-  const float clip = rf32(a[RN_CLIP]);
-  const int lbr = (int)a[RN_LBR];
   const float *rbh = (const float *)a[RN_RBH];
   const float *peep = (const float *)a[RN_PEEP];
-  const int input_forget = (int)a[RN_INPUT_FORGET];
-  const int af = (int)a[RN_ACT_F], ag = (int)a[RN_ACT_G], ah = (int)a[RN_ACT_H];
+  float *y = (float *)a[RN_Y];
 
-  /* state h, c (B, Hp); gates (B, G * Hp); GRU scratch (B, Hp); padded peepholes and Rb_h (3 Hp, Hp) */
-  size_t nfl = (size_t)(2 * B * Hp + B * ldr + B * Hp + 3 * Hp + Hp);
+  /* states h (two buffers), c (B, Hp); gates (B, G * Hp); GRU scratch (B, Hp); padded peepholes, Rb_h */
+  size_t nfl = (size_t)(3 * B * Hp + B * ldr + B * Hp + 3 * Hp + Hp);
   float *buf = (float *)aligned_alloc(64, ((nfl * sizeof(float)) + 63) / 64 * 64);
-  if (!buf) return;
+  if (!buf) { /* out of memory: NaN, never a silently wrong result */
+    for (long t = 0; y && t < S; t++)
+      for (long b = 0; b < B; b++)
+        for (long j = 0; j < H; j++) y[t * a[RN_Y_T] + b * a[RN_Y_B] + j] = __builtin_nanf("");
+    return;
+  }
   memset(buf, 0, nfl * sizeof(float));
-  float *hs = buf, *cs = buf + B * Hp, *gates = cs + B * Hp, *tmp = gates + B * ldr;
+  float *hs = buf, *hs2 = buf + B * Hp, *cs = hs2 + B * Hp, *gates = cs + B * Hp, *tmp = gates + B * ldr;
   float *pp = tmp + B * Hp, *rbp = pp + 3 * Hp;
   for (long b = 0; b < B; b++) {
     if (a[RN_H0]) memcpy(hs + b * Hp, (const float *)a[RN_H0] + b * a[RN_H0_B], (size_t)H * sizeof(float));
@@ -205,71 +300,37 @@ RNN_API void ap_rnn_seq(const int64_t *a) {
     for (int g = 0; g < 3; g++) memcpy(pp + g * Hp, peep + g * H, (size_t)H * sizeof(float));
   if (rbh) memcpy(rbp, rbh, (size_t)H * sizeof(float));
 
+  rnn_ctx cx = {
+      .kind = kind, .lbr = (int)a[RN_LBR], .input_forget = (int)a[RN_INPUT_FORGET],
+      .has_clip = (int)a[RN_HAS_CLIP], .af = (int)a[RN_ACT_F], .ag = (int)a[RN_ACT_G], .ah = (int)a[RN_ACT_H],
+      .clip = rf32(a[RN_CLIP]), .B = B, .H = H, .Hp = Hp, .G = G, .ldr = ldr, .hv = Hp / RVL,
+      .rt = (const float *)a[RN_RT], .pp = peep ? pp : NULL, .rbp = rbp, .lens = (const int64_t *)a[RN_LENS],
+      .cs = cs, .gates = gates, .tmp = tmp, .yb = a[RN_Y_B],
+  };
+  long threads = ap_get_threads();
+  cx.ntasks = G * H * Hp * B < a[RN_SERIAL_WORK] ? 1 : (threads < cx.hv ? threads : cx.hv);
+  if (cx.ntasks < 1) cx.ntasks = 1;
   for (long s = 0; s < S; s++) {
     const long t = reverse ? S - 1 - s : s;
     for (long b = 0; b < B; b++) {
-      const float *x = xp + t * xpt + b * xpb;
-      for (long g = 0; g < G; g++) memcpy(gates + b * ldr + g * Hp, x + g * H, (size_t)H * sizeof(float));
+      const float *xr = xp + t * xpt + b * xpb;
+      for (long g = 0; g < G; g++) memcpy(gates + b * ldr + g * Hp, xr + g * H, (size_t)H * sizeof(float));
     }
-    /* the recurrent product of every row at once (rows past their length are computed and then ignored) */
-    if (kind == 1) {
-      gemm_acc(hs, Hp, B, rt, H, 0, 2 * Hp, gates, ldr);
-      if (lbr) {
-        memset(tmp, 0, (size_t)(B * Hp) * sizeof(float));
-        gemm_acc(hs, Hp, B, rt, H, 2 * Hp, Hp, tmp, Hp);
-      } else {
-        for (long b = 0; b < B; b++)
-          for (long j = 0; j < Hp; j += RVL) {
-            rv16 r = ract(rclip(rload(gates + b * ldr + Hp + j), has_clip, clip), af);
-            rstore(tmp + b * Hp + j, r * rload(hs + b * Hp + j));
-          }
-        gemm_acc(tmp, Hp, B, rt, H, 2 * Hp, Hp, gates + 2 * Hp, ldr);
-      }
-    } else {
-      gemm_acc(hs, Hp, B, rt, H, 0, ldr, gates, ldr);
+    cx.h_old = hs;
+    cx.h_new = hs2;
+    cx.t = t;
+    cx.yt = y ? y + t * a[RN_Y_T] : NULL;
+    if (kind == 1 && !cx.lbr) {
+      cx.phase = 1;
+      if (cx.ntasks > 1) ap_pool_for(cx.ntasks, rnn_step_task, &cx);
+      else rnn_step_task(&cx, 0);
     }
-    for (long b = 0; b < B; b++) {
-      float *yrow = y ? y + t * yt + b * yb : NULL;
-      if (lens && t >= lens[b]) { /* past this entry's length: state kept, output zero */
-        if (yrow) memset(yrow, 0, (size_t)H * sizeof(float));
-        continue;
-      }
-      float *h = hs + b * Hp, *c = cs + b * Hp;
-      const float *gt = gates + b * ldr;
-      if (kind == 0) {
-        for (long j = 0; j < Hp; j += RVL) rstore(h + j, ract(rclip(rload(gt + j), has_clip, clip), af));
-      } else if (kind == 2) {
-        for (long j = 0; j < Hp; j += RVL) {
-          rv16 cp = rload(c + j);
-          rv16 pi = rload(gt + j), po = rload(gt + Hp + j), pf = rload(gt + 2 * Hp + j);
-          rv16 pc = rload(gt + 3 * Hp + j);
-          if (peep) { pi += rload(pp + j) * cp; pf += rload(pp + 2 * Hp + j) * cp; }
-          rv16 i = ract(rclip(pi, has_clip, clip), af);
-          rv16 f = 1.0f - i;
-          if (!input_forget) f = ract(rclip(pf, has_clip, clip), af);
-          rv16 cn = f * cp + i * ract(rclip(pc, has_clip, clip), ag);
-          if (peep) po += rload(pp + Hp + j) * cn;
-          rv16 o = ract(rclip(po, has_clip, clip), af);
-          rstore(c + j, cn);
-          rstore(h + j, o * ract(cn, ah));
-        }
-      } else if (lbr) { /* GRU, h~ = g(x_h + r * (h R_h^T + Rb_h)) with Wb_h in x_h */
-        for (long j = 0; j < Hp; j += RVL) {
-          rv16 z = ract(rclip(rload(gt + j), has_clip, clip), af);
-          rv16 r = ract(rclip(rload(gt + Hp + j), has_clip, clip), af);
-          rv16 cand = rload(gt + 2 * Hp + j) + r * (rload(tmp + b * Hp + j) + rload(rbp + j));
-          rv16 ht = ract(rclip(cand, has_clip, clip), ag);
-          rstore(h + j, (1.0f - z) * ht + z * rload(h + j));
-        }
-      } else { /* GRU, h~ = g(x_h + (r * h) R_h^T), both biases in x_h */
-        for (long j = 0; j < Hp; j += RVL) {
-          rv16 z = ract(rclip(rload(gt + j), has_clip, clip), af);
-          rv16 ht = ract(rclip(rload(gt + 2 * Hp + j), has_clip, clip), ag);
-          rstore(h + j, (1.0f - z) * ht + z * rload(h + j));
-        }
-      }
-      if (yrow) memcpy(yrow, h, (size_t)H * sizeof(float));
-    }
+    cx.phase = 2;
+    if (cx.ntasks > 1) ap_pool_for(cx.ntasks, rnn_step_task, &cx);
+    else rnn_step_task(&cx, 0);
+    float *swap = hs;
+    hs = hs2;
+    hs2 = swap;
   }
   for (long b = 0; b < B; b++) {
     if (a[RN_HN]) memcpy((float *)a[RN_HN] + b * a[RN_HN_B], hs + b * Hp, (size_t)H * sizeof(float));
