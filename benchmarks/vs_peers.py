@@ -247,13 +247,30 @@ def format_table(results: Sequence[ModelResult], with_torch: bool) -> str:
     return "\n".join(lines)
 
 
+def format_families(results: Sequence[ModelResult]) -> str:
+    """One line per family: the geometric-mean ratio ours/ORT over its models, and its worst model."""
+    families: dict[str, list[ModelResult]] = {}
+    for r in results:
+        families.setdefault(r.family, []).append(r)
+    lines = ["by family (geomean ours/ORT, worst model):"]
+    for family, members in families.items():
+        worst = max(members, key=lambda r: r.ratio("ort") if math.isfinite(r.ratio("ort")) else -1.0)
+        g = geomean([r.ratio("ort") for r in members])
+        lines.append(f"  {family:14s} {g:6.2f}  ({len(members)} results; worst {worst.name} {worst.ratio('ort'):.2f})")
+    return "\n".join(lines)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     from benchmarks.models import suite
 
     parser = argparse.ArgumentParser(prog="python -m benchmarks.vs_peers", description=__doc__.split("\n")[0])
     parser.add_argument("--threads", type=int, nargs="+", default=[2])
     parser.add_argument("--batch", type=int, nargs="+", default=[1, 8])
-    parser.add_argument("--models", default="all", help="suite name (all, core, zoo, quick) or comma-separated models")
+    parser.add_argument(
+        "--models",
+        default="all",
+        help="suite name (all, core, zoo, tiny, quick, breadth) or comma-separated models",
+    )
     parser.add_argument("--rounds", type=int, default=9, help="timed samples per backend (median reported)")
     parser.add_argument("--no-torch", action="store_true", help="skip PyTorch even when installed")
     parser.add_argument("--json", help="also write every measurement to this JSON file")
@@ -268,6 +285,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     all_ratios: list[float] = []
     summaries = []
     records: list[dict[str, Any]] = []
+    every: list[ModelResult] = []
     for threads in args.threads:
         for batch in args.batch:
             results = []
@@ -281,6 +299,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             records += [_record(r) for r in results]
             print(f"\n== threads {threads}, batch {batch} ==")
             print(format_table(results, use_torch))
+            print(format_families(results))
+            every += results
             ratios = [r.ratio("ort") for r in results]
             all_ratios += ratios
             g = geomean(ratios)
@@ -299,6 +319,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     print()
     for line in summaries:
         print(line)
+    if len({r.family for r in every}) > 1:
+        print("over all configurations, " + format_families(every))
     print(f"geomean ours/ORT over all configurations: {geomean(all_ratios):.2f}")
     if args.json:
         import json

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import onnx
 
+from benchmarks.models import breadth
 from benchmarks.models.convnets import mobilenet_v2, resnet18, resnet50
 from benchmarks.models.tiny import bert_tiny, ds_cnn, fc_autoencoder, lenet5, mobilenet_v1, resnet8
 from benchmarks.models.transformer import VOCAB, bert_encoder, mlp
@@ -142,8 +143,50 @@ _TINY: tuple[SuiteModel, ...] = tuple(
     )
 )
 
-#: Suite names accepted by ``suite()``.
-SUITES = ("all", "core", "zoo", "tiny", "quick")
+_BREADTH: tuple[SuiteModel, ...] = tuple(
+    SuiteModel(
+        name,
+        family,
+        functools.partial(breadth.build, name),
+        inputs,
+        source="torch.onnx",
+        description=description,
+        tags=("breadth",),
+    )
+    for name, family, inputs, description in (
+        ("lstm_tagger", "lstm", (InputSpec("ids", (20,), "int64", 0, breadth.VOCAB),), "embedding, 2-layer LSTM 128"),
+        ("bilstm_classifier", "lstm", (InputSpec("ids", (32,), "int64", 0, breadth.VOCAB),), "bidirectional LSTM 96"),
+        ("gru_lm", "gru", (InputSpec("ids", (16,), "int64", 0, breadth.VOCAB),), "GRU 256 language model"),
+        (
+            "seq2seq_gru",
+            "seq2seq",
+            (InputSpec("src", (16,), "int64", 0, breadth.VOCAB), InputSpec("tgt", (12,), "int64", 0, breadth.VOCAB)),
+            "GRU encoder-decoder, teacher forcing",
+        ),
+        ("vit_tiny", "vit", (InputSpec("input", (3, 64, 64)),), "ViT-tiny, 4 blocks, dim 192, 64 patches"),
+        (
+            "distilbert_masked",
+            "bert-masked",
+            (InputSpec("ids", (64,), "int64", 0, breadth.VOCAB), InputSpec("mask", (64,), "int64", 0, 2)),
+            "DistilBERT-like, 2 layers, hidden 256, attention mask",
+        ),
+        ("unet_small", "unet", (InputSpec("input", (3, 64, 64)),), "U-Net: ConvTranspose, bilinear Resize, Concat"),
+        ("yolo_head", "yolo", (InputSpec("input", (3, 128, 128)),), "YOLO-like head: nearest Resize, Concat, Sigmoid"),
+        ("conv_autoencoder", "autoencoder", (InputSpec("input", (1, 64, 64)),), "ConvTranspose autoencoder"),
+        ("efficientnet_like", "efficientnet", (InputSpec("input", (3, 96, 96)),), "MBConv, SiLU, squeeze-excite"),
+        ("convnext_like", "convnext", (InputSpec("input", (3, 64, 64)),), "7x7 depthwise, LayerNorm, GELU"),
+        ("audio_conv1d", "audio-conv1d", (InputSpec("input", (1, 16000)),), "1-D conv net on 16k samples"),
+        (
+            "recsys_embbag",
+            "recsys",
+            (InputSpec("dense", (13,)), InputSpec("ids", (8, 4), "int64", 0, breadth.VOCAB)),
+            "DLRM-like: embedding bags (Gather + ReduceSum) and MLPs",
+        ),
+    )
+)
+
+#: Suite names accepted by ``suite()``; ``breadth`` (PyTorch exports, empty without torch) is not part of ``all``.
+SUITES = ("all", "core", "zoo", "tiny", "quick", "breadth")
 #: A fast subset for smoke tests and CI.
 _QUICK = ("mlp", "bert", "zoo_squeezenet")
 
@@ -156,12 +199,14 @@ def _all_models() -> tuple[SuiteModel, ...]:
 def suite(which: str = "all") -> list[SuiteModel]:
     """The models of a named suite (``all``, ``core``, ``zoo``, ``tiny``, ``quick``) or names joined by commas."""
     models = _all_models()
+    if which == "breadth":
+        return list(_BREADTH) if breadth.available() else []
     if which == "all":
         return list(models)
     if which in ("core", "zoo", "tiny"):
         return [m for m in models if which in m.tags]
     names = _QUICK if which == "quick" else tuple(n.strip() for n in which.split(",") if n.strip())
-    by_name = {m.name: m for m in models}
+    by_name = {m.name: m for m in (*models, *_BREADTH)}
     unknown = [n for n in names if n not in by_name]
     if unknown:
         raise KeyError(
@@ -177,7 +222,7 @@ def get_model(name: str) -> SuiteModel:
 
 @functools.lru_cache(maxsize=4)
 def _cached_model(name: str) -> onnx.ModelProto:
-    by_name = {m.name: m for m in _all_models()}
+    by_name = {m.name: m for m in (*_all_models(), *_BREADTH)}
     return by_name[name].builder()
 
 

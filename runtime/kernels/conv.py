@@ -248,6 +248,12 @@ class ConvTranspose(Kernel):
         out_pad = list(self.attrs.get("output_padding") or [0] * nd)[:nd]
         full = [strides[i] * (in_shape[i] - 1) + (kernel[i] - 1) * dilations[i] + 1 for i in range(nd)]
         head, out = self._geometry(in_shape, full, strides, out_pad)
+        if nd == 2 and x.dtype == np.float32:  # the compiled gather, when available
+            from runtime.kernels.conv_transpose import conv_transpose_2d
+
+            fast = conv_transpose_2d(x, w, b, group, strides, dilations, head, out)
+            if fast is not None:
+                return fast
 
         ct = compute_dtype(x.dtype)
         k_size = int(np.prod(kernel))

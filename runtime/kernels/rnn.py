@@ -14,6 +14,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from runtime.kernels.base import Kernel, register
+from runtime.kernels.rnn_native import PackCache
 
 Activation = Callable[[np.ndarray], np.ndarray]
 
@@ -56,6 +57,9 @@ def _make_activation(name: str, alpha: float | None, beta: float | None) -> Acti
     raise ValueError(f"unsupported RNN activation {name!r}")
 
 
+#: Activations the compiled loop implements (runtime/native/recurrent.c codes); alpha/beta do not apply to them.
+_NATIVE_ACTIVATIONS = {"sigmoid": 0, "tanh": 1, "relu": 2}
+
 _USES_ALPHA = {"affine", "leakyrelu", "thresholdedrelu", "scaledtanh", "hardsigmoid", "elu"}
 _USES_BETA = {"affine", "scaledtanh", "hardsigmoid"}
 
@@ -88,11 +92,33 @@ class _Recurrent(Kernel):
         self.activations = [acts[d * per_dir : (d + 1) * per_dir] for d in range(self.num_dir)]
         clip = self.attrs.get("clip")
         self.clip = None if clip is None else float(clip)
+        codes = [_NATIVE_ACTIVATIONS.get(name.lower()) for name in names]
+        #: Per direction, the compiled loop's activation codes; None where one has no compiled form.
+        self.native_acts: list[list[int]] | None = None
+        if None not in codes and len(codes) == per_dir * self.num_dir:
+            self.native_acts = [
+                [int(c or 0) for c in codes[d * per_dir : (d + 1) * per_dir]] for d in range(self.num_dir)
+            ]
+        self._packed = PackCache()
 
     def _clip(self, x: np.ndarray) -> np.ndarray:
         return x if self.clip is None else np.clip(x, -self.clip, self.clip)
 
     def compute(self, x: np.ndarray, w: np.ndarray, r: np.ndarray, *optional: np.ndarray | None) -> Any:
+        if self.native_acts is not None and x.dtype == np.float32 and x.ndim == 3 and x.size:
+            from runtime import native
+
+            lib = native.lib()
+            if lib is not None:
+                from runtime.kernels import rnn_native
+
+                out = rnn_native.run(self, lib, x, w, r, optional)
+                if out is not None:
+                    return out
+        return self.compute_numpy(x, w, r, *optional)
+
+    def compute_numpy(self, x: np.ndarray, w: np.ndarray, r: np.ndarray, *optional: np.ndarray | None) -> Any:
+        """The NumPy reference: the same projection as one matmul, then one Python step per time step."""
         layout = int(self.attrs["layout"])
         dtype = x.dtype
         ct = np.float64 if dtype == np.float64 else np.float32

@@ -101,7 +101,13 @@ class Gather(Kernel):
 
     def compute(self, x: np.ndarray, indices: np.ndarray) -> np.ndarray:
         axis = norm_axis(int(self.attrs["axis"]), x.ndim)
-        return np.take(x, positive_indices(indices, x.shape[axis]), axis=axis)
+        idx = np.asarray(indices)
+        if idx.dtype.kind == "i":  # np.take wraps negatives and raises out of range, as ONNX asks: one pass
+            try:
+                return np.take(x, idx, axis=axis)
+            except IndexError:
+                pass  # the message below names the dimension
+        return np.take(x, positive_indices(idx, x.shape[axis]), axis=axis)
 
 
 @register

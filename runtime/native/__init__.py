@@ -40,6 +40,8 @@ __all__ = [
 ]
 
 SOURCE = Path(__file__).with_name("kernels.c")
+#: Compiled into the same shared object as ``SOURCE`` (recurrent layers and ConvTranspose in their own files).
+EXTRA_SOURCES = (Path(__file__).with_name("recurrent.c"), Path(__file__).with_name("upsample.c"))
 FLAGS = ("-O3", "-march=native", "-fPIC", "-shared", "-pthread", "-Wno-psabi", "-fno-math-errno")
 #: Entry points, each ``void f(const int64_t *args)``.
 ENTRY_POINTS = (
@@ -58,6 +60,8 @@ ENTRY_POINTS = (
     "ap_channel_shuffle",
     "ap_dwpw",
     "ap_lrn",
+    "ap_rnn_seq",
+    "ap_col2im_gather",
 )
 
 _lock = threading.Lock()
@@ -104,7 +108,7 @@ def _compiler_version(cc: str) -> str:
 
 
 def _build(cc: str, flags: tuple[str, ...] = FLAGS, roots: tuple[Path, ...] | None = None) -> Path:
-    source = SOURCE.read_bytes()
+    source = b"".join(path.read_bytes() for path in (SOURCE, *EXTRA_SOURCES))
     key = hashlib.sha256(
         source + " ".join(flags).encode() + _compiler_version(cc).encode() + machine_signature().encode()
     ).hexdigest()[:20]
@@ -122,7 +126,11 @@ def _build(cc: str, flags: tuple[str, ...] = FLAGS, roots: tuple[Path, ...] | No
             continue  # read-only cache: try the next location
         try:
             proc = subprocess.run(
-                [cc, *flags, "-o", tmp, str(SOURCE)], capture_output=True, text=True, timeout=300, check=False
+                [cc, *flags, "-o", tmp, *map(str, (SOURCE, *EXTRA_SOURCES))],
+                capture_output=True,
+                text=True,
+                timeout=300,
+                check=False,
             )
             if proc.returncode != 0:
                 raise RuntimeError(f"{cc} failed: {proc.stderr.strip()[:500]}")
@@ -195,8 +203,9 @@ def _load() -> tuple[NativeLib | None, str]:
     cc = _compiler()
     if cc is None:
         return None, "no C compiler found (set CC or install gcc)"
-    if not SOURCE.is_file():
-        return None, f"kernel source {SOURCE} is missing"
+    missing = [path for path in (SOURCE, *EXTRA_SOURCES) if not path.is_file()]
+    if missing:
+        return None, f"kernel source {missing[0]} is missing"
     try:
         loaded = NativeLib(_build(cc))
     except Exception as exc:  # any build or load problem: run on NumPy

@@ -1361,3 +1361,6 @@ API void ap_dwpw(const int64_t *a) {
   if (cx.per < strip_rows) cx.per = strip_rows < balance ? strip_rows : (cx.per > balance ? cx.per : balance);
   parallel_for_work((cx.rows + cx.per - 1) / cx.per, dwpw_task, &cx, row_work * cx.rows);
 }
+
+/* The pool for kernels compiled from the other sources of this library (recurrent.c). */
+API void ap_pool_for(long ntasks, task_fn fn, const void *ctx) { parallel_for(ntasks, fn, ctx); }

@@ -113,3 +113,18 @@ def test_resize10_and_upsample_use_asymmetric_floor_nearest() -> None:
 def test_nearest_resize_keeps_strings_and_bools() -> None:
     x = np.array(["a", "b"], dtype=object)
     assert kernel("Resize").run(x, None, np.array([2.0], np.float32))[0].tolist() == ["a", "a", "b", "b"]
+
+
+@pytest.mark.parametrize(
+    "attrs", [a for a in MODES if a["mode"] != "nearest"], ids=lambda a: "-".join(map(str, a.values()))
+)
+@pytest.mark.parametrize("out_hw", [(37, 50), (7, 9)], ids=["up", "down"])
+def test_sparse_tap_interpolation_on_larger_images_matches_onnxruntime(attrs, out_hw) -> None:
+    """Images wider than twice the taps take the gathered-slab path (float32 throughout), not the dense product."""
+    x = np.random.default_rng(4).standard_normal((2, 3, 20, 24)).astype(np.float32)
+    sizes = np.array([2, 3, *out_hw], np.int64)
+    (ours,) = kernel("Resize", **attrs).run(x, None, None, sizes)
+    assert ours.dtype == np.float32
+    np.testing.assert_allclose(ours, onnxruntime_resize(x, sizes, **attrs), rtol=1e-4, atol=1e-5)
+    (ref,) = kernel("Resize", **attrs).run(x.astype(np.float64), None, None, sizes)
+    np.testing.assert_allclose(ours, ref, rtol=1e-5, atol=1e-5)
