@@ -96,7 +96,7 @@ def default_requirements() -> tuple[str, ...]:
     from importlib import metadata
 
     pins = []
-    for name in ("numpy", "onnx", "ml_dtypes"):
+    for name in ("numpy", "onnx"):  # as a plan pins them, so tests and builds share one cached root
         try:
             pins.append(f"{name}=={metadata.version(name)}")
         except metadata.PackageNotFoundError:
@@ -105,7 +105,7 @@ def default_requirements() -> tuple[str, ...]:
 
 
 def _root_key(arch: str, python_version: str, requirements: Sequence[str], mirror: str) -> str:
-    text = "\n".join([arch, python_version, SUITE, mirror, *ROOT_PACKAGES, *sorted(requirements)])
+    text = "\n".join([arch, python_version, SUITE, mirror, *sorted(requirements)])
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
@@ -128,27 +128,31 @@ def prepare_root(
     *,
     python_version: str = DEFAULT_PYTHON,
     requirements: Sequence[str] | None = None,
+    packages: Sequence[str] = (),
     mirror: str | None = None,
 ) -> ForeignRoot:
     """The cached root for ``arch`` under ``cache``, prepared now if it is not there yet (~30 s, ~200 MB).
 
-    The root is assembled in a temporary directory next to its final place and renamed when complete, so an
-    interrupted preparation leaves nothing that looks finished.
+    ``packages`` are Debian packages beyond Python (a plan's apt packages, e.g. ``libarmnn22``). The root is
+    assembled in a temporary directory next to its final place and renamed when complete, so an interrupted
+    preparation leaves nothing that looks finished. The wheels it was filled from stay beside it (``wheels/``).
     """
     deb_arch = debian_arch(arch)
     reqs = tuple(requirements) if requirements is not None else default_requirements()
     source = mirror or os.environ.get("APPOPT_DEBIAN_MIRROR") or DEFAULT_MIRROR
-    final = cache / f"root-{deb_arch}-py{python_version}-{_root_key(deb_arch, python_version, reqs, source)}"
-    root = ForeignRoot(final, deb_arch, python_version)
+    debs = tuple(dict.fromkeys((*ROOT_PACKAGES, *packages)))
+    key = _root_key(deb_arch, python_version, (*reqs, *debs), source)
+    final = cache / f"root-{deb_arch}-py{python_version}-{key}"
+    root = ForeignRoot(final / "rootfs", deb_arch, python_version)
     if (final / ".complete").is_file():
         return root
     cache.mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix=f".{final.name}-", dir=cache))
     try:
-        staged = ForeignRoot(work / "root", deb_arch, python_version)
+        staged = ForeignRoot(work / "rootfs", deb_arch, python_version)
         _run(
             ["mmdebstrap", "--quiet", "--variant=extract", f"--arch={deb_arch}",
-             f"--include={','.join(ROOT_PACKAGES)}", SUITE, str(staged.path), source],
+             f"--include={','.join(debs)}", SUITE, str(staged.path), source],
             f"arm64 root ({SUITE}, {deb_arch})",
         )  # fmt: skip
         machine = MACHINE[deb_arch]
@@ -162,15 +166,15 @@ def prepare_root(
         for tag in wheel_platforms(machine):
             argv += ["--platform", tag]
         _run([*argv, *reqs], "unpacking the wheels into the root")
-        shutil.move(str(house.path), str(staged.path / "opt" / "wheelhouse"))
-        (staged.path / ".complete").write_text("\n".join(reqs) + "\n")
+        (work / ".complete").write_text("\n".join((*reqs, *debs)) + "\n")
         try:
-            os.replace(staged.path, final)
+            os.replace(work, final)
         except OSError:
             if not (final / ".complete").is_file():  # not a concurrent preparation that finished first
                 raise
     finally:
-        shutil.rmtree(work, ignore_errors=True)
+        if work.exists():
+            shutil.rmtree(work, ignore_errors=True)
     return root
 
 

@@ -220,7 +220,15 @@ def build_plan_image(
     chosen = get_engine(engine, env) if isinstance(engine, str) else engine
     say = on_line or (lambda _line: None)
     say(f"engine: {chosen.describe()}")
-    prepared = prepare_build(out_dir, base_image=base_image, wheelhouse=wheelhouse, platform=platform, on_line=say)
+    from builders import foreign_arch
+
+    if foreign_arch.needs_assembly(platform):  # no RUN possible: assembled from a root prepared on this host
+        assert platform is not None
+        prepared, platform = foreign_arch.prepared_foreign_build(out_dir, platform, base_image=base_image,
+                                                                 wheelhouse=wheelhouse, on_line=say)
+    else:
+        prepared = prepare_build(out_dir, base_image=base_image, wheelhouse=wheelhouse, platform=platform,
+                                 on_line=say)
     image = tag or default_tag(out_dir, prepared.deployment)
     log_path = out_dir / "logs" / f"build-{chosen.name}.log"
     log_path.parent.mkdir(parents=True, exist_ok=True)

@@ -6,8 +6,10 @@ Only correctness is checked here; times under emulation mean nothing about an AR
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
+import subprocess
 from collections.abc import Callable
 from pathlib import Path
 
@@ -106,3 +108,90 @@ def test_conformance_subset_passes_under_emulation(
     total = len([p for p in exported_cases.iterdir() if p.is_dir()])
     assert lines[-1] == f"{total} passed, 0 failed", "\n".join(lines[-20:])
     assert proc.returncode == 0
+
+
+ARM_SPEC = """\
+# the digits MLP on our runtime for Graviton3-class arm64 machines, built on this x86 host
+name: digits-arm64
+application:
+  type: inference
+  model: {onnx: digits_mlp.onnx}
+  batch_size: 1
+  framework: appopt-runtime
+target:
+  platform: cloud
+  cpu: {arch: aarch64, model: graviton3}
+  scheduler: none
+container:
+  formats: [docker]
+"""
+ARM_TAG = "localhost/appopt-test/digits-arm64:ci"
+
+
+@pytest.fixture(scope="session")
+def arm64_image(containers: object, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """``appopt build OUT --platform linux/arm64`` of the digits plan, on this host without binfmt."""
+    from tests.builders.realcomp.conftest import appopt_app, plan_for
+
+    _require_tools()
+    out = plan_for(ARM_SPEC, tmp_path_factory.mktemp("arm64-plan"))
+    from typer.testing import CliRunner
+
+    result = CliRunner().invoke(appopt_app(), ["build", str(out), "--engine", "buildah", "--platform", "linux/arm64",
+                                               "--tag", ARM_TAG])  # fmt: skip
+    assert result.exit_code == 0, result.output[-3000:]
+    return out
+
+
+def _buildah(*args: str) -> str:
+    proc = subprocess.run(["buildah", *args], capture_output=True, text=True, timeout=300, check=False)
+    assert proc.returncode == 0, proc.stderr
+    return proc.stdout
+
+
+@pytest.mark.slow
+def test_arm64_image_is_assembled_without_run_and_carries_the_plans_labels(arm64_image: Path) -> None:
+    from builders.image_build import load_deployment
+
+    dockerfile = (arm64_image / "build" / "arm64" / "Dockerfile").read_text()
+    assert not any(line.startswith("RUN") for line in dockerfile.splitlines())
+    info = json.loads(_buildah("inspect", "--type", "image", ARM_TAG))
+    config = info["OCIv1"]
+    assert (config["os"], config["architecture"], config.get("variant")) == ("linux", "arm64", "v8")
+    dep = load_deployment(arm64_image)
+    assert dep is not None
+    labels = config["config"]["Labels"]
+    assert {k: labels.get(k) for k, _ in dep.labels} == dict(dep.labels)
+    assert config["config"]["Entrypoint"] == list(dep.run_argv)
+    record = json.loads((arm64_image / "build.json").read_text())
+    assert record["platform"] == "linux/arm64/v8" and record["image"] == ARM_TAG
+
+
+@pytest.mark.slow
+def test_arm64_image_runs_its_model_under_emulation_like_x86(arm64_image: Path, tmp_path: Path) -> None:
+    """The image's own file system, entry point and environment, run with qemu; outputs equal the host's."""
+    info = json.loads(_buildah("inspect", "--type", "image", ARM_TAG))["OCIv1"]["config"]
+    env = dict(item.split("=", 1) for item in info["Env"])
+    container = _buildah("from", "--pull-never", ARM_TAG).strip()
+    try:
+        mnt = Path(_buildah("mount", container).strip())
+        root = ForeignRoot(mnt, "arm64", "3.11")
+        entry = info["Entrypoint"]
+        assert entry[0] == "python3"
+        run = run_python(
+            root, entry[1:], cpu="max", env=env
+        )  # qemu 7.2 has no neoverse-v1 model; its latency line is emulated: not recorded
+        assert run.returncode == 0, run.stderr[-2000:]
+        assert "output probabilities: float32[1, 10]" in run.stdout
+        feeds = {"input": np.random.default_rng(3).standard_normal((1, 64)).astype(np.float32)}
+        np.savez(tmp_path / "in.npz", **feeds)  # type: ignore[arg-type]
+        guest_env = {**env, "PYTHONPATH": f"{env['PYTHONPATH']}:{REPO}"}  # the image's runtime, our runner
+        proc = run_python(root, ["-m", "benchmarks.emulated", "outputs", "/opt/app/compiled", str(tmp_path / "in.npz"),
+                                 str(tmp_path / "out.npz")], cpu="max", env=guest_env)  # fmt: skip
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        assert "kernels: loaded appopt_kernels_arm64-neoverse-v1.so (prebuilt)" in proc.stdout
+    finally:
+        subprocess.run(["buildah", "rm", container], capture_output=True, check=False)
+    host = compile_model(str(arm64_image / "build" / "arm64" / "compiled")).run(feeds)
+    with np.load(tmp_path / "out.npz") as guest:
+        np.testing.assert_allclose(guest["probabilities"], host["probabilities"], rtol=1e-5, atol=1e-6)
