@@ -45,9 +45,10 @@ _DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 KERNELS_DIR = "/opt/appopt/kernels"
 
 
-def needs_assembly(platform: str | None) -> bool:
-    """True when ``platform`` (``linux/arm64``) names code this host cannot run, so RUN steps are impossible."""
-    if platform is None:
+def needs_assembly(platform: str | None, out_dir: Path | None = None) -> bool:
+    """True when ``platform`` (``linux/arm64``) names code this host cannot run, so RUN steps are impossible, and
+    ``out_dir`` (when given) holds a plan to assemble from; a hand-written Dockerfile goes to the engine as is."""
+    if platform is None or (out_dir is not None and not (out_dir / "deployment.json").is_file()):
         return False
     try:
         return not host_can_run(platform.split("/")[1])

@@ -220,9 +220,9 @@ def build_plan_image(
     chosen = get_engine(engine, env) if isinstance(engine, str) else engine
     say = on_line or (lambda _line: None)
     say(f"engine: {chosen.describe()}")
-    from builders import foreign_arch
+    from builders import foreign_arch, multiarch
 
-    if foreign_arch.needs_assembly(platform):  # no RUN possible: assembled from a root prepared on this host
+    if foreign_arch.needs_assembly(platform, out_dir):  # no RUN possible: assembled from a root prepared on this host
         assert platform is not None
         prepared, platform = foreign_arch.prepared_foreign_build(out_dir, platform, base_image=base_image,
                                                                  wheelhouse=wheelhouse, on_line=say)
@@ -242,6 +242,7 @@ def build_plan_image(
         built_at=time.strftime("%Y-%m-%dT%H:%M:%S%z"),
     )
     (out_dir / BUILD_RECORD).write_text(json.dumps(dataclasses.asdict(record), indent=2) + "\n", encoding="utf-8")
+    multiarch.record_platform_build(out_dir, record)  # builds for several platforms push as one index
     return record
 
 
@@ -258,6 +259,16 @@ def push_built_image(
     """Export the image ``appopt build`` made for ``out_dir`` and push it to ``destination`` (default: its tag)."""
     record = BuildRecord.load(out_dir)
     target = destination or record.image
+    from builders import multiarch
+
+    builds = multiarch.platform_builds(out_dir)
+    if len(builds) > 1:  # built for several platforms: one image index over them
+        result, children = multiarch.push_platforms(builds, target, insecure=insecure, attempts=attempts,
+                                                    backoff_seconds=backoff_seconds, on_line=on_line, env=env)
+        data = {**dataclasses.asdict(result), "pinned": result.pinned, "image": record.image,
+                "platforms": dict(children)}
+        (out_dir / PUSH_RECORD).write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
+        return result
     engine = get_engine(record.engine, env)
     with tempfile.TemporaryDirectory(prefix="appopt-push-") as tmp:
         layout = engine.export_oci(record.image, Path(tmp) / "oci")
