@@ -19,6 +19,8 @@ MODULES = [
     "builders.jobs",
     "builders.blocks.apt_packages",
     "builders.blocks.model_compile",
+    "builders.foreign_root",
+    "builders.foreign_arch",
 ]
 
 
