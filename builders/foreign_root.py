@@ -39,8 +39,6 @@ MACHINE = {"arm64": "aarch64", "amd64": "x86_64"}
 ROOT_PACKAGES = ("python3", "libstdc++6")
 SUITE = "bookworm"
 DEFAULT_MIRROR = "http://deb.debian.org/debian"
-#: Printed next to any time measured under emulation.
-EMULATED_TIMING_NOTE = "emulated under qemu: timings mean nothing about the target and are not recorded"
 
 
 class ForeignRootError(Exception):
