@@ -224,7 +224,15 @@ def build_plan_image(
     chosen = get_engine(engine, env) if isinstance(engine, str) else engine
     say = on_line or (lambda _line: None)
     say(f"engine: {chosen.describe()}")
-    prepared = prepare_build(out_dir, base_image=base_image, wheelhouse=wheelhouse, platform=platform, on_line=say)
+    from builders import foreign_arch, multiarch
+
+    if foreign_arch.needs_assembly(platform, out_dir):  # no RUN possible: assembled from a root prepared on this host
+        assert platform is not None
+        prepared, platform = foreign_arch.prepared_foreign_build(out_dir, platform, base_image=base_image,
+                                                                 wheelhouse=wheelhouse, on_line=say)
+    else:
+        prepared = prepare_build(out_dir, base_image=base_image, wheelhouse=wheelhouse, platform=platform,
+                                 on_line=say)
     image = tag or default_tag(out_dir, prepared.deployment)
     log_path = out_dir / "logs" / f"build-{chosen.name}.log"
     log_path.parent.mkdir(parents=True, exist_ok=True)
@@ -242,6 +250,7 @@ def build_plan_image(
         spec_sha256=dict(prepared.deployment.labels).get(SPEC_LABEL) if prepared.deployment else None,
     )
     (out_dir / BUILD_RECORD).write_text(json.dumps(dataclasses.asdict(record), indent=2) + "\n", encoding="utf-8")
+    multiarch.record_platform_build(out_dir, record)  # builds for several platforms push as one index
     return record
 
 
@@ -297,6 +306,16 @@ def push_built_image(
     """Export the image ``appopt build`` made for ``out_dir`` and push it to ``destination`` (default: its tag)."""
     record = BuildRecord.load(out_dir)
     target = destination or record.image
+    from builders import multiarch
+
+    builds = multiarch.platform_builds(out_dir)
+    if len(builds) > 1:  # built for several platforms: one image index over them
+        result, children = multiarch.push_platforms(builds, target, insecure=insecure, attempts=attempts,
+                                                    backoff_seconds=backoff_seconds, on_line=on_line, env=env)
+        data = {**dataclasses.asdict(result), "pinned": result.pinned, "image": record.image,
+                "platforms": dict(children)}
+        (out_dir / PUSH_RECORD).write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
+        return result
     engine = get_engine(record.engine, env)
     with tempfile.TemporaryDirectory(prefix="appopt-push-") as tmp:
         layout = engine.export_oci(record.image, Path(tmp) / "oci")

@@ -4,6 +4,8 @@ The runtime works without them: every caller checks ``lib()`` and falls back to 
 (no compiler, a failed build, or ``APPOPT_NATIVE=0``). The shared object is cached under the appopt cache
 directory, keyed by the source, the compiler, the flags and the CPU (``-march=native`` code must not run on
 another machine sharing a home directory), and written atomically so concurrent first uses do not collide.
+Images for another platform ship kernels cross-built on the host (``cross_build``) and name them in
+``APPOPT_NATIVE_LIB``, so nothing needs a compiler at run time.
 
 Each C entry point takes one pointer to an int64 argument block (``Args``), so a call costs ~0.2 µs; float
 parameters travel as float32 bit patterns (``Args.f32``).
@@ -33,6 +35,8 @@ __all__ = [
     "NativeLib",
     "addr",
     "cache_dir",
+    "cross_build",
+    "cross_flags",
     "lib",
     "set_enabled",
     "set_threads",
@@ -115,7 +119,7 @@ def _build(cc: str, flags: tuple[str, ...] = FLAGS, roots: tuple[Path, ...] | No
     if roots is None:
         roots = (cache_dir() / "native", Path(tempfile.gettempdir()) / f"appopt-native-{os.getuid()}")
     for root in roots:
-        target = root / f"appopt_kernels_{key}.so"
+        target = root / f"appopt_kernels_{target_arch(cc)}_{key}.so"
         if target.is_file():
             return target
         try:
@@ -200,6 +204,13 @@ def lib() -> NativeLib | None:
 
 
 def _load() -> tuple[NativeLib | None, str]:
+    prebuilt = os.environ.get("APPOPT_NATIVE_LIB")
+    if prebuilt:  # an image's kernels, cross-built for its platform: no compiler needed at run time
+        try:
+            loaded = NativeLib(Path(prebuilt))
+        except Exception as exc:
+            return None, f"APPOPT_NATIVE_LIB={prebuilt}: {type(exc).__name__}: {exc}"
+        return loaded, f"loaded {loaded.path.name} (prebuilt)"
     cc = _compiler()
     if cc is None:
         return None, "no C compiler found (set CC or install gcc)"
@@ -220,6 +231,46 @@ def build_variant(flags: tuple[str, ...], directory: Path) -> NativeLib:
     if cc is None:
         raise RuntimeError("no C compiler found")
     return NativeLib(_build(cc, flags, (directory,)))
+
+
+#: Cross compilers by target architecture (Debian's gcc-<triplet> packages).
+CROSS_COMPILERS = {"aarch64": "aarch64-linux-gnu-gcc", "x86_64": "x86_64-linux-gnu-gcc"}
+#: Extra flags per CPU: A64FX has 512-bit SVE, so the 64-byte GCC vectors map onto one SVE register each.
+_CPU_FLAGS = {"a64fx": ("-msve-vector-bits=512",)}
+
+
+def target_arch(cc: str) -> str:
+    """The architecture a compiler builds for, from its name (``aarch64-linux-gnu-gcc`` -> ``aarch64``);
+    a plain ``cc``/``gcc`` builds for this machine."""
+    name = os.path.basename(cc)
+    return name.split("-linux-")[0] if "-linux-" in name else platform.machine()
+
+
+def cross_flags(cpu: str = "", march: str = "") -> tuple[str, ...]:
+    """:data:`FLAGS` for a chosen CPU (``-mcpu=a64fx``) or ISA (``-march=armv8.2-a+sve``), never ``-march=native``:
+    cross-built code runs on another machine."""
+    if bool(cpu) == bool(march):
+        raise ValueError("give exactly one of cpu (e.g. 'a64fx', 'neoverse-n1') or march (e.g. 'armv8.2-a+sve')")
+    chosen = (f"-mcpu={cpu}", *_CPU_FLAGS.get(cpu, ())) if cpu else (f"-march={march}",)
+    return tuple(f for f in FLAGS if f != "-march=native") + chosen
+
+
+def cross_build(arch: str, out: Path, cpu: str = "", march: str = "", cc: str | None = None) -> Path:
+    """Build the kernels for another architecture (``arch`` e.g. ``aarch64``) and a chosen CPU or ISA into the
+    file ``out``; the build is cached like the native one, under a key naming the target architecture.
+
+    >>> cross_build("aarch64", Path("k.so"), cpu="a64fx")      # doctest: +SKIP
+    PosixPath('k.so')
+    """
+    compiler = cc or CROSS_COMPILERS.get(arch)
+    if compiler is None:
+        raise RuntimeError(f"no cross compiler known for {arch!r}; known: {', '.join(sorted(CROSS_COMPILERS))}")
+    if not shutil.which(compiler):
+        raise RuntimeError(f"cross compiler {compiler} not found (Debian: gcc-{arch.replace('_', '-')}-linux-gnu)")
+    built = _build(compiler, cross_flags(cpu, march), (cache_dir() / "native-cross",))
+    out.parent.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(built, out)
+    return out
 
 
 def status() -> str:

@@ -22,6 +22,8 @@ MODULES = [
     "builders.blocks.apt_packages",
     "builders.blocks.model_compile",
     "builders.blocks.pip_packages",
+    "builders.foreign_root",
+    "builders.foreign_arch",
 ]
 
 
