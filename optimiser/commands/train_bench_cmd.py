@@ -86,7 +86,13 @@ def train_bench_cmd(
                     summary = summarise(runs, t.target_accuracy)
                     typer.echo(summary.describe())
                     if record and db is not None:
-                        settings = {"epochs": epochs or t.epochs, "max_steps": max_steps, "lr": t.lr}
+                        per_epoch = len(t.data(seed).y_train) // b
+                        settings = {
+                            "epochs": epochs or t.epochs,
+                            "max_steps": max_steps,
+                            "lr": t.lr,
+                            "steps_per_epoch": min(per_epoch, max_steps) if max_steps else per_epoch,
+                        }
                         written += append_rows(db, summary_rows(summary, plugin, shared, model_features, settings))
     if record:
         typer.echo(f"{written} row(s) appended to {db}")
