@@ -103,3 +103,29 @@ def test_the_fit_recovers_the_generating_coefficients(tmp_path):
     fit = TrainingFit.from_frame(_frame(tmp_path, _rows()))
     (group,) = fit.groups.values()
     assert np.allclose(group.coef, TRUE_COEF, rtol=1e-3) and group.train_rmspe < 1e-6
+
+
+def test_models_evaluate_mode_training_prints_held_out_figures(tmp_path):
+    from typer.testing import CliRunner
+
+    from optimiser.cli import app
+
+    path = tmp_path / "t.csv"
+    write_rows(path, _rows(noise=0.02, tta=True))
+    result = CliRunner().invoke(app, ["models", "evaluate", "--mode", "training", "--db", str(path)])
+    assert result.exit_code == 0, result.output
+    assert "held out by family: RMSPE" in result.output and "time to target accuracy" in result.output
+    bad = CliRunner().invoke(app, ["models", "evaluate", "--mode", "tuning", "--db", str(path)])
+    assert bad.exit_code != 0 and "--mode: 'tuning'" in bad.output
+    empty = tmp_path / "empty.csv"
+    write_rows(empty, [r for r in _rows() if r["family"] == "mlp"])
+    lone = CliRunner().invoke(app, ["models", "evaluate", "--mode", "training", "--db", str(empty)])
+    assert lone.exit_code != 0 and "single architecture family" in lone.output
+
+
+def test_a_route_measured_only_under_load_still_predicts_and_says_so(tmp_path):
+    model = fit_model(_frame(tmp_path, _rows(other_cpu=1.5)), source="t.csv")
+    cpu = Device("local", "cpu", {"fp32": 1e11}, 2e10)
+    bf16 = Route("appopt-runtime", "none", (), "bf16", "NCHW", 0.5)
+    basis = model.predict(_workload(), bf16, cpu).basis
+    assert basis.startswith("fitted-training:") and "under load" in basis and "bf16 not measured" in basis
