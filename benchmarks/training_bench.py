@@ -261,7 +261,13 @@ def summary_rows(
             },
             sort_keys=True,
         ),
-        "notes": (f"busy: other processes used {summary.other_cpu:.2f} cores" if summary.busy else "quiet"),
+        "notes": (
+            "load not measured (runs shorter than 0.25 s)"
+            if summary.other_cpu is None
+            else f"busy: other processes used {summary.other_cpu:.2f} cores"
+            if summary.busy
+            else "quiet"
+        ),
     }
     if analyser is not None:
         features = analyser(onnx.load_from_string(shared.onnx_bytes()))
