@@ -1,12 +1,15 @@
-"""Training benchmark: time per step, time per epoch and time-to-accuracy, where a backend can train.
+"""The NumPy yardstick: a hand-written MLP trainer (time per step, per epoch and to accuracy).
 
-Trainers:
+The training suite and its trainers (appopt-runtime fp32/AMP, PyTorch eager, torch.compile) live in
+``benchmarks.training_suite``, ``benchmarks.trainers`` and ``benchmarks.training_bench`` (``appopt bench train``).
+This module keeps the dependency-free reference trainer:
 
 * ``numpy`` — the suite's MLP (784-1024-1024-10, ReLU, softmax cross-entropy, SGD with momentum) with hand-written
   backpropagation over NumPy's BLAS: always available, the yardstick;
 * ``torch`` — the same MLP in PyTorch (skipped when torch is not installed).
 
-Neither our runtime nor onnxruntime trains (onnxruntime-training is discontinued); they are reported as skipped.
+onnxruntime does not train (onnxruntime-training is discontinued); appopt's runtime does, through ``runtime.training``,
+benchmarked by ``benchmarks.training_bench``; both are reported as skipped here.
 The data is a seeded synthetic 10-class problem (Gaussian clusters in 784 dimensions), so time-to-accuracy is
 reproducible without a download.
 
@@ -157,7 +160,12 @@ def run_training(
     if trainer not in TRAINERS:
         raise ValueError(f"unknown trainer {trainer!r}; known: {', '.join(TRAINERS)}")
     if trainer in ("appopt-runtime", "onnxruntime"):
-        return TrainingResult(trainer, "skipped", reason=f"{trainer} runs inference only")
+        reason = (
+            "onnxruntime runs inference only"
+            if trainer == "onnxruntime"
+            else "appopt-runtime trains through benchmarks.training_bench (appopt bench train), not this MLP harness"
+        )
+        return TrainingResult(trainer, "skipped", reason=reason)
     if trainer == "torch" and importlib.util.find_spec("torch") is None:
         return TrainingResult(trainer, "skipped", reason="torch is not installed")
     from benchmarks.kernels import blas_threads

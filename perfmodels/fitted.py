@@ -51,6 +51,7 @@ from perfmodels.prediction import PerformanceModel, Prediction
 from perfmodels.priors import layout_factor
 from perfmodels.roofline import RooflinePrior
 from perfmodels.targets import host_difference, local_kernel_flags, local_target_key, target_key, usable_cores
+from perfmodels.training_fit import training_prediction
 from perfmodels.unitfit import UnitFit, cache_dir_for, combine, fit_units, whole_weight
 
 #: Device names that mean "the machine we are running on".
@@ -233,6 +234,8 @@ class FittedModel:
 
     def predict(self, workload: Workload, route: Route, device: Device) -> Prediction:
         prior = self.prior.predict(workload, route, device)
+        if workload.mode == "training":  # measured training rows (perfmodels.training_fit), else the prior
+            return training_prediction(self._frame, workload, route, device, prior, self._wanted_threads)
         group = self.anchor(workload, route, device)
         if group is None:
             return prior
@@ -341,4 +344,5 @@ def _load(path: str, stamp: int) -> PerformanceModel:
 
     frame = read_results(path, warn=False)
     model = fit_model(frame, source=Path(path).name, db=Path(path))
-    return model if model.result.groups else RooflinePrior()
+    trains = "mode" in frame and bool((frame["mode"] == "training").any())
+    return model if model.result.groups or trains else RooflinePrior()

@@ -261,24 +261,13 @@ def units_cmd(
     typer.echo(f"measured {measured} unit(s)" + (f"; rows appended to {db}" if db else ""))
 
 
-@bench_app.command("train")
-@user_errors
-def train_cmd(
-    trainer: Annotated[
-        list[str] | None, typer.Option("--trainer", help="numpy | torch | appopt-runtime | onnxruntime (repeatable).")
-    ] = None,
-    batch: Annotated[int, typer.Option(help="Samples per step.", min=1)] = 64,
-    threads: Annotated[int, typer.Option(help="Threads.", min=1)] = 1,
-    epochs: Annotated[int, typer.Option(help="Most epochs to train.", min=1)] = 3,
-    target_accuracy: Annotated[float, typer.Option(help="Accuracy that ends time-to-accuracy.")] = 0.9,
-) -> None:
-    """Training benchmark on the MLP: ms/step, s/epoch, time to accuracy (engines that cannot train: skipped)."""
-    from benchmarks.training import TRAINERS, run_training
+def _register_train() -> None:
+    from optimiser.commands.train_bench_cmd import train_bench_cmd
 
-    trainers = trainer or ["numpy", "torch", "appopt-runtime", "onnxruntime"]
-    _check_choices("--trainer", trainers, TRAINERS)
-    for name in trainers:
-        typer.echo(run_training(name, batch, threads, epochs, target_accuracy).describe())
+    bench_app.command("train")(user_errors(train_bench_cmd))
+
+
+_register_train()
 
 
 @bench_app.command("merge")

@@ -83,11 +83,24 @@ def evaluate_cmd(
             max=1.0,
         ),
     ] = None,
+    mode: Annotated[str, typer.Option(help="inference | training (step time and time to target).")] = "inference",
+    include_busy: Annotated[bool, typer.Option(help="Training: also rows measured under load.")] = False,
 ) -> None:
     """Leave-one-architecture-out: RMSPE, share within ±10%, Spearman, top-1 regret (fitted vs prior)."""
     from perfmodels.evaluate import leave_one_architecture_out
     from perfmodels.fitted import default_db_path, write_evaluation_summary
 
+    if mode not in ("inference", "training"):
+        raise AppoptError(f"--mode: {mode!r} is not one of inference, training")
+    if mode == "training":
+        from perfmodels.training_fit import leave_one_family_out
+
+        try:
+            for line in leave_one_family_out(_frame(db), include_busy=include_busy).lines():
+                typer.echo(line)
+        except ValueError as error:
+            raise AppoptError(f"--db: {error}") from None
+        return
     if statistic not in ("auto", "wall", "cpu"):
         raise AppoptError(f"--statistic: {statistic!r} is not one of auto, wall, cpu")
     frame = _frame(db)

@@ -1,0 +1,400 @@
+"""The training suite: tasks with bundled or seeded data, each a PyTorch module that every trainer starts from.
+
+A task names its model (built in PyTorch from a seed, so every trainer starts from the same weights: the PyTorch
+trainers copy the module, appopt's runtime trains its ONNX export), its data, and the test accuracy that counts as
+"trained" (MLPerf Training's time-to-quality target) where the data allows one.
+
+* ``digits_mlp``, ``digits_cnn``: scikit-learn's bundled 8x8 digits (1,797 images; no download), target 0.95;
+* ``resnet8``: a ResNet-8 (CIFAR-style basic blocks) on seeded synthetic 3x16x16 images, target 0.90;
+* ``transformer_tiny``: a 2-layer encoder classifier on seeded synthetic token sequences, target 0.90;
+* ``resnet50``, ``mobilenet_v2``, ``bert_like``: the catalog's named architectures at reduced resolution (32x32) or
+  length (32 tokens), for step time only (no target: random labels).
+
+MobileNetV2 uses ReLU where the paper uses ReLU6 (the runtime's autodiff has no rule for Clip); BERT-like uses ReLU
+in its feed-forward (no Erf rule). Both change the FLOPs by well under 1%.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib.util
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+if TYPE_CHECKING:
+    from torch import nn
+
+
+class SuiteUnavailable(RuntimeError):
+    """The suite needs PyTorch to build its models (the message says so: "extra not installed")."""
+
+
+def require_torch() -> None:
+    if importlib.util.find_spec("torch") is None:
+        raise SuiteUnavailable("torch: extra not installed (the training suite builds its models in PyTorch)")
+
+
+@dataclass(frozen=True)
+class TaskData:
+    x_train: np.ndarray
+    y_train: np.ndarray
+    x_test: np.ndarray
+    y_test: np.ndarray
+
+
+@dataclass(frozen=True)
+class TrainingTask:
+    name: str
+    #: Architecture family: the unit held out when the training performance model is evaluated.
+    family: str
+    build: Callable[[int], nn.Module]
+    data: Callable[[int], TaskData]
+    #: Test accuracy that counts as trained; None: step time only (synthetic labels carry no signal).
+    target_accuracy: float | None
+    lr: float
+    epochs: int
+    batch_sizes: tuple[int, ...]
+    description: str = ""
+
+    @property
+    def step_time_only(self) -> bool:
+        return self.target_accuracy is None
+
+
+# --- data ------------------------------------------------------------------------------------------------------
+
+
+@functools.lru_cache(maxsize=4)
+def digits_data(seed: int = 0, image: bool = False) -> TaskData:
+    """scikit-learn's digits scaled to [0, 1], a seeded 80/20 split; ``image``: shaped [n, 1, 8, 8]."""
+    from sklearn.datasets import load_digits
+
+    raw = load_digits()
+    x = (raw.data / 16.0).astype(np.float32)
+    y = raw.target.astype(np.int64)
+    order = np.random.default_rng(seed).permutation(len(y))
+    cut = len(y) * 4 // 5
+    if image:
+        x = x.reshape(-1, 1, 8, 8)
+    return TaskData(x[order[:cut]], y[order[:cut]], x[order[cut:]], y[order[cut:]])
+
+
+def synthetic_images(
+    seed: int = 0,
+    samples: int = 1024,
+    shape: tuple[int, int, int] = (3, 16, 16),
+    classes: int = 10,
+    signal: float = 0.6,
+) -> TaskData:
+    """Seeded class templates plus Gaussian noise (learnable; ``signal=0``: random labels, step time only)."""
+    rng = np.random.default_rng(seed)
+    templates = rng.standard_normal((classes, *shape)).astype(np.float32)
+    y = rng.integers(0, classes, samples).astype(np.int64)
+    x = (signal * templates[y] + rng.standard_normal((samples, *shape)).astype(np.float32)).astype(np.float32)
+    cut = samples * 3 // 4
+    return TaskData(x[:cut], y[:cut], x[cut:], y[cut:])
+
+
+def synthetic_tokens(
+    seed: int = 0, samples: int = 1024, length: int = 16, vocab: int = 64, classes: int = 4, signal: bool = True
+) -> TaskData:
+    """Seeded token sequences; the class is which of ``classes`` marker tokens occurs (random labels: no signal)."""
+    rng = np.random.default_rng(seed)
+    x = rng.integers(classes, vocab, (samples, length)).astype(np.int64)
+    y = rng.integers(0, classes, samples).astype(np.int64)
+    if signal:
+        positions = rng.integers(0, length, samples)
+        x[np.arange(samples), positions] = y  # tokens 0..classes-1 are the markers
+    cut = samples * 3 // 4
+    return TaskData(x[:cut], y[:cut], x[cut:], y[cut:])
+
+
+# --- models ----------------------------------------------------------------------------------------------------
+
+
+def _seeded(seed: int) -> None:
+    import torch
+
+    torch.manual_seed(seed)
+
+
+def digits_mlp(seed: int = 0) -> nn.Module:
+    from torch import nn
+
+    _seeded(seed)
+    return nn.Sequential(nn.Linear(64, 128), nn.ReLU(), nn.Linear(128, 128), nn.ReLU(), nn.Linear(128, 10))
+
+
+def digits_cnn(seed: int = 0) -> nn.Module:
+    """runtime.training.models.digits_cnn's architecture: conv16-BN-ReLU, conv32-ReLU, maxpool, FC64, FC10."""
+    from torch import nn
+
+    _seeded(seed)
+    return nn.Sequential(
+        nn.Conv2d(1, 16, 3, padding=1),
+        nn.BatchNorm2d(16),
+        nn.ReLU(),
+        nn.Conv2d(16, 32, 3, padding=1),
+        nn.ReLU(),
+        nn.MaxPool2d(2),
+        nn.Flatten(),
+        nn.Linear(32 * 4 * 4, 64),
+        nn.ReLU(),
+        nn.Linear(64, 10),
+    )
+
+
+def _torch_modules() -> Any:
+    """Module classes defined on first use (PyTorch is optional)."""
+    import torch
+    from torch import nn
+
+    class Basic(nn.Module):
+        def __init__(self, c_in: int, c_out: int, stride: int) -> None:
+            super().__init__()
+            self.conv1 = nn.Conv2d(c_in, c_out, 3, stride, 1, bias=False)
+            self.bn1 = nn.BatchNorm2d(c_out)
+            self.conv2 = nn.Conv2d(c_out, c_out, 3, 1, 1, bias=False)
+            self.bn2 = nn.BatchNorm2d(c_out)
+            self.short = (
+                nn.Sequential(nn.Conv2d(c_in, c_out, 1, stride, bias=False), nn.BatchNorm2d(c_out))
+                if stride != 1 or c_in != c_out
+                else nn.Identity()
+            )
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            h = torch.relu(self.bn1(self.conv1(x)))
+            return torch.relu(self.bn2(self.conv2(h)) + self.short(x))
+
+    class Bottleneck(nn.Module):
+        def __init__(self, c_in: int, width: int, stride: int) -> None:
+            super().__init__()
+            c_out = width * 4
+            self.body = nn.Sequential(
+                nn.Conv2d(c_in, width, 1, bias=False),
+                nn.BatchNorm2d(width),
+                nn.ReLU(),
+                nn.Conv2d(width, width, 3, stride, 1, bias=False),
+                nn.BatchNorm2d(width),
+                nn.ReLU(),
+                nn.Conv2d(width, c_out, 1, bias=False),
+                nn.BatchNorm2d(c_out),
+            )
+            self.short = (
+                nn.Sequential(nn.Conv2d(c_in, c_out, 1, stride, bias=False), nn.BatchNorm2d(c_out))
+                if stride != 1 or c_in != c_out
+                else nn.Identity()
+            )
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return torch.relu(self.body(x) + self.short(x))
+
+    class InvertedResidual(nn.Module):
+        def __init__(self, c_in: int, c_out: int, stride: int, expand: int) -> None:
+            super().__init__()
+            hidden = c_in * expand
+            layers: list[nn.Module] = []
+            if expand != 1:
+                layers += [nn.Conv2d(c_in, hidden, 1, bias=False), nn.BatchNorm2d(hidden), nn.ReLU()]
+            layers += [
+                nn.Conv2d(hidden, hidden, 3, stride, 1, groups=hidden, bias=False),
+                nn.BatchNorm2d(hidden),
+                nn.ReLU(),
+                nn.Conv2d(hidden, c_out, 1, bias=False),
+                nn.BatchNorm2d(c_out),
+            ]
+            self.body = nn.Sequential(*layers)
+            self.residual = stride == 1 and c_in == c_out
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            y = self.body(x)
+            return x + y if self.residual else y
+
+    class Encoder(nn.Module):
+        """Token + position embeddings, pre-LN encoder layers (attention, ReLU FFN), mean pool, linear head."""
+
+        def __init__(self, vocab: int, length: int, hidden: int, heads: int, layers: int, classes: int) -> None:
+            super().__init__()
+            self.heads = heads
+            self.embed = nn.Embedding(vocab, hidden)
+            self.position = nn.Parameter(torch.randn(1, length, hidden) * 0.02)
+            self.blocks = nn.ModuleList(
+                nn.ModuleDict(
+                    {
+                        "ln1": nn.LayerNorm(hidden),
+                        "qkv": nn.Linear(hidden, 3 * hidden),
+                        "proj": nn.Linear(hidden, hidden),
+                        "ln2": nn.LayerNorm(hidden),
+                        "ff1": nn.Linear(hidden, 4 * hidden),
+                        "ff2": nn.Linear(4 * hidden, hidden),
+                    }
+                )
+                for _ in range(layers)
+            )
+            self.norm = nn.LayerNorm(hidden)
+            self.head = nn.Linear(hidden, classes)
+
+        def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+            x = self.embed(tokens) + self.position
+            length, hidden = x.shape[1], x.shape[2]
+            dim = hidden // self.heads
+            block: Any
+            for block in self.blocks:
+                q, k, v = block["qkv"](block["ln1"](x)).chunk(3, dim=-1)
+                q, k, v = (t.reshape(-1, length, self.heads, dim).transpose(1, 2) for t in (q, k, v))
+                attn = torch.softmax(q @ k.transpose(-1, -2) * (dim**-0.5), dim=-1)
+                mixed = (attn @ v).transpose(1, 2).reshape(-1, length, hidden)
+                x = x + block["proj"](mixed)
+                x = x + block["ff2"](torch.relu(block["ff1"](block["ln2"](x))))
+            return self.head(self.norm(x).mean(dim=1))
+
+    return Basic, Bottleneck, InvertedResidual, Encoder
+
+
+def _classifier(features: nn.Module, channels: int, classes: int) -> nn.Module:
+    from torch import nn
+
+    return nn.Sequential(features, nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(channels, classes))
+
+
+def resnet8(seed: int = 0, classes: int = 10) -> nn.Module:
+    """ResNet-8 (He et al. 2016, CIFAR form: 3 stages of one basic block, 16/32/64 channels)."""
+    from torch import nn
+
+    basic = _torch_modules()[0]
+    _seeded(seed)
+    stem = nn.Sequential(nn.Conv2d(3, 16, 3, 1, 1, bias=False), nn.BatchNorm2d(16), nn.ReLU())
+    return _classifier(nn.Sequential(stem, basic(16, 16, 1), basic(16, 32, 2), basic(32, 64, 2)), 64, classes)
+
+
+def resnet50(seed: int = 0, classes: int = 10) -> nn.Module:
+    """ResNet-50 (3-4-6-3 bottlenecks, widths 64-512) at any resolution; the stem's stride-2 conv and pool kept."""
+    from torch import nn
+
+    bottleneck = _torch_modules()[1]
+    _seeded(seed)
+    layers: list[nn.Module] = [
+        nn.Conv2d(3, 64, 7, 2, 3, bias=False),
+        nn.BatchNorm2d(64),
+        nn.ReLU(),
+        nn.MaxPool2d(3, 2, 1),
+    ]
+    c_in = 64
+    for width, blocks, stride in ((64, 3, 1), (128, 4, 2), (256, 6, 2), (512, 3, 2)):
+        for i in range(blocks):
+            layers.append(bottleneck(c_in, width, stride if i == 0 else 1))
+            c_in = width * 4
+    return _classifier(nn.Sequential(*layers), c_in, classes)
+
+
+def mobilenet_v2(seed: int = 0, classes: int = 10) -> nn.Module:
+    """MobileNetV2 (Sandler et al. 2018, width 1.0), ReLU for ReLU6."""
+    from torch import nn
+
+    inverted = _torch_modules()[2]
+    _seeded(seed)
+    layers: list[nn.Module] = [nn.Conv2d(3, 32, 3, 2, 1, bias=False), nn.BatchNorm2d(32), nn.ReLU()]
+    c_in = 32
+    for expand, c_out, repeats, stride in (
+        (1, 16, 1, 1),
+        (6, 24, 2, 2),
+        (6, 32, 3, 2),
+        (6, 64, 4, 2),
+        (6, 96, 3, 1),
+        (6, 160, 3, 2),
+        (6, 320, 1, 1),
+    ):
+        for i in range(repeats):
+            layers.append(inverted(c_in, c_out, stride if i == 0 else 1, expand))
+            c_in = c_out
+    layers += [nn.Conv2d(c_in, 1280, 1, bias=False), nn.BatchNorm2d(1280), nn.ReLU()]
+    return _classifier(nn.Sequential(*layers), 1280, classes)
+
+
+def transformer_tiny(seed: int = 0) -> nn.Module:
+    _seeded(seed)
+    return _torch_modules()[3](vocab=64, length=16, hidden=64, heads=4, layers=2, classes=4)
+
+
+def bert_like(seed: int = 0) -> nn.Module:
+    """BERT-like encoder, 4 layers of hidden 256 (BERT-mini's shape) at 32 tokens."""
+    _seeded(seed)
+    return _torch_modules()[3](vocab=1024, length=32, hidden=256, heads=4, layers=4, classes=2)
+
+
+# --- the suite -------------------------------------------------------------------------------------------------
+
+TASKS: tuple[TrainingTask, ...] = (
+    TrainingTask(
+        "digits_mlp", "mlp", digits_mlp, lambda s: digits_data(s), 0.95, 0.05, 10, (32, 128), "digits, 64-128-128-10"
+    ),
+    TrainingTask(
+        "digits_cnn", "cnn", digits_cnn, lambda s: digits_data(s, image=True), 0.95, 0.05, 10, (32, 128), "digits CNN"
+    ),
+    TrainingTask(
+        "resnet8",
+        "resnet",
+        resnet8,
+        lambda s: synthetic_images(s),
+        0.90,
+        0.05,
+        8,
+        (32, 64),
+        "ResNet-8, synthetic 3x16x16",
+    ),
+    TrainingTask(
+        "transformer_tiny",
+        "transformer",
+        transformer_tiny,
+        lambda s: synthetic_tokens(s),
+        0.90,
+        0.05,
+        15,
+        (32, 64),
+        "2-layer encoder (hidden 64), synthetic tokens",
+    ),
+    TrainingTask(
+        "resnet50",
+        "resnet",
+        resnet50,
+        lambda s: synthetic_images(s, 64, (3, 32, 32), signal=0.0),
+        None,
+        0.01,
+        1,
+        (4, 8),
+        "ResNet-50 at 32x32, step time only",
+    ),
+    TrainingTask(
+        "mobilenet_v2",
+        "mobilenet",
+        mobilenet_v2,
+        lambda s: synthetic_images(s, 64, (3, 32, 32), signal=0.0),
+        None,
+        0.01,
+        1,
+        (4, 8),
+        "MobileNetV2 at 32x32, step time only",
+    ),
+    TrainingTask(
+        "bert_like",
+        "transformer",
+        bert_like,
+        lambda s: synthetic_tokens(s, 64, 32, 1024, 2, signal=False),
+        None,
+        0.01,
+        1,
+        (4, 8),
+        "BERT-like (4x256) at 32 tokens, step time only",
+    ),
+)
+TASK_NAMES = tuple(t.name for t in TASKS)
+
+
+def get_task(name: str) -> TrainingTask:
+    for task in TASKS:
+        if task.name == name:
+            return task
+    raise KeyError(f"unknown training task {name!r}; known: {', '.join(TASK_NAMES)}")

@@ -1,0 +1,80 @@
+"""The training driver: runs, medians, database rows and the CLI (tiny settings; no timing assertions)."""
+
+from __future__ import annotations
+
+import importlib.util
+import math
+
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+
+from benchmarks.training_bench import TrainingRun, batches, summarise
+from optimiser.cli import app
+from perfmodels.results_db import read_results
+
+needs_torch = pytest.mark.skipif(importlib.util.find_spec("torch") is None, reason="extra not installed")
+
+
+def test_batch_order_is_seeded_per_epoch_and_drops_the_partial_batch():
+    first = [b.tolist() for b in batches(10, 3, seed=0, epoch=0)]
+    assert len(first) == 3 and all(len(b) == 3 for b in first)
+    assert first == [b.tolist() for b in batches(10, 3, seed=0, epoch=0)]
+    assert first != [b.tolist() for b in batches(10, 3, seed=0, epoch=1)]
+    assert len(set(np.concatenate(first).tolist())) == 9
+
+
+def _run(seed: int, step_ms: list[float], to_target: float, other: float | None = 0.0) -> TrainingRun:
+    return TrainingRun(
+        "t", "f", "torch", 8, 1, seed, step_ms, [1.0], 0.5, to_target, 2 if math.isfinite(to_target) else 0, 0.9,
+        100.0, 64, other,
+    )  # fmt: skip
+
+
+def test_summary_takes_medians_and_needs_half_the_runs_to_converge():
+    summary = summarise([_run(0, [1, 2, 3], 5.0), _run(1, [10, 20, 30], 7.0), _run(2, [4, 4, 4], math.nan)], 0.9)
+    assert summary.ms_per_step == 4 and summary.seeds == (0, 1, 2)
+    assert summary.seconds_to_target == 6.0 and summary.epochs_to_target == 2
+    assert summary.samples_per_s == pytest.approx(2000)
+    failed = summarise([_run(0, [1], 5.0), _run(1, [1], math.nan), _run(2, [1], math.nan)], 0.9)
+    assert math.isnan(failed.seconds_to_target) and "not reached" in failed.describe()
+    assert summarise([_run(0, [1], 5.0, other=1.5)], 0.9).busy
+
+
+def test_cli_refuses_unknown_names_and_record_without_db(tmp_path):
+    runner = CliRunner()
+    result = runner.invoke(app, ["bench", "train", "--task", "nope"])
+    assert result.exit_code != 0 and "--task: unknown nope" in result.output
+    result = runner.invoke(app, ["bench", "train", "--trainer", "tvm"])
+    assert result.exit_code != 0 and "--trainer: unknown tvm" in result.output
+    result = runner.invoke(app, ["bench", "train", "--task", "digits_mlp", "--record"])
+    assert result.exit_code != 0 and "--db" in result.output
+
+
+@needs_torch
+def test_cli_records_training_rows_with_seeds_and_load(tmp_path):
+    db = tmp_path / "train.csv"
+    args = ["bench", "train", "--task", "digits_mlp", "--trainer", "appopt-runtime", "--trainer", "torch"]
+    args += ["--batch", "32", "--repeats", "2", "--epochs", "2", "--max-steps", "4", "--record", "--db", str(db)]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 0, result.output
+    assert "# CPU" in result.output and "digits_mlp appopt-runtime b32 1t" in result.output
+    frame = read_results(db)
+    assert set(frame["mode"]) == {"training"} and set(frame["backend"]) == {"appopt-runtime", "torch"}
+    metrics = set(frame["metric"])
+    assert {"ms_per_step", "samples_per_s", "seconds_per_epoch", "final_accuracy", "peak_rss_mib"} <= metrics
+    assert "optimizer_state_bytes" in metrics
+    state = frame[frame["metric"] == "optimizer_state_bytes"]["value"]
+    assert set(state) == {float((64 * 128 + 128 + 128 * 128 + 128 + 128 * 10 + 10) * 4)}  # one momentum per weight
+    step = frame[frame["metric"] == "ms_per_step"].iloc[0]
+    assert '"seeds":[0,1]' in step["settings"].replace(" ", "") and step["flops_per_sample"] > 0
+    assert step["notes"].startswith(("quiet", "busy", "load not measured"))
+    assert step["cpu_model"]
+
+
+@needs_torch
+def test_side_by_side_prints_a_ratio():
+    args = ["bench", "train", "--side-by-side", "--task", "digits_mlp", "--blocks", "1", "--batch", "16"]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 0, result.output
+    assert "ratio" in result.output and "appopt-runtime" in result.output

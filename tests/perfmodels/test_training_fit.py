@@ -1,0 +1,131 @@
+"""The training performance model: fits step time from features, held out by family, and serves training plans."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from perfmodels.features import Device, Route, Workload
+from perfmodels.fitted import fit_model
+from perfmodels.results_db import make_row, read_results, write_rows
+from perfmodels.targets import local_target_key
+from perfmodels.training_fit import TrainingFit, feature_row, leave_one_family_out
+
+TRUE_COEF = np.array([1.6, 2.0, 1.0, 30.0, 0.5])
+MODELS = {  # name: family, forward flops/sample, activation bytes/sample, params, nodes
+    "mlp_a": ("mlp", 2e5, 4e3, 1e5, 8),
+    "mlp_b": ("mlp", 8e5, 8e3, 4e5, 8),
+    "cnn_a": ("cnn", 3e6, 2e5, 2e5, 20),
+    "cnn_b": ("cnn", 1e7, 5e5, 6e5, 30),
+    "res_a": ("resnet", 4e7, 2e6, 1e6, 80),
+    "res_b": ("resnet", 9e7, 4e6, 3e6, 120),
+    "tf_a": ("transformer", 5e6, 3e5, 4e5, 60),
+    "tf_b": ("transformer", 2e7, 9e5, 1.5e6, 110),
+}
+
+
+def _rows(noise: float = 0.0, other_cpu: float = 0.0, backend: str = "appopt-runtime", tta: bool = False):
+    rng = np.random.default_rng(0)
+    rows = []
+    for name, (family, flops, act, params, nodes) in MODELS.items():
+        for batch in (8, 32):
+            for threads, peak, gbs in ((1, 50.0, 10.0), (2, 95.0, 14.0)):
+                x = feature_row(flops, act, params, nodes, batch, peak, gbs)
+                seconds = float(TRUE_COEF @ x) * (1 + noise * rng.standard_normal())
+                common = dict(
+                    source="measured", target=local_target_key(), backend=backend, framework="appopt-runtime",
+                    mode="training", precision="fp32", model=name, family=family, batch=batch, threads=threads,
+                    scenario="training", flops_per_sample=flops, activation_bytes_per_sample=act, params=params,
+                    ops_by_class={"gemm": nodes}, peak_gflops=peak, bandwidth_gbs=gbs, other_cpu=other_cpu,
+                    settings=json.dumps({"steps_per_epoch": 10}),
+                )  # fmt: skip
+                rows.append(make_row(**common, metric="ms_per_step", value=seconds * 1e3))
+                if tta:
+                    rows.append(make_row(**common, metric="epochs_to_target", value=3.0))
+                    rows.append(make_row(**common, metric="compile_s", value=seconds + 0.2))
+                    rows.append(make_row(**common, metric="seconds_to_target", value=30 * seconds + 0.2))
+    return rows
+
+
+def _frame(tmp_path, rows):
+    path = tmp_path / "t.csv"
+    write_rows(path, rows)
+    return read_results(path)
+
+
+def test_held_out_families_are_predicted_from_the_others(tmp_path):
+    evaluation = leave_one_family_out(_frame(tmp_path, _rows(noise=0.02, tta=True)))
+    assert set(evaluation.predictions["family"]) == {"mlp", "cnn", "resnet", "transformer"}
+    assert evaluation.step_rmspe() < 0.10
+    assert len(evaluation.time_to_target) == len(MODELS) * 4 and evaluation.tta_rmspe() < 0.10
+    assert any("goal 20%" in line for line in evaluation.lines())
+
+
+def test_busy_rows_are_left_out_unless_asked_for(tmp_path):
+    frame = _frame(tmp_path, _rows(other_cpu=1.5))
+    with pytest.raises(ValueError, match="measured quietly"):
+        leave_one_family_out(frame)
+    assert leave_one_family_out(frame, include_busy=True).step_rmspe() < 0.05
+
+
+def test_a_single_family_cannot_be_held_out(tmp_path):
+    rows = [r for r in _rows() if r["family"] == "mlp"]
+    with pytest.raises(ValueError, match="single architecture family"):
+        leave_one_family_out(_frame(tmp_path, rows))
+
+
+def _workload(batch: int = 32) -> Workload:
+    return Workload(3e6, 2e5, 2e5, "training", batch, total_samples=3200.0, ops_by_class={"conv": 20})
+
+
+def _route(framework: str = "appopt-runtime") -> Route:
+    return Route(framework, "none", (), "fp32", "NCHW", 0.5)
+
+
+def test_training_plans_on_a_measured_host_use_the_fit_and_gpus_keep_the_prior(tmp_path):
+    model = fit_model(_frame(tmp_path, _rows()), source="t.csv")
+    cpu = Device("local", "cpu", {"fp32": 1e11}, 2e10)
+    fitted = model.predict(_workload(), _route(), cpu)
+    assert fitted.basis.startswith("fitted-training:")
+    peak, gbs = {1.0: (50.0, 10.0), 2.0: (95.0, 14.0)}[fitted.detail["threads"]]  # this host's usable cores
+    expected = float(TRUE_COEF @ feature_row(3e6, 2e5, 2e5, 20, 32, peak, gbs))
+    assert fitted.step_seconds == pytest.approx(expected, rel=1e-3)
+    assert fitted.total_seconds == pytest.approx(100 * fitted.step_seconds)
+    gpu = model.predict(_workload(), _route(), Device("a100", "gpu", {"fp32": 1.9e13}, 1.5e12))
+    assert gpu.basis.startswith("roofline-prior") and "no GPU training measured" in gpu.basis
+    other = model.predict(_workload(), _route("tensorflow"), cpu)
+    assert "no training rows for tensorflow" in other.basis
+
+
+def test_the_fit_recovers_the_generating_coefficients(tmp_path):
+    fit = TrainingFit.from_frame(_frame(tmp_path, _rows()))
+    (group,) = fit.groups.values()
+    assert np.allclose(group.coef, TRUE_COEF, rtol=1e-3) and group.train_rmspe < 1e-6
+
+
+def test_models_evaluate_mode_training_prints_held_out_figures(tmp_path):
+    from typer.testing import CliRunner
+
+    from optimiser.cli import app
+
+    path = tmp_path / "t.csv"
+    write_rows(path, _rows(noise=0.02, tta=True))
+    result = CliRunner().invoke(app, ["models", "evaluate", "--mode", "training", "--db", str(path)])
+    assert result.exit_code == 0, result.output
+    assert "held out by family: RMSPE" in result.output and "time to target accuracy" in result.output
+    bad = CliRunner().invoke(app, ["models", "evaluate", "--mode", "tuning", "--db", str(path)])
+    assert bad.exit_code != 0 and "--mode: 'tuning'" in bad.output
+    empty = tmp_path / "empty.csv"
+    write_rows(empty, [r for r in _rows() if r["family"] == "mlp"])
+    lone = CliRunner().invoke(app, ["models", "evaluate", "--mode", "training", "--db", str(empty)])
+    assert lone.exit_code != 0 and "single architecture family" in lone.output
+
+
+def test_a_route_measured_only_under_load_still_predicts_and_says_so(tmp_path):
+    model = fit_model(_frame(tmp_path, _rows(other_cpu=1.5)), source="t.csv")
+    cpu = Device("local", "cpu", {"fp32": 1e11}, 2e10)
+    bf16 = Route("appopt-runtime", "none", (), "bf16", "NCHW", 0.5)
+    basis = model.predict(_workload(), bf16, cpu).basis
+    assert basis.startswith("fitted-training:") and "under load" in basis and "bf16 not measured" in basis
