@@ -18,7 +18,7 @@ import importlib
 from benchmarks.engines.base import EngineSpec
 
 #: Engine modules under ``benchmarks.engines``, in registry order.
-ENGINE_MODULES = ("onnxruntime",)
+ENGINE_MODULES = ("onnxruntime", "openvino")
 
 
 def all_engines() -> list[EngineSpec]:

@@ -47,6 +47,9 @@ class Backend(ABC):
     name: str
     route: RouteInfo
     precisions: tuple[str, ...] = ("fp32",)
+    #: Compiler backends whose numerics may drift (reduced precision inside, reordered reductions): the runner checks
+    #: their outputs against the reference once per session and puts the max abs error in every timing row.
+    records_error: bool = False
 
     @abstractmethod
     def unavailable_reason(self) -> str | None:
