@@ -43,7 +43,7 @@ from benchmarks.harness import (
 from benchmarks.loadgen_driver import Driver, DriverChoice, query_plan, resolve_driver, run_accuracy, run_loadgen
 from benchmarks.models import SuiteModel
 from benchmarks.results.provenance import Interference, collect, interference, load_average
-from perfmodels.results_db import BUSY_OTHER_CPU, append_rows, make_row
+from perfmodels.results_db import BUSY_OTHER_CPU, append_rows, make_row, validate_row
 
 #: Feeds cycled through by a scenario (distinct seeded samples, prepared before timing).
 SAMPLE_SETS = 3
@@ -265,6 +265,7 @@ def run_job(
                 yield Outcome(job, batch, scenario, "failed", f"prepare: {type(error).__name__}: {str(error)[:200]}")
         return
     features = analyser(job.model.model()) if analyser else None
+    figures = _session_figures(job, request, backend, session, reference_cache)
     for batch in request.batches:
         for scenario in request.scenarios:
             samples = _query_samples(scenario, batch, request.settings)
@@ -302,6 +303,7 @@ def run_job(
                         sut = _sut(job.model, session, samples, request.settings.seed)
                         result, probe = _measure(scenario, sut, settings, request)
                     row = _scenario_row(job, backend, batch, features, result, probe, context, row_id)
+                    row = _with_figures(row, figures)
             except BackendSkipped as skipped:
                 yield Outcome(job, batch, scenario, "skipped", str(skipped))
                 continue
@@ -309,6 +311,46 @@ def run_job(
                 yield Outcome(job, batch, scenario, "failed", f"{type(error).__name__}: {str(error)[:200]}")
                 continue
             yield Outcome(job, batch, scenario, "ok", row=row)
+
+
+def _session_figures(
+    job: Job, request: BenchRequest, backend: Backend, session: Session, cache: dict[tuple[str, str], Any] | None
+) -> dict[str, Any]:
+    """What a compiled session adds to each of its timing rows: its compile time (``compile_ms``, from sessions that
+    keep one) and, for ``records_error`` backends, the max abs error against the reference at batch 1."""
+    figures: dict[str, Any] = {}
+    compile_ms = getattr(session, "compile_ms", None)
+    if compile_ms is not None:
+        figures["compile_ms"] = float(compile_ms)
+    if backend.records_error:
+        try:
+            reference = _reference_session(job, request, cache)
+            accuracy = _accuracy(job.model, session, reference, 1, request.settings.seed)
+            figures["max_abs_error"] = accuracy.max_abs_error
+            figures["reference"] = _reference_name(job, request)
+        except Exception as error:  # an unavailable reference leaves the error unrecorded, said in the notes
+            figures["error_unchecked"] = f"{type(error).__name__}: {str(error)[:120]}"
+    return figures
+
+
+def _with_figures(row: dict[str, Any], figures: dict[str, Any]) -> dict[str, Any]:
+    """``row`` with the session's figures: compile time in its settings and notes, the max abs error in its column."""
+    if not figures:
+        return row
+    notes = [row["notes"]] if row.get("notes") else []
+    settings = json.loads(row["settings"]) if row.get("settings") else {}
+    if "compile_ms" in figures:
+        settings["compile_ms"] = figures["compile_ms"]
+        notes.append(f"compile {figures['compile_ms']:.0f} ms")
+    if "max_abs_error" in figures:
+        notes.append(f"max abs error {figures['max_abs_error']:.3g} vs {figures['reference']}")
+    if "error_unchecked" in figures:
+        notes.append(f"error unchecked: {figures['error_unchecked']}")
+    updated = {**row, "settings": json.dumps(settings, sort_keys=True, default=float), "notes": "; ".join(notes)}
+    if "max_abs_error" in figures:
+        updated["max_abs_error"] = figures["max_abs_error"]
+    validate_row(updated)
+    return updated
 
 
 def _measure(

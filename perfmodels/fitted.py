@@ -219,11 +219,12 @@ class FittedModel:
             return None
         wanted = self._wanted_threads(target) or max(g.threads for g in groups)
 
+        # a measured compiler is nearer than another compiler in the route's layout: compilers differ far more
         def distance(g: GroupFit) -> tuple[int, int, int, int, int]:
             return (
                 g.route.precision != route.precision,
-                g.route.layout != route.layout,
                 g.route.compiler != route.compiler,
+                g.route.layout != route.layout,
                 abs(g.threads - wanted),
                 -g.threads,
             )

@@ -139,7 +139,7 @@ def test_computed_weights_are_quantised_by_onnxruntime_in_a_convolution_and_left
     """The fifth round's computed-weight units are what the light zoo's int8 models run: onnxruntime's dynamic
     quantiser converts such a convolution (its weights quantised on every run) and keeps such a matrix product."""
     pytest.importorskip("onnxruntime.quantization", reason="onnxruntime's quantiser is the subject")
-    from benchmarks.backends import _quantize_dynamic_uncached
+    from benchmarks.engines.onnxruntime import _quantize_dynamic_uncached
 
     computed = [u for u in sample_rounds()[4] if u.dims.get("init_w") == 0]
     conv = next(u for u in computed if u.kind == "conv")

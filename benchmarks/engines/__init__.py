@@ -1,0 +1,29 @@
+"""Engines as plugins: one module per engine, each exporting an ``EngineSpec`` named ``ENGINE``.
+
+Adding an engine means adding its module here (and to ``ENGINE_MODULES``) with its test: the module holds its catalog
+ids, the wheels it needs and the extra that installs them, the benchmark ``Backend``s that load, compile and run a
+model, and the ``python -m runtime run --engine`` value an image runs it with. ``benchmarks.backends`` builds its
+registry from these.
+
+Example::
+
+    >>> [spec.name for spec in all_engines()]  # doctest: +SKIP
+    ['onnxruntime', 'openvino']
+"""
+
+from __future__ import annotations
+
+import importlib
+
+from benchmarks.engines.base import EngineSpec
+
+#: Engine modules under ``benchmarks.engines``, in registry order.
+ENGINE_MODULES = ("onnxruntime", "openvino", "tvm")
+
+
+def all_engines() -> list[EngineSpec]:
+    """Every engine's spec (importing an engine module never imports the engine itself)."""
+    return [importlib.import_module(f"benchmarks.engines.{name}").ENGINE for name in ENGINE_MODULES]
+
+
+__all__ = ["ENGINE_MODULES", "EngineSpec", "all_engines"]

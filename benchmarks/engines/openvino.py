@@ -1,0 +1,91 @@
+"""Intel OpenVINO's CPU plugin (the seeds' nGraph's successor), run directly on the ONNX model.
+
+Catalog: compiler ``openvino`` over framework ``onnxruntime`` (the route "ONNX model, compiled by OpenVINO"), library
+``onednn`` (the CPU plugin's kernels). Installed by the ``openvino`` extra; no image runner yet.
+
+On CPUs with AVX512-BF16 or AMX, OpenVINO runs bf16 unless told otherwise, so the fp32 backend sets
+``INFERENCE_PRECISION_HINT: f32``; bf16 is a precision of its own, offered where the CPU has those instructions.
+Every session keeps its compile time (``compile_ms``), which the runner records beside the latency.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import onnx
+
+from benchmarks.engines.base import Backend, BackendSkipped, EngineSpec, RouteInfo, Session, missing, version
+
+#: /proc/cpuinfo flags under which OpenVINO's CPU plugin runs bf16 natively.
+BF16_FLAGS = frozenset({"avx512_bf16", "amx_bf16"})
+
+
+def cpu_has_bf16(cpuinfo: Path = Path("/proc/cpuinfo")) -> bool:
+    """Whether this CPU runs bf16 natively (AVX512-BF16 or AMX-BF16)."""
+    try:
+        text = cpuinfo.read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return False
+    flags = next((line.split(":", 1)[1].split() for line in text.splitlines() if line.startswith("flags")), [])
+    return bool(BF16_FLAGS & set(flags))
+
+
+class _OpenVinoSession:
+    def __init__(self, compiled: Any, compile_ms: float) -> None:
+        self._compiled = compiled
+        self._request = compiled.create_infer_request()
+        self._outputs = list(compiled.outputs)
+        self.compile_ms = compile_ms
+
+    def run(self, feeds: Mapping[str, np.ndarray]) -> list[np.ndarray]:
+        results = self._request.infer(dict(feeds))
+        return [np.array(results[output], copy=True) for output in self._outputs]
+
+
+class OpenVinoBackend(Backend):
+    """OpenVINO's CPU plugin at latency hint, ``threads`` inference threads, fp32 (forced) or bf16."""
+
+    name = "openvino"
+    route = RouteInfo("onnxruntime", compiler="openvino", library="onednn", layout="NCHWc")
+    records_error = True
+
+    def __init__(self) -> None:
+        self.precisions = ("fp32", "bf16") if cpu_has_bf16() else ("fp32",)
+
+    def unavailable_reason(self) -> str | None:
+        return missing("openvino", extra="openvino")
+
+    def versions(self) -> dict[str, str]:
+        return {"openvino": version("openvino"), "onnx": onnx.__version__, "numpy": np.__version__}
+
+    def _prepare(self, model: onnx.ModelProto, threads: int, precision: str) -> Session:
+        import openvino as ov
+
+        config = {
+            "INFERENCE_NUM_THREADS": threads,
+            "PERFORMANCE_HINT": "LATENCY",
+            "INFERENCE_PRECISION_HINT": {"fp32": "f32", "bf16": "bf16"}[precision],
+        }
+        started = time.perf_counter()
+        try:
+            core = ov.Core()
+            compiled = core.compile_model(core.read_model(model.SerializeToString()), "CPU", config)
+        except Exception as error:  # OpenVINO raises RuntimeError/OpConversionFailure/… on models it cannot take
+            first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+            raise BackendSkipped(f"openvino cannot compile the model: {first[:300]}") from None
+        return _OpenVinoSession(compiled, (time.perf_counter() - started) * 1e3)
+
+
+ENGINE = EngineSpec(
+    name="openvino",
+    framework="onnxruntime",
+    compilers=("openvino",),
+    pip=("openvino",),
+    extra="openvino",
+    image_engine=None,
+    backends=lambda: [OpenVinoBackend()],
+)

@@ -1,0 +1,64 @@
+"""OpenVINO engine: fp32 forced (max error recorded), bf16 where the CPU has it, compile time, skips not crashes."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+
+import numpy as np
+import pytest
+from onnx import TensorProto, helper
+
+from benchmarks.backends import BackendSkipped, get_backend
+from benchmarks.engines.openvino import cpu_has_bf16
+from benchmarks.harness import ScenarioSettings
+from benchmarks.models import get_model, suite
+from benchmarks.runner import BenchRequest, run_benchmarks
+
+pytestmark = pytest.mark.skipif(importlib.util.find_spec("openvino") is None, reason="extra not installed")
+
+TINY = ScenarioSettings(min_duration_s=0.0, min_queries=3, warmup_queries=1)
+
+
+def test_fp32_matches_onnxruntime_and_keeps_compile_time():
+    model = get_model("mlp")
+    feeds = model.feeds(batch=4)
+    session = get_backend("openvino").prepare(model.model(), threads=1)
+    want = get_backend("onnxruntime").prepare(model.model()).run(feeds)[0]
+    np.testing.assert_allclose(session.run(feeds)[0], want, rtol=1e-4, atol=1e-5)
+    assert session.compile_ms > 0  # type: ignore[attr-defined]
+
+
+def test_bf16_is_its_own_precision_where_the_cpu_has_it():
+    model = get_model("mlp")
+    backend = get_backend("openvino")
+    if not cpu_has_bf16():
+        with pytest.raises(BackendSkipped, match="not bf16"):
+            backend.prepare(model.model(), precision="bf16")
+        return
+    feeds = model.feeds(batch=4)
+    got = backend.prepare(model.model(), precision="bf16").run(feeds)[0]
+    want = get_backend("onnxruntime").prepare(model.model()).run(feeds)[0]
+    error = np.abs(got - want).max()
+    assert 0 < error < 0.1 * np.abs(want).max()  # bf16 really ran: not bit-exact, still close
+
+
+def test_rows_carry_compile_time_and_max_error_and_unrunnable_models_are_skipped():
+    bad = helper.make_model(
+        helper.make_graph(
+            [helper.make_node("NoSuchOp", ["x"], ["y"], domain="com.example")],
+            "g",
+            [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])],
+            [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2])],
+        )
+    )
+    with pytest.raises(BackendSkipped, match="openvino cannot compile"):
+        get_backend("openvino").prepare(bad)
+    request = BenchRequest(models=suite("mlp"), backends=("openvino",), settings=TINY)
+    (outcome,) = list(run_benchmarks(request, None))
+    assert outcome.status == "ok" and outcome.row is not None
+    row = outcome.row
+    assert row["compiler"] == "openvino" and row["framework"] == "onnxruntime"
+    assert json.loads(row["settings"])["compile_ms"] > 0
+    assert 0 <= row["max_abs_error"] < 1e-4
+    assert "vs onnxruntime" in row["notes"]
