@@ -7,8 +7,46 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
+from typer import core as typer_core
 
 from optimiser.commands.errors import user_errors
+
+#: Placeholder per annotated type, as click writes them.
+_PLACEHOLDERS = {"str": "TEXT", "int": "INTEGER", "float": "NUMBER", "Path": "PATH"}
+
+
+def _plain_type(param: typer_core.TyperArgument | typer_core.TyperOption, ctx: object) -> str | None:
+    """A parameter's value placeholder as click writes it (``PATH``, ``TEXT``, ``INTEGER``; none for a flag), not
+    typer 0.29's ``<path>``, ``<bool>``, ``<list[str]>``."""
+    if param.metavar is not None:
+        return param.metavar
+    if getattr(param, "is_flag", False):
+        return None
+    desc = param.type_descriptor
+    if desc.is_choice:
+        return "[" + "|".join(str(c) for c in desc.choices or ()) + "]"
+    if desc.is_path:
+        return "PATH"
+    bare = param.bare_type()
+    if bare.startswith("list[") and bare.endswith("]"):
+        bare = bare[5:-1]
+    return _PLACEHOLDERS.get(bare, "VALUE")
+
+
+def _plain_usage_name(param: typer_core.TyperArgument) -> str:
+    """``SPEC`` (required) or ``[SPEC]`` in the usage line, where typer 0.29 writes ``{spec}``."""
+    name = param.display_name_raw.upper()
+    name = name if param.required else f"[{name}]"
+    return name + ("..." if param.nargs != 1 else "")
+
+
+# The help layout is typer's; only the placeholders change (one place, so every command and group gets them).
+typer_core.TyperArgument.display_type_rich = _plain_type  # type: ignore[method-assign,assignment]
+typer_core.TyperOption.display_type_rich = _plain_type  # type: ignore[method-assign,assignment]
+typer_core.TyperArgument._usage_display_name = _plain_usage_name  # type: ignore[method-assign,assignment]
+
+#: ``-h`` as well as ``--help``; sub-commands and groups inherit it from the root context.
+CONTEXT_SETTINGS = {"help_option_names": ["-h", "--help"]}
 
 app = typer.Typer(
     name="appopt",
@@ -16,7 +54,27 @@ app = typer.Typer(
     no_args_is_help=True,
     pretty_exceptions_enable=False,
     add_completion=False,
+    context_settings=CONTEXT_SETTINGS,
 )
+
+
+def _print_version(value: bool) -> None:
+    if value:
+        from optimiser.report import appopt_version
+
+        typer.echo(f"appopt {appopt_version()}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _main(
+    version: Annotated[
+        bool,
+        typer.Option("--version", "-V", help="Print appopt's version and exit.", callback=_print_version,
+                     is_eager=True),
+    ] = False,
+) -> None:
+    """Plan, build and run deep-learning applications fast on the machine you were given."""
 
 SpecArg = Annotated[Path, typer.Argument(help="The application spec (YAML).", show_default=False)]
 OutsideOption = Annotated[

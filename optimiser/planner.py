@@ -15,8 +15,9 @@ Example::
 from __future__ import annotations
 
 import itertools
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from optimiser.catalog import load_catalog
 from optimiser.catalog.models import Catalog, Compiler, Framework, Hardware, Library
@@ -27,7 +28,15 @@ from optimiser.target import ResolvedTarget, resolve_target
 from optimiser.workload import workload_for
 from perfmodels import PerformanceModel, Prediction, Route, Workload
 from perfmodels.fitted import load_default_model
-from perfmodels.priors import layout_factor
+from perfmodels.priors import (
+    COMPILER_SOURCE,
+    LAYOUT_SOURCE,
+    TENSOR_CORE_SOURCE,
+    TF32_SOURCE,
+    capped_compiler_speedup,
+    layout_factor,
+    tf32_share,
+)
 
 NO_COMPILER = "none"
 #: Precisions tried when the spec says ``auto``. int8 is left out: it needs calibration data and can cost accuracy,
@@ -66,10 +75,23 @@ class Plan:
     excluded: tuple[Exclusion, ...]
     model_name: str
     notes: tuple[str, ...] = field(default_factory=tuple)
+    #: False when the model has no convolutions: every layout runs it the same, so one is kept and not shown.
+    layout_applies: bool = True
+    #: How many leading candidates lie within the model's error of the fastest (ordered by ``BAND_RULES``).
+    band: int = 1
 
     @property
     def choice(self) -> Candidate:
         return self.candidates[0]
+
+    def objective(self, candidate: Candidate) -> float:
+        """The figure candidates are ranked by (lower is better)."""
+        return _objective(self.spec, candidate.prediction)
+
+    @property
+    def removed_by_selection(self) -> tuple[Exclusion, ...]:
+        """What the spec's optimisation.allow / optimisation.deny lists removed."""
+        return tuple(e for e in self.excluded if e.reason.startswith(SELECTION_REASONS))
 
 
 def make_plan(
@@ -84,19 +106,29 @@ def make_plan(
     check_spec_files(spec)
     target = resolve_target(spec.target, catalog)
     workload = workload_for(spec, catalog)
-    enumerator = _Enumerator(spec, catalog, target)
+    enumerator = _Enumerator(spec, catalog, target, workload)
     routes = list(enumerator.routes())
     if not routes:
         raise PlanError(
             "no route satisfies the spec:", *(f"  {e.describe()}" for e in enumerator.excluded), exit_code=3
         )
     candidates = [
-        Candidate(route=r, prediction=model.predict(workload, r, target.device), base_image=img, notes=notes)
+        Candidate(
+            route=r,
+            prediction=model.predict(workload, r, target.device).with_setup(r.setup_seconds),
+            base_image=img,
+            notes=notes,
+        )
         for r, img, notes in routes
     ]
-    # Ties (e.g. memory-bound routes that differ only in layout) go to the route the priors favour.
-    candidates.sort(
-        key=lambda c: (_objective(spec, c.prediction), -c.route.layout_factor, -c.route.compiler_speedup, c.route.key)
+    # Ranked by the goal's figure; equal figures (routes the model cannot tell apart) by the tie rules. The routes
+    # within the model's error of the fastest are then ordered by the band rules (measured over prior, no compiler)
+    # before their figures: the model cannot separate them, so the measured, simpler route is taken.
+    # ``explain_ties`` states which rule decided each.
+    candidates.sort(key=lambda c: (_objective(spec, c.prediction), *tie_break_key(c)))
+    band = error_band(spec, candidates)
+    candidates[:band] = sorted(
+        candidates[:band], key=lambda c: (*band_key(c), _objective(spec, c.prediction), *tie_break_key(c))
     )
     return Plan(
         spec=spec,
@@ -106,6 +138,8 @@ def make_plan(
         excluded=tuple(enumerator.excluded),
         model_name=model.name,
         notes=(*target.notes, *_unshipped_command_files(spec)),
+        layout_applies=has_convolutions(workload),
+        band=band,
     )
 
 
@@ -123,6 +157,62 @@ def _unshipped_command_files(spec: AppSpec) -> list[str]:
     ]
 
 
+def has_convolutions(workload: Workload) -> bool:
+    """True when the model has convolution FLOPs (the only ops a memory layout changes)."""
+    return workload.flops_by_class.get("conv", 0.0) > 0
+
+
+_PRECISION_RISK = {"fp32": 0, "bf16": 1, "fp16": 2, "int8": 3}
+Rule = tuple[str, Callable[[Candidate], Any]]
+#: How routes the model cannot separate are ordered, first rule first: (name, key; lower wins). Within the model's
+#: error of the fastest route the first two decide before the figures do (``BAND_RULES``); the rest order routes
+#: whose figures are equal.
+_MEASURED: Rule = ("measured basis over prior", lambda c: not measured_basis(c.prediction))
+_SIMPLER: Rule = ("fewer moving parts (no compiler)", lambda c: c.route.compiler != NO_COMPILER)
+_SAFER: Rule = (
+    "fewer numerical risks (fp32, then bf16: no loss scaling, then fp16, then int8)",
+    lambda c: _PRECISION_RISK.get(c.route.precision, 9),
+)
+BAND_RULES: tuple[Rule, ...] = (_MEASURED, _SIMPLER)
+TIE_RULES: tuple[Rule, ...] = (
+    *BAND_RULES,
+    _SAFER,
+    ("the layout the device prefers (layout prior)", lambda c: -c.route.layout_factor),
+    ("the framework's and libraries' efficiency prior", lambda c: -c.route.efficiency),
+    ("route name (alphabetical: nothing else tells them apart)", lambda c: c.route.key),
+)
+def measured_basis(p: Prediction) -> bool:
+    """True when a prediction stands on measurements of this machine (not the prior alone)."""
+    return p.basis.startswith(("fitted", "kernel units"))
+
+
+def tie_break_key(c: Candidate) -> tuple[Any, ...]:
+    return tuple(rule(c) for _, rule in TIE_RULES)
+
+
+def band_key(c: Candidate) -> tuple[Any, ...]:
+    return tuple(rule(c) for _, rule in BAND_RULES)
+
+
+def error_band(spec: AppSpec, ranked: Sequence[Candidate]) -> int:
+    """How many of the ``ranked`` candidates (fastest first) lie within the fastest one's model error of it."""
+    best = _objective(spec, ranked[0].prediction)
+    error, _ = model_error(ranked[0].prediction)
+    return sum(1 for c in ranked if abs(_objective(spec, c.prediction) - best) <= error * abs(best) * (1 + 1e-12))
+
+
+#: The error assumed for a prediction whose model has no measured error (the roofline prior's), as a share.
+PRIOR_ERROR = 0.25
+
+
+def model_error(p: Prediction) -> tuple[float, str]:
+    """The relative error of a prediction's model and where the figure comes from."""
+    rmspe = p.detail.get("heldout_rmspe")
+    if rmspe:
+        return float(rmspe), "held-out RMSPE of the fitted model"
+    return PRIOR_ERROR, "assumed for the roofline prior, which no measurement checks here"
+
+
 def _objective(spec: AppSpec, p: Prediction) -> float:
     goal = spec.optimisation.goal
     if goal == "throughput":
@@ -135,10 +225,12 @@ def _objective(spec: AppSpec, p: Prediction) -> float:
 class _Enumerator:
     """Walks the catalog for one spec and target, collecting routes and exclusions."""
 
-    def __init__(self, spec: AppSpec, catalog: Catalog, target: ResolvedTarget) -> None:
+    def __init__(self, spec: AppSpec, catalog: Catalog, target: ResolvedTarget, workload: Workload) -> None:
         self.spec = spec
         self.catalog = catalog
         self.target = target
+        self.workload = workload
+        self.convolutions = has_convolutions(workload)
         self.mode = spec.application.type
         self.excluded: list[Exclusion] = []
 
@@ -158,8 +250,9 @@ class _Enumerator:
             base_image = self._base_image(fw)
             if base_image is None:
                 continue
-            for comp, libs, prec, layout in itertools.product(compilers, libraries, precisions, layouts):
-                yield self._route(fw, comp, libs, prec, layout), base_image, self._notes(fw, comp)
+            for (comp, variant), libs, prec, layout in itertools.product(compilers, libraries, precisions, layouts):
+                route = self._route(fw, comp, variant, libs, prec, layout)
+                yield route, base_image, self._notes(fw, comp, route)
 
     # --- frameworks ---------------------------------------------------------------------------------------------
 
@@ -176,12 +269,7 @@ class _Enumerator:
         t = self.target
         checks: list[tuple[bool, str]] = [
             (pinned in ("auto", fw.id), f"application.framework pins {pinned}"),
-            *_selection_checks("frameworks", fw.id, self.spec.optimisation.allow, self.spec.optimisation.deny),
-            (
-                fw.status == "maintained" or pinned == fw.id,
-                f"legacy{_successor(fw.successor)}; pin application.framework to use it anyway",
-            ),
-            (fw.install.available, "no packaged install exists (described for reference only)"),
+            (fw.install.available, _no_install(fw.status, fw.successor)),
             (self.mode in fw.modes, f"does not support {self.mode} (supports {', '.join(fw.modes) or 'nothing'})"),
             (
                 t.device_key == "cpu" or t.device_key in fw.accelerators,
@@ -193,9 +281,21 @@ class _Enumerator:
                 "cannot load an ONNX model file (application.model.onnx)",
             ),
             (
+                not fw.model_files_only or self.mode != "inference" or self._brings_a_model(),
+                f"runs model files only, and the spec names the architecture "
+                f"{self.spec.application.model.architecture!r} without one: give application.model.onnx (or an "
+                "application.command that brings its model)",
+            ),
+            (
                 self.mode != "training" or fw.distributed_training or self._processes() == 1,
                 f"trains in one process; the spec asks for {self._processes()} "
                 f"({self.spec.target.nodes} node(s) x {self._tasks_per_node()} task(s))",
+            ),
+            # The spec's lists last: what they remove is what would have run otherwise (the report lists it).
+            *_selection_checks("frameworks", fw.id, self.spec.optimisation.allow, self.spec.optimisation.deny),
+            (
+                fw.status == "maintained" or pinned == fw.id,
+                f"legacy{_successor(fw.successor)}; pin application.framework to use it anyway",
             ),
         ]
         for ok, reason in checks:
@@ -203,6 +303,10 @@ class _Enumerator:
                 self._exclude(reason, framework=fw.id)
                 return False
         return True
+
+    def _brings_a_model(self) -> bool:
+        """True when the spec gives a model file, or a command that may load its own."""
+        return self.spec.application.model.onnx is not None or bool(self.spec.application.command)
 
     def _precisions(self, fw: Framework) -> list[str]:
         wanted = self.spec.application.precision
@@ -217,8 +321,8 @@ class _Enumerator:
                 reason = f"{self.target.hardware.id} has no {prec} support"
             elif prec == "int8" and self.mode == "training":
                 reason = "int8 is for inference only"
-            elif not _selected("precisions", prec, self.spec.optimisation.allow, self.spec.optimisation.deny):
-                reason = "excluded by optimisation allow/deny precisions"
+            elif selection := _selection_problem("precisions", prec, self.spec):
+                reason = selection
             if reason is None:
                 out.append(prec)
             elif wanted != "auto" or prec in supported:
@@ -229,10 +333,24 @@ class _Enumerator:
 
     def _layouts(self, fw: Framework) -> list[str]:
         layouts = fw.layouts.get(self.target.device_key, ["NCHW"])
-        allow, deny = self.spec.optimisation.allow, self.spec.optimisation.deny
-        out: list[str] = [lay for lay in layouts if _selected("layouts", lay, allow, deny)]
+        out: list[str] = []
+        lay: str
+        for lay in layouts:
+            problem = _selection_problem("layouts", lay, self.spec)
+            if problem:
+                self._exclude(problem, framework=fw.id, layout=lay)
+            else:
+                out.append(lay)
         if not out:
             self._exclude("every layout excluded by optimisation allow/deny", framework=fw.id)
+        if not self.convolutions and len(out) > 1:
+            # A layout only changes convolutions: rank one route per layout-free choice, in the framework's default.
+            for lay in out[1:]:
+                self._exclude(
+                    f"the model has no convolutions, so the layout changes nothing ({out[0]} kept)",
+                    framework=fw.id, layout=lay,
+                )
+            out = out[:1]
         return out
 
     # --- libraries ----------------------------------------------------------------------------------------------
@@ -257,37 +375,43 @@ class _Enumerator:
 
     def _library_problem(self, lib: Library) -> str | None:
         t = self.target
-        if not _selected("libraries", lib.id, self.spec.optimisation.allow, self.spec.optimisation.deny):
-            return "excluded by optimisation allow/deny libraries"
         if t.device_key == "cpu":
             if t.arch not in lib.cpu_archs:
                 return f"{lib.name} does not run on {t.arch} CPUs"
         elif t.device_key not in lib.accelerators:
             return f"{lib.name} does not run on {t.device_key} accelerators"
+        if not lib.install.available:
+            return _no_install(lib.status, lib.successor)
+        selection = _selection_problem("libraries", lib.id, self.spec)
+        if selection:  # after the hardware rules: the report then names only what the lists removed
+            return selection
         if lib.status != "maintained" and not _explicitly_allowed("libraries", lib.id, self.spec.optimisation.allow):
-            return f"legacy{_successor(lib.successor)}; list it in optimisation.allow.libraries to use it"
+            return f"legacy{_successor(lib.successor)}; {_opt_in('libraries')}"
         return None
 
     # --- compilers ----------------------------------------------------------------------------------------------
 
-    def _compilers(self, fw: Framework) -> list[Compiler | None]:
-        out: list[Compiler | None] = []
+    def _compilers(self, fw: Framework) -> list[tuple[Compiler | None, str]]:
+        """Each usable compiler with its variant (``tuned``/``untuned`` for one that needs a tuning search)."""
+        out: list[tuple[Compiler | None, str]] = []
         # An allow list restricts which compilers may be used; running without one stays allowed unless denied.
-        if NO_COMPILER not in (self.spec.optimisation.deny.compilers or []):
-            out.append(None)
+        if NO_COMPILER in (self.spec.optimisation.deny.compilers or []):
+            self._exclude(f"{DENIED}compilers", framework=fw.id, compiler=NO_COMPILER)
+        else:
+            out.append((None, ""))
         for comp in self.catalog.compilers.values():
             reason = self._compiler_problem(fw, comp)
-            if reason is None:
-                out.append(comp)
-            else:
+            if reason is not None:
                 self._exclude(reason, framework=fw.id, compiler=comp.id)
+            elif comp.tuning is not None:
+                out += [(comp, "untuned"), (comp, "tuned")]
+            else:
+                out.append((comp, ""))
         return out
 
     def _compiler_problem(self, fw: Framework, comp: Compiler) -> str | None:
         t = self.target
-        allow, deny = self.spec.optimisation.allow, self.spec.optimisation.deny
-        if not _selected("compilers", comp.id, allow, deny):
-            return "excluded by optimisation allow/deny compilers"
+        allow = self.spec.optimisation.allow
         modes = comp.support.get(fw.id, [])
         if self.mode not in modes:
             have = "/".join(modes) if modes else "no"
@@ -296,19 +420,30 @@ class _Enumerator:
             return f"{comp.name} does not target {t.arch} CPUs"
         if t.device_key != "cpu" and t.device_key not in comp.accelerators:
             return f"{comp.name} does not target {t.device_key} accelerators"
-        if comp.status != "maintained" and not _explicitly_allowed("compilers", comp.id, allow):
-            return f"legacy{_successor(comp.successor)}; list it in optimisation.allow.compilers to use it"
         if not comp.install.available:
-            return "no packaged install exists (described for reference only)"
+            return _no_install(comp.status, comp.successor)
+        selection = _selection_problem("compilers", comp.id, self.spec)
+        if selection:  # after the support rules: the report then names only what the lists removed
+            return selection
+        if comp.status != "maintained" and not _explicitly_allowed("compilers", comp.id, allow):
+            return f"legacy{_successor(comp.successor)}; {_opt_in('compilers')}"
         return None
 
     # --- assembling a route -------------------------------------------------------------------------------------
 
-    def _route(self, fw: Framework, comp: Compiler | None, libs: tuple[str, ...], prec: str, layout: str) -> Route:
+    def _route(
+        self, fw: Framework, comp: Compiler | None, variant: str, libs: tuple[str, ...], prec: str, layout: str
+    ) -> Route:
         key = self.target.device_key
         efficiency = fw.efficiency.get(key, 0.5)
         for lib_id in libs:
             efficiency *= self.catalog.libraries[lib_id].efficiency.get(key, 1.0)
+        speedup, setup = 1.0, 0.0
+        if comp is not None and variant == "untuned" and comp.tuning is not None:
+            speedup = comp.tuning.untuned
+        elif comp is not None:
+            speedup = capped_compiler_speedup(compiler_speedup(comp, key, self.mode, prec), min(efficiency, 1.0))
+            setup = comp.tuning.seconds if comp.tuning is not None else 0.0
         return Route(
             framework=fw.id,
             compiler=comp.id if comp else NO_COMPILER,
@@ -316,9 +451,16 @@ class _Enumerator:
             precision=prec,
             layout=layout,
             efficiency=min(efficiency, 1.0),
-            compiler_speedup=compiler_speedup(comp, key, self.mode) if comp else 1.0,
-            layout_factor=layout_factor(self.target.device.kind, layout, prec),
+            compiler_speedup=speedup,
+            layout_factor=layout_factor(self.target.device.kind, layout, prec, self.convolutions),
+            compiler_variant=variant,
+            setup_seconds=setup,
+            tf32_share=tf32_share(fw.id, self.workload.flops_by_class) if self._tf32(prec) else 0.0,
         )
+
+    def _tf32(self, precision: str) -> bool:
+        """True when fp32 work may run on TF32 tensor cores (fp32 on hardware that has them)."""
+        return precision == "fp32" and "tf32" in self.target.device.peak_flops
 
     def _base_image(self, fw: Framework) -> str | None:
         key = self.target.image_key
@@ -327,17 +469,60 @@ class _Enumerator:
             self._exclude(f"the catalog has no {key} base image for it", framework=fw.id)
         return image
 
-    def _notes(self, fw: Framework, comp: Compiler | None) -> tuple[str, ...]:
+    def _notes(self, fw: Framework, comp: Compiler | None, route: Route) -> tuple[str, ...]:
+        """Where each prior that shaped this route's prediction comes from."""
         notes = []
         if fw.status != "maintained":
             notes.append(f"{fw.name} is legacy{_successor(fw.successor)} (pinned by the spec)")
-        if comp is not None and comp.speedups:
-            best = comp.speedups[0]
-            notes.append(f"{comp.name} prior: {best.typical:.2f}x over {best.baseline} ({best.source.citation})")
+        if comp is not None:
+            notes.append(self._compiler_note(comp, route))
+        key = self.target.device_key
+        factors = " x ".join(
+            [f"{fw.id} {fw.efficiency.get(key, 0.5):g}"]
+            + [f"{lib} {self.catalog.libraries[lib].efficiency.get(key, 1.0):g}" for lib in route.libraries]
+        )
+        anchor = (
+            "catalog priors anchored on onnxruntime, PyTorch and OpenBLAS measured here"
+            if key == "cpu"
+            else "catalog seed priors: no GPU was measured here"
+        )
+        notes.append(f"efficiency prior: {factors} = {route.efficiency:.2f} of peak ({anchor})")
+        gpu = self.target.device.kind == "gpu"
+        if gpu and route.precision in ("fp16", "bf16", "int8"):
+            notes.append(
+                f"tensor-core prior: {route.precision} FLOPs reach 3/8 of the fp32 share of peak ({TENSOR_CORE_SOURCE})"
+            )
+        if route.tf32_share > 0:
+            notes.append(
+                f"TF32 prior: {fw.name} runs {route.tf32_share:.0%} of this model's FLOPs on TF32 tensor cores "
+                f"at fp32 ({TF32_SOURCE})"
+            )
+        if self.convolutions and route.layout_factor != 1.0:
+            notes.append(f"layout prior: {route.layout} keeps {route.layout_factor:.2f} of the rate ({LAYOUT_SOURCE})")
         return tuple(notes)
 
+    def _compiler_note(self, comp: Compiler, route: Route) -> str:
+        if route.compiler_variant == "untuned" and comp.tuning is not None:
+            return f"{comp.name} untuned prior: {comp.tuning.untuned:g}x its framework ({comp.tuning.source.citation})"
+        figures = [
+            s for s in comp.speedups
+            if s.use_as_prior and s.device in (None, self.target.device_key) and s.mode in (None, self.mode)
+            and (not s.precisions or route.precision in s.precisions)
+        ]
+        cited = "; ".join(f"{s.typical:.2f}x over {s.baseline} ({s.source.citation})" for s in figures)
+        text = (
+            f"{comp.name} prior: {route.compiler_speedup:.2f}x on the compute-bound part ({COMPILER_SOURCE})"
+            + (f"; reported {cited}" if cited else "; no applicable figure is reported, so none is assumed")
+        )
+        if route.compiler_variant == "tuned" and comp.tuning is not None:
+            text += (
+                f"; tuned: {comp.tuning.seconds / 3600:g} h of search before the job, counted in the time to "
+                f"solution ({comp.tuning.source.citation})"
+            )
+        return text
 
-def compiler_speedup(comp: Compiler, device_key: str, mode: str) -> float:
+
+def compiler_speedup(comp: Compiler, device_key: str, mode: str, precision: str | None = None) -> float:
     """The compiler's prior speed-up: geometric mean of the reported figures that apply to this device and mode.
 
     Figures the catalog marks ``use_as_prior: false`` (measured against another device, or best cases such as
@@ -347,6 +532,7 @@ def compiler_speedup(comp: Compiler, device_key: str, mode: str) -> float:
         s.typical
         for s in comp.speedups
         if s.use_as_prior and s.device in (None, device_key) and s.mode in (None, mode)
+        and (precision is None or not s.precisions or precision in s.precisions)
     ]
     if not figures:
         return 1.0
@@ -360,17 +546,36 @@ def _successor(successor: str | None) -> str:
     return f" (successor: {successor})" if successor else ""
 
 
+#: How an exclusion by the spec's allow/deny lists starts (``Plan.removed_by_selection`` finds them by it).
+DENIED = "denied by optimisation.deny."
+NOT_ALLOWED = "not in optimisation.allow."
+SELECTION_REASONS = (DENIED, NOT_ALLOWED)
+
+
 def _selection_checks(category: str, item: str, allow: Selection, deny: Selection) -> list[tuple[bool, str]]:
     allowed: Sequence[str] | None = getattr(allow, category)
     denied: Sequence[str] | None = getattr(deny, category)
     return [
-        (not denied or item not in denied, f"denied by optimisation.deny.{category}"),
-        (allowed is None or item in allowed, f"not in optimisation.allow.{category}"),
+        (not denied or item not in denied, f"{DENIED}{category}"),
+        (allowed is None or item in allowed, f"{NOT_ALLOWED}{category}"),
     ]
 
 
-def _selected(category: str, item: str, allow: Selection, deny: Selection) -> bool:
-    return all(ok for ok, _ in _selection_checks(category, item, allow, deny))
+def _selection_problem(category: str, item: str, spec: AppSpec) -> str | None:
+    """Why the spec's allow/deny lists remove ``item`` (None when they keep it)."""
+    allow, deny = spec.optimisation.allow, spec.optimisation.deny
+    return next((reason for ok, reason in _selection_checks(category, item, allow, deny) if not ok), None)
+
+
+def _opt_in(category: str) -> str:
+    """How to use a legacy component that can be installed (an allow list also removes everything it does not name)."""
+    return f"list it in optimisation.allow.{category} to use it (that list then allows only the {category} it names)"
+
+
+def _no_install(status: str, successor: str | None) -> str:
+    """The reason for a component that cannot be deployed: nothing (no allow list or pin) can change it."""
+    legacy = f"legacy{_successor(successor)} and " if status != "maintained" else ""
+    return f"{legacy}no packaged install exists (described for reference only; it cannot be deployed)"
 
 
 def _explicitly_allowed(category: str, item: str, allow: Selection) -> bool:

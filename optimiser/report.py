@@ -11,6 +11,7 @@ from typing import Any
 from jinja2 import Environment, PackageLoader, StrictUndefined
 
 from optimiser.planner import Candidate, Plan
+from optimiser.ties import explain_ties
 from perfmodels import Prediction
 
 
@@ -43,6 +44,7 @@ def _route(c: Candidate) -> dict[str, Any]:
     return {
         "framework": r.framework,
         "compiler": r.compiler,
+        "compiler_variant": r.compiler_variant,
         "libraries": list(r.libraries),
         "precision": r.precision,
         "layout": r.layout,
@@ -84,6 +86,9 @@ def plan_to_dict(plan: Plan) -> dict[str, Any]:
             for i, c in enumerate(plan.candidates)
         ],
         "excluded": [{**e.what, "reason": e.reason} for e in plan.excluded],
+        "removed_by_allow_deny": [{**e.what, "reason": e.reason} for e in plan.removed_by_selection],
+        "layout_applies": plan.layout_applies,
+        "ties": explain_ties(plan),
         "notes": list(plan.notes),
     }
 
@@ -100,8 +105,19 @@ def render_markdown(plan: Plan) -> str:
     top = plan.candidates[: plan.spec.optimisation.top]
     return env.get_template("plan.md.j2").render(
         plan=plan, data=plan_to_dict(plan), top=top, excluded=sorted(grouped.items()),
-        best=plan.choice.prediction,
+        best=plan.choice.prediction, removed=describe_removed(plan),
+        layout=lambda c: c.route.layout if plan.layout_applies else "-",
     )
+
+
+def describe_removed(plan: Plan) -> list[str]:
+    """One line per allow/deny entry that removed something: ``not in optimisation.allow.compilers: tvm, openvino``."""
+    by_reason: dict[str, list[str]] = defaultdict(list)
+    for e in plan.removed_by_selection:
+        item = next(reversed(e.what.values()))  # the component the list names (after its framework)
+        if item not in by_reason[e.reason]:
+            by_reason[e.reason].append(item)
+    return [f"{reason}: {', '.join(items)}" for reason, items in sorted(by_reason.items())]
 
 
 def render_table(plan: Plan) -> str:
@@ -110,7 +126,8 @@ def render_table(plan: Plan) -> str:
     for i, c in enumerate(plan.candidates[: plan.spec.optimisation.top]):
         r, p = c.route, c.prediction
         rows.append((
-            str(i + 1), r.framework, r.compiler, "+".join(r.libraries) or "-", r.precision, r.layout,
+            str(i + 1), r.framework, r.compiler_label, "+".join(r.libraries) or "-", r.precision,
+            r.layout if plan.layout_applies else "-",
             format_seconds(p.step_seconds), f"{p.samples_per_second:,.1f}",
             format_seconds(p.total_seconds) if p.total_seconds is not None else "-",
         ))
@@ -120,6 +137,10 @@ def render_table(plan: Plan) -> str:
         f"{len(plan.candidates)} candidates ranked by {plan.spec.optimisation.goal} with {plan.model_name}; "
         f"{len(plan.excluded)} excluded (see plan.md)"
     )
+    if not plan.layout_applies:
+        lines.append("layout: - (the model has no convolutions, so the memory layout changes nothing)")
+    lines += [f"tie: {line}" for line in explain_ties(plan)]
+    lines += [f"removed by {line}" for line in describe_removed(plan)]
     return "\n".join(lines)
 
 

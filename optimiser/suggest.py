@@ -7,8 +7,9 @@ from collections.abc import Iterable
 
 
 def unknown_id_message(field: str, value: str, known: Iterable[str]) -> str:
-    """``field: unknown 'x' (did you mean 'y'?)`` or the list of known ids when nothing is close."""
+    """``field: unknown 'x' (did you mean 'y'?)`` or the list of known ids when nothing is close (never 'x' itself:
+    a name that is known elsewhere but not valid here gets the list)."""
     names = sorted(known)
-    close = difflib.get_close_matches(value, names, n=1, cutoff=0.6)
+    close = [c for c in difflib.get_close_matches(value, names, n=2, cutoff=0.6) if c != value][:1]
     hint = f"did you mean {close[0]!r}?" if close else f"known: {', '.join(names)}"
     return f"{field}: unknown {value!r} ({hint})"

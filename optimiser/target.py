@@ -34,13 +34,21 @@ def resolve_target(target: Target, catalog: Catalog) -> ResolvedTarget:
     notes: list[str] = []
     if gpu is not None:
         if gpu.model is None:
-            gpus = [h.id for h in catalog.hardware.values() if h.kind == "gpu" and h.vendor == gpu.vendor]
+            gpus = _gpu_ids(catalog, gpu.vendor)
             raise SpecError(f"target.accelerator.model: required for a {gpu.vendor} target (known: {', '.join(gpus)})")
-        hw = _preset(catalog, gpu.model, "target.accelerator.model")
+        if gpu.model == "local":
+            raise SpecError(
+                "target.accelerator.model: 'local' detects this machine's CPU only and never assumes an accelerator; "
+                f"name a {gpu.vendor} GPU preset (known: {', '.join(_gpu_ids(catalog, gpu.vendor))})"
+            )
+        hw = _preset(catalog, gpu.model, "target.accelerator.model", _gpu_ids(catalog, gpu.vendor))
         if hw.kind != "gpu" or hw.vendor != gpu.vendor:
             raise SpecError(f"target.accelerator.model: {hw.id} is a {hw.vendor} {hw.kind}, not a {gpu.vendor} GPU")
+        peaks = {str(k): v for k, v in hw.peak_flops.items()}
+        if hw.tf32_flops:  # fp32 layers run on TF32 tensor cores by default in most frameworks (perfmodels.priors)
+            peaks["tf32"] = hw.tf32_flops
         device = Device(
-            name=hw.id, kind="gpu", peak_flops={str(k): v for k, v in hw.peak_flops.items()},
+            name=hw.id, kind="gpu", peak_flops=peaks,
             mem_bandwidth=hw.mem_bandwidth, per_node=gpu.count, nodes=target.nodes, interconnect=gbps * 1e9 / 8,
         )
         vendor: DeviceKey = gpu.vendor  # type: ignore[assignment]  # "none" was ruled out by target.gpu
@@ -81,8 +89,13 @@ def _cpu_hardware(target: Target, catalog: Catalog, notes: list[str]) -> Hardwar
     return hw
 
 
-def _preset(catalog: Catalog, name: str, field: str) -> Hardware:
+def _gpu_ids(catalog: Catalog, vendor: str) -> list[str]:
+    return [h.id for h in catalog.hardware.values() if h.kind == "gpu" and h.vendor == vendor]
+
+
+def _preset(catalog: Catalog, name: str, field: str, known: list[str] | None = None) -> Hardware:
     try:
         return catalog.hardware[name]
     except KeyError:
-        raise SpecError(unknown_id_message(field, name, [*catalog.hardware, "local"])) from None
+        choices = known if known is not None else [*catalog.hardware, "local"]
+        raise SpecError(unknown_id_message(field, name, choices)) from None

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Literal, Protocol
 
 from perfmodels.features import Device, Route, Workload
@@ -20,6 +20,13 @@ class Prediction:
     #: Which model produced it: "roofline-prior" or "fitted:<name>".
     basis: str
     detail: dict[str, float] = field(default_factory=dict)
+
+    def with_setup(self, seconds: float) -> Prediction:
+        """The same prediction with a one-off setup (a compiler's tuning search) added to the whole-job time."""
+        if seconds <= 0:
+            return self
+        total = None if self.total_seconds is None else self.total_seconds + seconds
+        return replace(self, total_seconds=total, detail={**self.detail, "setup_s": seconds})
 
 
 class PerformanceModel(Protocol):

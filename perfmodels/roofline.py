@@ -1,7 +1,12 @@
 """The analytic prior: a roofline over the workload's FLOPs and bytes, scaled by catalog priors.
 
-time(step) = max(FLOPs / (peak[precision] × efficiency × layout), bytes / bandwidth) / compiler_speedup / devices
+time(step) = max(FLOPs / (peak[precision] × efficiency × layout × tensor-core share) / compiler_speedup,
+                 bytes / bandwidth / min(compiler_speedup, 1.07)) / devices
              + all-reduce time (training on more than one device)
+
+On a GPU, tensor-core precisions reach a smaller share of their peak (``priors.TENSOR_CORE_EFFICIENCY``); at fp32 the
+share of FLOPs the framework runs as TF32 (``Route.tf32_share``) uses the TF32 tensor-core peak where the device has
+one. Compilers speed up the compute-bound part; the memory-bound part gains little (``priors``).
 
 Training costs three forward passes (forward, input-gradient, weight-gradient) plus reading and writing parameters,
 gradients and optimiser state once per step.
@@ -13,6 +18,7 @@ import math
 
 from perfmodels.features import BYTES_PER_ELEMENT, Device, Route, Workload
 from perfmodels.prediction import Prediction
+from perfmodels.priors import MEMORY_BOUND_COMPILER_GAIN, TENSOR_CORE_EFFICIENCY, TENSOR_CORE_PRECISIONS
 
 #: Training FLOPs relative to one forward pass.
 TRAINING_FLOP_FACTOR = 3.0
@@ -39,11 +45,11 @@ class RooflinePrior:
         param_bytes = workload.params * 4 * scale
         if workload.mode == "training":
             param_bytes = workload.params * TRAINING_BYTES_PER_PARAM
-        peak = device.peak_flops.get(route.precision) or device.peak_flops["fp32"]
-        achieved = peak * route.efficiency * route.layout_factor
-        compute_s = flops / achieved
+        compute_s, achieved = _compute_seconds(flops, route, device)
         memory_s = (act_bytes + param_bytes * devices) / device.mem_bandwidth
-        single = max(compute_s, memory_s) / route.compiler_speedup
+        compute_s /= route.compiler_speedup
+        memory_s /= min(route.compiler_speedup, MEMORY_BOUND_COMPILER_GAIN)
+        single = max(compute_s, memory_s)
         parallel_eff = SCALING_EFFICIENCY_PER_DOUBLING ** max(0.0, _log2(devices))
         step = single / (devices * parallel_eff) + STEP_OVERHEAD_S[device.kind]
         comm_s = 0.0
@@ -61,13 +67,30 @@ class RooflinePrior:
             bound="compute" if compute_s >= memory_s else "memory",
             basis=self.name,
             detail={
-                "compute_s": compute_s / route.compiler_speedup,
-                "memory_s": memory_s / route.compiler_speedup,
+                "compute_s": compute_s,
+                "memory_s": memory_s,
                 "communication_s": comm_s,
                 "achieved_flops": achieved,
                 "devices": float(devices),
             },
         )
+
+
+def _compute_seconds(flops: float, route: Route, device: Device) -> tuple[float, float]:
+    """Seconds for ``flops`` at the route's precision on one device, and the FLOP/s achieved."""
+    base = route.efficiency * route.layout_factor
+    fp32 = device.peak_flops["fp32"] * base
+    if device.kind != "gpu":
+        achieved = (device.peak_flops.get(route.precision) or device.peak_flops["fp32"]) * base
+        return flops / achieved, achieved
+    if route.precision in TENSOR_CORE_PRECISIONS and route.precision in device.peak_flops:
+        achieved = device.peak_flops[route.precision] * base * TENSOR_CORE_EFFICIENCY
+        return flops / achieved, achieved
+    tf32 = device.peak_flops.get("tf32", 0.0) * base * TENSOR_CORE_EFFICIENCY
+    share = route.tf32_share if route.precision == "fp32" and tf32 > 0 else 0.0
+    seconds = flops * share / tf32 if share else 0.0
+    seconds += flops * (1 - share) / fp32
+    return seconds, flops / seconds if seconds > 0 else fp32
 
 
 def _log2(x: float) -> float:

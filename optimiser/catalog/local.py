@@ -17,13 +17,18 @@ FLOPs per cycle come from the vector ISA in ``/proc/cpuinfo`` flags (an FMA coun
 The clock is the base frequency where the kernel reports one (intel_pstate's ``base_frequency``), else the "@ x GHz"
 in the model name, else ``cpu MHz`` from ``/proc/cpuinfo``, else the cpufreq maximum, else 2.0 GHz (noted).
 
-Memory bandwidth is measured once per process with a single-threaded NumPy copy of 128 MiB (``2 × bytes / seconds``,
+Memory bandwidth is measured once per host with a single-threaded NumPy copy of 128 MiB (``2 × bytes / seconds``,
 best of two after a warm-up) — a lower bound on what several threads reach — unless ``APPOPT_LOCAL_MEM_BANDWIDTH``
-(bytes/s) is set.
+(bytes/s) is set. The figure is kept in ``$APPOPT_CACHE_DIR`` (or ``$XDG_CACHE_HOME/appopt``, ``~/.cache/appopt``)
+``/probes/<host key>.json``, keyed by the host name, CPU model, flags and usable cores, so every plan on one host sees
+the same figure (a live probe varied by a few percent between runs, and with it the plans' figures and image labels).
+Delete the file to measure again.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
 import math
 import os
 import platform
@@ -220,14 +225,59 @@ def measure_memory_bandwidth(nbytes: int = PROBE_BYTES) -> float:
     return 2 * source.nbytes / best
 
 
+def cache_base() -> Path:
+    """appopt's cache directory: ``$APPOPT_CACHE_DIR``, else ``$XDG_CACHE_HOME/appopt``, else ``~/.cache/appopt``."""
+    explicit = os.environ.get("APPOPT_CACHE_DIR")
+    if explicit:
+        return Path(explicit)
+    xdg = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(xdg, "appopt")
+
+
+def host_key() -> str:
+    """What identifies this host for cached probes: name, CPU model and flags, usable cores (hashed)."""
+    info = parse_cpuinfo(_read("/proc/cpuinfo") or "")
+    facts = [platform.node(), platform.machine(), info.model_name, " ".join(sorted(info.flags)), str(usable_cores())]
+    name = re.sub(r"[^A-Za-z0-9_.-]+", "-", platform.node() or "host")[:40]
+    return f"{name}-{hashlib.sha256(chr(31).join(facts).encode()).hexdigest()[:12]}"
+
+
+def probe_cache_path() -> Path:
+    """The file this host's probe results are kept in."""
+    return cache_base() / "probes" / f"{host_key()}.json"
+
+
+def cached_memory_bandwidth() -> tuple[float, Path, bool]:
+    """This host's probed bandwidth from the cache, measuring (and storing) it the first time: (bytes/s, cache file,
+    whether it was measured now). A cache that cannot be written still gives the measured figure."""
+    path = probe_cache_path()
+    try:
+        value = _float(str(json.loads(path.read_text(encoding="utf-8")).get("mem_bandwidth")))
+        if value and value > 0:
+            return value, path, False
+    except (OSError, ValueError, AttributeError):
+        pass
+    value = measure_memory_bandwidth()
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        payload = {"mem_bandwidth": value, "probe_bytes": PROBE_BYTES, "host": platform.node()}
+        tmp = path.with_suffix(f".{os.getpid()}.tmp")
+        tmp.write_text(json.dumps(payload, indent=2) + "\n", encoding="utf-8")
+        tmp.replace(path)
+    except OSError:
+        pass
+    return value, path, True
+
+
 def memory_bandwidth(measure: bool = True) -> tuple[float, str]:
     """The bandwidth to plan with, and how it was obtained."""
     override = _float(os.environ.get("APPOPT_LOCAL_MEM_BANDWIDTH"))
     if override:
         return override, "APPOPT_LOCAL_MEM_BANDWIDTH"
     if measure:
-        probe = f"single-thread NumPy copy of {PROBE_BYTES // 2**21} MiB (a lower bound)"
-        return measure_memory_bandwidth(), probe
+        value, path, _ = cached_memory_bandwidth()
+        probe = f"single-thread NumPy copy of {PROBE_BYTES // 2**21} MiB (a lower bound), cached per host in {path}"
+        return value, probe
     return 10e9, "not measured: assumed 10 GB/s"
 
 

@@ -117,6 +117,8 @@ class Speedup(_Entry):
     workload: str = ""
     device: DeviceKey | None = None
     mode: Mode | None = None
+    #: The precisions the figure applies to (empty: any); a compiler's gain differs per precision.
+    precisions: list[Precision] = Field(default_factory=list)
     source: Source
     #: False for claims whose baseline is another device or a best case (e.g. "up to 40× faster than CPU-only"):
     #: recorded and cited, but not multiplied into a route's prediction.
@@ -126,6 +128,16 @@ class Speedup(_Entry):
     def typical(self) -> float:
         """Geometric mean of the reported range (the single figure the prior uses)."""
         return self.low if self.high is None else (self.low * self.high) ** 0.5
+
+
+class Tuning(_Entry):
+    """A compiler that needs a tuning search per model to reach its reported speed-up."""
+
+    #: Seconds the search takes per model on the target before the job runs (added to the time to solution).
+    seconds: float
+    #: Speed without the search, relative to the framework alone (the route a plain install gives).
+    untuned: float
+    source: Source
 
 
 class Component(_Entry):
@@ -167,6 +179,9 @@ class Framework(Component):
     efficiency: dict[DeviceKey, float] = Field(default_factory=dict)
     #: True if it reads ONNX directly (others need an exporter step or a native model definition).
     reads_onnx: bool = False
+    #: True if it only runs model files (no model definitions of its own): inference on it needs
+    #: ``application.model.onnx``, or an ``application.command`` that brings its own model.
+    model_files_only: bool = False
     #: False if it trains in one process only: a training plan on several nodes (or GPUs) would start independent
     #: copies of the same run.
     distributed_training: bool = True
@@ -177,6 +192,8 @@ class Compiler(Component):
     #: The framework × compiler matrix: framework id -> modes it supports with that framework (T/I/N).
     support: dict[str, list[Mode]] = Field(default_factory=dict)
     speedups: list[Speedup] = Field(default_factory=list)
+    #: Set when the speed-ups need a tuning search (TVM): the planner ranks the tuned and the untuned route.
+    tuning: Tuning | None = None
     #: Extra steps when used with a given framework id (e.g. Torch-TensorRT for PyTorch), on top of ``install``.
     install_with: dict[str, Install] = Field(default_factory=dict)
 
@@ -207,6 +224,8 @@ class Hardware(_Entry):
     peak_flops: dict[Precision, float]
     #: Memory bandwidth in bytes/s.
     mem_bandwidth: float
+    #: TF32 tensor-core peak in FLOP/s (Ampere and later), which frameworks use for fp32 by default.
+    tf32_flops: float | None = None
     memory_bytes: float | None = None
     #: Vector ISA features that matter for library rules (avx512, amx, sve, neon, tensor_cores…).
     features: list[str] = Field(default_factory=list)

@@ -194,9 +194,11 @@ def kernels_cmd(
     threads: Annotated[list[int] | None, typer.Option("--threads", help="Thread counts (repeatable).", min=1)] = None,
     db: Annotated[Path | None, typer.Option("--db", help="Append result rows to this database file.")] = None,
 ) -> None:
-    """DeepBench-like GEMM/conv/attention kernels: achieved GFLOP/s against the measured GEMM peak."""
+    """DeepBench-like GEMM/conv/attention kernels: achieved GFLOP/s as a share of the best GEMM rate measured in the
+    run (NumPy's 1024x1024 GEMM before and after, or any backend's GEMM kernel)."""
     from benchmarks.backends import all_backends
-    from benchmarks.kernels import kernel_suite, run_kernel_suite
+    from benchmarks.kernels import kernel_suite, measure_gemm_peak, reference_rates, run_kernel_suite
+    from optimiser.commands.progress import progress
 
     backends = backend or ["onnxruntime", "appopt-runtime"]
     _check_choices("--backend", backends, list(all_backends()))
@@ -204,8 +206,15 @@ def kernels_cmd(
         kernels = kernel_suite(suite_name)
     except KeyError as error:
         raise AppoptError(f"--suite: {error.args[0]}") from None
-    for outcome in run_kernel_suite(kernels, backends, threads or [1], None, str(db) if db else None):
-        typer.echo(outcome.describe())
+    outcomes = []
+    total = len(kernels) * len(backends) * len(threads or [1])
+    with progress(f"measuring {total} kernel runs") as step:
+        for outcome in run_kernel_suite(kernels, backends, threads or [1], None, str(db) if db else None):
+            outcomes.append(outcome)
+            step(f"{len(outcomes)}/{total}: {outcome.kernel.name} on {outcome.backend}, {outcome.threads}t")
+    reference = reference_rates(outcomes, measure_gemm_peak)
+    for outcome in outcomes:  # shares against one reference per thread count, known once every GEMM has run
+        typer.echo(outcome.describe(reference.get(outcome.threads)))
 
 
 @bench_app.command("units")
@@ -225,7 +234,7 @@ def units_cmd(
     ] = False,
 ) -> None:
     """Kernel-unit sweep: sampled convolutions, matrix products, pools, norms… measured alone on each backend,
-    the data the kernel-level performance models learn from (``appopt models evaluate`` scores them)."""
+    the data the kernel-level performance models learn from (`appopt models evaluate` scores them)."""
     from benchmarks.backends import all_backends
     from benchmarks.unit_sweep import SWEEP_BACKENDS, run_unit_sweep, sample_units, unmeasured
     from perfmodels.units import KINDS
@@ -363,8 +372,13 @@ def run_slice_cmd(
 @user_errors
 def record_default_cmd(
     out: Annotated[
-        Path | None, typer.Option("-o", "--out", help="Database to replace (default: the shipped one).")
+        Path | None,
+        typer.Option("-o", "--out", help="Database to write (default: recorded.csv in appopt's cache directory)."),
     ] = None,
+    replace_shipped: Annotated[
+        bool,
+        typer.Option("--replace-shipped", help="Overwrite the shipped database instead (for maintainers)."),
+    ] = False,
     min_duration: Annotated[float, typer.Option(help="Minimum seconds per measurement.", min=0.0)] = 0.5,
     min_queries: Annotated[int, typer.Option(help="Minimum queries per measurement.", min=1)] = 5,
     max_duration: Annotated[
@@ -377,11 +391,15 @@ def record_default_cmd(
         float, typer.Option(help="Seconds to wait for other processes to go quiet before starting.", min=0.0)
     ] = 60.0,
 ) -> None:
-    """Regenerate the shipped result database from scratch on this machine (about 57 minutes; run it quiet)."""
+    """Record a whole result database on this machine, as the shipped one was (about 57 minutes; run it quiet).
+
+    It goes to --out (default: recorded.csv in appopt's cache directory); plans use it with APPOPT_RESULTS_DB=FILE.
+    The shipped database is overwritten only with --replace-shipped."""
     from dataclasses import replace
 
     from benchmarks.record import RECORD_SETTINGS, record_default
-    from perfmodels.results_db import DEFAULT_DB
+
+    target = record_destination(out, replace_shipped)
 
     settings = replace(
         RECORD_SETTINGS, min_duration_s=min_duration, min_queries=min_queries, max_duration_s=max_duration or None
@@ -389,7 +407,7 @@ def record_default_cmd(
     record_default(
         model_features,
         catalog_literature_rows(),
-        out or DEFAULT_DB,
+        target,
         settings,
         tuple(threads or (1, 2)),
         kernels,
@@ -397,6 +415,22 @@ def record_default_cmd(
         quiet_wait_s=quiet_wait,
         units=units,
     )
+    typer.echo(f"recorded {target}; plan with it: APPOPT_RESULTS_DB={target} appopt plan SPEC")
+
+
+def record_destination(out: Path | None, replace_shipped: bool) -> Path:
+    """Where ``record-default`` writes: --out, the shipped database only when asked, else the cache directory."""
+    from optimiser.catalog.local import cache_base
+    from perfmodels.results_db import DEFAULT_DB
+
+    if out is not None and replace_shipped:
+        raise AppoptError("--replace-shipped: writes the shipped database; leave out --out")
+    if replace_shipped:
+        return Path(DEFAULT_DB)
+    if out is None:
+        out = cache_base() / "recorded.csv"
+        out.parent.mkdir(parents=True, exist_ok=True)
+    return out
 
 
 @bench_app.command("refresh-features")

@@ -11,6 +11,7 @@ import pandas as pd
 import typer
 
 from optimiser.commands.errors import user_errors
+from optimiser.commands.progress import progress
 from optimiser.errors import AppoptError
 
 if TYPE_CHECKING:
@@ -35,7 +36,8 @@ def _frame(db: list[Path] | None) -> pd.DataFrame:
 
     paths = db or [default_db_path()]
     try:
-        return read_results(*paths)
+        with progress(f"reading {', '.join(p.name for p in paths)}"):
+            return read_results(*paths)
     except ResultsSchemaError as error:
         raise AppoptError(f"--db: {error}") from None
 
@@ -88,13 +90,15 @@ def evaluate_cmd(
 
     if statistic not in ("auto", "wall", "cpu"):
         raise AppoptError(f"--statistic: {statistic!r} is not one of auto, wall, cpu")
+    frame = _frame(db)
     try:
-        evaluation = leave_one_architecture_out(
-            _frame(db),
-            statistic=statistic,  # type: ignore[arg-type]
-            threads=threads,
-            whole_weight=whole_weight,
-        )
+        with progress(f"leave-one-architecture-out over {len(frame)} rows (one refit per held-out family)"):
+            evaluation = leave_one_architecture_out(
+                frame,
+                statistic=statistic,  # type: ignore[arg-type]
+                threads=threads,
+                whole_weight=whole_weight,
+            )
     except ValueError as error:
         raise AppoptError(f"--db: {error}") from None
     for line in evaluation.lines():
@@ -119,20 +123,30 @@ def evaluate_cmd(
 @user_errors
 def show_cmd(db: DbOption = None) -> None:
     """Show the fitted rates per target and route: GFLOP/s per op class, GB/s per byte stream, µs per node."""
-    from perfmodels.fitted import fit_model
+    from perfmodels.fitted import default_db_path, fit_model
     from perfmodels.targets import local_target_key
 
-    model = fit_model(_frame(db))
+    frame = _frame(db)
+    paths = db or [default_db_path()]
+    with progress(f"fitting the per-target models to {len(frame)} rows"):
+        # one database: its kernel-unit fits are kept in the cache the planner uses, so the next show is quick
+        model = fit_model(frame, db=paths[0] if len(paths) == 1 else None)
     typer.echo(f"this machine: {local_target_key()}")
     for line in describe_rates(model.result.groups):
         typer.echo(line)
     unit_fit = model.units()
     if unit_fit is not None and unit_fit.keys():
+        described = []
+        keys = list(unit_fit.keys())
+        with progress(f"fitting the kernel-unit models of {len(keys)} routes") as step:
+            for key in keys:
+                step("/".join(str(part) for part in key))
+                route = unit_fit.route(key)
+                if route is not None:
+                    described.append(route.describe())
         typer.echo("kernel-unit models (learned from unit sweeps; train RMSPE per kind):")
-        for key in unit_fit.keys():  # noqa: SIM118 (UnitFit is not a dict)
-            route = unit_fit.route(key)
-            if route is not None:
-                typer.echo(route.describe())
+        for line in described:
+            typer.echo(line)
 
 
 #: How each fitted weight is shown: (header, unit scale, as a rate (1/w) or as a cost (w)).
@@ -146,7 +160,10 @@ _DISPLAY = {
     "activation_bytes": ("act GB/s", 1e-9, True),
     "gemv_weight_bytes_cached": ("wts GB/s", 1e-9, True),
     "gemv_weight_bytes_streamed": ("stream GB/s", 1e-9, True),
-    "nodes": ("us/node", 1e6, False),
+    "lrn_flops": ("lrn GF/s", 1e-9, True),
+    "gemv_weight_bytes_hot": ("hot GB/s", 1e-9, True),
+    "conv_nodes": ("us/convnode", 1e6, False),
+    "other_nodes": ("us/node", 1e6, False),
     "queries": ("us/query", 1e6, False),
 }
 

@@ -47,7 +47,7 @@ def run_model_cmd(
     """Run MODEL with appopt's runtime; print each output's shape, dtype, mean/min/max and the latency."""
     from runtime.tools import format_run, run_model
 
-    report = run_model(model,
+    report = run_model(model_source(model, engine),
         inputs=input,
         random=random,
         repeat=repeat,
@@ -57,6 +57,28 @@ def run_model_cmd(
         engine=engine,)
     for line in format_run(report):
         typer.echo(line)
+
+
+def model_source(model: Path, engine: str) -> Path:
+    """What to load for MODEL: a file as given; a directory only when `appopt compile` wrote it, for this runtime
+    (its graph holds appopt's fused ops, which onnxruntime cannot run). Any other directory is refused by name, not
+    reported as missing."""
+    from runtime.artifact import is_artifact_dir
+    from runtime.errors import RuntimeModelError
+
+    if not model.is_dir():
+        return model
+    if not is_artifact_dir(model):
+        raise RuntimeModelError(
+            f"model {str(model)!r} is a directory, but not one `appopt compile` wrote (it has no appopt "
+            "manifest.json): give an .onnx file or a compiled directory"
+        )
+    if engine == "onnxruntime":
+        raise RuntimeModelError(
+            f"model {str(model)!r} was compiled by appopt and holds its fused ops, which onnxruntime cannot run: "
+            "give --engine onnxruntime the original .onnx file"
+        )
+    return model
 
 
 def register(app: typer.Typer) -> None:

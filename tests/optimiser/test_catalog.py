@@ -486,7 +486,8 @@ def test_flops_per_cycle_rules() -> None:
     assert flops_per_cycle("ppc64le", CpuInfo(flags=frozenset({"vsx"})))[0] == {"fp32": 16.0}
 
 
-def test_local_detection_is_sane_and_fast() -> None:
+def test_local_detection_is_sane_and_fast(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("APPOPT_CACHE_DIR", str(tmp_path))  # measure here, not from a cached probe
     detect_local_hardware.cache_clear()
     start = time.perf_counter()
     local = detect_local_hardware()

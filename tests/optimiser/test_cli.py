@@ -76,7 +76,9 @@ def test_plan_writes_the_report_and_artifacts(tmp_path: Path, example: str, job_
     code, _, err = invoke("plan", str(EXAMPLES / example), "-o", str(tmp_path))
     assert code == 0, err
     plan = json.loads((tmp_path / "plan.json").read_text())
-    assert set(plan["choice"]) == {"framework", "compiler", "libraries", "precision", "layout", "base_image"}
+    assert set(plan["choice"]) == {
+        "framework", "compiler", "compiler_variant", "libraries", "precision", "layout", "base_image"
+    }
     assert plan["predicted"]["step_seconds"] > 0
     assert plan["candidates"][0]["rank"] == 1
     assert all(e["reason"] for e in plan["excluded"])

@@ -110,5 +110,8 @@ def test_single_process_trainers_are_not_planned_across_nodes() -> None:
     ]
     # frameworks with distributed training stay, and inference on several nodes (replicas) stays open to all
     assert {c.route.framework for c in many.candidates} >= {"pytorch", "tensorflow"}
-    replicas = plan_for("inference", {**X86_CPU, "scheduler": "slurm", "nodes": 2}, framework="appopt-runtime")
+    replicas = plan_for(  # (with a command that brings its model: the runtime runs model files only)
+        "inference", {**X86_CPU, "scheduler": "slurm", "nodes": 2}, framework="appopt-runtime",
+        command=["python3", "serve.py"],
+    )
     assert replicas.choice.route.framework == "appopt-runtime"

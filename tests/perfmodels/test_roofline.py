@@ -60,3 +60,62 @@ def test_more_devices_help_but_less_than_linearly_and_training_pays_allreduce() 
 def test_layout_priors_prefer_nhwc_for_tensor_cores_and_blocked_on_cpu() -> None:
     assert layout_factor("gpu", "NHWC", "fp16") > layout_factor("gpu", "NCHW", "fp16")
     assert layout_factor("cpu", "NCHWc", "fp32") > layout_factor("cpu", "NCHW", "fp32")
+
+
+def test_tensor_cores_reach_a_smaller_share_of_their_peak() -> None:
+    from perfmodels.priors import TENSOR_CORE_EFFICIENCY
+
+    prior = RooflinePrior()
+    fp32 = prior.predict(workload(), route("fp32"), GPU).detail["compute_s"]
+    fp16 = prior.predict(workload(), route("fp16"), GPU).detail["compute_s"]
+    assert fp32 / fp16 == pytest.approx(300 / 20 * TENSOR_CORE_EFFICIENCY)  # not the peaks' 15x
+
+
+def test_fp32_uses_tf32_tensor_cores_for_the_share_the_framework_runs_there() -> None:
+    from dataclasses import replace
+
+    from perfmodels.priors import TENSOR_CORE_EFFICIENCY, tf32_share
+
+    ampere = replace(GPU, peak_flops={**GPU.peak_flops, "tf32": 150e12})
+    prior = RooflinePrior()
+    plain = prior.predict(workload(), route("fp32"), ampere).detail["compute_s"]
+    half = replace(route("fp32"), tf32_share=0.5)
+    mixed = prior.predict(workload(), half, ampere).detail["compute_s"]
+    flops = 64 * 8e9
+    assert mixed == pytest.approx(flops * 0.5 / (150e12 * 0.5 * TENSOR_CORE_EFFICIENCY) + flops * 0.5 / (20e12 * 0.5))
+    assert mixed < plain
+    # The share is ignored without a TF32 peak (a V100) and at reduced precision.
+    assert prior.predict(workload(), half, GPU).detail["compute_s"] == pytest.approx(plain)
+    assert tf32_share("pytorch", {"conv": 3.0, "gemm": 1.0}) == pytest.approx(0.75)
+    assert tf32_share("tensorflow", {"conv": 3.0, "gemm": 1.0}) == 1.0
+    assert tf32_share("mxnet", {"conv": 3.0}) == 0.0
+
+
+def test_compilers_speed_up_compute_not_memory_traffic() -> None:
+    from perfmodels.priors import MEMORY_BOUND_COMPILER_GAIN, capped_compiler_speedup
+
+    prior = RooflinePrior()
+    memory_bound = workload(flops=1e6, act=1e9)
+    base = prior.predict(memory_bound, route(), GPU).detail["memory_s"]
+    compiled = prior.predict(memory_bound, route(speedup=2.14), GPU).detail["memory_s"]
+    assert base / compiled == pytest.approx(MEMORY_BOUND_COMPILER_GAIN)
+    untuned = prior.predict(memory_bound, route(speedup=0.02), GPU).detail["memory_s"]
+    assert untuned == pytest.approx(base / 0.02)  # a slow compiler is slow everywhere
+    # The compute gain lifts a route at most to the kernel ceiling (0.85 of peak).
+    assert capped_compiler_speedup(2.14, 0.34) == pytest.approx(2.14)
+    assert capped_compiler_speedup(2.14, 0.69) == pytest.approx(0.85 / 0.69)
+    assert capped_compiler_speedup(2.14, 0.9) == 1.0
+    assert capped_compiler_speedup(0.5, 0.9) == 0.5
+
+
+def test_layout_changes_nothing_without_convolutions() -> None:
+    assert layout_factor("cpu", "NCHW", "fp32", has_convolutions=False) == 1.0
+    assert layout_factor("gpu", "NCHW", "fp16", has_convolutions=False) == 1.0
+    assert layout_factor("cpu", "NCHW", "fp32") < 1.0
+
+
+def test_a_setup_adds_to_the_whole_job_only() -> None:
+    p = RooflinePrior().predict(workload(), route(), GPU)
+    q = p.with_setup(3600.0)
+    assert q.step_seconds == p.step_seconds and q.total_seconds == pytest.approx((p.total_seconds or 0) + 3600)
+    assert q.detail["setup_s"] == 3600 and p.with_setup(0.0) is p
