@@ -173,9 +173,9 @@ def catalog(
 
 def _register_commands() -> None:
     """Commands that live in optimiser/commands/, one module per area, each with ``register(app)``."""
-    from optimiser.commands import bench_cmds, build_cmds, models_cmds, runtime_cmds, train_cmds
+    from optimiser.commands import bench_cmds, build_cmds, calibrate_cmds, models_cmds, runtime_cmds, train_cmds
 
-    for module in (runtime_cmds, train_cmds, build_cmds, bench_cmds, models_cmds):
+    for module in (runtime_cmds, train_cmds, build_cmds, bench_cmds, models_cmds, calibrate_cmds):
         module.register(app)
 
 
