@@ -25,7 +25,7 @@ from benchmarks.unit_sweep import SWEEP_ROUNDS, sample_units, sweep_settings, un
 from perfmodels.units import Unit, encode_units, unit_flops
 
 #: Backends calibrated by default (the planner's CPU routes); ``--backends`` picks others.
-CALIBRATE_BACKENDS = ("onnxruntime", "appopt-runtime")
+CALIBRATE_BACKENDS = ("onnxruntime", "onnxruntime-extended", "appopt-runtime")
 #: Below this budget nothing useful can be measured (the probes alone take a few seconds on 2 cores).
 MIN_BUDGET_S = 10.0
 #: Samples per kind the covering set chooses from (the sweep's first ``POOL_PER_KIND`` of each kind).

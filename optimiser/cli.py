@@ -139,6 +139,7 @@ def plan(
     """Rank every compatible route for SPEC and explain the choice; with -o also render the artifacts."""
     from optimiser.app_files import check_app_files
     from optimiser.artifacts import with_deployment_notes, write_plan_outputs
+    from optimiser.errors import AppoptError
     from optimiser.planner import make_plan
     from optimiser.report import render_table
     from optimiser.spec import load_spec
@@ -149,7 +150,13 @@ def plan(
         app_spec = app_spec.model_copy(
             update={"optimisation": app_spec.optimisation.model_copy(update={"top": top})}
         )
-    result = with_deployment_notes(make_plan(app_spec))
+    from perfmodels.hoststore import HostStoreError
+
+    try:
+        planned = make_plan(app_spec)
+    except HostStoreError as error:  # this host's calibration store (appopt calibrate) is damaged or foreign
+        raise AppoptError(f"host store: {error}") from None
+    result = with_deployment_notes(planned)
     typer.echo(render_table(result))
     for note in result.notes:
         typer.echo(f"note: {note}", err=True)

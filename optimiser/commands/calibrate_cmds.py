@@ -17,7 +17,10 @@ def calibrate_cmd(
     budget: Annotated[float, typer.Option("--budget", help="Seconds to spend measuring (default 300).")] = 300.0,
     backends: Annotated[
         list[str] | None,
-        typer.Option("--backends", help="Backends to calibrate (repeatable; default onnxruntime, appopt-runtime)."),
+        typer.Option(
+            "--backends",
+            help="Backends to calibrate (repeatable; default onnxruntime, onnxruntime-extended, appopt-runtime).",
+        ),
     ] = None,
     db: Annotated[
         Path | None, typer.Option("--db", help="Store to append to (default: the per-user host store).")

@@ -115,3 +115,18 @@ def test_calibrate_for_real_appends_and_a_second_run_resumes(tmp_path: Path) -> 
     assert second is not None and len(second) > len(first)
     assert set(first["row_id"]) <= set(second["row_id"])  # nothing lost
     assert not second["units"].duplicated().any()  # resumed: no unit measured twice
+
+
+def test_plan_with_a_corrupt_host_store_says_so_in_one_line_and_keeps_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path))
+    store = host_store_path()
+    store.parent.mkdir(parents=True)
+    store.write_text("garbage\n", encoding="utf-8")
+    spec = Path(__file__).parents[2] / "examples" / "onnx-mlp-local.yaml"
+    code, out = _invoke("plan", str(spec))
+    assert code != 0 and "Traceback" not in out
+    errors = [line for line in out.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and errors[0].startswith(f"error: host store: {store}")
+    assert store.read_text(encoding="utf-8") == "garbage\n"
