@@ -69,6 +69,10 @@ class HeldOutFigures:
     max_regret: float
     predictions: int
     families: int
+    #: 10th and 90th percentiles of measured / predicted over the held-out predictions: a prediction's p10-p90
+    #: interval is its step times these (NaN in summaries written before they were stored).
+    p10_ratio: float = float("nan")
+    p90_ratio: float = float("nan")
 
     @classmethod
     def from_evaluation(cls, evaluation: Evaluation, precision: str | None = None) -> HeldOutFigures:
@@ -79,11 +83,19 @@ class HeldOutFigures:
             rows = rows[rows["precision"] == precision]
             s = evaluation.by_precision()[precision]
         families = int(rows["family"].nunique())
-        return cls(s.rmspe, s.within_10pct, s.spearman, s.mean_regret, s.max_regret, s.predictions, families)
+        ratio = (rows["y"].astype(float) / rows["predicted"].astype(float)).to_numpy()
+        ratio = ratio[np.isfinite(ratio)]
+        p10, p90 = (float(q) for q in np.quantile(ratio, [0.1, 0.9])) if len(ratio) else (np.nan, np.nan)
+        return cls(s.rmspe, s.within_10pct, s.spearman, s.mean_regret, s.max_regret, s.predictions, families, p10, p90)
 
-    def as_detail(self) -> dict[str, float]:
-        """``Prediction.detail`` entries (``heldout_*``)."""
-        return {f"heldout_{k}": float(v) for k, v in asdict(self).items()}
+    def as_detail(self, step_s: float | None = None) -> dict[str, float]:
+        """``Prediction.detail`` entries (``heldout_*``), and with ``step_s`` its ``p10_step_s``/``p90_step_s``."""
+        detail = {
+            f"heldout_{k}": float(v) for k, v in asdict(self).items() if not np.isnan(float(v)) or "ratio" not in k
+        }
+        if step_s is not None and np.isfinite(self.p10_ratio) and np.isfinite(self.p90_ratio):
+            detail.update(p10_step_s=step_s * self.p10_ratio, p90_step_s=step_s * self.p90_ratio)
+        return detail
 
 
 def evaluation_path(db: Path) -> Path:
@@ -211,7 +223,11 @@ class FittedModel:
                 **prediction.detail,
                 "calibration_factor": factor,
                 "calibrated_units": float(calibration.units),
-                **({} if interval is None else {"p10_step_s": interval[0], "p90_step_s": interval[1]}),
+                **(
+                    {k: prediction.detail[k] * factor for k in ("p10_step_s", "p90_step_s") if k in prediction.detail}
+                    if interval is None
+                    else {"p10_step_s": interval[0], "p90_step_s": interval[1]}
+                ),
             },
         )
 
@@ -362,7 +378,7 @@ class FittedModel:
                 "train_rmspe": group.train_rmspe,
                 # the per-node and per-query part of the step (scaled like the step when the route differs)
                 "overhead_s": group.overhead_seconds(x) * step / whole if whole > 0 else 0.0,
-                **(figures.as_detail() if (figures := self.heldout(group.route.precision)) is not None else {}),
+                **(figures.as_detail(step) if (figures := self.heldout(group.route.precision)) is not None else {}),
             },
         )
         return self._calibrated(fitted, workload, route, group) if device.name in LOCAL_NAMES else fitted
