@@ -433,6 +433,58 @@ def load_default_model(path: str | Path | None = None) -> PerformanceModel:
 def _load(path: str, stamp: int, store: str = "", store_stamp: int = 0) -> PerformanceModel:
     from perfmodels.results_db import read_results
 
-    frame = read_results(path, warn=False)
-    model = fit_model(frame, source=Path(path).name, db=Path(path), store=Path(store) if store else None)
+    db = Path(path)
+    cached = _read_fit_cache(db)
+    if cached is not None:
+        frame, result, units = cached
+        model = FittedModel(result, source=db.name, frame=frame, db=db, store=Path(store) if store else None)
+        model._units = units
+    else:
+        frame = read_results(path, warn=False)
+        model = fit_model(frame, source=db.name, db=db, store=Path(store) if store else None)
+        _write_fit_cache(db, model)
     return model if model.result.groups else RooflinePrior()
+
+
+#: Modules whose code shapes a fitted model: their text is part of the cache key, so an edit refits.
+_FIT_CODE = ("fit.py", "unitfit.py", "results_db.py", "features.py", "units.py", "fitted.py")
+
+
+def fit_cache_file(db: Path) -> Path | None:
+    """Where the fitted model of ``db`` is kept between processes (``unitfit.cache_dir_for``'s directory, keyed by
+    the database's digest and library versions, plus the fitting code's digest); None without a cache."""
+    directory = cache_dir_for(db)
+    if directory is None:
+        return None
+    here = Path(__file__).parent
+    code = hashlib.sha256(b"".join((here / name).read_bytes() for name in _FIT_CODE)).hexdigest()[:16]
+    return directory / f"fitted-model-{code}.pkl"
+
+
+def _read_fit_cache(db: Path) -> tuple[pd.DataFrame, FitResult, UnitFit | None] | None:
+    import pickle
+
+    path = fit_cache_file(db)
+    try:
+        with open(path, "rb") as handle:  # type: ignore[arg-type]
+            frame, result, units = pickle.load(handle)  # our own cache directory, keyed by the database's digest
+    except Exception:  # missing, unreadable or from another version: read and fit again
+        return None
+    ok = isinstance(frame, pd.DataFrame) and isinstance(result, FitResult) and isinstance(units, UnitFit | None)
+    return (frame, result, units) if ok else None
+
+
+def _write_fit_cache(db: Path, model: FittedModel) -> None:
+    import pickle
+    import tempfile
+
+    path = fit_cache_file(db)
+    if path is None:
+        return
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=path.parent, delete=False) as handle:
+            pickle.dump((model._frame, model.result, model.units()), handle, protocol=pickle.HIGHEST_PROTOCOL)
+        os.replace(handle.name, path)
+    except OSError:  # a read-only home: the cache is only a speed-up
+        return
