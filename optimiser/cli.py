@@ -150,7 +150,7 @@ def plan(
         app_spec = app_spec.model_copy(
             update={"optimisation": app_spec.optimisation.model_copy(update={"top": top})}
         )
-    from perfmodels.hoststore import HostStoreError
+    from perfmodels.hoststore import HostStoreError, host_store_path
 
     try:
         planned = make_plan(app_spec)
@@ -160,6 +160,11 @@ def plan(
     typer.echo(render_table(result))
     for note in result.notes:
         typer.echo(f"note: {note}", err=True)
+    if result.target.hardware.id == "local" and result.target.hardware.kind == "cpu" and not host_store_path().exists():
+        typer.echo(
+            "note: this host is not calibrated: `appopt calibrate` (5 minutes) measures it, so plans use its figures",
+            err=True,
+        )
     if out is not None:
         for path in write_plan_outputs(result, out, force=force, allow_outside_spec_dir=allow_outside_spec_dir):
             typer.echo(f"wrote {path}")

@@ -130,3 +130,16 @@ def test_plan_with_a_corrupt_host_store_says_so_in_one_line_and_keeps_it(
     errors = [line for line in out.splitlines() if line.startswith("error:")]
     assert len(errors) == 1 and errors[0].startswith(f"error: host store: {store}")
     assert store.read_text(encoding="utf-8") == "garbage\n"
+
+
+def test_plan_on_an_uncalibrated_local_host_suggests_calibrating_once(tmp_path: Path) -> None:
+    spec = Path(__file__).parents[2] / "examples" / "onnx-mlp-local.yaml"
+    code, out = _invoke("plan", str(spec))
+    assert code == 0, out
+    assert [line for line in out.splitlines() if "appopt calibrate" in line] == [
+        "note: this host is not calibrated: `appopt calibrate` (5 minutes) measures it, so plans use its figures"
+    ]
+    host_store_path().parent.mkdir(parents=True)
+    host_store_path().write_text(HEADER_LINE, encoding="utf-8")  # calibrated (nothing comparable yet): no note
+    code, out = _invoke("plan", str(spec))
+    assert code == 0 and "appopt calibrate" not in out
