@@ -139,6 +139,7 @@ def plan(
     """Rank every compatible route for SPEC and explain the choice; with -o also render the artifacts."""
     from optimiser.app_files import check_app_files
     from optimiser.artifacts import with_deployment_notes, write_plan_outputs
+    from optimiser.errors import AppoptError
     from optimiser.planner import make_plan
     from optimiser.report import render_table
     from optimiser.spec import load_spec
@@ -149,10 +150,21 @@ def plan(
         app_spec = app_spec.model_copy(
             update={"optimisation": app_spec.optimisation.model_copy(update={"top": top})}
         )
-    result = with_deployment_notes(make_plan(app_spec))
+    from perfmodels.hoststore import HostStoreError, host_store_path
+
+    try:
+        planned = make_plan(app_spec)
+    except HostStoreError as error:  # this host's calibration store (appopt calibrate) is damaged or foreign
+        raise AppoptError(f"host store: {error}") from None
+    result = with_deployment_notes(planned)
     typer.echo(render_table(result))
     for note in result.notes:
         typer.echo(f"note: {note}", err=True)
+    if result.target.hardware.id == "local" and result.target.hardware.kind == "cpu" and not host_store_path().exists():
+        typer.echo(
+            "note: this host is not calibrated: `appopt calibrate` (5 minutes) measures it, so plans use its figures",
+            err=True,
+        )
     if out is not None:
         for path in write_plan_outputs(result, out, force=force, allow_outside_spec_dir=allow_outside_spec_dir):
             typer.echo(f"wrote {path}")
@@ -173,9 +185,9 @@ def catalog(
 
 def _register_commands() -> None:
     """Commands that live in optimiser/commands/, one module per area, each with ``register(app)``."""
-    from optimiser.commands import bench_cmds, build_cmds, models_cmds, runtime_cmds, train_cmds
+    from optimiser.commands import bench_cmds, build_cmds, calibrate_cmds, models_cmds, runtime_cmds, train_cmds
 
-    for module in (runtime_cmds, train_cmds, build_cmds, bench_cmds, models_cmds):
+    for module in (runtime_cmds, train_cmds, build_cmds, bench_cmds, models_cmds, calibrate_cmds):
         module.register(app)
 
 

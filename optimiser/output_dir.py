@@ -3,7 +3,8 @@
 * **Exclusive.** A planner holds ``DIR/.appopt-lock`` (``flock``, not waiting): a second planner refuses in one line.
 * **Built aside.** The plan is written into ``DIR/.appopt-new-*`` first, so a failure leaves DIR as it was; then each
   entry is renamed into place, ``plan.json`` last, and what the previous plan rendered but this one does not (and what
-  ``build``, ``push`` and the HPC builds wrote from it: ``build.json``, ``push.json``, ``logs``, images) is removed.
+  ``build``, ``push`` and the HPC builds wrote from it: ``build.json``, ``builds``, ``push.json``, ``logs``, images)
+  is removed.
 * **Only its own files.** ``DIR/.appopt-files`` lists what the plan wrote (a directory planned by an appopt without
   that list is recognised by its plan.json and deployment.json). A directory holding anything else (a job's output, a
   user's file) is refused unless ``force``, which writes the plan beside those files (a file of the same name as one
@@ -30,7 +31,7 @@ _STAGING, _OLD = ".appopt-new-", ".appopt-old-"
 #: Every name appopt keeps in an output directory for itself starts so (a killed planner's leftovers included).
 _OURS = ".appopt-"
 #: What commands other than ``plan`` write into a plan's directory; a re-plan removes it (it describes the old plan).
-LATER_OUTPUTS = frozenset({"build.json", "push.json", "logs", "build", "wheelhouse"})
+LATER_OUTPUTS = frozenset({"build.json", "push.json", "logs", "build", "builds", "wheelhouse"})
 LATER_SUFFIXES = (".sqfs", ".sif")
 #: What a plan by an appopt without ``MANIFEST`` wrote (recognised when plan.json and deployment.json are there).
 _LEGACY_PLAN = frozenset(

@@ -10,6 +10,7 @@ from typing import Any
 
 from jinja2 import Environment, PackageLoader, StrictUndefined
 
+from optimiser.intervals import overlapping_intervals
 from optimiser.planner import Candidate, Plan
 from optimiser.ties import explain_ties
 from perfmodels import Prediction
@@ -35,6 +36,7 @@ def _predicted(p: Prediction) -> dict[str, Any]:
         "total_seconds": p.total_seconds,
         "bound": p.bound,
         "basis": p.basis,
+        "interval_s": [p.detail["p10_step_s"], p.detail["p90_step_s"]] if "p10_step_s" in p.detail else None,
         "detail": p.detail,
     }
 
@@ -89,6 +91,7 @@ def plan_to_dict(plan: Plan) -> dict[str, Any]:
         "removed_by_allow_deny": [{**e.what, "reason": e.reason} for e in plan.removed_by_selection],
         "layout_applies": plan.layout_applies,
         "ties": explain_ties(plan),
+        "interval_overlaps": overlapping_intervals(plan),
         "notes": list(plan.notes),
     }
 
@@ -140,6 +143,7 @@ def render_table(plan: Plan) -> str:
     if not plan.layout_applies:
         lines.append("layout: - (the model has no convolutions, so the memory layout changes nothing)")
     lines += [f"tie: {line}" for line in explain_ties(plan)]
+    lines += [f"interval: {line}" for line in overlapping_intervals(plan)]
     lines += [f"removed by {line}" for line in describe_removed(plan)]
     return "\n".join(lines)
 

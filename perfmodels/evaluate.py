@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from perfmodels.fit import DEFAULT_RIDGE, Statistic, fit, prior_seconds, training_rows
+from perfmodels.fit import DEFAULT_RIDGE, GroupFit, Statistic, fit, prior_seconds, training_rows
 from perfmodels.unitfit import WHOLE_WEIGHT, UnitFit, combine, fit_units
 from perfmodels.units import decode_units
 
@@ -323,3 +323,58 @@ def _in_sample(
         share.append(group.overhead_share(x))
     in_sample = predictions.assign(whole=whole, overhead_share=share)
     return scores(in_sample.assign(in_sample=_combined(in_sample, whole_weight)), "in_sample")
+
+
+@dataclass(frozen=True)
+class HostEvaluation:
+    """Leave-one-host-out: each host's measurements predicted by the whole-model fits of the other hosts."""
+
+    fitted: Scores
+    prior: Scores
+    by_host: dict[str, Scores]
+    predictions: pd.DataFrame = field(repr=False)
+
+    def lines(self) -> list[str]:
+        return [
+            "leave-one-host-out (whole-model fits of the other hosts, same route and threads):",
+            self.fitted.line("fitted"),
+            self.prior.line("roofline prior"),
+            *(scores_.line(f"  held out {host}") for host, scores_ in sorted(self.by_host.items())),
+        ]
+
+
+def leave_one_host_out(
+    frame: pd.DataFrame, ridge: float = DEFAULT_RIDGE, statistic: Statistic = "auto"
+) -> HostEvaluation:
+    """Hold out each host (target key) in turn, fit on the others, and predict its rows with the group of the same
+    route and thread count (from the host with most rows of it); ValueError with fewer than two measured hosts."""
+    data = training_rows(frame, statistic)
+    hosts = sorted(str(t) for t in data["target"].unique())
+    if len(hosts) < 2:
+        raise ValueError(
+            f"leave-one-host-out needs measurements of two or more hosts; found {', '.join(hosts) or 'none'}"
+        )
+    records = []
+    for host in hosts:
+        result = fit(frame, ridge=ridge, data=data[data["target"] != host])
+        by_route: dict[tuple[object, ...], GroupFit] = {}
+        for g in sorted((g for g in result.groups if g.usable), key=lambda g: (-g.rows, g.target)):
+            by_route.setdefault((g.route.framework, g.route.compiler, g.route.layout, g.route.precision, g.threads), g)
+        for _, row in data[data["target"] == host].iterrows():
+            group = by_route.get(tuple(row[k] for k in _GROUP[1:]))
+            if group is None:
+                continue
+            records.append(
+                {
+                    **{k: row[k] for k in [*_GROUP, "model", "family", "batch"]},
+                    "y": row["y"],
+                    "predicted": group.whole_seconds(row["x"]),
+                    "prior": prior_seconds(row["x"], row["peak_flops"], row["bandwidth"]),
+                    "from": group.target,
+                }
+            )
+    predictions = pd.DataFrame.from_records(records)
+    if predictions.empty:
+        raise ValueError("no host shares a measured route and thread count with another: nothing to predict")
+    by_host = {str(h): scores(rows, "predicted") for h, rows in predictions.groupby("target")}
+    return HostEvaluation(scores(predictions, "predicted"), scores(predictions, "prior"), by_host, predictions)

@@ -44,6 +44,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from perfmodels.calibration import Calibration, calibration_from
 from perfmodels.evaluate import Evaluation, leave_one_architecture_out
 from perfmodels.features import Device, Route, Workload
 from perfmodels.fit import BYTE_FEATURES, FLOP_FEATURES, FitResult, GroupFit, fit, workload_features
@@ -69,6 +70,10 @@ class HeldOutFigures:
     max_regret: float
     predictions: int
     families: int
+    #: 10th and 90th percentiles of measured / predicted over the held-out predictions: a prediction's p10-p90
+    #: interval is its step times these (NaN in summaries written before they were stored).
+    p10_ratio: float = float("nan")
+    p90_ratio: float = float("nan")
 
     @classmethod
     def from_evaluation(cls, evaluation: Evaluation, precision: str | None = None) -> HeldOutFigures:
@@ -79,11 +84,19 @@ class HeldOutFigures:
             rows = rows[rows["precision"] == precision]
             s = evaluation.by_precision()[precision]
         families = int(rows["family"].nunique())
-        return cls(s.rmspe, s.within_10pct, s.spearman, s.mean_regret, s.max_regret, s.predictions, families)
+        ratio = (rows["y"].astype(float) / rows["predicted"].astype(float)).to_numpy()
+        ratio = ratio[np.isfinite(ratio)]
+        p10, p90 = (float(q) for q in np.quantile(ratio, [0.1, 0.9])) if len(ratio) else (np.nan, np.nan)
+        return cls(s.rmspe, s.within_10pct, s.spearman, s.mean_regret, s.max_regret, s.predictions, families, p10, p90)
 
-    def as_detail(self) -> dict[str, float]:
-        """``Prediction.detail`` entries (``heldout_*``)."""
-        return {f"heldout_{k}": float(v) for k, v in asdict(self).items()}
+    def as_detail(self, step_s: float | None = None) -> dict[str, float]:
+        """``Prediction.detail`` entries (``heldout_*``), and with ``step_s`` its ``p10_step_s``/``p90_step_s``."""
+        detail = {
+            f"heldout_{k}": float(v) for k, v in asdict(self).items() if not np.isnan(float(v)) or "ratio" not in k
+        }
+        if step_s is not None and np.isfinite(self.p10_ratio) and np.isfinite(self.p90_ratio):
+            detail.update(p10_step_s=step_s * self.p10_ratio, p90_step_s=step_s * self.p90_ratio)
+        return detail
 
 
 def evaluation_path(db: Path) -> Path:
@@ -136,8 +149,12 @@ class FittedModel:
         source: str = "",
         frame: pd.DataFrame | None = None,
         db: Path | None = None,
+        store: Path | None = None,
     ) -> None:
         self.result = result
+        #: This host's calibration store (``appopt calibrate``), read when a local prediction first needs it.
+        self.store = store
+        self._calibration: Calibration | bool | None = False
         self.prior = prior or RooflinePrior()
         self.source = source
         self.name = f"fitted ({source})" if source else "fitted"
@@ -152,6 +169,68 @@ class FittedModel:
         if self._units is None and self._frame is not None:
             self._units = fit_units(self._frame, cache_dir=cache_dir_for(self._db) if self._db is not None else None)
         return self._units
+
+    def calibration(self) -> Calibration | None:
+        """This host's corrections against the shipped unit models (None without a store or comparable rows);
+        ``hoststore.HostStoreError`` for a store that cannot be read as a results database."""
+        if self._calibration is False:
+            self._calibration = None
+            unit_fit = self.units()
+            if self.store is not None and unit_fit is not None:
+                from perfmodels.hoststore import read_store
+
+                frame = read_store(self.store)
+                source = self._calibration_source(unit_fit)
+                if frame is not None and source is not None:
+                    self._calibration = calibration_from(frame, unit_fit, source, local_target_key())
+        return self._calibration if isinstance(self._calibration, Calibration) else None
+
+    @staticmethod
+    def _calibration_source(unit_fit: UnitFit) -> str | None:
+        """The shipped host the calibration compares with: this host's key when swept, else the most swept."""
+        swept = unit_fit.keys()
+        targets = [key[0] for key in swept]
+        if not targets:
+            return None
+        here = local_target_key()
+        return here if here in targets else max(sorted(set(targets)), key=targets.count)
+
+    def _calibrated(self, prediction: Prediction, workload: Workload, route: Route, group: GroupFit) -> Prediction:
+        """``prediction`` carried to this host through the calibration's per-kind ratios (unchanged without)."""
+        calibration = self.calibration()
+        if calibration is None:
+            return prediction
+        by_kind: dict[str, float] = {}
+        unit_fit = self.units()
+        unit_route = unit_fit.route(group.key) if unit_fit is not None and workload.units else None
+        if unit_route is not None:
+            times = unit_route.unit_seconds(workload.units, workload.batch_size)
+            by_kind["noop"] = unit_route.call_s
+            for unit, t in zip(workload.units, times, strict=True):
+                if np.isfinite(t):
+                    by_kind[unit.kind] = by_kind.get(unit.kind, 0.0) + unit.count * float(t)
+        factor = calibration.factor((route.framework, route.compiler, route.layout, route.precision), by_kind)
+        if factor is None:
+            return prediction
+        step = prediction.step_seconds * factor
+        interval = calibration.interval(step)
+        return replace(
+            prediction,
+            step_seconds=step,
+            samples_per_second=workload.batch_size / step,
+            total_seconds=None if prediction.total_seconds is None else prediction.total_seconds * factor,
+            basis=calibration.basis,
+            detail={
+                **prediction.detail,
+                "calibration_factor": factor,
+                "calibrated_units": float(calibration.units),
+                **(
+                    {k: prediction.detail[k] * factor for k in ("p10_step_s", "p90_step_s") if k in prediction.detail}
+                    if interval is None
+                    else {"p10_step_s": interval[0], "p90_step_s": interval[1]}
+                ),
+            },
+        )
 
     def units_seconds(self, workload: Workload, group: GroupFit) -> float:
         """The kernel-unit sum for ``workload`` on ``group``'s route (NaN when either is missing)."""
@@ -205,13 +284,18 @@ class FittedModel:
         return next((t for t in targets if t.startswith(target_key(device.name, 0)[:-3])), None)
 
     def _wanted_threads(self, target: str) -> int | None:
-        return usable_cores() if target == local_target_key() else None
+        calibration = self.calibration() if self.store is not None else None
+        here = target == local_target_key() or (calibration is not None and target == calibration.source)
+        return usable_cores() if here else None
 
     def anchor(self, workload: Workload, route: Route, device: Device) -> GroupFit | None:
         """The measured group closest to ``route`` on ``device``'s target (None: use the prior)."""
         if workload.mode != "inference" or device.count != 1:
             return None
         target = self.target_for(device)
+        if target is None and device.name in LOCAL_NAMES and device.kind == "cpu" and self.store is not None:
+            calibration = self.calibration()  # an uncalibrated host's fits carried over from the shipped host
+            target = calibration.source if calibration is not None else None
         if target is None:
             return None
         groups = [g for g in self.result.for_target(target) if g.route.framework == route.framework and g.usable]
@@ -280,7 +364,7 @@ class FittedModel:
         terms = np.asarray(group.coef) * x
         compute, memory = float(terms[FLOP_FEATURES].sum()), float(terms[BYTE_FEATURES].sum())
         steps = None if workload.total_samples is None else workload.total_samples / workload.batch_size
-        return Prediction(
+        fitted = Prediction(
             step_seconds=step,
             samples_per_second=workload.batch_size / step,
             total_seconds=None if steps is None else steps * step,
@@ -298,9 +382,10 @@ class FittedModel:
                 "train_rmspe": group.train_rmspe,
                 # the per-node and per-query part of the step (scaled like the step when the route differs)
                 "overhead_s": group.overhead_seconds(x) * step / whole if whole > 0 else 0.0,
-                **(figures.as_detail() if (figures := self.heldout(group.route.precision)) is not None else {}),
+                **(figures.as_detail(step) if (figures := self.heldout(group.route.precision)) is not None else {}),
             },
         )
+        return self._calibrated(fitted, workload, route, group) if device.name in LOCAL_NAMES else fitted
 
     def describe(self) -> list[str]:
         """One line per fitted group."""
@@ -311,9 +396,10 @@ class FittedModel:
         ]
 
 
-def fit_model(frame: pd.DataFrame, source: str = "", db: Path | None = None) -> FittedModel:
-    """A ``FittedModel`` from a results DataFrame (``perfmodels.results_db.read_results``) read from ``db``."""
-    return FittedModel(fit(frame), source=source, frame=frame, db=db)
+def fit_model(frame: pd.DataFrame, source: str = "", db: Path | None = None, store: Path | None = None) -> FittedModel:
+    """A ``FittedModel`` from a results DataFrame (``perfmodels.results_db.read_results``) read from ``db``, with
+    this host's calibration ``store`` when there is one."""
+    return FittedModel(fit(frame), source=source, frame=frame, db=db, store=store)
 
 
 def default_db_path() -> Path:
@@ -329,21 +415,81 @@ def default_db_path() -> Path:
 def load_default_model(path: str | Path | None = None) -> PerformanceModel:
     """The fitted model for the shipped database (or ``path``); cached per file version, falls back to the prior.
 
-    A missing or empty database gives the plain ``RooflinePrior`` (every prediction's basis then says so).
+    A missing or empty database gives the plain ``RooflinePrior`` (every prediction's basis then says so). This
+    host's calibration store (``perfmodels.hoststore.host_store_path``) is used when it exists.
     """
+    from perfmodels.hoststore import host_store_path
+
     db = Path(path) if path is not None else default_db_path()
     try:
         stamp = db.stat().st_mtime_ns
     except FileNotFoundError:
         return RooflinePrior()
-    return _load(str(db.resolve()), stamp)
+    store = host_store_path()
+    try:
+        store_stamp = store.stat().st_mtime_ns
+    except OSError:
+        store_stamp = 0
+    return _load(str(db.resolve()), stamp, str(store) if store_stamp else "", store_stamp)
 
 
 @functools.lru_cache(maxsize=4)
-def _load(path: str, stamp: int) -> PerformanceModel:
+def _load(path: str, stamp: int, store: str = "", store_stamp: int = 0) -> PerformanceModel:
     from perfmodels.results_db import read_results
 
-    frame = read_results(path, warn=False)
-    model = fit_model(frame, source=Path(path).name, db=Path(path))
+    db = Path(path)
+    cached = _read_fit_cache(db)
+    if cached is not None:
+        frame, result, units = cached
+        model = FittedModel(result, source=db.name, frame=frame, db=db, store=Path(store) if store else None)
+        model._units = units
+    else:
+        frame = read_results(path, warn=False)
+        model = fit_model(frame, source=db.name, db=db, store=Path(store) if store else None)
+        _write_fit_cache(db, model)
     trains = "mode" in frame and bool((frame["mode"] == "training").any())
     return model if model.result.groups or trains else RooflinePrior()
+
+
+#: Modules whose code shapes a fitted model: their text is part of the cache key, so an edit refits.
+_FIT_CODE = ("fit.py", "unitfit.py", "results_db.py", "features.py", "units.py", "fitted.py", "training_fit.py")
+
+
+def fit_cache_file(db: Path) -> Path | None:
+    """Where the fitted model of ``db`` is kept between processes (``unitfit.cache_dir_for``'s directory, keyed by
+    the database's digest and library versions, plus the fitting code's digest); None without a cache."""
+    directory = cache_dir_for(db)
+    if directory is None:
+        return None
+    here = Path(__file__).parent
+    code = hashlib.sha256(b"".join((here / name).read_bytes() for name in _FIT_CODE)).hexdigest()[:16]
+    return directory / f"fitted-model-{code}.pkl"
+
+
+def _read_fit_cache(db: Path) -> tuple[pd.DataFrame, FitResult, UnitFit | None] | None:
+    import pickle
+
+    path = fit_cache_file(db)
+    try:
+        with open(path, "rb") as handle:  # type: ignore[arg-type]
+            frame, result, units = pickle.load(handle)  # our own cache directory, keyed by the database's digest
+    except Exception:  # missing, unreadable or from another version: read and fit again
+        return None
+    ok = isinstance(frame, pd.DataFrame) and isinstance(result, FitResult) and isinstance(units, UnitFit | None)
+    return (frame, result, units) if ok else None
+
+
+def _write_fit_cache(db: Path, model: FittedModel) -> None:
+    import pickle
+    import tempfile
+
+    path = fit_cache_file(db)
+    if path is None:
+        return
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=path.parent, delete=False) as handle:
+            pickle.dump((model._frame, model.result, model.units()), handle, protocol=pickle.HIGHEST_PROTOCOL)
+        os.replace(handle.name, path)
+    except OSError:  # a read-only home: the cache is only a speed-up
+        return

@@ -67,6 +67,9 @@ def evaluate_cmd(
     db: DbOption = None,
     plot: Annotated[Path | None, typer.Option("--plot", help="Write a predicted-vs-measured PNG here.")] = None,
     per_family: Annotated[bool, typer.Option(help="Also print RMSPE per held-out family.")] = False,
+    by: Annotated[
+        str, typer.Option("--by", help="family (leave-one-architecture-out) | host (leave-one-host-out).")
+    ] = "family",
     statistic: Annotated[
         str, typer.Option(help="auto (CPU time for 1-thread rows on a busy machine) | wall | cpu.")
     ] = "auto",
@@ -103,7 +106,20 @@ def evaluate_cmd(
         return
     if statistic not in ("auto", "wall", "cpu"):
         raise AppoptError(f"--statistic: {statistic!r} is not one of auto, wall, cpu")
+    if by not in ("family", "host"):
+        raise AppoptError(f"--by: {by!r} is not one of family, host")
     frame = _frame(db)
+    if by == "host":
+        from perfmodels.evaluate import leave_one_host_out
+
+        try:
+            with progress("leave-one-host-out (one refit per held-out host)"):
+                by_host = leave_one_host_out(frame, statistic=statistic)  # type: ignore[arg-type]
+        except ValueError as error:
+            raise AppoptError(f"--by host: {error}") from None
+        for line in by_host.lines():
+            typer.echo(line)
+        return
     try:
         with progress(f"leave-one-architecture-out over {len(frame)} rows (one refit per held-out family)"):
             evaluation = leave_one_architecture_out(
