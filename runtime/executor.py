@@ -57,8 +57,9 @@ from runtime.functions import ExpansionStats, FunctionKey, expand_graph, local_f
 from runtime.ir import Graph, Model, Node, Value, elem_type_name, graph_free_names
 from runtime.kernels.base import Kernel, NodeContext, SubgraphFn
 from runtime.loader import ModelSource, load_model_proto, upgrade_old_opset, validate_proto
+from runtime.op_traits import BLAS_OPS, SIZE_CREATING_OPS, VIEW_OPS
 from runtime.profiling import COPY_OUTPUTS, STAGE_INPUTS, Profile
-from runtime.shapes import SIZE_CREATING_OPS, estimate_output_elements, infer_model
+from runtime.shapes import estimate_output_elements, infer_model
 
 __all__ = ["CompileOptions", "Executable", "compile_model", "compile_proto", "resolve_kernel"]
 
@@ -572,43 +573,8 @@ class _StaticPlan:
         return values
 
 
-#: Ops that return views of their first input (their result is fixed when that input's buffer is).
-VIEW_OPS = frozenset({"Reshape", "Transpose", "Squeeze", "Unsqueeze", "Flatten", "Identity"})
-
-
 def _is_view_op(node: Node) -> bool:
     return node.op_type in VIEW_OPS and not node.domain
-
-
-#: Ops whose kernels (or NumPy fallbacks) may call BLAS.
-BLAS_OPS = frozenset(
-    {
-        "MatMul",
-        "Gemm",
-        "Conv",
-        "ConvTranspose",
-        "Einsum",
-        "FusedMatMul",
-        "FusedConv",
-        "NhwcConv",
-        "LSTM",
-        "GRU",
-        "RNN",
-        "Attention",
-        "MatMulInteger",
-        "QLinearMatMul",
-        "QLinearConv",
-        "ConvInteger",
-        "DeformConv",
-        "Loop",
-        "If",
-        "Scan",
-        "MultiHeadAttention",
-        "Det",
-        "DFT",
-        "STFT",
-    }
-)
 
 
 def _detach(value: Any, buffers: Sequence[np.ndarray]) -> Any:

@@ -108,18 +108,21 @@ def _reciprocal(x: np.ndarray) -> np.ndarray:
 @register
 class Abs(_Unary):
     op_type = "Abs"
+    amp_class = "either"
     fn = staticmethod(np.abs)
 
 
 @register
 class Neg(_Unary):
     op_type = "Neg"
+    amp_class = "either"
     fn = staticmethod(np.negative)
 
 
 @register
 class Reciprocal(_Unary):
     op_type = "Reciprocal"
+    amp_class = "fp32"
     fn = staticmethod(_reciprocal)
 
 
@@ -147,18 +150,21 @@ class Round(_Unary):
 @register
 class Sqrt(_Unary):
     op_type = "Sqrt"
+    amp_class = "fp32"
     fn = staticmethod(np.sqrt)
 
 
 @register
 class Exp(_Unary):
     op_type = "Exp"
+    amp_class = "fp32"
     fn = staticmethod(np.exp)
 
 
 @register
 class Log(_Unary):
     op_type = "Log"
+    amp_class = "fp32"
     fn = staticmethod(np.log)
 
 
@@ -242,12 +248,14 @@ class Atanh(_Unary):
 @register
 class Tanh(_Unary):
     op_type = "Tanh"
+    amp_class = "either"
     fn = staticmethod(np.tanh)
 
 
 @register
 class Erf(_Unary):
     op_type = "Erf"
+    amp_class = "fp32"
     since_version = 9
     fn = staticmethod(erf)
 
@@ -317,6 +325,7 @@ def _power(a: np.ndarray, b: np.ndarray) -> np.ndarray:
 @register
 class Add(_Binary):
     op_type = "Add"
+    amp_class = "widest"
     since_version = 7
     fn = staticmethod(np.add)
 
@@ -329,6 +338,7 @@ class AddLegacy(_LegacyBinary, Add):
 @register
 class Sub(_Binary):
     op_type = "Sub"
+    amp_class = "widest"
     since_version = 7
     fn = staticmethod(np.subtract)
 
@@ -341,6 +351,7 @@ class SubLegacy(_LegacyBinary, Sub):
 @register
 class Mul(_Binary):
     op_type = "Mul"
+    amp_class = "widest"
     since_version = 7
     fn = staticmethod(np.multiply)
 
@@ -353,6 +364,7 @@ class MulLegacy(_LegacyBinary, Mul):
 @register
 class Div(_Binary):
     op_type = "Div"
+    amp_class = "widest"
     since_version = 7
     fn = staticmethod(_divide)
 
@@ -367,6 +379,7 @@ class Pow(_Binary):
     """``X ** Y``; Y may have another numeric type (opset 12+), the output has X's type."""
 
     op_type = "Pow"
+    amp_class = "fp32"
     since_version = 7
     fn = staticmethod(_power)
 
@@ -461,6 +474,7 @@ class Max(_Variadic):
     """Element-wise maximum; NaN propagates."""
 
     op_type = "Max"
+    amp_class = "widest"
     fn = staticmethod(np.maximum)
 
 
@@ -469,18 +483,21 @@ class Min(_Variadic):
     """Element-wise minimum; NaN propagates."""
 
     op_type = "Min"
+    amp_class = "widest"
     fn = staticmethod(np.minimum)
 
 
 @register
 class Sum(_Variadic):
     op_type = "Sum"
+    amp_class = "widest"
     fn = staticmethod(np.add)
 
 
 @register
 class Mean(_Variadic):
     op_type = "Mean"
+    amp_class = "widest"
     fn = staticmethod(np.add)
 
     def compute(self, *inputs: np.ndarray) -> np.ndarray:

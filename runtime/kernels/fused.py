@@ -86,6 +86,7 @@ class FusedConv(Kernel):
     """``act(Conv(X, W, B) + Res)`` in NCHW: the Conv attributes plus ``activation``/``act_lo``/``act_hi``."""
 
     op_type = "FusedConv"
+    uses_blas = True
     domain = DOMAIN
     since_version = 1
     attr_defaults: ClassVar[dict[str, Any]] = {"auto_pad": "NOTSET", "group": 1, "activation": ""}
@@ -113,6 +114,7 @@ class NhwcConv(Kernel):
     """
 
     op_type = "NhwcConv"
+    uses_blas = True
     domain = DOMAIN
     since_version = 1
     attr_defaults: ClassVar[dict[str, Any]] = {"group": 1, "activation": ""}
@@ -529,6 +531,7 @@ class FusedMatMul(Kernel):
     did), the compiled kernel multiplies by ``alpha = 1 / div``."""
 
     op_type = "FusedMatMul"
+    uses_blas = True
     domain = DOMAIN
     since_version = 1
     attr_defaults: ClassVar[dict[str, Any]] = {"transA": 0, "transB": 0, "alpha": 1.0, "activation": ""}
@@ -654,6 +657,7 @@ class Gelu(Kernel):
     own steps (``form`` 0: ``(x*half) * (erf(x/div) + 1)``, 1: ``(x * (erf(x/div) + 1)) * half``)."""
 
     op_type = "Gelu"
+    amp_class = "fp32"
     domain = DOMAIN
     since_version = 1
     attr_defaults: ClassVar[dict[str, Any]] = {"form": 0, "half": 0.5, "div": 1.4142135381698608, "div_op": "Div"}
