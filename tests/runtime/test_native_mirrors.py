@@ -14,12 +14,12 @@ import pytest
 
 from runtime import native
 from runtime.kernels import conv_transpose, fused, rnn, rnn_native
-from runtime.native import ops
+from runtime.native import abi, ops
 
 #: Modules whose module-level integer constants mirror C enums (fused's opcodes are name-keyed: see table_drift).
-MIRRORS = (ops, rnn_native, conv_transpose)
+MIRRORS = (abi, rnn_native, conv_transpose)
 #: Sizes mirrored from C ``#define``s (names compared one by one: rnn_native.SERIAL_WORK is not kernels.c's).
-MIRRORED_DEFINES = {"NB": ops.NB, "VL": ops.VL, "MAXTAPS": ops.MAXTAPS, "DP_MAXC": ops.DP_MAXC}
+MIRRORED_DEFINES = {"NB": abi.NB, "VL": abi.VL, "MAXTAPS": abi.MAXTAPS, "DP_MAXC": abi.DP_MAXC}
 
 
 def _strip_comments(text: str) -> str:
