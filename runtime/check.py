@@ -17,7 +17,8 @@ import onnx
 from runtime.errors import ModelCheckError, UnsupportedOpError
 from runtime.geometry import CONV_OPS, POOL_OPS, window_attr_problem
 from runtime.ir import Graph, Node, Value, elem_type_name, graph_free_names, node_reads
-from runtime.shapes import SIZE_CREATING_OPS, estimate_output_elements, num_elements
+from runtime.op_traits import SIZE_CREATING_OPS
+from runtime.shapes import estimate_output_elements, num_elements
 
 #: Default ceiling for any single tensor the model asks for (override: ``max_alloc_bytes=`` or the environment).
 DEFAULT_MAX_ALLOC_BYTES = int(os.environ.get("APPOPT_MAX_ALLOC_BYTES", 8 * 2**30))

@@ -200,9 +200,6 @@ def _estimate_output_elements(
     return None
 
 
-SIZE_CREATING_OPS = frozenset({"ConstantOfShape", "Expand", "Tile", "Range", "Resize", "Upsample", "Pad", "OneHot"})
-
-
 def _broadcast_dims(x: list[int], target: list[int]) -> list[int]:
     rank = max(len(x), len(target))
     a = [1] * (rank - len(x)) + x

@@ -44,6 +44,7 @@ def softplus(x: np.ndarray) -> np.ndarray:
 @register
 class Relu(_Activation):
     op_type = "Relu"
+    amp_class = "either"
 
     def apply(self, x: np.ndarray) -> Any:
         return np.maximum(x, x.dtype.type(0))
@@ -52,6 +53,7 @@ class Relu(_Activation):
 @register
 class LeakyRelu(_Activation):
     op_type = "LeakyRelu"
+    amp_class = "either"
     attr_defaults: ClassVar[dict[str, Any]] = {"alpha": 0.01}
 
     def apply(self, x: np.ndarray) -> Any:
@@ -63,6 +65,7 @@ class LeakyRelu(_Activation):
 @register
 class Elu(_Activation):
     op_type = "Elu"
+    amp_class = "either"
     attr_defaults: ClassVar[dict[str, Any]] = {"alpha": 1.0}
 
     def apply(self, x: np.ndarray) -> Any:
@@ -72,6 +75,7 @@ class Elu(_Activation):
 @register
 class Selu(_Activation):
     op_type = "Selu"
+    amp_class = "either"
     attr_defaults: ClassVar[dict[str, Any]] = {"alpha": 1.67326319217681884765625, "gamma": 1.05070102214813232421875}
 
     def apply(self, x: np.ndarray) -> Any:
@@ -95,6 +99,7 @@ class PRelu(Kernel):
     """``x`` where ``x >= 0``, else ``slope * x``; ``slope`` broadcasts to ``x`` (opset 7+)."""
 
     op_type = "PRelu"
+    amp_class = "either"
     since_version = 7
 
     def compute(self, x: np.ndarray, slope: np.ndarray) -> np.ndarray:
@@ -122,6 +127,7 @@ class PReluLegacy(PRelu):
 @register
 class Sigmoid(_Activation):
     op_type = "Sigmoid"
+    amp_class = "either"
 
     def apply(self, x: np.ndarray) -> Any:
         return sigmoid(x)
@@ -130,6 +136,7 @@ class Sigmoid(_Activation):
 @register
 class HardSigmoid(_Activation):
     op_type = "HardSigmoid"
+    amp_class = "either"
     attr_defaults: ClassVar[dict[str, Any]] = {"alpha": 0.2, "beta": 0.5}
 
     def apply(self, x: np.ndarray) -> Any:
@@ -139,6 +146,7 @@ class HardSigmoid(_Activation):
 @register
 class HardSwish(_Activation):
     op_type = "HardSwish"
+    amp_class = "either"
     since_version = 14
 
     def apply(self, x: np.ndarray) -> Any:
@@ -148,6 +156,7 @@ class HardSwish(_Activation):
 @register
 class Softplus(_Activation):
     op_type = "Softplus"
+    amp_class = "fp32"
 
     def apply(self, x: np.ndarray) -> Any:
         return softplus(x)
@@ -189,6 +198,7 @@ class Gelu(_Activation):
     """Exact ``x * Phi(x)`` (``approximate="none"``) or the tanh approximation (``"tanh"``)."""
 
     op_type = "Gelu"
+    amp_class = "fp32"
     since_version = 20
     attr_defaults: ClassVar[dict[str, Any]] = {"approximate": "none"}
 
@@ -328,6 +338,7 @@ class _Coerced2D(_AxisNormalise):
 @register
 class Softmax(_AxisNormalise):
     op_type = "Softmax"
+    amp_class = "fp32"
     fresh_output = True
     inplace_inputs = (0,)
 
@@ -423,6 +434,7 @@ def _copied(out: np.ndarray, y: np.ndarray) -> np.ndarray:
 @register
 class LogSoftmax(_AxisNormalise):
     op_type = "LogSoftmax"
+    amp_class = "fp32"
 
     def fn(self, x: np.ndarray, axis: int) -> np.ndarray:
         return _log_softmax(x, axis)

@@ -84,6 +84,7 @@ class Attention(Kernel):
     softcap and the four ``qk_matmul_output_mode`` debug outputs."""
 
     op_type = "Attention"
+    uses_blas = True
     since_version = 23
     attr_defaults: ClassVar[dict[str, Any]] = {
         "is_causal": 0,

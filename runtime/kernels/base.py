@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Literal
 
 import numpy as np
 
@@ -28,6 +28,10 @@ from runtime.errors import KernelError, UnsupportedOpError
 #: What a compiled subgraph looks like to a kernel (If/Loop/Scan): call with the subgraph's inputs in order
 #: (outer-scope values are bound by the executor), get the subgraph's outputs in order.
 SubgraphFn = Callable[..., list[Any]]
+
+#: How automatic mixed precision treats an op (``runtime.passes.amp``): run in the low type, keep fp32, follow the
+#: widest input type, or follow whatever arrives. ``None``: unknown to AMP, kept in fp32.
+AmpClass = Literal["low", "fp32", "widest", "either"]
 
 
 @dataclass(frozen=True)
@@ -56,6 +60,19 @@ class Kernel:
     since_version: ClassVar[int] = 1
     #: Attribute defaults; attributes absent from the node take these values.
     attr_defaults: ClassVar[dict[str, Any]] = {}
+
+    # Traits: what the compiler and the passes need to know about the op. runtime.op_traits derives its tables
+    # from them, so a new kernel declares its traits here and joins no side table.
+    #: The kernel (or its NumPy fallback) may call BLAS: the executor caps BLAS threads around it.
+    uses_blas: ClassVar[bool] = False
+    #: Returns a view of its first input: memory-planned execution may skip it once that input is fixed.
+    is_view: ClassVar[bool] = False
+    #: Output size follows input values (shapes, repeats, ranges): the executor guards against huge outputs.
+    creates_size: ClassVar[bool] = False
+    #: Never evaluated by constant folding (random, or meaningful only per run).
+    never_fold: ClassVar[bool] = False
+    #: Mixed-precision class (see ``AmpClass``).
+    amp_class: ClassVar[AmpClass | None] = None
 
     def __init__(self, node: NodeContext, attrs: dict[str, Any]) -> None:
         self.node = node

@@ -43,6 +43,7 @@ class If(_WithBodies):
     """Run ``then_branch`` or ``else_branch`` depending on a boolean scalar."""
 
     op_type = "If"
+    uses_blas = True
     since_version = 1
 
     def setup(self) -> None:
@@ -59,6 +60,7 @@ class Loop(_WithBodies):
     """``for i in range(M) while cond``: carried values flow iteration to iteration, scan outputs are stacked."""
 
     op_type = "Loop"
+    uses_blas = True
     since_version = 1
 
     def setup(self) -> None:
@@ -112,6 +114,7 @@ class Scan8(_WithBodies):
     """Opset 8 Scan: a leading batch axis, optional per-batch ``sequence_lens``."""
 
     op_type = "Scan"
+    uses_blas = True
     since_version = 8
 
     def setup(self) -> None:
@@ -164,6 +167,7 @@ class Scan(_WithBodies):
     """Opset 9+ Scan: state variables plus scan inputs sliced along any axis, in either direction."""
 
     op_type = "Scan"
+    uses_blas = True
     since_version = 9
 
     def setup(self) -> None:

@@ -204,6 +204,8 @@ class Conv(Kernel):
     """N-d grouped convolution with explicit or automatic padding, strides and dilations."""
 
     op_type = "Conv"
+    uses_blas = True
+    amp_class = "low"
     since_version = 1
     attr_defaults: ClassVar[dict[str, Any]] = {"auto_pad": "NOTSET", "group": 1}
 
@@ -230,6 +232,8 @@ class ConvTranspose(Kernel):
     """Transposed (fractionally strided) N-d convolution: GEMM to columns, then col2im."""
 
     op_type = "ConvTranspose"
+    uses_blas = True
+    amp_class = "low"
     since_version = 1
     attr_defaults: ClassVar[dict[str, Any]] = {"auto_pad": "NOTSET", "group": 1}
 
@@ -345,6 +349,7 @@ class DeformConv(Kernel):
     """2-d deformable convolution: bilinear samples at offset kernel taps, optional mask, then one GEMM."""
 
     op_type = "DeformConv"
+    uses_blas = True
     since_version = 19
     attr_defaults: ClassVar[dict[str, Any]] = {"group": 1, "offset_group": 1}
 

@@ -31,6 +31,8 @@ class MatMul(Kernel):
     """NumPy-style matrix product (1-d operands promoted, batch dims broadcast)."""
 
     op_type = "MatMul"
+    uses_blas = True
+    amp_class = "low"
     since_version = 1
 
     def compute(self, a: np.ndarray, b: np.ndarray) -> np.ndarray:
@@ -42,6 +44,8 @@ class Gemm(Kernel):
     """``alpha * op(A) @ op(B) + beta * C`` with ``C`` broadcast to the result."""
 
     op_type = "Gemm"
+    uses_blas = True
+    amp_class = "low"
     since_version = 1
     attr_defaults: ClassVar[dict[str, Any]] = {"alpha": 1.0, "beta": 1.0, "transA": 0, "transB": 0}
 

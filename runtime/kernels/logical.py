@@ -168,6 +168,7 @@ class Where(Kernel):
     """``condition ? x : y`` with three-way broadcasting."""
 
     op_type = "Where"
+    amp_class = "widest"
     since_version = 9
 
     def compute(self, condition: np.ndarray, x: np.ndarray, y: np.ndarray) -> np.ndarray:

@@ -44,6 +44,7 @@ def nll_loss(
 @register
 class NegativeLogLikelihoodLoss(Kernel):
     op_type = "NegativeLogLikelihoodLoss"
+    amp_class = "fp32"
     since_version = 12
     attr_defaults: ClassVar[dict[str, Any]] = {"reduction": "mean"}
 
@@ -60,6 +61,7 @@ class SoftmaxCrossEntropyLoss(Kernel):
     """NLL of ``log_softmax(scores, axis=1)``; the optional second output is that log-probability tensor."""
 
     op_type = "SoftmaxCrossEntropyLoss"
+    amp_class = "fp32"
     since_version = 12
     attr_defaults: ClassVar[dict[str, Any]] = {"reduction": "mean"}
 

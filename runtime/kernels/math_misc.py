@@ -15,6 +15,8 @@ class Einsum(Kernel):
     """Einstein summation; the equation follows NumPy's grammar (``...`` broadcasting, implicit output)."""
 
     op_type = "Einsum"
+    uses_blas = True
+    amp_class = "fp32"
     since_version = 12
 
     def setup(self) -> None:
@@ -30,6 +32,7 @@ class Det(Kernel):
     """Determinant of each square matrix in the last two dims (float16 via float32: LAPACK has no half)."""
 
     op_type = "Det"
+    uses_blas = True
     since_version = 11
 
     def compute(self, x: np.ndarray) -> np.ndarray:

@@ -20,6 +20,8 @@ class Dropout(Kernel):
     """
 
     op_type = "Dropout"
+    never_fold = True
+    amp_class = "either"
     since_version = 1
     attr_defaults: ClassVar[dict[str, Any]] = {"ratio": 0.5}
 

@@ -36,6 +36,7 @@ class BatchNormalization(Kernel):
     """
 
     op_type = "BatchNormalization"
+    amp_class = "fp32"
     since_version = 1
     attr_defaults: ClassVar[dict[str, Any]] = {"epsilon": 1e-5, "momentum": 0.9, "training_mode": 0, "is_test": 0}
 
@@ -76,6 +77,7 @@ class InstanceNormalization(Kernel):
     """Normalise each (sample, channel) plane over its spatial dims, then a per-channel affine."""
 
     op_type = "InstanceNormalization"
+    amp_class = "fp32"
     since_version = 1
     attr_defaults: ClassVar[dict[str, Any]] = {"epsilon": 1e-5}
 
@@ -96,6 +98,7 @@ class LayerNormalization(Kernel):
     """Normalise over dims ``axis..rank-1``; optional Mean and InvStdDev outputs in the ``stash_type`` dtype."""
 
     op_type = "LayerNormalization"
+    amp_class = "fp32"
     since_version = 17
     attr_defaults: ClassVar[dict[str, Any]] = {"axis": -1, "epsilon": 1e-5, "stash_type": 1}
     fresh_output = True
@@ -176,6 +179,7 @@ class RMSNormalization(Kernel):
     """``x / sqrt(mean(x^2) + eps) * scale`` over dims ``axis..rank-1``."""
 
     op_type = "RMSNormalization"
+    amp_class = "fp32"
     since_version = 23
     attr_defaults: ClassVar[dict[str, Any]] = {"axis": -1, "epsilon": 1e-5, "stash_type": 1}
 
@@ -202,6 +206,7 @@ class GroupNormalization18(Kernel):
     """Opset 18: ``scale`` and ``bias`` have one value per group."""
 
     op_type = "GroupNormalization"
+    amp_class = "fp32"
     since_version = 18
     attr_defaults: ClassVar[dict[str, Any]] = {"epsilon": 1e-5}
 
@@ -220,6 +225,7 @@ class GroupNormalization21(Kernel):
     """Opset 21: ``scale`` and ``bias`` have one value per channel; statistics in ``stash_type``."""
 
     op_type = "GroupNormalization"
+    amp_class = "fp32"
     since_version = 21
     attr_defaults: ClassVar[dict[str, Any]] = {"epsilon": 1e-5, "stash_type": 1}
 
@@ -235,6 +241,7 @@ class LpNormalization(Kernel):
     """Divide by the L1 or L2 norm along ``axis`` (zero norms give zero)."""
 
     op_type = "LpNormalization"
+    amp_class = "fp32"
     since_version = 1
     attr_defaults: ClassVar[dict[str, Any]] = {"axis": -1, "p": 2}
 
@@ -257,6 +264,7 @@ class MeanVarianceNormalization(Kernel):
     """``(x - mean) / sqrt(var)`` over ``axes`` (default: all but channels)."""
 
     op_type = "MeanVarianceNormalization"
+    amp_class = "fp32"
     since_version = 9
     attr_defaults: ClassVar[dict[str, Any]] = {"axes": [0, 2, 3]}
 
@@ -276,6 +284,7 @@ class LRN(Kernel):
     channel window via cumsum."""
 
     op_type = "LRN"
+    amp_class = "fp32"
     since_version = 1
     attr_defaults: ClassVar[dict[str, Any]] = {"alpha": 1e-4, "beta": 0.75, "bias": 1.0}
 

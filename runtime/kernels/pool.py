@@ -141,6 +141,7 @@ class AveragePool(Kernel):
     """Mean over each window; ``count_include_pad`` decides whether begin/end padding counts."""
 
     op_type = "AveragePool"
+    amp_class = "fp32"
     since_version = 1
     attr_defaults: ClassVar[dict[str, Any]] = {"auto_pad": "NOTSET", "ceil_mode": 0, "count_include_pad": 0}
 
@@ -177,6 +178,7 @@ class MaxPool(Kernel):
     """Max over each window; the optional ``Indices`` output holds flat positions in the unpadded input."""
 
     op_type = "MaxPool"
+    amp_class = "either"
     since_version = 1
     attr_defaults: ClassVar[dict[str, Any]] = {"auto_pad": "NOTSET", "ceil_mode": 0, "storage_order": 0}
 
@@ -234,6 +236,7 @@ class LpPool(Kernel):
     """``(sum |x|^p)^(1/p)`` over each window (zero padding)."""
 
     op_type = "LpPool"
+    amp_class = "fp32"
     since_version = 1
     attr_defaults: ClassVar[dict[str, Any]] = {"auto_pad": "NOTSET", "ceil_mode": 0, "p": 2}
 
@@ -253,6 +256,7 @@ def _spatial_axes(x: np.ndarray) -> tuple[int, ...]:
 @register
 class GlobalAveragePool(Kernel):
     op_type = "GlobalAveragePool"
+    amp_class = "fp32"
     since_version = 1
 
     def compute(self, x: np.ndarray) -> np.ndarray:
@@ -263,6 +267,7 @@ class GlobalAveragePool(Kernel):
 @register
 class GlobalMaxPool(Kernel):
     op_type = "GlobalMaxPool"
+    amp_class = "either"
     since_version = 1
 
     def compute(self, x: np.ndarray) -> np.ndarray:
@@ -272,6 +277,7 @@ class GlobalMaxPool(Kernel):
 @register
 class GlobalLpPool(Kernel):
     op_type = "GlobalLpPool"
+    amp_class = "fp32"
     since_version = 1
     attr_defaults: ClassVar[dict[str, Any]] = {"p": 2}
 

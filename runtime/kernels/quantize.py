@@ -177,6 +177,7 @@ class MatMulInteger(Kernel):
     """``(A - a_zero_point) @ (B - b_zero_point)`` as int32; A's zero point may be per row, B's per column."""
 
     op_type = "MatMulInteger"
+    uses_blas = True
     since_version = 10
 
     def compute(
@@ -206,6 +207,7 @@ class QLinearMatMul(Kernel):
     """
 
     op_type = "QLinearMatMul"
+    uses_blas = True
     since_version = 10
 
     def compute(
@@ -291,6 +293,7 @@ class ConvInteger(Kernel):
     """Integer convolution of ``(x - x_zero_point)`` with ``(w - w_zero_point)``; int32 output."""
 
     op_type = "ConvInteger"
+    uses_blas = True
     since_version = 10
     attr_defaults: ClassVar[dict[str, Any]] = {"auto_pad": "NOTSET", "group": 1}
 
@@ -307,6 +310,7 @@ class QLinearConv(Kernel):
     """Quantized Conv: integer convolution (+ int32 bias), rescaled by ``x_scale*w_scale/y_scale``."""
 
     op_type = "QLinearConv"
+    uses_blas = True
     since_version = 10
     attr_defaults: ClassVar[dict[str, Any]] = {"auto_pad": "NOTSET", "group": 1}
 

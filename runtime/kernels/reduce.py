@@ -85,6 +85,7 @@ class _ReduceInputAxes(_Reduce):
 
 class _SumReduce(_Reduce):
     op_type = "ReduceSum"
+    amp_class = "fp32"
 
     def reduce(self, x: np.ndarray, axes: Axes, keepdims: bool) -> Any:
         return np.sum(x, axis=axes, keepdims=keepdims, dtype=x.dtype)
@@ -102,6 +103,7 @@ class ReduceSum(_ReduceInputAxes, _SumReduce):
 
 class _MeanReduce(_Reduce):
     op_type = "ReduceMean"
+    amp_class = "fp32"
 
     def reduce(self, x: np.ndarray, axes: Axes, keepdims: bool) -> Any:
         return np.mean(x, axis=axes, keepdims=keepdims)
@@ -153,6 +155,7 @@ class ReduceMin(_ReduceInputAxes, _MinReduce):
 
 class _ProdReduce(_Reduce):
     op_type = "ReduceProd"
+    amp_class = "fp32"
 
     def reduce(self, x: np.ndarray, axes: Axes, keepdims: bool) -> Any:
         return np.prod(x, axis=axes, keepdims=keepdims, dtype=x.dtype)
@@ -170,6 +173,7 @@ class ReduceProd(_ReduceInputAxes, _ProdReduce):
 
 class _L1Reduce(_Reduce):
     op_type = "ReduceL1"
+    amp_class = "fp32"
 
     def reduce(self, x: np.ndarray, axes: Axes, keepdims: bool) -> Any:
         return np.sum(np.abs(x), axis=axes, keepdims=keepdims, dtype=x.dtype)
@@ -187,6 +191,7 @@ class ReduceL1(_ReduceInputAxes, _L1Reduce):
 
 class _L2Reduce(_Reduce):
     op_type = "ReduceL2"
+    amp_class = "fp32"
 
     def reduce(self, x: np.ndarray, axes: Axes, keepdims: bool) -> Any:
         squares = np.sum(np.square(x), axis=axes, keepdims=keepdims, dtype=x.dtype)
@@ -205,6 +210,7 @@ class ReduceL2(_ReduceInputAxes, _L2Reduce):
 
 class _LogSumReduce(_Reduce):
     op_type = "ReduceLogSum"
+    amp_class = "fp32"
 
     def reduce(self, x: np.ndarray, axes: Axes, keepdims: bool) -> Any:
         return np.log(np.sum(x, axis=axes, keepdims=keepdims, dtype=x.dtype))
@@ -222,6 +228,7 @@ class ReduceLogSum(_ReduceInputAxes, _LogSumReduce):
 
 class _LogSumExpReduce(_Reduce):
     op_type = "ReduceLogSumExp"
+    amp_class = "fp32"
 
     def reduce(self, x: np.ndarray, axes: Axes, keepdims: bool) -> Any:
         return reduce_log_sum_exp(x, axes, keepdims)
@@ -239,6 +246,7 @@ class ReduceLogSumExp(_ReduceInputAxes, _LogSumExpReduce):
 
 class _SumSquareReduce(_Reduce):
     op_type = "ReduceSumSquare"
+    amp_class = "fp32"
 
     def reduce(self, x: np.ndarray, axes: Axes, keepdims: bool) -> Any:
         return np.sum(np.square(x), axis=axes, keepdims=keepdims, dtype=x.dtype)
@@ -313,6 +321,7 @@ def _cumulative(x: np.ndarray, axis_input: np.ndarray, attrs: dict[str, Any], uf
 @register
 class CumSum(Kernel):
     op_type = "CumSum"
+    amp_class = "fp32"
     since_version = 11
     attr_defaults: ClassVar[dict[str, Any]] = {"exclusive": 0, "reverse": 0}
 

@@ -194,6 +194,7 @@ class Resize11(Kernel):
     keep-aspect-ratio policy, opset 19 ``half_pixel_symmetric``."""
 
     op_type = "Resize"
+    creates_size = True
     since_version = 11
     attr_defaults: ClassVar[dict[str, Any]] = _RESIZE_DEFAULTS
 
@@ -246,6 +247,7 @@ class Resize10(Kernel):
     """Resize at opset 10: a ``scales`` input, nearest or linear, asymmetric coordinates."""
 
     op_type = "Resize"
+    creates_size = True
     since_version = 10
     attr_defaults: ClassVar[dict[str, Any]] = {"mode": "nearest"}
 
@@ -258,6 +260,7 @@ class Upsample7(Kernel):
     """Upsample with a ``scales`` attribute (opsets 7-8)."""
 
     op_type = "Upsample"
+    creates_size = True
     since_version = 7
     attr_defaults: ClassVar[dict[str, Any]] = {"mode": "nearest"}
 
@@ -270,6 +273,7 @@ class Upsample9(Kernel):
     """Upsample with a ``scales`` input (opset 9; deprecated at 10 in favour of Resize)."""
 
     op_type = "Upsample"
+    creates_size = True
     since_version = 9
     attr_defaults: ClassVar[dict[str, Any]] = {"mode": "nearest"}
 

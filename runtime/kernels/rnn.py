@@ -196,6 +196,7 @@ class RNN(_Recurrent):
     """``H = f(X W^T + H R^T + Wb + Rb)``."""
 
     op_type = "RNN"
+    uses_blas = True
     since_version = 1
     gates = 1
     default_activations: ClassVar[list[str]] = ["Tanh"]
@@ -219,6 +220,7 @@ class GRU(_Recurrent):
     """Gated recurrent unit, gate order (z, r, h); ``linear_before_reset`` applies R_h before the reset gate."""
 
     op_type = "GRU"
+    uses_blas = True
     since_version = 1
     gates = 3
     default_activations: ClassVar[list[str]] = ["Sigmoid", "Tanh"]
@@ -255,6 +257,7 @@ class LSTM(_Recurrent):
     """Long short-term memory, gate order (i, o, f, c) with optional peepholes (i, o, f) and input_forget."""
 
     op_type = "LSTM"
+    uses_blas = True
     since_version = 1
     gates = 4
     default_activations: ClassVar[list[str]] = ["Sigmoid", "Tanh", "Tanh"]

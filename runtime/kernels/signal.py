@@ -59,6 +59,7 @@ class DFT17(Kernel):
     """DFT with an ``axis`` attribute (default 1) and optional ``dft_length`` input (opset 17)."""
 
     op_type = "DFT"
+    uses_blas = True
     since_version = 17
     attr_defaults: ClassVar[dict[str, Any]] = {"axis": 1, "inverse": 0, "onesided": 0}
 
@@ -77,6 +78,7 @@ class DFT20(Kernel):
     """DFT with optional ``dft_length`` and ``axis`` inputs (axis default -2, opset 20)."""
 
     op_type = "DFT"
+    uses_blas = True
     since_version = 20
     attr_defaults: ClassVar[dict[str, Any]] = {"inverse": 0, "onesided": 0}
 
@@ -98,6 +100,7 @@ class STFT(Kernel):
     """Short-time Fourier transform of ``[batch, length, 1|2]`` into ``[batch, frames, bins, 2]``."""
 
     op_type = "STFT"
+    uses_blas = True
     since_version = 17
     attr_defaults: ClassVar[dict[str, Any]] = {"onesided": 1}
 

@@ -59,6 +59,7 @@ class ConstantOfShape(Kernel):
     """A tensor of the given shape filled with the one-element ``value`` (float32 zero by default)."""
 
     op_type = "ConstantOfShape"
+    creates_size = True
     since_version = 9
 
     def setup(self) -> None:
@@ -75,6 +76,7 @@ class Range(Kernel):
     """``start, start + delta, ...`` below ``limit``; the length is ``max(ceil((limit - start) / delta), 0)``."""
 
     op_type = "Range"
+    creates_size = True
     since_version = 11
 
     def compute(self, start: np.ndarray, limit: np.ndarray, delta: np.ndarray) -> np.ndarray:
@@ -124,6 +126,7 @@ class RandomUniform(_RandomKernel):
     """Uniform samples in ``[low, high)`` of the ``shape`` attribute."""
 
     op_type = "RandomUniform"
+    never_fold = True
     since_version = 1
     attr_defaults: ClassVar[dict[str, Any]] = {"low": 0.0, "high": 1.0}
 
@@ -138,6 +141,7 @@ class RandomNormal(_RandomKernel):
     """Normal samples (``mean``, ``scale``) of the ``shape`` attribute."""
 
     op_type = "RandomNormal"
+    never_fold = True
     since_version = 1
     attr_defaults: ClassVar[dict[str, Any]] = {"mean": 0.0, "scale": 1.0}
 
@@ -152,6 +156,7 @@ class RandomUniformLike(_RandomKernel):
     """Uniform samples shaped like the input."""
 
     op_type = "RandomUniformLike"
+    never_fold = True
     since_version = 1
     attr_defaults: ClassVar[dict[str, Any]] = {"low": 0.0, "high": 1.0}
 
@@ -165,6 +170,7 @@ class RandomNormalLike(_RandomKernel):
     """Normal samples shaped like the input."""
 
     op_type = "RandomNormalLike"
+    never_fold = True
     since_version = 1
     attr_defaults: ClassVar[dict[str, Any]] = {"mean": 0.0, "scale": 1.0}
 
@@ -178,6 +184,7 @@ class Bernoulli(_RandomKernel):
     """1 with probability ``x`` (elementwise), else 0."""
 
     op_type = "Bernoulli"
+    never_fold = True
     since_version = 15
 
     def compute(self, x: np.ndarray) -> np.ndarray:
@@ -190,6 +197,7 @@ class Multinomial(_RandomKernel):
     """``sample_size`` class indices per batch row, drawn from unnormalised log-probabilities."""
 
     op_type = "Multinomial"
+    never_fold = True
     since_version = 7
     attr_defaults: ClassVar[dict[str, Any]] = {"sample_size": 1}
 

@@ -50,6 +50,7 @@ class Slice1(Kernel):
     """Slice with ``starts``/``ends``/``axes`` attributes (opsets 1-9)."""
 
     op_type = "Slice"
+    amp_class = "either"
     since_version = 1
 
     def compute(self, x: np.ndarray) -> np.ndarray:
@@ -64,6 +65,7 @@ class Slice10(Kernel):
     """Slice with ``starts, ends[, axes[, steps]]`` inputs (opset 10+); steps may be negative."""
 
     op_type = "Slice"
+    amp_class = "either"
     since_version = 10
 
     def compute(
@@ -96,6 +98,7 @@ class Gather(Kernel):
     """Pick slices along ``axis`` by an index tensor (``out.shape = x.shape[:axis] + idx.shape + ...``)."""
 
     op_type = "Gather"
+    amp_class = "either"
     since_version = 1
     attr_defaults: ClassVar[dict[str, Any]] = {"axis": 0}
 
@@ -322,6 +325,7 @@ class OneHot(Kernel):
     """One-hot encode ``indices`` with ``depth`` classes along ``axis``; values are ``[off, on]``."""
 
     op_type = "OneHot"
+    creates_size = True
     since_version = 9
     attr_defaults: ClassVar[dict[str, Any]] = {"axis": -1}
 

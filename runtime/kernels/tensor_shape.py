@@ -32,6 +32,8 @@ class Identity(Kernel):
     """The input itself: a tensor, a sequence (list) or an optional (``None`` when empty)."""
 
     op_type = "Identity"
+    is_view = True
+    amp_class = "either"
     since_version = 1
 
     def compute(self, x: Any) -> tuple[Any]:
@@ -43,6 +45,7 @@ class Shape(Kernel):
     """The input's shape as int64, optionally the ``[start, end)`` slice of it (opset 15)."""
 
     op_type = "Shape"
+    amp_class = "either"
     since_version = 1
 
     def compute(self, x: np.ndarray) -> np.ndarray:
@@ -61,6 +64,7 @@ class Size(Kernel):
     """Number of elements, as an int64 scalar."""
 
     op_type = "Size"
+    amp_class = "either"
     since_version = 1
 
     def compute(self, x: np.ndarray) -> np.ndarray:
@@ -88,6 +92,8 @@ class Reshape(Kernel):
     """Reshape to the ``shape`` input (0 copies a dim unless ``allowzero``, -1 is inferred)."""
 
     op_type = "Reshape"
+    is_view = True
+    amp_class = "either"
     since_version = 5
     attr_defaults: ClassVar[dict[str, Any]] = {"allowzero": 0}
 
@@ -100,6 +106,8 @@ class Flatten(Kernel):
     """2-D view: dims before ``axis`` become rows, the rest columns."""
 
     op_type = "Flatten"
+    is_view = True
+    amp_class = "either"
     since_version = 1
     attr_defaults: ClassVar[dict[str, Any]] = {"axis": 1}
 
@@ -131,6 +139,8 @@ class Squeeze1(Kernel):
     """Squeeze with an ``axes`` attribute (opsets 1-12); no axes: every size-1 dim."""
 
     op_type = "Squeeze"
+    is_view = True
+    amp_class = "either"
     since_version = 1
 
     def compute(self, x: np.ndarray) -> np.ndarray:
@@ -143,6 +153,8 @@ class Squeeze13(Kernel):
     """Squeeze with an optional ``axes`` input (opset 13+)."""
 
     op_type = "Squeeze"
+    is_view = True
+    amp_class = "either"
     since_version = 13
 
     def compute(self, x: np.ndarray, axes: np.ndarray | None = None) -> np.ndarray:
@@ -154,6 +166,8 @@ class Unsqueeze1(Kernel):
     """Unsqueeze with an ``axes`` attribute (opsets 1-12); axes index the output."""
 
     op_type = "Unsqueeze"
+    is_view = True
+    amp_class = "either"
     since_version = 1
 
     def compute(self, x: np.ndarray) -> np.ndarray:
@@ -165,6 +179,8 @@ class Unsqueeze13(Kernel):
     """Unsqueeze with an ``axes`` input (opset 13+)."""
 
     op_type = "Unsqueeze"
+    is_view = True
+    amp_class = "either"
     since_version = 13
 
     def compute(self, x: np.ndarray, axes: np.ndarray) -> np.ndarray:
@@ -176,6 +192,8 @@ class Transpose(Kernel):
     """Permute dims by ``perm`` (default: reverse them)."""
 
     op_type = "Transpose"
+    is_view = True
+    amp_class = "either"
     since_version = 1
 
     def compute(self, x: np.ndarray) -> np.ndarray:
@@ -188,6 +206,7 @@ class Concat(Kernel):
     """Join tensors along ``axis`` (opsets 1-3 default it to 1)."""
 
     op_type = "Concat"
+    amp_class = "widest"
     since_version = 1
     attr_defaults: ClassVar[dict[str, Any]] = {"axis": 1}
 
@@ -230,6 +249,7 @@ class Split(Kernel):
     """Split along ``axis`` by an explicit ``split`` (attribute or input), ``num_outputs`` or equal parts."""
 
     op_type = "Split"
+    amp_class = "either"
     since_version = 1
     attr_defaults: ClassVar[dict[str, Any]] = {"axis": 0}
 
@@ -246,6 +266,8 @@ class Tile(Kernel):
     """Repeat the input ``repeats[i]`` times along each dim."""
 
     op_type = "Tile"
+    creates_size = True
+    amp_class = "either"
     since_version = 6
 
     def compute(self, x: np.ndarray, repeats: np.ndarray) -> np.ndarray:
@@ -257,6 +279,8 @@ class Expand(Kernel):
     """Broadcast the input against ``shape`` (the result has the broadcast of both shapes)."""
 
     op_type = "Expand"
+    creates_size = True
+    amp_class = "either"
     since_version = 8
 
     def compute(self, x: np.ndarray, shape: np.ndarray) -> np.ndarray:
@@ -269,6 +293,7 @@ class DepthToSpace(Kernel):
     """Move channel blocks into ``blocksize`` x ``blocksize`` spatial tiles (DCR or CRD channel order)."""
 
     op_type = "DepthToSpace"
+    amp_class = "either"
     since_version = 1
     attr_defaults: ClassVar[dict[str, Any]] = {"mode": "DCR"}
 
@@ -287,6 +312,7 @@ class SpaceToDepth(Kernel):
     """Move ``blocksize`` x ``blocksize`` spatial tiles into channels (DCR order, or CRD from opset 25)."""
 
     op_type = "SpaceToDepth"
+    amp_class = "either"
     since_version = 1
     attr_defaults: ClassVar[dict[str, Any]] = {"mode": "DCR"}
 
@@ -351,6 +377,7 @@ class Pad2(Kernel):
     """Pad with ``pads``/``value`` attributes (opsets 2-10)."""
 
     op_type = "Pad"
+    creates_size = True
     since_version = 2
     attr_defaults: ClassVar[dict[str, Any]] = {"mode": "constant", "value": 0.0}
 
@@ -364,6 +391,7 @@ class Pad11(Kernel):
     """Pad with ``pads``, optional ``constant_value`` and (opset 18) ``axes`` inputs."""
 
     op_type = "Pad"
+    creates_size = True
     since_version = 11
     attr_defaults: ClassVar[dict[str, Any]] = {"mode": "constant"}
 

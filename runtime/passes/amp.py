@@ -31,28 +31,10 @@ from onnx import TensorProto, helper
 from runtime.check import topological_order
 from runtime.errors import ModelCheckError
 from runtime.ir import Graph, Node, Value
+from runtime.op_traits import EITHER_OPS, LOW_PRECISION_OPS, WIDEST_TYPE_OPS
+from runtime.op_traits import FP32_OPS as FP32_OPS  # re-exported: named in the docstring, read by callers
 
-# fmt: off
-#: Run in the low type (MXNet FP16_FUNCS).
-LOW_PRECISION_OPS = frozenset({"Conv", "ConvTranspose", "Gemm", "MatMul"})
-#: Run in fp32 (MXNet FP32_FUNCS: numerically sensitive reductions, exponentials, norms and losses).
-FP32_OPS = frozenset({
-    "BatchNormalization", "LayerNormalization", "InstanceNormalization", "GroupNormalization",
-    "RMSNormalization", "LpNormalization", "MeanVarianceNormalization", "LRN",
-    "ReduceMean", "ReduceSum", "ReduceSumSquare", "ReduceL1", "ReduceL2", "ReduceLogSum", "ReduceLogSumExp",
-    "ReduceProd", "GlobalAveragePool", "AveragePool", "GlobalLpPool", "LpPool",
-    "Softmax", "LogSoftmax", "Softplus", "Exp", "Log", "Pow", "Sqrt", "Reciprocal", "Erf", "Gelu",
-    "SoftmaxCrossEntropyLoss", "NegativeLogLikelihoodLoss", "CumSum", "Einsum",
-})
-#: Run in the widest float type among the inputs (MXNet WIDEST_TYPE_CASTS).
-WIDEST_TYPE_OPS = frozenset({"Add", "Sub", "Mul", "Div", "Sum", "Mean", "Max", "Min", "Concat", "Where"})
-#: Run in either type, following the input (MXNet FP16_FP32_FUNCS).
-EITHER_OPS = frozenset({
-    "Relu", "LeakyRelu", "PRelu", "Elu", "Selu", "Sigmoid", "HardSigmoid", "Tanh", "HardSwish", "Abs", "Neg",
-    "MaxPool", "GlobalMaxPool", "Reshape", "Flatten", "Squeeze", "Unsqueeze", "Transpose", "Slice", "Gather",
-    "Identity", "Dropout", "Split", "Expand", "Tile", "Shape", "Size", "DepthToSpace", "SpaceToDepth",
-})
-# fmt: on
+# The four op classes are declared on the kernels (``Kernel.amp_class``) and derived in runtime.op_traits.
 
 _LOW_TYPES = {"float16": TensorProto.FLOAT16, "bfloat16": TensorProto.BFLOAT16}
 

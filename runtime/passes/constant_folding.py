@@ -22,23 +22,10 @@ from runtime.check import _constant_attr
 from runtime.errors import RuntimeModelError
 from runtime.ir import Graph, Node, value_of_array
 from runtime.kernels.base import Kernel, NodeContext
+from runtime.op_traits import NEVER_FOLD
 
 if TYPE_CHECKING:
     from runtime.passes.pipeline import PassContext
-
-#: Ops never folded: random, or whose value is only meaningful per run.
-NEVER_FOLD = frozenset(
-    {
-        "RandomNormal",
-        "RandomNormalLike",
-        "RandomUniform",
-        "RandomUniformLike",
-        "Multinomial",
-        "Bernoulli",
-        "Dropout",
-    }
-)
-
 
 def _foldable(node: Node) -> bool:
     if node.domain or node.op_type in NEVER_FOLD or any(True for _ in node.subgraphs()):

@@ -1,0 +1,273 @@
+"""Memory-planned execution of a ``Plan`` for one input signature.
+
+Intermediate tensors live in a few reused per-thread buffers (``runtime/passes/memory_plan.py``; in place where a
+kernel allows), graph inputs are staged into fixed buffers, and every step whose inputs then sit at fixed addresses
+runs as a prebound compiled call, so the run loop is a short list of calls. A step meeting shapes other than
+recorded (value-dependent shapes) makes the run start again unplanned. A view op (Reshape, Squeeze...) is fixed
+once only when what shapes it is a constant: one shaped by a graph input's values runs every time, since those
+values may change between runs of one input signature.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from runtime.errors import KernelError
+from runtime.ir import Node
+from runtime.op_traits import BLAS_OPS, VIEW_OPS
+from runtime.profiling import COPY_OUTPUTS, STAGE_INPUTS, Profile
+from runtime.steps import _guard_size, _read_position, _reads, _recording, _Step
+
+if TYPE_CHECKING:
+    from runtime.plan import Plan
+
+
+#: Input signatures (shape sets) a plan keeps static buffers for.
+MAX_STATIC_PLANS = 4
+
+
+class _Replan(Exception):
+    """A planned step met inputs of other shapes than recorded (value-dependent shapes): run unplanned."""
+
+
+def _shape_of(value: Any) -> tuple[int, ...] | None:
+    return value.shape if isinstance(value, np.ndarray) else None
+
+
+def _meta(value: Any) -> tuple[tuple[int, ...], np.dtype[Any]] | None:
+    """Shape and dtype of a plannable result (a non-empty, non-object array)."""
+    if isinstance(value, np.ndarray) and value.dtype != object and value.size > 0:
+        return value.shape, value.dtype
+    return None
+
+
+def _signature(env: Mapping[str, Any], names: Sequence[str]) -> tuple[Any, ...] | None:
+    sig = []
+    for name in names:
+        value = env.get(name)
+        if not isinstance(value, np.ndarray):
+            return None
+        sig.append((value.shape, value.dtype.str))
+    return tuple(sig)
+
+
+class _StaticPlan:
+    """One input signature's schedule with planned buffers (built from a recorded run).
+
+    Graph inputs are copied into fixed buffers at the start of a run and outputs that live in planned buffers are
+    copied out at the end, so every step whose kernel can bind runs as a prebound compiled call.
+    """
+
+    def __init__(self, plan: Plan, record: list[tuple[Any, ...]], inputs: Mapping[str, Any]) -> None:
+        from runtime.passes.memory_plan import StepInfo, plan_buffers
+
+        self.plan = plan
+        #: Outputs of view ops -> their node: copying such an output out materialises the view (the op's work).
+        self.view_nodes = {step.outputs[0]: step.node for step in plan.steps if step.outputs and _is_view_op(step.node)}
+        #: Those whose step the run skips (a view fixed once): their node runs only when copied out.
+        self.skipped_views: set[str] = set()
+        infos = []
+        self.arg_shapes: list[tuple[Any, ...]] = []
+        self.out_meta: list[tuple[tuple[int, ...], np.dtype[Any]] | None] = []
+        for step, (arg_shapes, first) in zip(plan.steps, record, strict=True):
+            kernel = step.kernel
+            into = hasattr(kernel, "compute_into") and len(step.outputs) == 1 and first is not None
+            reads = tuple(_reads(step.node))
+            inplace = tuple(_read_position(step.node, p) for p in getattr(kernel, "inplace_inputs", ()))
+            infos.append(
+                StepInfo(
+                    reads=reads,
+                    outputs=step.outputs,
+                    writes_into=into,
+                    fresh=bool(getattr(kernel, "fresh_output", False)),
+                    inplace=tuple(p for p in inplace if p is not None),
+                    out_nbytes=int(np.prod(first[0], dtype=np.int64)) * first[1].itemsize if into else None,
+                )
+            )
+            self.arg_shapes.append(arg_shapes)
+            self.out_meta.append(first if into else None)
+        # outputs are read (copied out) after the last step
+        infos.append(StepInfo(reads=tuple(plan.output_names), outputs=()))
+        self.memory = plan_buffers(infos, set())
+        self.planned = [self.memory.slot_of.get(step.outputs[0]) if step.outputs else None for step in plan.steps]
+        #: Graph inputs staged into fixed buffers: name -> (shape, dtype) of this signature.
+        self.staged = {
+            name: (value.shape, value.dtype)
+            for name, value in inputs.items()
+            if name in plan.input_names and isinstance(value, np.ndarray) and value.dtype != object
+        }
+        self._local = threading.local()
+        #: Refined when a thread builds its program (until then assume BLAS may be used).
+        self.may_use_blas = True
+        #: Bytes one thread's planned buffers take (slots plus staged inputs).
+        self.buffer_bytes = self.memory.total_bytes + sum(
+            int(np.prod(shape, dtype=np.int64)) * np.dtype(dtype).itemsize for shape, dtype in self.staged.values()
+        )
+
+    def _state(self) -> tuple[dict[str, Any], list[tuple[str, Any, _Step, Any]], list[np.ndarray]]:
+        """This thread's environment template, program and buffers (built once per thread)."""
+        state = getattr(self._local, "state", None)
+        if state is None:
+            state = self._build_state()
+            self._local.state = state
+        return state
+
+    def _build_state(self) -> tuple[dict[str, Any], list[tuple[str, Any, _Step, Any]], list[np.ndarray]]:
+        """Allocate (and touch) the slots and input buffers, then decide per step how it runs:
+
+        ``bound``: a prebound compiled call (every input lives at a fixed address: a constant, a staged input, a
+        planned buffer or a fixed view of one); ``into``: the kernel writes into its planned buffer; ``skip``: a
+        view op whose result is a fixed view computed here once; ``run``: the ordinary kernel call.
+        """
+        plan = self.plan
+        slots = [np.zeros(n, dtype=np.uint8) for n in self.memory.slot_bytes]
+        staged = {name: np.zeros(shape, dtype=dtype) for name, (shape, dtype) in self.staged.items()}
+        overridable = set(plan.input_names)
+        stable: dict[str, Any] = {k: v for k, v in plan.constants.items() if k not in overridable}
+        stable.update(staged)
+        program: list[tuple[str, Any]] = []
+        for step, slot, meta in zip(plan.steps, self.planned, self.out_meta, strict=True):
+            inputs_stable = all(not name or name in stable for name in step.inputs)
+            args = [stable.get(name) if name else None for name in step.inputs]
+            if slot is not None and meta is not None:
+                shape, dtype = meta
+                out = np.ndarray(shape, dtype=dtype, buffer=slots[slot])
+                bound = None
+                bind = getattr(step.kernel, "bind", None)
+                if inputs_stable and bind is not None:
+                    try:
+                        bound = bind(out, *args)
+                    except Exception:  # binding is an optimisation; the step still runs unbound
+                        bound = None
+                stable[step.outputs[0]] = out
+                program.append(("bound", bound) if bound is not None else ("into", out))
+                continue
+            # a view is fixed only when what shapes it (Reshape's shape, Squeeze's axes...) is a constant: one read
+            # from a graph input changes from run to run while the staged buffer it would be computed from does not
+            shaped_by_constants = all(
+                not name or (name in plan.constants and name not in overridable) for name in step.inputs[1:]
+            )
+            if inputs_stable and shaped_by_constants and _is_view_op(step.node) and len(step.outputs) == 1:
+                try:
+                    view = step.kernel.run(*args)[0]
+                except Exception:
+                    view = None
+                if isinstance(view, np.ndarray) and isinstance(args[0], np.ndarray) and np.shares_memory(view, args[0]):
+                    stable[step.outputs[0]] = view
+                    self.skipped_views.add(step.outputs[0])
+                    program.append(("skip", None))
+                    continue
+            program.append(("run", None))
+        env = dict(plan.constants)
+        env.update(stable)
+        buffers = slots + list(staged.values())
+        self.may_use_blas = any(
+            kind != "bound" and kind != "skip" and step.node.op_type in BLAS_OPS
+            for (kind, _), step in zip(program, plan.steps, strict=True)
+        )
+        # the run loop walks only the steps that do something, with what they need bound up front
+        compact = [
+            (kind, payload, step, self.arg_shapes[i])
+            for i, ((kind, payload), step) in enumerate(zip(program, plan.steps, strict=True))
+            if kind != "skip"
+        ]
+        return env, compact, buffers
+
+    def execute(self, env: dict[str, Any]) -> list[Any]:
+        plan = self.plan
+        template, program, buffers = self._state()
+        feeds = env
+        env = template.copy()
+        staged = self.staged
+        profile = _recording(plan.shared)
+        started = time.perf_counter() if profile is not None else 0.0
+        for name, value in feeds.items():
+            if name in staged:
+                np.copyto(env[name], value)
+            else:
+                env[name] = value
+        if profile is not None and staged:
+            profile.add_io(STAGE_INPUTS, time.perf_counter() - started)
+        previous = getattr(plan._local, "env", None)
+        plan._local.env = env
+        limit = plan.shared.options.max_alloc_bytes
+        try:
+            for kind, payload, step, arg_shapes in program:
+                started = time.perf_counter() if profile is not None else 0.0
+                if kind == "bound":
+                    payload()
+                elif kind == "into":
+                    args = [env[name] if name else None for name in step.inputs]
+                    for a, shape in zip(args, arg_shapes, strict=True):
+                        if shape is not None and (not isinstance(a, np.ndarray) or a.shape != shape):
+                            raise _Replan
+                    _compute_into(step, payload, args)
+                else:
+                    args = [env[name] if name else None for name in step.inputs]
+                    if step.guard_size:
+                        _guard_size(step, args, limit)
+                    results = step.kernel.run(*args)
+                    outputs = step.outputs
+                    if len(results) < len(outputs) and any(outputs[len(results) :]):
+                        raise KernelError(
+                            f"{step.node.label()}: kernel returned {len(results)} outputs, {len(outputs)} expected"
+                        )
+                    for name, value in zip(outputs, results, strict=False):
+                        if name:
+                            env[name] = np.asarray(value) if isinstance(value, np.generic) else value
+                if profile is not None:
+                    profile.add(step.node.name or step.node.label(), step.node.op_type, time.perf_counter() - started)
+            if profile is None:
+                return [_detach(env[name], buffers) for name in plan.output_names]
+            return self._copy_out_profiled(env, buffers, profile)
+        except KeyError as exc:
+            raise KernelError(f"value {exc.args[0]!r} was not available when needed") from None
+        finally:
+            plan._local.env = previous
+
+    def _copy_out_profiled(self, env: dict[str, Any], buffers: Sequence[np.ndarray], profile: Profile) -> list[Any]:
+        """``_detach`` every output, timing each copy: a view op's output is materialised here (its node's time),
+        any other output living in a planned buffer is copied out (``COPY_OUTPUTS``)."""
+        values = []
+        for name in self.plan.output_names:
+            started = time.perf_counter()
+            value = env[name]
+            detached = _detach(value, buffers)
+            values.append(detached)
+            if detached is value:
+                continue
+            seconds = time.perf_counter() - started
+            node = self.view_nodes.get(name)
+            if node is None:
+                profile.add_io(COPY_OUTPUTS, seconds)
+            else:
+                profile.add(node.name or node.label(), node.op_type, seconds, calls=int(name in self.skipped_views))
+        return values
+
+
+def _is_view_op(node: Node) -> bool:
+    return node.op_type in VIEW_OPS and not node.domain
+
+
+def _detach(value: Any, buffers: Sequence[np.ndarray]) -> Any:
+    """A copy of an output that lives in (or views) this thread's reusable buffers; the value itself otherwise."""
+    if isinstance(value, np.ndarray) and any(np.may_share_memory(value, b) for b in buffers):
+        return value.copy()
+    return value
+
+
+def _compute_into(step: _Step, out: np.ndarray, args: list[Any]) -> None:
+    try:
+        result = step.kernel.compute_into(out, *args)  # type: ignore[attr-defined]
+        if result is not None and result is not out:
+            np.copyto(out, result)
+    except (KernelError, _Replan):
+        raise
+    except Exception as exc:
+        node = step.node
+        raise KernelError(f"node {node.name!r} ({node.op_type}): {type(exc).__name__}: {exc}") from exc
