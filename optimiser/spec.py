@@ -17,7 +17,6 @@ import re
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-import yaml
 from pydantic import (
     AfterValidator,
     BaseModel,
@@ -27,8 +26,11 @@ from pydantic import (
     field_validator,
     model_validator,
 )
+from pydantic_core import ErrorDetails
 
+from builders.validate import IMAGE_REF, SCHEDULER_TOKEN
 from optimiser.errors import SpecError
+from optimiser.spec_yaml import MAX_SPEC_CHARS, load_yaml
 
 Arch = Literal["x86_64", "aarch64", "ppc64le"]
 Precision = Literal["auto", "fp32", "fp16", "bf16", "int8"]
@@ -47,18 +49,25 @@ RESERVED_CODE_NAMES = frozenset({"model.onnx", "compiled", "runtime"})
 def _code_name(path: Path) -> Path:
     if not _CODE_NAME_RE.fullmatch(path.name) or path.name in RESERVED_CODE_NAMES:
         raise ValueError(
-            f"{str(path)!r}: its name must use letters, digits and ._+@- and not be one of "
+            f"{_shown(str(path))}: its name must use letters, digits and ._+@- and not be one of "
             f"{', '.join(sorted(RESERVED_CODE_NAMES))}"
         )
     return path
 
 
 CodePath = Annotated[Path, AfterValidator(_code_name)]
+#: Upper bounds of the spec's numbers, far above any real job, so that every product of them stays a finite float.
+MAX_SAMPLES = 10**15
+MAX_EPOCHS = 1e6
+MAX_DIM = 2**31 - 1
+MAX_CORES = 1_000_000
+MAX_GBPS = 1e6
 _REPO_RE = re.compile(r"[a-z0-9]([a-z0-9._:-]*[a-z0-9])?(/[a-z0-9]([a-z0-9._-]*[a-z0-9])?)*")
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    # Numbers are finite (no .inf/.nan) and every numeric field has an upper bound: arithmetic on them cannot overflow.
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
 
 class ModelRef(_Strict):
@@ -78,10 +87,12 @@ class Data(_Strict):
     """The data the application reads; sizes drive time-to-solution."""
 
     path: str | None = Field(None, description="Where the data lives on the target (mounted into the job).")
-    samples: Annotated[int, Field(gt=0)] | None = Field(None, description="Samples per epoch.")
-    epochs: Annotated[float, Field(gt=0)] = Field(1, description="Epochs to run (training) or passes (inference).")
-    input_shape: list[Annotated[int, Field(gt=0)]] | None = Field(
-        None, description="Per-sample input shape when the model does not fix it, e.g. [3, 224, 224]."
+    samples: Annotated[int, Field(gt=0, le=MAX_SAMPLES)] | None = Field(None, description="Samples per epoch.")
+    epochs: Annotated[float, Field(gt=0, le=MAX_EPOCHS)] = Field(
+        1, description="Epochs to run (training) or passes (inference)."
+    )
+    input_shape: list[Annotated[int, Field(gt=0, le=MAX_DIM)]] | None = Field(
+        None, max_length=8, description="Per-sample input shape when the model does not fix it, e.g. [3, 224, 224]."
     )
 
 
@@ -110,7 +121,9 @@ class Application(_Strict):
         seen: dict[str, Path] = {}
         for path in paths:
             if path.name in seen:
-                raise ValueError(f"{str(seen[path.name])!r} and {str(path)!r} would both be /opt/app/{path.name}")
+                raise ValueError(
+                    f"{_shown(str(seen[path.name]))} and {_shown(str(path))} would both be /opt/app/{path.name}"
+                )
             seen[path.name] = path
         return paths
 
@@ -118,7 +131,7 @@ class Application(_Strict):
 class CPU(_Strict):
     arch: Arch = "x86_64"
     model: str | None = Field(None, description="A catalog hardware preset id, or 'local' for this machine.")
-    cores: Annotated[int, Field(gt=0)] | None = Field(None, description="Cores per node the job may use.")
+    cores: Annotated[int, Field(gt=0, le=MAX_CORES)] | None = Field(None, description="Cores per node the job may use.")
 
 
 class Accelerator(_Strict):
@@ -137,12 +150,21 @@ class Target(_Strict):
     accelerator: Accelerator | None = None
     scheduler: Scheduler = "none"
     nodes: Annotated[int, Field(gt=0, le=100_000)] = 1
-    partition: str | None = Field(None, description="Slurm partition or PBS queue.")
+    partition: str | None = Field(None, description="Slurm partition or PBS queue (comma-separated for several).")
     account: str | None = None
-    walltime: str = Field("01:00:00", pattern=r"^(\d+-)?\d{1,3}:\d{2}:\d{2}$")
-    interconnect_gbps: Annotated[float, Field(gt=0)] | None = Field(
+    #: ``[D-]HH:MM:SS``: a stricter form of the job renderers' grammar (at most 99,999 days).
+    walltime: str = Field("01:00:00", pattern=r"^(\d{1,5}-)?\d{1,3}:[0-5]\d:[0-5]\d$")
+    interconnect_gbps: Annotated[float, Field(gt=0, le=MAX_GBPS)] | None = Field(
         None, description="Node-to-node bandwidth in Gbit/s (default: 100 on hpc, 25 on cloud)."
     )
+
+    @field_validator("partition", "account")
+    @classmethod
+    def _scheduler_token(cls, value: str | None) -> str | None:
+        # They land on #SBATCH / #PBS lines, which no shell quotes: the job renderer's own grammar decides.
+        if value is not None and not SCHEDULER_TOKEN.match(value):
+            raise ValueError(f"{_shown(value)} may only use letters, digits and _.+@- (comma-separated)")
+        return value
 
     @property
     def gpu(self) -> Accelerator | None:
@@ -160,6 +182,16 @@ class Container(_Strict):
         if value is not None and not _REPO_RE.fullmatch(value):
             raise ValueError("must be a lower-case image repository like host:port/team/app (no tag)")
         return value
+
+    @model_validator(mode="after")
+    def _image_ref(self) -> Container:
+        # The plan writes registry:tag into FROM lines and job files: check it with the renderer's own grammar.
+        if self.registry is not None and not IMAGE_REF.match(f"{self.registry}:{self.tag}"):
+            raise ValueError(
+                f"registry {_shown(self.registry)} with tag {_shown(self.tag)} is not an image reference "
+                "like registry.example.org/team/app:tag"
+            )
+        return self
 
 
 class Selection(_Strict):
@@ -197,6 +229,12 @@ class AppSpec(_Strict):
             raise ValueError("use letters, digits, '.', '_' or '-' (start with a letter or digit, at most 63)")
         return value
 
+    @model_validator(mode="after")
+    def _kubernetes_runs_oci(self) -> AppSpec:
+        if self.target.scheduler == "kubernetes" and "docker" not in self.container.formats:
+            raise ValueError("container.formats: a Kubernetes Job runs an OCI image, so formats must include docker")
+        return self
+
     def model_path(self) -> Path | None:
         """Absolute path of the ONNX model, if the spec names one."""
         onnx = self.application.model.onnx
@@ -231,9 +269,14 @@ def load_spec(path: str | Path) -> AppSpec:
     """Read and validate a spec file; raises SpecError with one line per problem."""
     path = Path(path)
     try:
-        text = path.read_text(encoding="utf-8")
+        with path.open("rb") as handle:  # bounded: /dev/zero or a 5 GB file is refused, not read
+            raw = handle.read(4 * MAX_SPEC_CHARS + 1)
     except OSError as exc:
         raise SpecError(f"{path}: cannot read: {exc.strerror or exc}") from None
+    if len(raw) > 4 * MAX_SPEC_CHARS:
+        raise SpecError(f"{path}: larger than {4 * MAX_SPEC_CHARS:,} bytes, the most a spec may be")
+    try:
+        text = raw.decode("utf-8")
     except UnicodeDecodeError:
         raise SpecError(f"{path}: not UTF-8 text") from None
     return parse_spec(text, base_dir=path.resolve().parent, source=str(path))
@@ -241,57 +284,30 @@ def load_spec(path: str | Path) -> AppSpec:
 
 def parse_spec(text: str, base_dir: Path = Path("."), source: str = "<spec>") -> AppSpec:
     """Validate spec text; ``source`` names it in messages."""
-    data, lines = _load_yaml(text, source)
+    data, lines = load_yaml(text, source)
     if not isinstance(data, dict):
         raise SpecError(f"{source}: the spec must be a mapping with keys name, application, target, ...")
     try:
         return AppSpec.model_validate({**data, "base_dir": base_dir})
     except ValidationError as exc:
-        raise SpecError(*_describe(exc, lines)) from None
+        errors = exc.errors(include_url=False, include_input=False)
+        shown = errors[: SpecError.max_lines]  # 50,000 unknown keys: describe 20, count the rest
+        raise SpecError(*_describe(shown, lines), more=len(errors) - len(shown)) from None
 
 
-# --- YAML with line numbers ---------------------------------------------------------------------------------------
+def _shown(value: str, limit: int = 60) -> str:
+    """``repr(value)``, shortened with an ellipsis: error lines never echo a 100 KB value."""
+    return repr(value) if len(value) <= limit else repr(value[:limit]) + "…"
+
+
+# --- error lines ---------------------------------------------------------------------------------------------------
 
 _Path = tuple[str | int, ...]
 
 
-def _load_yaml(text: str, source: str) -> tuple[Any, dict[_Path, int]]:
-    try:
-        node = yaml.compose(text, Loader=yaml.SafeLoader)
-        data = yaml.safe_load(text)
-    except yaml.MarkedYAMLError as exc:
-        mark = exc.problem_mark
-        where = f" (line {mark.line + 1}, column {mark.column + 1})" if mark is not None else ""
-        raise SpecError(f"{source}: invalid YAML: {exc.problem}{where}") from None
-    except yaml.YAMLError as exc:
-        raise SpecError(f"{source}: invalid YAML: {exc}") from None
-    lines: dict[_Path, int] = {}
-    if node is not None:
-        _index_lines(node, (), lines, source)
-    return data, lines
-
-
-def _index_lines(node: yaml.Node, path: _Path, out: dict[_Path, int], source: str) -> None:
-    out[path] = node.start_mark.line + 1
-    if isinstance(node, yaml.MappingNode):
-        seen: set[str] = set()
-        for key, value in node.value:
-            name = str(key.value)
-            if name in seen:
-                dotted = ".".join(str(p) for p in (*path, name))
-                raise SpecError(f"{dotted}: duplicate key (line {key.start_mark.line + 1})")
-            seen.add(name)
-            out[(*path, name)] = key.start_mark.line + 1
-            _index_lines(value, (*path, name), out, source)
-            out[(*path, name)] = key.start_mark.line + 1
-    elif isinstance(node, yaml.SequenceNode):
-        for i, item in enumerate(node.value):
-            _index_lines(item, (*path, i), out, source)
-
-
-def _describe(exc: ValidationError, lines: dict[_Path, int]) -> list[str]:
+def _describe(errors: list[ErrorDetails], lines: dict[_Path, int]) -> list[str]:
     messages = []
-    for err in exc.errors():
+    for err in errors:
         loc = tuple(p for p in err["loc"] if not (isinstance(p, str) and p in _UNION_TAGS))
         dotted = ".".join(str(p) for p in loc) or "spec"
         if err["type"] == "extra_forbidden":
