@@ -225,7 +225,7 @@ def write_plan_outputs(plan: Plan, out_dir: Path, catalog: Catalog | None = None
     dep = deployment_from_plan(plan, catalog)
     plan = with_deployment_notes(plan, dep)
     written = [
-        _write_text(out_dir / "plan.json", json.dumps(plan_to_dict(plan), indent=2) + "\n"),
+        _write_text(out_dir / "plan.json", _plan_json(plan)),
         _write_text(out_dir / "plan.md", render_markdown(plan)),
     ]
     model = plan.spec.model_path()
@@ -281,3 +281,11 @@ def _write_text(path: Path, text: str) -> Path:
         fh.write(text)
     os.replace(tmp, path)
     return path
+
+
+def _plan_json(plan: Plan) -> str:
+    """plan.json's text: strict JSON (no Infinity or NaN, which JSON does not have)."""
+    try:
+        return json.dumps(plan_to_dict(plan), indent=2, allow_nan=False) + "\n"
+    except ValueError:
+        raise AppoptError("plan.json: an estimate is not a finite number (it overflowed); not written") from None

@@ -55,7 +55,19 @@ def _code_name(path: Path) -> Path:
     return path
 
 
-CodePath = Annotated[Path, AfterValidator(_code_name)]
+def _file_path(path: Path) -> Path:
+    """A path no file system refuses by its length alone (the kernel's NAME_MAX and a margin under PATH_MAX)."""
+    if len(str(path).encode("utf-8", "surrogatepass")) > MAX_PATH_BYTES:
+        raise ValueError(f"{_shown(str(path))}: longer than {MAX_PATH_BYTES} bytes")
+    if any(len(part.encode("utf-8", "surrogatepass")) > MAX_NAME_BYTES for part in path.parts):
+        raise ValueError(f"{_shown(str(path))}: a file or directory name is longer than {MAX_NAME_BYTES} bytes")
+    return path
+
+
+MAX_PATH_BYTES = 1024
+MAX_NAME_BYTES = 255
+FilePath = Annotated[Path, AfterValidator(_file_path)]
+CodePath = Annotated[Path, AfterValidator(_file_path), AfterValidator(_code_name)]
 #: Upper bounds of the spec's numbers, far above any real job, so that every product of them stays a finite float.
 MAX_SAMPLES = 10**15
 MAX_EPOCHS = 1e6
@@ -74,7 +86,7 @@ class ModelRef(_Strict):
     """Either a catalog architecture or an ONNX file (relative to the spec file)."""
 
     architecture: str | None = Field(None, description="A catalog architecture id, e.g. resnet50 or bert_base.")
-    onnx: Path | None = Field(None, description="Path to an ONNX model, relative to the spec file.")
+    onnx: FilePath | None = Field(None, description="Path to an ONNX model, relative to the spec file.")
 
     @model_validator(mode="after")
     def _exactly_one(self) -> ModelRef:
@@ -188,7 +200,7 @@ class Container(_Strict):
         # The plan writes registry:tag into FROM lines and job files: check it with the renderer's own grammar.
         if self.registry is not None and not IMAGE_REF.match(f"{self.registry}:{self.tag}"):
             raise ValueError(
-                f"registry {_shown(self.registry)} with tag {_shown(self.tag)} is not an image reference "
+                f"registry: {_shown(self.registry)} with tag {_shown(self.tag)} is not an image reference "
                 "like registry.example.org/team/app:tag"
             )
         return self
@@ -250,10 +262,17 @@ def check_spec_files(spec: AppSpec) -> None:
     problems = [
         f"application.code.{i}: {str(given)!r} does not exist (looked for {path})"
         for i, (given, path) in enumerate(zip(spec.application.code, spec.code_paths(), strict=True))
-        if not path.exists()
+        if not _exists(path)
     ]
     if problems:
         raise SpecError(*problems)
+
+
+def _exists(path: Path) -> bool:
+    try:
+        return path.exists()
+    except OSError:  # permission denied on a parent, a loop of links: not there for us
+        return False
 
 
 def json_schema() -> dict[str, Any]:
@@ -316,6 +335,8 @@ def _describe(errors: list[ErrorDetails], lines: dict[_Path, int]) -> list[str]:
             msg = "required field is missing"
         else:
             msg = str(err["msg"]).removeprefix("Value error, ")
+            loc, msg = _located(loc, msg)
+            dotted = ".".join(str(p) for p in loc) or "spec"
         line = _nearest_line(loc, lines)
         messages.append(f"{dotted}: {msg}" + (f" (line {line})" if line else ""))
     return messages
@@ -332,14 +353,32 @@ def _nearest_line(loc: _Path, lines: dict[_Path, int]) -> int | None:
     return None
 
 
-def _suggest(loc: _Path) -> str:
-    """" (did you mean 'x'?)" for an unknown key close to a known one at the same place."""
+_FIELD_PREFIX = re.compile(r"^([a-z_]+(?:\.[a-z_]+)*): (.*)$", re.DOTALL)
+
+
+def _located(loc: _Path, msg: str) -> tuple[_Path, str]:
+    """A cross-field check of a model says which of its fields is wrong as ``field: message``: locate it there."""
+    match = _FIELD_PREFIX.match(msg)
+    model = _model_at(loc)
+    if match is None or model is None or match.group(1).split(".")[0] not in model.model_fields:
+        return loc, msg
+    return (*loc, *match.group(1).split(".")), match.group(2)
+
+
+def _model_at(loc: _Path) -> type[BaseModel] | None:
+    """The spec model that ``loc`` names (None for a list item or a scalar field)."""
     model: type[BaseModel] | None = AppSpec
-    for part in loc[:-1]:
+    for part in loc:
         if model is None or not isinstance(part, str):
-            return ""
+            return None
         field = model.model_fields.get(part)
         model = _model_of(field.annotation) if field is not None else None
+    return model
+
+
+def _suggest(loc: _Path) -> str:
+    """" (did you mean 'x'?)" for an unknown key close to a known one at the same place."""
+    model = _model_at(loc[:-1])
     if model is None:
         return ""
     known = [k for k in model.model_fields if k != "base_dir"]

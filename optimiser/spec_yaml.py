@@ -80,7 +80,8 @@ def load_yaml(text: str, source: str) -> tuple[Any, dict[Path_, int]]:
         line = f" (line {exc.mark.line + 1})" if exc.mark is not None else ""
         raise SpecError(f"{_dotted(exc.path, source)}: {exc.message}{line}") from None
     except yaml.MarkedYAMLError as exc:
-        problem = " ".join(str(exc.problem or exc.context or "syntax error").split())
+        said = ", ".join(str(part) for part in (exc.context, exc.problem) if part) or "syntax error"
+        problem = " ".join(said.split())  # one line, whatever PyYAML put in it
         mark = exc.problem_mark or exc.context_mark
         where = f" (line {mark.line + 1}, column {mark.column + 1})" if mark is not None else ""
         raise SpecError(f"{source}: invalid YAML: {problem}{where}") from None

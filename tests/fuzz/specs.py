@@ -490,6 +490,9 @@ def main(argv: list[str]) -> int:
 
     def record(content: str | bytes, result: Result) -> None:
         tally.add(content, result)
+        if result.outcome in BAD:  # as it happens, not only in the summary
+            shown = content[:300] if isinstance(content, str) else content[:100]
+            print(f"{result.outcome}: {result.detail}\n  spec: {shown!r}", flush=True)
         done = sum(tally.counts.values())
         if args.progress and done % args.progress == 0:
             print(f"[{time.monotonic() - started:.0f}s] {tally.report().splitlines()[0]}", flush=True)
