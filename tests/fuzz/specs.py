@@ -17,6 +17,7 @@ reason), ``bad-plan-json``.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import shutil
 import signal
@@ -325,24 +326,34 @@ def spec_inputs() -> st.SearchStrategy[str | bytes]:
 class Result:
     outcome: str
     detail: str = ""
+    #: Wall-clock seconds of validate and plan together.
+    seconds: float = 0.0
 
 
 class _Hang(Exception):
     pass
 
 
-@contextmanager
-def _alarm(seconds: int) -> Iterator[None]:
-    def fire(signum: int, frame: Any) -> None:
+class _Alarm:
+    """SIGALRM after ``seconds``: raises :class:`_Hang`, and remembers it fired even when the exception lands in a
+    place that swallows it (a gc callback prints "Exception ignored" and carries on)."""
+
+    def __init__(self, seconds: float) -> None:
+        self.seconds, self.fired = seconds, False
+
+    def _fire(self, signum: int, frame: Any) -> None:
+        self.fired = True
         raise _Hang()
 
-    previous = signal.signal(signal.SIGALRM, fire)
-    signal.alarm(seconds)
-    try:
-        yield
-    finally:
-        signal.alarm(0)
-        signal.signal(signal.SIGALRM, previous)
+    @contextmanager
+    def armed(self) -> Iterator[None]:
+        previous = signal.signal(signal.SIGALRM, self._fire)
+        signal.setitimer(signal.ITIMER_REAL, self.seconds)
+        try:
+            yield
+        finally:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+            signal.signal(signal.SIGALRM, previous)
 
 
 _runner = CliRunner()
@@ -360,8 +371,22 @@ def _message_problem(stderr: str) -> str | None:
     return None
 
 
-def check_spec(content: str | bytes, workdir: Path) -> Result:
+def check_spec(content: str | bytes, workdir: Path, hang_seconds: float = HANG_SECONDS) -> Result:
     """Run ``validate`` and (when it passes) ``plan -o`` on ``content``; classify what happened."""
+    alarm = _Alarm(hang_seconds)
+    started = time.monotonic()
+    try:
+        with alarm.armed():
+            result = _check(content, workdir)
+    except _Hang:
+        alarm.fired = True
+    seconds = time.monotonic() - started
+    if alarm.fired:
+        return Result("hang", f"over {hang_seconds:g} s", seconds)
+    return dataclasses.replace(result, seconds=seconds)
+
+
+def _check(content: str | bytes, workdir: Path) -> Result:
     spec = workdir / "app.yaml"
     if isinstance(content, bytes):
         spec.write_bytes(content)
@@ -369,37 +394,33 @@ def check_spec(content: str | bytes, workdir: Path) -> Result:
         spec.write_text(content, encoding="utf-8", errors="surrogatepass")
     out = workdir / "out"
     try:
-        with _alarm(HANG_SECONDS):
-            started = time.monotonic()
-            validated = _runner.invoke(app, ["validate", str(spec)])
-            crash = _crash(validated)
-            if crash:
-                return Result("traceback", f"validate: {crash}")
-            problem = _message_problem(validated.stderr)
-            if problem:
-                return Result("bad-message", f"validate: {problem}")
-            if validated.exit_code != 0:
-                return Result("rejected") if validated.stderr.startswith("error: ") else Result(
-                    "bad-message", f"validate exit {validated.exit_code} with no error line"
-                )
-            planned = _runner.invoke(app, ["plan", str(spec), "-o", str(out)])
-            crash = _crash(planned)
-            if crash:
-                return Result("traceback", f"plan: {crash}")
-            problem = _message_problem(planned.stderr)
-            if problem:
-                return Result("bad-message", f"plan: {problem}")
-            if planned.exit_code == 3:
-                return Result("no-route")
-            if planned.exit_code != 0:
-                return Result("plan-after-validate", planned.stderr.strip()[:300])
-            try:
-                json.loads((out / "plan.json").read_text(encoding="utf-8"), parse_constant=_no_constant)
-            except (OSError, ValueError) as exc:
-                return Result("bad-plan-json", str(exc)[:200])
-            return Result("ok", f"{time.monotonic() - started:.2f}s")
-    except _Hang:
-        return Result("hang", f"over {HANG_SECONDS} s")
+        validated = _runner.invoke(app, ["validate", str(spec)])
+        crash = _crash(validated)
+        if crash:
+            return Result("traceback", f"validate: {crash}")
+        problem = _message_problem(validated.stderr)
+        if problem:
+            return Result("bad-message", f"validate: {problem}")
+        if validated.exit_code != 0:
+            if validated.stderr.startswith("error: "):
+                return Result("rejected")
+            return Result("bad-message", f"validate exit {validated.exit_code} with no error line")
+        planned = _runner.invoke(app, ["plan", str(spec), "-o", str(out)])
+        crash = _crash(planned)
+        if crash:
+            return Result("traceback", f"plan: {crash}")
+        problem = _message_problem(planned.stderr)
+        if problem:
+            return Result("bad-message", f"plan: {problem}")
+        if planned.exit_code == 3:
+            return Result("no-route")
+        if planned.exit_code != 0:
+            return Result("plan-after-validate", planned.stderr.strip()[:300])
+        try:
+            json.loads((out / "plan.json").read_text(encoding="utf-8"), parse_constant=_no_constant)
+        except (OSError, ValueError) as exc:
+            return Result("bad-plan-json", str(exc)[:200])
+        return Result("ok")
     finally:
         shutil.rmtree(out, ignore_errors=True)
 
@@ -425,9 +446,12 @@ class Tally:
     def __init__(self) -> None:
         self.counts: Counter[str] = Counter()
         self.examples: dict[str, list[tuple[str, str]]] = {}
+        self.slowest = Result("none")
 
     def add(self, content: str | bytes, result: Result) -> None:
         self.counts[result.outcome] += 1
+        if result.seconds >= self.slowest.seconds:
+            self.slowest = result
         if result.outcome in BAD and len(self.examples.setdefault(result.outcome, [])) < 5:
             shown = content[:300] if isinstance(content, str) else repr(content[:100])
             self.examples[result.outcome].append((result.detail, shown))
@@ -438,7 +462,10 @@ class Tally:
 
     def report(self) -> str:
         total = sum(self.counts.values())
-        lines = [f"{total} specs: " + ", ".join(f"{o} {self.counts[o]}" for o in OUTCOMES)]
+        lines = [
+            f"{total} specs: " + ", ".join(f"{o} {self.counts[o]}" for o in OUTCOMES)
+            + f"; slowest {self.slowest.seconds:.1f} s ({self.slowest.outcome})"
+        ]
         for outcome, cases in self.examples.items():
             for detail, shown in cases:
                 lines.append(f"  {outcome}: {detail}\n    spec: {shown!r}")
@@ -455,12 +482,16 @@ def make_workdir() -> Path:
     return workdir
 
 
-def run_examples(examples: int, seed: int, on_result: Callable[[str | bytes, Result], None]) -> None:
+def run_examples(
+    examples: int, seed: int, on_result: Callable[[str | bytes, Result], None], hang_seconds: float = HANG_SECONDS
+) -> None:
     """Draw ``examples`` inputs from :func:`spec_inputs` (seeded) and check each; generation only, no shrinking."""
     from hypothesis import HealthCheck, Phase, given, settings
     from hypothesis import seed as hypothesis_seed
 
     workdir = make_workdir()
+    for example in example_specs():  # warm up: imports, the catalog and the ONNX analysis are paid once, not timed
+        check_spec(to_yaml(example), workdir, hang_seconds=600)
 
     @settings(
         max_examples=examples, database=None, deadline=None, phases=[Phase.generate], derandomize=False,
@@ -468,7 +499,7 @@ def run_examples(examples: int, seed: int, on_result: Callable[[str | bytes, Res
     )
     @given(spec_inputs())
     def one(content: str | bytes) -> None:
-        on_result(content, check_spec(content, workdir))
+        on_result(content, check_spec(content, workdir, hang_seconds))
 
     try:
         hypothesis_seed(seed)(one)()

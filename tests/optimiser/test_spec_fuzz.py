@@ -7,12 +7,15 @@ from __future__ import annotations
 
 from tests.fuzz.specs import BAD, Result, Tally, run_examples
 
-EXAMPLES = 250
+EXAMPLES = 200
+#: A hang here means minutes or forever; 30 s leaves room for a busy CI machine (each spec takes well under a second
+#: on an idle one). The issue's 10 s bound is what ``python -m tests.fuzz spec`` holds the 10,000-spec run to.
+HANG_SECONDS = 30
 
 
 def test_hostile_specs_end_in_one_line_errors_or_plans_never_tracebacks_or_hangs() -> None:
     tally = Tally()
-    run_examples(EXAMPLES, seed=21, on_result=tally.add)
+    run_examples(EXAMPLES, seed=21, on_result=tally.add, hang_seconds=HANG_SECONDS)
     assert sum(tally.counts.values()) == EXAMPLES
     assert tally.bad == 0, tally.report()
     # The strategies reach every stage: specs are refused, planned, and planned into no route.
