@@ -6,8 +6,11 @@ no spec number needs 20), explicit tags on mappings and sequences, keys that are
 cannot be written to a file (NUL, unpaired surrogates). The text is parsed once into plain dicts, lists and scalars
 together with the line of every field, so later messages can say where a problem is.
 
-    >>> load_yaml("a: {b: [1, 2]}\\n", "<spec>")
-    ({'a': {'b': [1, 2]}}, {(): 1, ('a', 'b', 0): 1, ('a', 'b', 1): 1, ('a', 'b'): 1, ('a',): 1})
+    >>> load_yaml("a:\\n  b: [1, 2]\\n", "<spec>")
+    ({'a': {'b': [1, 2]}}, {(): 1, ('a',): 1, ('a', 'b'): 2, ('a', 'b', 0): 2, ('a', 'b', 1): 2})
+    >>> load_yaml("a: &x 1\\nb: *x\\n", "<spec>")
+    Traceback (most recent call last):
+    optimiser.errors.SpecError: b: YAML aliases (*name) are not allowed in a spec: write the value out (line 2)
 """
 
 from __future__ import annotations

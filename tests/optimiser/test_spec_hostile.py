@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import doctest
 import json
 import time
 from pathlib import Path
@@ -9,6 +10,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
+from optimiser import errors, spec_yaml
 from optimiser.cli import app
 from optimiser.errors import MAX_LINE_CHARS, AppoptError, SpecError
 from optimiser.spec import load_spec, parse_spec
@@ -190,3 +192,9 @@ def test_error_lines_are_printable_bounded_and_counted() -> None:
     assert len(err.lines[1]) == MAX_LINE_CHARS and err.lines[1].endswith("…")
     assert len(err.lines) == 51 and err.lines[-1] == "… and 52 more"
     assert SpecError("a", more=5).lines == ("a", "… and 5 more")
+
+
+@pytest.mark.parametrize("module", [spec_yaml, errors])
+def test_docstring_examples(module: object) -> None:
+    result = doctest.testmod(module)  # type: ignore[arg-type]
+    assert result.attempted > 0 and result.failed == 0
