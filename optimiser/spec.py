@@ -162,8 +162,10 @@ class Target(_Strict):
     accelerator: Accelerator | None = None
     scheduler: Scheduler = "none"
     nodes: Annotated[int, Field(gt=0, le=100_000)] = 1
-    partition: str | None = Field(None, description="Slurm partition or PBS queue (comma-separated for several).")
-    account: str | None = None
+    partition: str | None = Field(
+        None, max_length=1024, description="Slurm partition or PBS queue (comma-separated for several)."
+    )
+    account: str | None = Field(None, max_length=1024)
     #: ``[D-]HH:MM:SS``: a stricter form of the job renderers' grammar (at most 99,999 days).
     walltime: str = Field("01:00:00", pattern=r"^(\d{1,5}-)?\d{1,3}:[0-5]\d:[0-5]\d$")
     interconnect_gbps: Annotated[float, Field(gt=0, le=MAX_GBPS)] | None = Field(
@@ -185,7 +187,9 @@ class Target(_Strict):
 
 class Container(_Strict):
     formats: list[ContainerFormat] = Field(default_factory=lambda: list(_ALL_FORMATS), min_length=1)
-    registry: str | None = Field(None, description="Image repository to push to, e.g. registry.example.org/team/app.")
+    registry: str | None = Field(
+        None, max_length=255, description="Image repository to push to, e.g. registry.example.org/team/app."
+    )
     tag: str = Field("latest", pattern=r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$")
 
     @field_validator("registry")

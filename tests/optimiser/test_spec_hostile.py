@@ -174,6 +174,7 @@ def test_yaml_problems_are_one_printable_line(text: str, expected: str) -> None:
         ("{}", "{registry: 'a/b..c'}", "container.registry: 'a/b..c' with tag 'latest' is not an image reference"),
         ("{scheduler: kubernetes}", "{formats: [singularity]}", "container.formats: a Kubernetes Job runs an OCI"),
         ("{walltime: '00:60:00'}", "{}", "target.walltime: String should match pattern"),
+        ("{}", "{registry: " + "a." * 200 + "a}", "container.registry: String should have at most 255 characters"),
     ],
 )
 def test_validate_refuses_what_plan_o_would_refuse(target: str, container: str, expected: str, tmp_path: Path) -> None:
