@@ -199,3 +199,17 @@ def test_error_lines_are_printable_bounded_and_counted() -> None:
 def test_docstring_examples(module: object) -> None:
     result = doctest.testmod(module)  # type: ignore[arg-type]
     assert result.attempted > 0 and result.failed == 0
+
+
+def test_a_non_finite_estimate_is_one_line_not_infinity_in_plan_json(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import optimiser.artifacts
+
+    monkeypatch.setattr(optimiser.artifacts, "plan_to_dict", lambda plan: {"total_seconds": float("inf")})
+    spec = tmp_path / "app.yaml"
+    spec.write_text(BASE + "target: {cpu: {arch: x86_64, model: xeon-8380}}\n")
+    result = runner.invoke(app, ["plan", str(spec), "-o", str(tmp_path / "out")])
+    assert result.exit_code == 1
+    assert result.stderr == "error: plan.json: an estimate is not a finite number (it overflowed); not written\n"
+    assert not (tmp_path / "out" / "plan.json").exists()
