@@ -46,6 +46,17 @@ _CODE_NAME_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9._+@-]*$")
 RESERVED_CODE_NAMES = frozenset({"model.onnx", "compiled", "runtime"})
 
 
+#: Upper bounds of the spec's numbers, far above any real job, so that every product of them stays a finite float.
+MAX_SAMPLES = 10**15
+MAX_EPOCHS = 1e6
+MAX_DIM = 2**31 - 1
+MAX_CORES = 1_000_000
+MAX_GBPS = 1e6
+#: Lengths of a spec's file paths (relative to the spec), in UTF-8 bytes: a name over NAME_MAX makes stat() fail.
+MAX_PATH_BYTES = 1024
+MAX_NAME_BYTES = 255
+
+
 def _code_name(path: Path) -> Path:
     if not _CODE_NAME_RE.fullmatch(path.name) or path.name in RESERVED_CODE_NAMES:
         raise ValueError(
@@ -64,16 +75,8 @@ def _file_path(path: Path) -> Path:
     return path
 
 
-MAX_PATH_BYTES = 1024
-MAX_NAME_BYTES = 255
 FilePath = Annotated[Path, AfterValidator(_file_path)]
 CodePath = Annotated[Path, AfterValidator(_file_path), AfterValidator(_code_name)]
-#: Upper bounds of the spec's numbers, far above any real job, so that every product of them stays a finite float.
-MAX_SAMPLES = 10**15
-MAX_EPOCHS = 1e6
-MAX_DIM = 2**31 - 1
-MAX_CORES = 1_000_000
-MAX_GBPS = 1e6
 _REPO_RE = re.compile(r"[a-z0-9]([a-z0-9._:-]*[a-z0-9])?(/[a-z0-9]([a-z0-9._-]*[a-z0-9])?)*")
 
 
