@@ -22,8 +22,8 @@ import yaml
 
 from optimiser.errors import SpecError
 
-#: Bytes a spec file may hold: real ones are a few hundred; parsing 256 KiB takes about a second.
-MAX_SPEC_CHARS = 256 * 1024
+#: Characters a spec may hold: real ones are a few hundred; PyYAML parses 64 KiB in about half a second.
+MAX_SPEC_CHARS = 64 * 1024
 #: Mapping/sequence levels: a spec uses four.
 MAX_DEPTH = 32
 #: Characters of an integer literal (signs, underscores and base prefixes included).

@@ -47,7 +47,7 @@ def test_aliases_are_refused_before_anything_expands_them(text: str, expected: s
     assert line.startswith(expected)
 
 
-@pytest.mark.parametrize("depth", [33, 1000, 20_000])
+@pytest.mark.parametrize("depth", [33, 1000, 12_000])
 def test_deep_nesting_is_refused_in_one_line(depth: int) -> None:
     (line,) = errors_of("name: x\napplication: " + "[" * depth + "]" * depth + "\n")
     assert line == "application" + ".0" * 32 + ": nested deeper than 32 levels (line 2)"
@@ -60,7 +60,7 @@ def test_a_spec_as_deep_as_the_limit_still_parses_to_its_field_errors() -> None:
     assert line.startswith("application: Input should be a valid dictionary")
 
 
-@pytest.mark.parametrize("digits", [41, 4301, 100_000])
+@pytest.mark.parametrize("digits", [41, 4301, 60_000])
 def test_huge_integer_literals_are_refused_naming_the_field(digits: int) -> None:
     (line,) = errors_of(BASE + f"  batch_size: {'9' * digits}\n")
     assert line == f"application.batch_size: an integer of {digits:,} characters is too large (at most 40) (line 5)"
@@ -101,21 +101,21 @@ def test_the_largest_accepted_numbers_give_a_finite_plan_json(tmp_path: Path) ->
     assert plan
 
 
-def test_fifty_thousand_problems_print_twenty_lines_and_a_count() -> None:
-    text = BASE + "".join(f"k{i}: {i}\n" for i in range(20_000))
+def test_thousands_of_problems_print_twenty_lines_and_a_count() -> None:
+    text = BASE + "".join(f"k{i}: {i}\n" for i in range(5_000))
     lines = errors_of(text)
     assert len(lines) == 21
     assert lines[0] == "k0: unknown key (known keys: name, application, target, container, optimisation) (line 5)"
-    assert lines[-1] == "… and 19,980 more"
+    assert lines[-1] == "… and 4,980 more"
 
 
 @pytest.mark.parametrize(
     "field",
     [
-        f"  framework: {'x' * 100_000}",
-        f"  code: [{'x' * 100_000}!]",
-        f"  {'k' * 100_000}: 1",
-        f"target: {{partition: {'p q' * 30_000}}}",
+        f"  framework: {'x' * 60_000}",
+        f"  code: [{'x' * 60_000}!]",
+        f"  {'k' * 60_000}: 1",
+        f"target: {{partition: {'p q' * 20_000}}}",
     ],
 )
 def test_long_values_are_not_echoed_whole(field: str, tmp_path: Path) -> None:
