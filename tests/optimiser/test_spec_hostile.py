@@ -214,3 +214,17 @@ def test_a_non_finite_estimate_is_one_line_not_infinity_in_plan_json(
     errors = [line for line in result.stderr.splitlines() if line.startswith("error: ")]
     assert errors == ["error: plan.json: an estimate is not a finite number (it overflowed); not written"]
     assert not (tmp_path / "out" / "plan.json").exists()
+
+
+def test_an_undefined_detail_figure_is_null_in_plan_json(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # The shipped evaluation has no held-out regret for int8 (no route to rank): NaN, which plan.json wrote as NaN.
+    import optimiser.artifacts
+
+    fake = {"predicted": {"step_seconds": 0.5, "detail": {"heldout_mean_regret": float("nan"), "rmspe": 0.1}}}
+    monkeypatch.setattr(optimiser.artifacts, "plan_to_dict", lambda plan: fake)
+    spec = tmp_path / "app.yaml"
+    spec.write_text(BASE + "target: {cpu: {arch: x86_64, model: xeon-8380}}\n")
+    result = runner.invoke(app, ["plan", str(spec), "-o", str(tmp_path / "out")])
+    assert result.exit_code == 0, result.stderr
+    plan = json.loads((tmp_path / "out" / "plan.json").read_text(), parse_constant=pytest.fail)
+    assert plan["predicted"] == {"step_seconds": 0.5, "detail": {"heldout_mean_regret": None, "rmspe": 0.1}}
