@@ -287,7 +287,7 @@ def write_plan_outputs(
 
 def _write_plan_files(plan: Plan, dep: Deployment, shipped: ShippedFiles, out_dir: Path) -> list[Path]:
     written = [
-        _write_text(out_dir / "plan.json", json.dumps(plan_to_dict(plan), indent=2) + "\n"),
+        _write_text(out_dir / "plan.json", _plan_json(plan)),
         _write_text(out_dir / "plan.md", render_markdown(plan)),
     ]
     model = plan.spec.model_path()
@@ -327,3 +327,23 @@ def _write_text(path: Path, text: str) -> Path:
         fh.write(text)
     os.replace(tmp, path)
     return path
+
+
+def _plan_json(plan: Plan) -> str:
+    """plan.json's text: strict JSON (JSON has no Infinity or NaN). A figure in a ``detail`` mapping that could not
+    be computed (the held-out regret where no route could be ranked is NaN) is written as null; a non-finite
+    estimate anywhere else is an error, not a number."""
+    try:
+        return json.dumps(_undefined_details_as_null(plan_to_dict(plan)), indent=2, allow_nan=False) + "\n"
+    except ValueError:
+        raise AppoptError("plan.json: an estimate is not a finite number (it overflowed); not written") from None
+
+
+def _undefined_details_as_null(value: object, in_detail: bool = False) -> object:
+    if isinstance(value, float) and in_detail and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: _undefined_details_as_null(v, in_detail or k == "detail") for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_undefined_details_as_null(v, in_detail) for v in value]
+    return value

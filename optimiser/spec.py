@@ -17,7 +17,6 @@ import re
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-import yaml
 from pydantic import (
     AfterValidator,
     BaseModel,
@@ -27,8 +26,11 @@ from pydantic import (
     field_validator,
     model_validator,
 )
+from pydantic_core import ErrorDetails
 
+from builders.validate import IMAGE_REF, SCHEDULER_TOKEN
 from optimiser.errors import SpecError
+from optimiser.spec_yaml import MAX_SPEC_CHARS, load_yaml
 
 Arch = Literal["x86_64", "aarch64", "ppc64le"]
 Precision = Literal["auto", "fp32", "fp16", "bf16", "int8"]
@@ -44,28 +46,51 @@ _CODE_NAME_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9._+@-]*$")
 RESERVED_CODE_NAMES = frozenset({"model.onnx", "compiled", "runtime"})
 
 
+#: Upper bounds of the spec's numbers, far above any real job, so that every product of them stays a finite float.
+MAX_SAMPLES = 10**15
+MAX_EPOCHS = 1e6
+MAX_DIM = 2**31 - 1
+MAX_CORES = 1_000_000
+MAX_GBPS = 1e6
+MAX_MEMORY_GIB = 1e9
+#: Lengths of a spec's file paths (relative to the spec), in UTF-8 bytes: a name over NAME_MAX makes stat() fail.
+MAX_PATH_BYTES = 1024
+MAX_NAME_BYTES = 255
+
+
 def _code_name(path: Path) -> Path:
     if not _CODE_NAME_RE.fullmatch(path.name) or path.name in RESERVED_CODE_NAMES:
         raise ValueError(
-            f"{str(path)!r}: its name must use letters, digits and ._+@- and not be one of "
+            f"{_shown(str(path))}: its name must use letters, digits and ._+@- and not be one of "
             f"{', '.join(sorted(RESERVED_CODE_NAMES))}"
         )
     return path
 
 
-CodePath = Annotated[Path, AfterValidator(_code_name)]
+def _file_path(path: Path) -> Path:
+    """A path no file system refuses by its length alone (the kernel's NAME_MAX and a margin under PATH_MAX)."""
+    if len(str(path).encode("utf-8", "surrogatepass")) > MAX_PATH_BYTES:
+        raise ValueError(f"{_shown(str(path))}: longer than {MAX_PATH_BYTES} bytes")
+    if any(len(part.encode("utf-8", "surrogatepass")) > MAX_NAME_BYTES for part in path.parts):
+        raise ValueError(f"{_shown(str(path))}: a file or directory name is longer than {MAX_NAME_BYTES} bytes")
+    return path
+
+
+FilePath = Annotated[Path, AfterValidator(_file_path)]
+CodePath = Annotated[Path, AfterValidator(_file_path), AfterValidator(_code_name)]
 _REPO_RE = re.compile(r"[a-z0-9]([a-z0-9._:-]*[a-z0-9])?(/[a-z0-9]([a-z0-9._-]*[a-z0-9])?)*")
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    # Numbers are finite (no .inf/.nan) and every numeric field has an upper bound: arithmetic on them cannot overflow.
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
 
 class ModelRef(_Strict):
     """Either a catalog architecture or an ONNX file (relative to the spec file)."""
 
     architecture: str | None = Field(None, description="A catalog architecture id, e.g. resnet50 or bert_base.")
-    onnx: Path | None = Field(None, description="Path to an ONNX model, relative to the spec file.")
+    onnx: FilePath | None = Field(None, description="Path to an ONNX model, relative to the spec file.")
 
     @model_validator(mode="after")
     def _exactly_one(self) -> ModelRef:
@@ -78,10 +103,12 @@ class Data(_Strict):
     """The data the application reads; sizes drive time-to-solution."""
 
     path: str | None = Field(None, description="Where the data lives on the target (mounted into the job).")
-    samples: Annotated[int, Field(gt=0)] | None = Field(None, description="Samples per epoch.")
-    epochs: Annotated[float, Field(gt=0)] = Field(1, description="Epochs to run (training) or passes (inference).")
-    input_shape: list[Annotated[int, Field(gt=0)]] | None = Field(
-        None, description="Per-sample input shape when the model does not fix it, e.g. [3, 224, 224]."
+    samples: Annotated[int, Field(gt=0, le=MAX_SAMPLES)] | None = Field(None, description="Samples per epoch.")
+    epochs: Annotated[float, Field(gt=0, le=MAX_EPOCHS)] = Field(
+        1, description="Epochs to run (training) or passes (inference)."
+    )
+    input_shape: list[Annotated[int, Field(gt=0, le=MAX_DIM)]] | None = Field(
+        None, max_length=8, description="Per-sample input shape when the model does not fix it, e.g. [3, 224, 224]."
     )
 
 
@@ -110,7 +137,9 @@ class Application(_Strict):
         seen: dict[str, Path] = {}
         for path in paths:
             if path.name in seen:
-                raise ValueError(f"{str(seen[path.name])!r} and {str(path)!r} would both be /opt/app/{path.name}")
+                raise ValueError(
+                    f"{_shown(str(seen[path.name]))} and {_shown(str(path))} would both be /opt/app/{path.name}"
+                )
             seen[path.name] = path
         return paths
 
@@ -118,8 +147,8 @@ class Application(_Strict):
 class CPU(_Strict):
     arch: Arch = "x86_64"
     model: str | None = Field(None, description="A catalog hardware preset id, or 'local' for this machine.")
-    cores: Annotated[int, Field(gt=0)] | None = Field(None, description="Cores per node the job may use.")
-    memory_gib: Annotated[float, Field(gt=0)] | None = Field(
+    cores: Annotated[int, Field(gt=0, le=MAX_CORES)] | None = Field(None, description="Cores per node the job may use.")
+    memory_gib: Annotated[float, Field(gt=0, le=MAX_MEMORY_GIB)] | None = Field(
         None, description="Memory per node in GiB (default: the CPU preset's, if it states one); sizes Kubernetes pods."
     )
 
@@ -137,10 +166,10 @@ class Accelerator(_Strict):
 class KubernetesPod(_Strict):
     """Overrides of the Kubernetes Job's pod (target.scheduler: kubernetes)."""
 
-    cpu: Annotated[float, Field(gt=0)] | None = Field(
+    cpu: Annotated[float, Field(gt=0, le=MAX_CORES)] | None = Field(
         None, description="CPU request and limit per pod (default: the node's cores less the system reservation)."
     )
-    memory_gib: Annotated[float, Field(gt=0)] | None = Field(
+    memory_gib: Annotated[float, Field(gt=0, le=MAX_MEMORY_GIB)] | None = Field(
         None, description="Memory request and limit per pod in GiB (default: the node's memory less the reservation)."
     )
     image_pull_secret: str | None = Field(
@@ -159,13 +188,24 @@ class Target(_Strict):
     accelerator: Accelerator | None = None
     scheduler: Scheduler = "none"
     nodes: Annotated[int, Field(gt=0, le=100_000)] = 1
-    partition: str | None = Field(None, description="Slurm partition or PBS queue.")
-    account: str | None = None
-    walltime: str = Field("01:00:00", pattern=r"^(\d+-)?\d{1,3}:\d{2}:\d{2}$")
-    interconnect_gbps: Annotated[float, Field(gt=0)] | None = Field(
+    partition: str | None = Field(
+        None, max_length=1024, description="Slurm partition or PBS queue (comma-separated for several)."
+    )
+    account: str | None = Field(None, max_length=1024)
+    #: ``[D-]HH:MM:SS``: a stricter form of the job renderers' grammar (at most 99,999 days).
+    walltime: str = Field("01:00:00", pattern=r"^(\d{1,5}-)?\d{1,3}:[0-5]\d:[0-5]\d$")
+    interconnect_gbps: Annotated[float, Field(gt=0, le=MAX_GBPS)] | None = Field(
         None, description="Node-to-node bandwidth in Gbit/s (default: 100 on hpc, 25 on cloud)."
     )
     kubernetes: KubernetesPod = Field(default_factory=KubernetesPod)
+
+    @field_validator("partition", "account")
+    @classmethod
+    def _scheduler_token(cls, value: str | None) -> str | None:
+        # They land on #SBATCH / #PBS lines, which no shell quotes: the job renderer's own grammar decides.
+        if value is not None and not SCHEDULER_TOKEN.match(value):
+            raise ValueError(f"{_shown(value)} may only use letters, digits and _.+@- (comma-separated)")
+        return value
 
     @property
     def gpu(self) -> Accelerator | None:
@@ -174,7 +214,9 @@ class Target(_Strict):
 
 class Container(_Strict):
     formats: list[ContainerFormat] = Field(default_factory=lambda: list(_ALL_FORMATS), min_length=1)
-    registry: str | None = Field(None, description="Image repository to push to, e.g. registry.example.org/team/app.")
+    registry: str | None = Field(
+        None, max_length=255, description="Image repository to push to, e.g. registry.example.org/team/app."
+    )
     tag: str = Field("latest", pattern=r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$")
 
     @field_validator("registry")
@@ -183,6 +225,16 @@ class Container(_Strict):
         if value is not None and not _REPO_RE.fullmatch(value):
             raise ValueError("must be a lower-case image repository like host:port/team/app (no tag)")
         return value
+
+    @model_validator(mode="after")
+    def _image_ref(self) -> Container:
+        # The plan writes registry:tag into FROM lines and job files: check it with the renderer's own grammar.
+        if self.registry is not None and not IMAGE_REF.match(f"{self.registry}:{self.tag}"):
+            raise ValueError(
+                f"registry: {_shown(self.registry)} with tag {_shown(self.tag)} is not an image reference "
+                "like registry.example.org/team/app:tag"
+            )
+        return self
 
 
 class Selection(_Strict):
@@ -220,6 +272,12 @@ class AppSpec(_Strict):
             raise ValueError("use letters, digits, '.', '_' or '-' (start with a letter or digit, at most 63)")
         return value
 
+    @model_validator(mode="after")
+    def _kubernetes_runs_oci(self) -> AppSpec:
+        if self.target.scheduler == "kubernetes" and "docker" not in self.container.formats:
+            raise ValueError("container.formats: a Kubernetes Job runs an OCI image, so formats must include docker")
+        return self
+
     def model_path(self) -> Path | None:
         """Absolute path of the ONNX model, if the spec names one."""
         onnx = self.application.model.onnx
@@ -235,10 +293,17 @@ def check_spec_files(spec: AppSpec) -> None:
     problems = [
         f"application.code.{i}: {str(given)!r} does not exist (looked for {path})"
         for i, (given, path) in enumerate(zip(spec.application.code, spec.code_paths(), strict=True))
-        if not path.exists()
+        if not _exists(path)
     ]
     if problems:
         raise SpecError(*problems)
+
+
+def _exists(path: Path) -> bool:
+    try:
+        return path.exists()
+    except OSError:  # permission denied on a parent, a loop of links: not there for us
+        return False
 
 
 def json_schema() -> dict[str, Any]:
@@ -254,9 +319,14 @@ def load_spec(path: str | Path) -> AppSpec:
     """Read and validate a spec file; raises SpecError with one line per problem."""
     path = Path(path)
     try:
-        text = path.read_text(encoding="utf-8")
+        with path.open("rb") as handle:  # bounded: /dev/zero or a 5 GB file is refused, not read
+            raw = handle.read(4 * MAX_SPEC_CHARS + 1)
     except OSError as exc:
         raise SpecError(f"{path}: cannot read: {exc.strerror or exc}") from None
+    if len(raw) > 4 * MAX_SPEC_CHARS:
+        raise SpecError(f"{path}: larger than {4 * MAX_SPEC_CHARS:,} bytes, the most a spec may be")
+    try:
+        text = raw.decode("utf-8")
     except UnicodeDecodeError:
         raise SpecError(f"{path}: not UTF-8 text") from None
     return parse_spec(text, base_dir=path.resolve().parent, source=str(path))
@@ -264,57 +334,30 @@ def load_spec(path: str | Path) -> AppSpec:
 
 def parse_spec(text: str, base_dir: Path = Path("."), source: str = "<spec>") -> AppSpec:
     """Validate spec text; ``source`` names it in messages."""
-    data, lines = _load_yaml(text, source)
+    data, lines = load_yaml(text, source)
     if not isinstance(data, dict):
         raise SpecError(f"{source}: the spec must be a mapping with keys name, application, target, ...")
     try:
         return AppSpec.model_validate({**data, "base_dir": base_dir})
     except ValidationError as exc:
-        raise SpecError(*_describe(exc, lines)) from None
+        errors = exc.errors(include_url=False, include_input=False)
+        shown = errors[: SpecError.max_lines]  # 50,000 unknown keys: describe 20, count the rest
+        raise SpecError(*_describe(shown, lines), more=len(errors) - len(shown)) from None
 
 
-# --- YAML with line numbers ---------------------------------------------------------------------------------------
+def _shown(value: str, limit: int = 60) -> str:
+    """``repr(value)``, shortened with an ellipsis: error lines never echo a 100 KB value."""
+    return repr(value) if len(value) <= limit else repr(value[:limit]) + "…"
+
+
+# --- error lines ---------------------------------------------------------------------------------------------------
 
 _Path = tuple[str | int, ...]
 
 
-def _load_yaml(text: str, source: str) -> tuple[Any, dict[_Path, int]]:
-    try:
-        node = yaml.compose(text, Loader=yaml.SafeLoader)
-        data = yaml.safe_load(text)
-    except yaml.MarkedYAMLError as exc:
-        mark = exc.problem_mark
-        where = f" (line {mark.line + 1}, column {mark.column + 1})" if mark is not None else ""
-        raise SpecError(f"{source}: invalid YAML: {exc.problem}{where}") from None
-    except yaml.YAMLError as exc:
-        raise SpecError(f"{source}: invalid YAML: {exc}") from None
-    lines: dict[_Path, int] = {}
-    if node is not None:
-        _index_lines(node, (), lines, source)
-    return data, lines
-
-
-def _index_lines(node: yaml.Node, path: _Path, out: dict[_Path, int], source: str) -> None:
-    out[path] = node.start_mark.line + 1
-    if isinstance(node, yaml.MappingNode):
-        seen: set[str] = set()
-        for key, value in node.value:
-            name = str(key.value)
-            if name in seen:
-                dotted = ".".join(str(p) for p in (*path, name))
-                raise SpecError(f"{dotted}: duplicate key (line {key.start_mark.line + 1})")
-            seen.add(name)
-            out[(*path, name)] = key.start_mark.line + 1
-            _index_lines(value, (*path, name), out, source)
-            out[(*path, name)] = key.start_mark.line + 1
-    elif isinstance(node, yaml.SequenceNode):
-        for i, item in enumerate(node.value):
-            _index_lines(item, (*path, i), out, source)
-
-
-def _describe(exc: ValidationError, lines: dict[_Path, int]) -> list[str]:
+def _describe(errors: list[ErrorDetails], lines: dict[_Path, int]) -> list[str]:
     messages = []
-    for err in exc.errors():
+    for err in errors:
         loc = tuple(p for p in err["loc"] if not (isinstance(p, str) and p in _UNION_TAGS))
         dotted = ".".join(str(p) for p in loc) or "spec"
         if err["type"] == "extra_forbidden":
@@ -323,6 +366,8 @@ def _describe(exc: ValidationError, lines: dict[_Path, int]) -> list[str]:
             msg = "required field is missing"
         else:
             msg = str(err["msg"]).removeprefix("Value error, ")
+            loc, msg = _located(loc, msg)
+            dotted = ".".join(str(p) for p in loc) or "spec"
         line = _nearest_line(loc, lines)
         messages.append(f"{dotted}: {msg}" + (f" (line {line})" if line else ""))
     return messages
@@ -339,14 +384,32 @@ def _nearest_line(loc: _Path, lines: dict[_Path, int]) -> int | None:
     return None
 
 
-def _suggest(loc: _Path) -> str:
-    """" (did you mean 'x'?)" for an unknown key close to a known one at the same place."""
+_FIELD_PREFIX = re.compile(r"^([a-z_]+(?:\.[a-z_]+)*): (.*)$", re.DOTALL)
+
+
+def _located(loc: _Path, msg: str) -> tuple[_Path, str]:
+    """A cross-field check of a model says which of its fields is wrong as ``field: message``: locate it there."""
+    match = _FIELD_PREFIX.match(msg)
+    model = _model_at(loc)
+    if match is None or model is None or match.group(1).split(".")[0] not in model.model_fields:
+        return loc, msg
+    return (*loc, *match.group(1).split(".")), match.group(2)
+
+
+def _model_at(loc: _Path) -> type[BaseModel] | None:
+    """The spec model that ``loc`` names (None for a list item or a scalar field)."""
     model: type[BaseModel] | None = AppSpec
-    for part in loc[:-1]:
+    for part in loc:
         if model is None or not isinstance(part, str):
-            return ""
+            return None
         field = model.model_fields.get(part)
         model = _model_of(field.annotation) if field is not None else None
+    return model
+
+
+def _suggest(loc: _Path) -> str:
+    """" (did you mean 'x'?)" for an unknown key close to a known one at the same place."""
+    model = _model_at(loc[:-1])
     if model is None:
         return ""
     known = [k for k in model.model_fields if k != "base_dir"]

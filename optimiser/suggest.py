@@ -12,4 +12,5 @@ def unknown_id_message(field: str, value: str, known: Iterable[str]) -> str:
     names = sorted(known)
     close = [c for c in difflib.get_close_matches(value, names, n=2, cutoff=0.6) if c != value][:1]
     hint = f"did you mean {close[0]!r}?" if close else f"known: {', '.join(names)}"
-    return f"{field}: unknown {value!r} ({hint})"
+    shown = repr(value) if len(value) <= 60 else repr(value[:60]) + "…"
+    return f"{field}: unknown {shown} ({hint})"

@@ -15,7 +15,11 @@ def model_cost(spec: AppSpec, catalog: Catalog) -> ModelCost:
     """Cost of one sample through the spec's model."""
     path = spec.model_path()
     if path is not None:
-        if not path.is_file():
+        try:
+            found = path.is_file()
+        except OSError as exc:  # permission denied on a parent, a loop of links
+            raise SpecError(f"application.model.onnx: cannot read {path}: {exc.strerror or exc}") from None
+        if not found:
             raise SpecError(f"application.model.onnx: no such file: {path}")
         return analyse_onnx(path, batch_size=1)
     name = spec.application.model.architecture
