@@ -65,7 +65,12 @@ class Probes:
 
 def measure_probes(threads: int) -> Probes:
     """GEMM peak per thread count (1..threads) and memory bandwidth."""
-    return Probes({t: measure_gemm_peak(t) / 1e9 for t in range(1, threads + 1)}, measure_bandwidth() / 1e9)
+    return Probes({t: measure_gemm_peak(t) for t in range(1, threads + 1)}, measure_bandwidth() / 1e9)  # GFLOP/s, GB/s
+
+
+def units_left(backends: tuple[str, ...], already: set[tuple[str, str]]) -> int:
+    """How many (backend, unit) pairs of the covering set the store does not hold yet."""
+    return sum((backend, encode_units([u])) not in already for backend in backends for u in covering_units())
 
 
 def calibrate(

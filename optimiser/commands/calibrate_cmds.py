@@ -30,7 +30,7 @@ def calibrate_cmd(
     covering set of kernel units per backend; rows go to the host store, which `appopt plan` reads. A second run
     resumes and adds."""
     from benchmarks.backends import all_backends
-    from benchmarks.calibrate import CALIBRATE_BACKENDS, MIN_BUDGET_S, calibrate, measure_probes
+    from benchmarks.calibrate import CALIBRATE_BACKENDS, MIN_BUDGET_S, calibrate, measure_probes, units_left
     from perfmodels.hoststore import HostStoreError, check_writable, host_store_path, read_store
     from perfmodels.targets import local_target_key, usable_cores
 
@@ -52,6 +52,9 @@ def calibrate_cmd(
         already = {(str(b), str(u)) for b, u in zip(kernel_rows["backend"], kernel_rows["units"], strict=True)}
     threads = usable_cores()
     typer.echo(f"calibrating {local_target_key()} ({threads} threads) into {store}; {len(already)} unit row(s) there")
+    if units_left(chosen, already) == 0:
+        typer.echo(f"nothing left to measure: the store holds every covering unit of {', '.join(chosen)}")
+        return
     started = time.monotonic()
     with progress("probing the hardware"):
         probes = measure_probes(threads)
