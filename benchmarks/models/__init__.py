@@ -197,7 +197,15 @@ def _all_models() -> tuple[SuiteModel, ...]:
 
 
 def suite(which: str = "all") -> list[SuiteModel]:
-    """The models of a named suite (``all``, ``core``, ``zoo``, ``tiny``, ``quick``) or names joined by commas."""
+    """The models of a named suite (``all``, ``core``, ``zoo``, ``tiny``, ``quick``, ``breadth``) or of suites and
+    model names joined by commas (``core,tiny_lenet5``), each model once, in order."""
+    parts = [part.strip() for part in which.split(",") if part.strip()]
+    if len(parts) > 1:
+        chosen: dict[str, SuiteModel] = {}
+        for part in parts:
+            for model in suite(part):
+                chosen.setdefault(model.name, model)
+        return list(chosen.values())
     models = _all_models()
     if which == "breadth":
         return list(_BREADTH) if breadth.available() else []

@@ -84,3 +84,13 @@ def test_models_run_on_onnxruntime_with_finite_outputs(name):
     session = ort.InferenceSession(model.model().SerializeToString(), providers=["CPUExecutionProvider"])
     out = session.run(None, model.feeds(batch=1))
     assert np.all(np.isfinite(out[0]))
+
+
+def test_suites_and_models_join_by_commas_each_model_once() -> None:
+    """``--suite core,tiny`` was refused as an unknown model 'core' although the error listed 'core' as a suite."""
+    core, tiny = suite("core"), suite("tiny")
+    joined = suite("core,tiny,mlp")
+    assert [m.name for m in joined] == [m.name for m in (*core, *tiny)]
+    assert [m.name for m in suite("tiny_lenet5, core")] == ["tiny_lenet5", *(m.name for m in core)]
+    with pytest.raises(KeyError, match="unknown suite or model 'nope'"):
+        suite("core,nope")
