@@ -24,6 +24,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from benchmarks.models.convnets import MOBILENET_V2_BLOCKS
+
 if TYPE_CHECKING:
     from torch import nn
 
@@ -298,15 +300,7 @@ def mobilenet_v2(seed: int = 0, classes: int = 10) -> nn.Module:
     _seeded(seed)
     layers: list[nn.Module] = [nn.Conv2d(3, 32, 3, 2, 1, bias=False), nn.BatchNorm2d(32), nn.ReLU()]
     c_in = 32
-    for expand, c_out, repeats, stride in (
-        (1, 16, 1, 1),
-        (6, 24, 2, 2),
-        (6, 32, 3, 2),
-        (6, 64, 4, 2),
-        (6, 96, 3, 1),
-        (6, 160, 3, 2),
-        (6, 320, 1, 1),
-    ):
+    for expand, c_out, repeats, stride in MOBILENET_V2_BLOCKS:
         for i in range(repeats):
             layers.append(inverted(c_in, c_out, stride if i == 0 else 1, expand))
             c_in = c_out

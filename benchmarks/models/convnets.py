@@ -63,7 +63,7 @@ def resnet50(seed: int = 0) -> onnx.ModelProto:
 
 
 #: MobileNetV2's inverted-residual settings: (expansion t, channels c, repeats n, first stride s).
-_MOBILENET_V2 = (
+MOBILENET_V2_BLOCKS = (
     (1, 16, 1, 1),
     (6, 24, 2, 2),
     (6, 32, 3, 2),
@@ -80,7 +80,7 @@ def mobilenet_v2(seed: int = 0) -> onnx.ModelProto:
     x = g.input("input", [BATCH_DIM, 3, 224, 224])
     x = g.relu6(g.conv(x, 3, 32, 3, stride=2))
     c = 32
-    for t, c_out, n, s in _MOBILENET_V2:
+    for t, c_out, n, s in MOBILENET_V2_BLOCKS:
         for i in range(n):
             stride = s if i == 0 else 1
             hidden = c * t
