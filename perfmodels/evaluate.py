@@ -76,6 +76,8 @@ class Evaluation:
     #: and the weight each family got.
     nested: Scores | None = None
     nested_weights: dict[str, float] = field(default_factory=dict)
+    #: Each route's held-out (unit sum, whole-model fit) root-mean-square log errors (``route_errors``).
+    route_errors: dict[tuple[object, ...], tuple[float, float]] = field(default_factory=dict)
 
     def by_precision(self) -> dict[str, Scores]:
         """The fitted model's scores on each precision's held-out predictions (routes compete within one)."""
@@ -186,6 +188,7 @@ def leave_one_architecture_out(
     predictions = pd.concat(parts, ignore_index=True)
     if predictions.empty:
         raise ValueError("no family could be held out: every route was measured on one family only")
+    predictions = predictions.join(route_errors_without_family(predictions))
     predictions["predicted"] = _combined(predictions, whole_weight)
     weights = nested_weights(frame, data, by_units, ridge, share_routes) if nested and units else {}
     if weights:
@@ -201,6 +204,7 @@ def leave_one_architecture_out(
         units=scores(covered, "units") if len(covered) else None,
         nested=scores(predictions, "nested") if weights else None,
         nested_weights=weights,
+        route_errors=route_errors(predictions),
     )
 
 
@@ -278,12 +282,61 @@ def _held_out(
 
 def _combined(rows: pd.DataFrame, largest: float | pd.Series | None) -> list[float]:
     """``unitfit.combine`` of each row's whole-model and unit estimates, the whole-model fit's largest weight
-    ``largest`` (one for all rows, or one per row; None: the planner's)."""
+    ``largest`` (one for all rows, or one per row; None: the planner's), and the route's errors where ``rows``
+    carry them (``units_error``, ``whole_error``)."""
     weights = largest if isinstance(largest, pd.Series) else pd.Series(largest, index=rows.index, dtype=object)
+    has_errors = {"units_error", "whole_error"} <= set(rows.columns)
     return [
-        combine(r["whole"], r["units"], r["precision"], r["overhead_share"], None if pd.isna(w) else float(w))
+        combine(
+            r["whole"],
+            r["units"],
+            r["precision"],
+            r["overhead_share"],
+            None if pd.isna(w) else float(w),
+            (float(r["units_error"]), float(r["whole_error"])) if has_errors else None,
+        )
         for (_, r), w in zip(rows.iterrows(), weights, strict=True)
     ]
+
+
+def _log_errors(rows: pd.DataFrame) -> pd.DataFrame:
+    """Squared log errors of the unit sum and of the whole-model fit, on rows where both exist."""
+    y = rows["y"].astype(float)
+    both = rows[rows["units"].astype(float).gt(0) & rows["whole"].astype(float).gt(0)]
+    return pd.DataFrame(
+        {
+            "units": np.log(both["units"].astype(float) / y[both.index]) ** 2,
+            "whole": np.log(both["whole"].astype(float) / y[both.index]) ** 2,
+        }
+    )
+
+
+def route_errors(predictions: pd.DataFrame) -> dict[tuple[object, ...], tuple[float, float]]:
+    """Per route (``_GROUP``): root-mean-square log error of the unit sums and of the whole-model fit over its
+    held-out predictions (the planner weighs the two estimates by them, ``unitfit.inverse_variance_weight``)."""
+    squared = _log_errors(predictions)
+    keyed = squared.join(predictions[_GROUP])
+    return {
+        tuple(key): (float(np.sqrt(part["units"].mean())), float(np.sqrt(part["whole"].mean())))
+        for key, part in keyed.groupby(_GROUP)
+    }
+
+
+def route_errors_without_family(predictions: pd.DataFrame) -> pd.DataFrame:
+    """``route_errors`` for each prediction from its route's *other* families only, so that a held-out family's
+    weights owe nothing to its own measurements (columns ``units_error``, ``whole_error``; NaN where the route has
+    no other family)."""
+    squared = _log_errors(predictions).join(predictions["family"])
+    out = pd.DataFrame(np.nan, index=predictions.index, columns=["units_error", "whole_error"])
+    for _, route in predictions.groupby(_GROUP):
+        measured = squared.loc[squared.index.intersection(route.index)]
+        for family, rows in route.groupby("family"):
+            others = measured[measured["family"] != family]
+            if others.empty:
+                continue
+            out.loc[rows.index, "units_error"] = float(np.sqrt(others["units"].mean()))
+            out.loc[rows.index, "whole_error"] = float(np.sqrt(others["whole"].mean()))
+    return out
 
 
 def _rmspe(rows: pd.DataFrame, predicted: list[float]) -> float:

@@ -120,6 +120,7 @@ def write_evaluation_summary(db: Path, evaluation: Evaluation) -> Path:
             p: asdict(HeldOutFigures.from_evaluation(evaluation, p)) for p in sorted(evaluation.by_precision())
         },
         "lines": evaluation.lines(),
+        "route_errors": {"|".join(route_error_key(k)): list(errors) for k, errors in evaluation.route_errors.items()},
     }
     out.write_text(json.dumps(payload, indent=2, sort_keys=True) + "\n", encoding="utf-8")
     return out
@@ -136,6 +137,27 @@ def read_evaluation_summary(db: Path) -> dict[str, HeldOutFigures] | None:
         figures.update({p: HeldOutFigures(**f) for p, f in payload.get("by_precision", {}).items()})
         return figures
     except (OSError, ValueError, TypeError, KeyError):
+        return None
+
+
+RouteErrors = dict[tuple[str, ...], tuple[float, float]]
+
+
+def route_error_key(key: tuple[object, ...]) -> tuple[str, ...]:
+    """An evaluation's route key (target, framework, compiler, layout, precision, threads) as text."""
+    *route, threads = key
+    return (*(str(k) for k in route), str(int(float(str(threads)))))
+
+
+def read_route_errors(db: Path) -> RouteErrors | None:
+    """The stored held-out (unit sum, whole-model) errors of each route of ``db``, keyed by the ``_GROUP`` values
+    as text (None when missing or written for another version of the file)."""
+    try:
+        payload = json.loads(evaluation_path(db).read_text(encoding="utf-8"))
+        if payload.get("db_sha256") != _digest(db) or "route_errors" not in payload:
+            return None
+        return {tuple(k.split("|")): (float(v[0]), float(v[1])) for k, v in payload["route_errors"].items()}
+    except (OSError, ValueError, TypeError, KeyError, IndexError):
         return None
 
 
@@ -162,6 +184,7 @@ class FittedModel:
         self._db = db
         self._evaluation: Evaluation | None = None
         self._heldout: dict[str, HeldOutFigures] | None = None
+        self._route_errors: RouteErrors | None = None
         self._units: UnitFit | None = None
 
     def units(self) -> UnitFit | None:
@@ -269,6 +292,23 @@ class FittedModel:
                 self._heldout = {}
         return self._heldout.get(precision or "", self._heldout.get(""))
 
+    def route_errors(self, group: GroupFit) -> tuple[float, float] | None:
+        """``group``'s route's held-out (unit sum, whole-model) log errors: stored next to the database when they
+        match it, else from the evaluation (None without either)."""
+        if self._route_errors is None:
+            stored = read_route_errors(self._db) if self._db is not None else None
+            if stored is None:
+                evaluation = self.evaluation()
+                stored = (
+                    {route_error_key(key): v for key, v in evaluation.route_errors.items()}
+                    if evaluation is not None
+                    else {}
+                )
+            self._route_errors = stored
+        r = group.route
+        key = (group.target, r.framework, r.compiler, r.layout, r.precision, str(group.threads))
+        return self._route_errors.get(key)
+
     # --- which measurements apply ------------------------------------------------------------------------------
 
     def target_for(self, device: Device) -> str | None:
@@ -331,7 +371,8 @@ class FittedModel:
             return replace(prior, basis=f"{prior.basis}{below}")
         whole = group.whole_seconds(x)
         share = group.overhead_share(x)
-        step = raw = combine(whole, by_units, group.route.precision, share)
+        errors = self.route_errors(group) if not np.isnan(by_units) else None
+        step = raw = combine(whole, by_units, group.route.precision, share, errors=errors)
         differs = [
             name
             for name, ours, theirs in (
@@ -375,7 +416,7 @@ class FittedModel:
                 "whole_model_step_s": whole * step / raw if raw > 0 else whole,
                 **({} if np.isnan(by_units) else {"kernel_units_step_s": by_units * step / raw}),
                 # the whole-model fit's weight in the combination (unitfit.whole_weight)
-                "whole_model_weight": whole_weight(share),
+                "whole_model_weight": whole_weight(share, errors=errors),
                 "correction": step / prior.step_seconds,
                 "threads": float(group.threads),
                 "fitted_rows": float(group.rows),

@@ -326,7 +326,12 @@ def cache_dir_for(db: Path) -> Path | None:
 
 
 def combine(
-    whole: float, units: float, precision: str = "fp32", overhead_share: float = 0.0, largest: float | None = None
+    whole: float,
+    units: float,
+    precision: str = "fp32",
+    overhead_share: float = 0.0,
+    largest: float | None = None,
+    errors: tuple[float, float] | None = None,
 ) -> float:
     """The planner's estimate from the whole-model fit and the kernel-unit sum: a weighted geometric mean of the two
     when both exist (two estimates with largely independent errors), else whichever exists.
@@ -335,6 +340,8 @@ def combine(
     estimate is work at the fitted rates, less as more of it is the learned per-node and per-query overheads (a tiny
     model's: those are the weakly determined part of the fit, while the units measured each kernel's small-size
     cost).
+    ``errors``, the route's held-out (unit sum, whole-model fit) log errors, raise the whole-model fit's weight where
+    the unit sums erred more (``inverse_variance_weight``).
     At a quantised precision the unit sum alone: the whole-model fit sees the fp32 graph's totals, which cannot
     tell which layers the quantiser converted (computed weights stay fp32), while the units know (``init_w``).
     """
@@ -344,7 +351,7 @@ def combine(
         return units
     if math.isnan(whole) or whole <= 0:
         return units
-    weight = whole_weight(overhead_share, largest)
+    weight = whole_weight(overhead_share, largest, errors)
     return math.exp(weight * math.log(whole) + (1.0 - weight) * math.log(units))
 
 
@@ -352,7 +359,9 @@ def combine(
 WHOLE_WEIGHT = 0.35
 
 
-def whole_weight(overhead_share: float, largest: float | None = None) -> float:
+def whole_weight(
+    overhead_share: float, largest: float | None = None, errors: tuple[float, float] | None = None
+) -> float:
     """The whole-model fit's weight in ``combine``: ``largest`` (default ``WHOLE_WEIGHT``)·(1 − the share of its
     estimate that is overheads).
 
@@ -369,4 +378,26 @@ def whole_weight(overhead_share: float, largest: float | None = None) -> float:
     max 1.115, the weights chosen 0.2-0.35.)
     """
     share = min(max(float(overhead_share), 0.0), 1.0) if not math.isnan(overhead_share) else 0.0
-    return (WHOLE_WEIGHT if largest is None else largest) * (1.0 - share)
+    weight = (WHOLE_WEIGHT if largest is None else largest) * (1.0 - share)
+    return max(weight, inverse_variance_weight(errors)) if errors is not None else weight
+
+
+#: How much more the unit sums must have erred than the whole-model fit before ``inverse_variance_weight`` departs
+#: from ``WHOLE_WEIGHT``: its choice stands for routes where the two err alike (docs/decisions.md).
+UNITS_WORSE_BY = 1.5
+
+
+def inverse_variance_weight(errors: tuple[float, float]) -> float:
+    """The whole-model fit's weight when the route's unit sums have erred clearly more than its whole-model fit on
+    held-out architectures: ``errors`` = (units, whole) root-mean-square log errors, and the weight that
+    minimises the variance of two independent estimates, units² / (units² + whole²). 0 otherwise, and when either
+    error is unknown: the units then keep the weight ``whole_weight`` gives them.
+
+    Graph compilers are the case: a kernel measured alone pays the compiler's layout reorders and per-call thread
+    wake-ups that a whole compiled graph pays once (docs/decisions.md, OpenVINO rows)."""
+    units_error, whole_error = errors
+    if not (math.isfinite(units_error) and math.isfinite(whole_error)):
+        return 0.0
+    if units_error <= UNITS_WORSE_BY * whole_error:
+        return 0.0
+    return units_error**2 / (units_error**2 + whole_error**2)
