@@ -7,10 +7,13 @@ user's spec, so renderers quote it for the format they write (shell, YAML, Docke
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Literal, get_args
 
+#: The container formats and schedulers appopt renders for: the one list (the spec and the checks read it).
 ContainerFormat = Literal["docker", "singularity"]
 Scheduler = Literal["slurm", "pbs", "torque", "kubernetes", "none"]
+FORMATS: tuple[ContainerFormat, ...] = get_args(ContainerFormat)
+SCHEDULERS: tuple[Scheduler, ...] = get_args(Scheduler)
 
 
 @dataclass(frozen=True)

@@ -12,15 +12,20 @@ from __future__ import annotations
 
 import re
 import shutil
+from dataclasses import dataclass
 from pathlib import Path
 
 from builders.batch import JobStatus, Scheduler, SchedulerError, hms, problem_line, run_client
 from builders.deployment import Deployment
 from builders.names import dns_label
+from builders.quoting import shell_quote
+from builders.templating import render_template
 from builders.validate import uses_gpus, walltime_seconds
 
 JOB_FILE = "job.slurm"
 TEMPLATE = "job.slurm.j2"
+#: A job array (``appopt bench campaign``): one command per task, told apart by ``$SLURM_ARRAY_TASK_ID``.
+ARRAY_TEMPLATE = "job_array.slurm.j2"
 #: Where the job runs: the directory it was submitted from.
 WORKDIR = "${SLURM_SUBMIT_DIR:-$PWD}"
 DEFAULT_LAUNCHER = "srun"
@@ -47,6 +52,61 @@ def directives(dep: Deployment) -> list[str]:
         directives.append(f"--account={dep.account}")
     directives.append(f"--output={dns_label(dep.app_name)}-%j.out")
     return directives
+
+
+@dataclass(frozen=True)
+class ArrayJob:
+    """A Slurm job array of ``tasks`` tasks, each running ``command`` once with ``srun``.
+
+    ``command`` and ``setup`` are shell lines the caller has quoted (they may use ``$SLURM_ARRAY_TASK_ID`` and
+    ``$SLURM_ARRAY_JOB_ID``); every other string is quoted here.
+    """
+
+    name: str
+    tasks: int
+    command: str
+    setup: tuple[str, ...] = ()
+    comments: tuple[str, ...] = ()
+    cpus_per_task: int = 1
+    time: str = "01:00:00"
+    #: ``--output`` pattern (``%x`` job name, ``%A`` array job id, ``%a`` task index).
+    output: str = "%x-%A_%a.out"
+    partition: str | None = None
+    account: str | None = None
+    mem: str | None = None
+    #: Extra ``#SBATCH`` options, e.g. ``("--exclusive",)``.
+    extra: tuple[str, ...] = ()
+    #: Run each task inside this Singularity/Apptainer image.
+    image: str | None = None
+
+
+def array_directives(job: ArrayJob) -> list[str]:
+    """The ``#SBATCH`` options of a job array, each value one quoted word (sbatch reads the quotes)."""
+    q = shell_quote
+    directives = [
+        f"--job-name={q(job.name)}",
+        f"--array=0-{job.tasks - 1}",
+        "--ntasks=1",
+        f"--cpus-per-task={job.cpus_per_task}",
+        f"--time={q(job.time)}",
+        f"--output={q(job.output)}",
+    ]
+    for option, value in (("partition", job.partition), ("account", job.account), ("mem", job.mem)):
+        if value:
+            directives.append(f"--{option}={q(value)}")
+    return directives + [q(option) for option in job.extra]
+
+
+def render_array_job(job: ArrayJob) -> str:
+    """The job array's script (``templates/job_array.slurm.j2``); comments are kept to one line each."""
+    return render_template(
+        ARRAY_TEMPLATE,
+        directives=array_directives(job),
+        comments=[" ".join(comment.split()) for comment in job.comments],
+        setup=job.setup,
+        runner=f"singularity exec {shell_quote(job.image)} " if job.image else "",
+        command=job.command,
+    )
 
 
 def slurm_time(seconds: int) -> str:
@@ -100,3 +160,7 @@ class SlurmScheduler(Scheduler):
             finished = state in SLURM_DONE
             return JobStatus(job_id, state, finished, code if finished else None, sig if finished else None)
         raise SchedulerError(f"job {job_id}: unknown to Slurm ({problem_line(proc)})")
+
+
+#: This module's client, as :data:`builders.schedulers.SCHEDULERS` lists it.
+SCHEDULER = SlurmScheduler

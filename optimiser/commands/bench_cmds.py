@@ -297,18 +297,16 @@ def campaign_cmd(
 ) -> None:
     """Render (and with --submit, submit) a Slurm job array: one campaign slice and one result shard per task."""
     from benchmarks import campaign
+    from builders.slurm import SlurmScheduler
 
     if scheduler != "slurm":
         raise AppoptError(f"--scheduler: {scheduler!r} is not supported (supported: slurm)")
-    try:
-        campaign_spec = campaign.load_campaign(spec)
-        script = campaign.write_campaign(campaign_spec, spec, out)
-        typer.echo(f"wrote {script} ({campaign_spec.task_count()} array tasks, {len(campaign_spec.jobs())} jobs)")
-        typer.echo(f"shards: {campaign.shard_dir(campaign_spec, spec.resolve())}")
-        if submit:
-            typer.echo(f"submitted job {campaign.submit(script)}")
-    except campaign.CampaignError as error:
-        raise AppoptError(*error.lines) from None
+    campaign_spec = campaign.load_campaign(spec)
+    script = campaign.write_campaign(campaign_spec, spec, out)
+    typer.echo(f"wrote {script} ({campaign_spec.task_count()} array tasks, {len(campaign_spec.jobs())} jobs)")
+    typer.echo(f"shards: {campaign.shard_dir(campaign_spec, spec.resolve())}")
+    if submit:
+        typer.echo(f"submitted job {SlurmScheduler().submit(script)}")
 
 
 @bench_app.command("run-slice")
@@ -323,11 +321,8 @@ def run_slice_cmd(
     from benchmarks.features import model_features
     from benchmarks.runner import run_benchmarks
 
-    try:
-        campaign_spec = campaign.load_campaign(spec)
-        jobs = campaign.slice_jobs(campaign_spec, slice_index)
-    except campaign.CampaignError as error:
-        raise AppoptError(*error.lines) from None
+    campaign_spec = campaign.load_campaign(spec)
+    jobs = campaign.slice_jobs(campaign_spec, slice_index)
     from benchmarks.loadgen_driver import DriverUnavailable, resolve_driver
 
     try:
