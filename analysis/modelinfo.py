@@ -256,7 +256,9 @@ _REDUCE_OPS = {
     "CumSum",
     "TopK",
 }
-_NONDETERMINISTIC = {
+#: Ops whose outputs differ per run even from constant inputs: never treated as folded (the runtime's
+#: ``never_fold`` kernels but Dropout, which costs the identity it is at inference).
+NONDETERMINISTIC_OPS = {
     "RandomNormal",
     "RandomUniform",
     "RandomNormalLike",
@@ -538,7 +540,7 @@ def _constant_tensors(graph: onnx.GraphProto) -> set[str]:
     """Names of tensors known before the model runs (initializers and anything computed only from them)."""
     constant = {tensor.name for tensor in graph.initializer}
     for node in graph.node:
-        if node.op_type in _NONDETERMINISTIC or node.op_type in _CONTROL_FLOW:
+        if node.op_type in NONDETERMINISTIC_OPS or node.op_type in _CONTROL_FLOW:
             continue
         if all(name in constant for name in node.input if name):
             constant.update(name for name in node.output if name)
