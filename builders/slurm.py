@@ -17,8 +17,9 @@ from pathlib import Path
 
 from builders.batch import JobStatus, Scheduler, SchedulerError, hms, problem_line, run_client
 from builders.deployment import Deployment
+from builders.errors import RenderError
 from builders.names import dns_label
-from builders.quoting import shell_quote
+from builders.quoting import has_line_break, shell_quote
 from builders.templating import render_template
 from builders.validate import uses_gpus, walltime_seconds
 
@@ -98,7 +99,17 @@ def array_directives(job: ArrayJob) -> list[str]:
 
 
 def render_array_job(job: ArrayJob) -> str:
-    """The job array's script (``templates/job_array.slurm.j2``); comments are kept to one line each."""
+    """The job array's script (``templates/job_array.slurm.j2``); comments are kept to one line each.
+
+    RenderError names each ``#SBATCH`` value with a line break: sbatch reads directives up to the first other line,
+    so no quoting keeps such a value on its directive.
+    """
+    values = {"name": job.name, "time": job.time, "output": job.output, "partition": job.partition,
+              "account": job.account, "mem": job.mem, "image": job.image}
+    values |= {f"extra[{i}]": option for i, option in enumerate(job.extra)}
+    problems = [f"slurm.{key}: must be one line" for key, value in values.items() if value and has_line_break(value)]
+    if problems:
+        raise RenderError(*problems)
     return render_template(
         ARRAY_TEMPLATE,
         directives=array_directives(job),
