@@ -9,9 +9,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal, get_args
 
-#: The container formats and schedulers appopt renders for: the one list (the spec and the checks read it).
+#: The CPU architectures, container formats and schedulers appopt renders for: the one list of each (the spec and
+#: the checks read them).
+Arch = Literal["x86_64", "aarch64", "ppc64le"]
 ContainerFormat = Literal["docker", "singularity"]
 Scheduler = Literal["slurm", "pbs", "torque", "kubernetes", "none"]
+ARCHES: tuple[Arch, ...] = get_args(Arch)
 FORMATS: tuple[ContainerFormat, ...] = get_args(ContainerFormat)
 SCHEDULERS: tuple[Scheduler, ...] = get_args(Scheduler)
 

@@ -28,12 +28,11 @@ from pydantic import (
 )
 from pydantic_core import ErrorDetails
 
-from builders.deployment import FORMATS, ContainerFormat, Scheduler
+from builders.deployment import FORMATS, Arch, ContainerFormat, Scheduler
 from builders.validate import IMAGE_REF, SCHEDULER_TOKEN
 from optimiser.errors import SpecError
 from optimiser.spec_yaml import MAX_SPEC_CHARS, load_yaml
 
-Arch = Literal["x86_64", "aarch64", "ppc64le"]
 Precision = Literal["auto", "fp32", "fp16", "bf16", "int8"]
 Goal = Literal["latency", "throughput", "time_to_solution"]
 
