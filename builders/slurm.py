@@ -25,8 +25,6 @@ from builders.validate import uses_gpus, walltime_seconds
 
 JOB_FILE = "job.slurm"
 TEMPLATE = "job.slurm.j2"
-#: A job array (``appopt bench campaign``): one command per task, told apart by ``$SLURM_ARRAY_TASK_ID``.
-ARRAY_TEMPLATE = "job_array.slurm.j2"
 #: Where the job runs: the directory it was submitted from.
 WORKDIR = "${SLURM_SUBMIT_DIR:-$PWD}"
 DEFAULT_LAUNCHER = "srun"
@@ -53,6 +51,10 @@ def directives(dep: Deployment) -> list[str]:
         directives.append(f"--account={dep.account}")
     directives.append(f"--output={dns_label(dep.app_name)}-%j.out")
     return directives
+
+
+#: A job array (``appopt bench campaign``): one command per task, told apart by ``$SLURM_ARRAY_TASK_ID``.
+ARRAY_TEMPLATE = "job_array.slurm.j2"
 
 
 @dataclass(frozen=True)
