@@ -20,9 +20,9 @@ from collections.abc import Callable, Generator, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from analysis.units import Unit, encode_units, unit_flops
 from benchmarks.kernels import KernelOutcome, measure_bandwidth, measure_gemm_peak, run_kernel_suite
 from benchmarks.unit_sweep import SWEEP_ROUNDS, sample_units, sweep_settings, unit_kernels
-from perfmodels.units import Unit, encode_units, unit_flops
 
 #: Backends calibrated by default (the planner's CPU routes); ``--backends`` picks others.
 CALIBRATE_BACKENDS = ("onnxruntime", "onnxruntime-extended", "appopt-runtime")

@@ -1,5 +1,7 @@
 """Benchmark campaigns at cluster scale: one YAML spec, a Slurm job array, one result shard per array task.
 
+The array script is rendered and submitted by the Slurm scheduler module (:mod:`builders.slurm`), as plans' jobs are.
+
 The campaign's jobs (model × backend × threads × precision, see ``benchmarks.runner.plan_jobs``) are dealt round-robin
 into ``tasks`` slices; array task *i* runs slice *i* (``appopt bench run-slice SPEC --slice i``) — inside the built
 image when the spec names one — and appends to its own shard, so nodes never share a file. ``appopt bench merge``
@@ -21,26 +23,23 @@ Example spec::
 
 from __future__ import annotations
 
-import shlex
-import subprocess
 from pathlib import Path
 from typing import Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from apperrors import AppoptError
 from benchmarks.backends import all_backends
 from benchmarks.harness import SCENARIOS, ScenarioSettings
 from benchmarks.models import suite
 from benchmarks.runner import BenchRequest, Job, plan_jobs
+from builders.quoting import shell_quote
+from builders.slurm import ArrayJob, render_array_job
 
 
-class CampaignError(ValueError):
+class CampaignError(AppoptError):
     """A campaign spec problem; ``lines`` are ``field.path: message``."""
-
-    def __init__(self, *lines: str) -> None:
-        self.lines = lines
-        super().__init__("\n".join(lines))
 
 
 def _fp32_only() -> list[Literal["fp32", "fp16", "bf16", "int8"]]:
@@ -167,41 +166,34 @@ def shard_dir(spec: CampaignSpec, spec_path: Path) -> Path:
 
 
 def render_slurm_array(spec: CampaignSpec, spec_path: str | Path) -> str:
-    """The job-array script: one task per slice, each writing ``shard-<job>-<task>.csv``."""
+    """The job-array script (``builders.slurm``): one task per slice, each writing ``shard-<job>-<task>.csv``."""
     spec_path = Path(spec_path).resolve()
     shards = shard_dir(spec, spec_path)
     tasks = spec.task_count()
     s = spec.slurm
-    q = shlex.quote
-    lines = [
-        "#!/bin/bash",
-        f"#SBATCH --job-name={q('appopt-bench-' + spec.name)}",
-        f"#SBATCH --array=0-{tasks - 1}",
-        "#SBATCH --ntasks=1",
-        f"#SBATCH --cpus-per-task={s.cpus_per_task}",
-        f"#SBATCH --time={q(s.time)}",
-        f"#SBATCH --output={q(str(shards / 'logs' / '%x-%A_%a.out'))}",
-    ]
-    if s.partition:
-        lines.append(f"#SBATCH --partition={q(s.partition)}")
-    if s.account:
-        lines.append(f"#SBATCH --account={q(s.account)}")
-    if s.mem:
-        lines.append(f"#SBATCH --mem={q(s.mem)}")
-    lines += [f"#SBATCH {q(option)}" for option in s.extra]
-    runner = f"singularity exec {q(s.image)} " if s.image else ""
-    lines += [
-        "",
-        f"# appopt benchmark campaign {spec.name!r}: {len(spec.jobs())} jobs in {tasks} slices.",
-        "# After the array finishes: appopt bench merge " + q(str(shards)) + " -o results.csv",
-        "set -euo pipefail",
-        f"mkdir -p {q(str(shards))}",
-        'shard="' + str(shards).replace('"', '\\"') + '/shard-${SLURM_ARRAY_JOB_ID}-${SLURM_ARRAY_TASK_ID}.csv"',
-        f"srun --ntasks=1 {runner}{spec.appopt_command} bench run-slice {q(str(spec_path))} "
+    q = shell_quote
+    return render_array_job(ArrayJob(
+        name=f"appopt-bench-{spec.name}",
+        tasks=tasks,
+        cpus_per_task=s.cpus_per_task,
+        time=s.time,
+        output=str(shards / "logs" / "%x-%A_%a.out"),
+        partition=s.partition,
+        account=s.account,
+        mem=s.mem,
+        extra=tuple(s.extra),
+        image=s.image,
+        comments=(
+            f"appopt benchmark campaign {spec.name!r}: {len(spec.jobs())} jobs in {tasks} slices.",
+            f"After the array finishes: appopt bench merge {q(str(shards))} -o results.csv",
+        ),
+        setup=(
+            f"mkdir -p {q(str(shards))}",
+            'shard="' + str(shards).replace('"', '\\"') + '/shard-${SLURM_ARRAY_JOB_ID}-${SLURM_ARRAY_TASK_ID}.csv"',
+        ),
+        command=f"{spec.appopt_command} bench run-slice {q(str(spec_path))} "
         '--slice "${SLURM_ARRAY_TASK_ID}" --shard "${shard}"',
-        "",
-    ]
-    return "\n".join(lines)
+    ))
 
 
 def write_campaign(spec: CampaignSpec, spec_path: str | Path, out_dir: str | Path) -> Path:
@@ -213,16 +205,3 @@ def write_campaign(spec: CampaignSpec, spec_path: str | Path, out_dir: str | Pat
     script.write_text(render_slurm_array(spec, spec_path), encoding="utf-8")
     script.chmod(0o755)
     return script
-
-
-def submit(script: Path) -> str:
-    """``sbatch --parsable SCRIPT``; returns the job id. CampaignError when sbatch is missing or refuses."""
-    try:
-        done = subprocess.run(["sbatch", "--parsable", str(script)], capture_output=True, text=True, timeout=60)
-    except FileNotFoundError:
-        raise CampaignError("--submit: sbatch not found (is this a Slurm login node?)") from None
-    except subprocess.TimeoutExpired:
-        raise CampaignError("--submit: sbatch did not answer within 60 s") from None
-    if done.returncode != 0:
-        raise CampaignError(f"--submit: sbatch failed: {done.stderr.strip() or done.stdout.strip()}")
-    return done.stdout.strip().split(";")[0]

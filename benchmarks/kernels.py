@@ -98,7 +98,7 @@ class Kernel:
     build: Callable[[], onnx.ModelProto]
     inputs: Mapping[str, tuple[int, ...]]
     origin: str = ""
-    #: The kernel as encoded kernel units (``perfmodels.units``), for unit-sweep kernels.
+    #: The kernel as encoded kernel units (``analysis.units``), for unit-sweep kernels.
     units: str = ""
 
     def feeds(self, seed: int = 0) -> dict[str, np.ndarray]:

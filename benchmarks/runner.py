@@ -5,8 +5,8 @@ requested batch and scenario on it. MLCommons LoadGen drives the scenarios where
 (``benchmarks.loadgen_driver``; its logs go next to the shard, in ``<shard>.logs/``), the home-made
 ``benchmarks.harness`` where not; each row names its ``driver``, LoadGen's ``verdict``, and ``flags`` (``busy`` when
 other processes used more than ``BUSY_OTHER_CPU`` cores during the run). Campaigns split the same list into slices.
-Model features (FLOPs, bytes, params) come from an ``analyser`` the caller passes in: ``benchmarks`` does not depend
-on the optimiser, the CLI wires ``optimiser.modelinfo.analyse_onnx`` in.
+Model features (FLOPs, bytes, params) come from an ``analyser`` the caller passes in: the CLI wires
+``benchmarks.features.model_features`` in, tests a stand-in.
 
 Example::
 
@@ -58,7 +58,7 @@ class ModelFeatures:
     params: float
     flops_by_class: dict[str, float] = field(default_factory=dict)
     ops_by_class: dict[str, int] = field(default_factory=dict)
-    #: The model's kernel units (``perfmodels.units.encode_units``), or "" when the analyser gives none.
+    #: The model's kernel units (``analysis.units.encode_units``), or "" when the analyser gives none.
     units: str = ""
 
 

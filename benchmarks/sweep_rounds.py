@@ -17,11 +17,11 @@ from collections.abc import Sequence
 
 import pandas as pd
 
+from analysis.units import encode_units
 from benchmarks.unit_sweep import SWEEP_ROUNDS, sample_rounds
 from perfmodels.evaluate import leave_one_architecture_out
 from perfmodels.results_db import ResultsSchemaError, read_results
 from perfmodels.unitfit import UNIT_FAMILY
-from perfmodels.units import encode_units
 
 
 def rows_of_rounds(frame: pd.DataFrame, rounds: int) -> pd.DataFrame:

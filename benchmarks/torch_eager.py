@@ -16,15 +16,7 @@ import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
-#: Ops whose outputs differ per run even from constant inputs (never folded).
-_NONDETERMINISTIC = {
-    "RandomNormal",
-    "RandomUniform",
-    "RandomNormalLike",
-    "RandomUniformLike",
-    "Multinomial",
-    "Bernoulli",
-}
+from analysis.modelinfo import NONDETERMINISTIC_OPS
 
 
 class UnsupportedTorchOp(Exception):
@@ -60,7 +52,7 @@ class TorchGraph:
         self.steps: list[tuple[Callable[..., Any], list[str], list[str]]] = []
         for node in graph.node:
             fn = self._compile(node)
-            if node.op_type not in _NONDETERMINISTIC and all(i in self.constants for i in node.input if i):
+            if node.op_type not in NONDETERMINISTIC_OPS and all(i in self.constants for i in node.input if i):
                 self._fold(fn, list(node.input), list(node.output))
             else:
                 self.steps.append((fn, list(node.input), list(node.output)))

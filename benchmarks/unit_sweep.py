@@ -25,10 +25,10 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
+from analysis.units import Unit, encode_units, unit_flops
 from benchmarks.harness import ScenarioSettings
 from benchmarks.kernels import Kernel, KernelOutcome, run_kernel_suite
 from benchmarks.models.graph import OPSET
-from perfmodels.units import Unit, encode_units, unit_flops
 
 #: Samples per kind of the full sweep's first round (``sample_units(per_kind=None)``); chosen so that the sweep of all
 #: measured routes at 1 and 2 threads takes about 15 minutes on a 2-core machine. (Each kind draws from one seeded

@@ -15,7 +15,7 @@ Backends are timed in turns (ours, ORT, torch, ours, ...) so load from other pro
 idle gap before each sample so no backend's spinning threads steal from the next; a sample is the mean of enough
 back-to-back runs to last ~40 ms (after one untimed run), and the figure is the median of ``--rounds`` samples.
 Outputs are checked against onnxruntime (relative max error). The table gives medians, ours/ORT and ours/torch, achieved
-GFLOP/s (FLOPs from ``optimiser.modelinfo``), and memory: our run's working memory (the planned buffers plus the
+GFLOP/s (FLOPs from ``analysis.modelinfo``), and memory: our run's working memory (the planned buffers plus the
 peak of NumPy allocations during a run, tracemalloc; weights excluded) and each backend's resident-memory growth
 from creating and warming it (weights and arenas included; approximate, freed pages are not always returned). The
 last lines give the geometric-mean ratio ours/ORT per configuration and over all, and the CNNs where ours is not
@@ -168,7 +168,7 @@ def bench_model(
     suite_model: Any, batch: int, threads: int, rounds: int, use_torch: bool, target_s: float = 0.04
 ) -> ModelResult:
     """Time one model on every backend at one batch size and thread count."""
-    from optimiser.modelinfo import analyse_onnx
+    from analysis.modelinfo import analyse_onnx
 
     proto = suite_model.model()
     feeds = suite_model.feeds(batch)

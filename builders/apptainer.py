@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from builders.engines import EngineError, LineSink, stream_command
+from builders.errors import BuildError
 
 BINARIES = ("apptainer", "singularity")
 NOT_AVAILABLE = "no apptainer/singularity binary on this machine"
@@ -31,12 +32,10 @@ class SifBuild:
     seconds: float = 0.0
 
 
-class ApptainerError(Exception):
+class ApptainerError(BuildError):
     """The binary exists but the build failed; one line with the log's path."""
 
-    def __init__(self, *lines: str) -> None:
-        self.lines: tuple[str, ...] = lines or ("apptainer build failed",)
-        super().__init__("\n".join(self.lines))
+    default_line = "apptainer build failed"
 
 
 def find_binary(env: Mapping[str, str] | None = None) -> str | None:

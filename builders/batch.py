@@ -1,4 +1,4 @@
-"""What every batch scheduler shares: its error, a job's status, and the interface (``submit``, ``status``, ``wait``).
+"""What every batch scheduler shares: a job's status, and the interface (``submit``, ``status``, ``wait``).
 
 Each scheduler is one module that holds its job file, directives and client commands: :mod:`builders.slurm`,
 :mod:`builders.pbs` (PBS Pro and Torque), :mod:`builders.kubernetes` (rendered only: ``kubectl apply``).
@@ -17,13 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import ClassVar
 
-
-class SchedulerError(Exception):
-    """Submission or status failed (client missing, script rejected, unknown job); one line per problem."""
-
-    def __init__(self, *lines: str) -> None:
-        self.lines: tuple[str, ...] = lines or ("scheduler error",)
-        super().__init__("\n".join(self.lines))
+from builders.errors import SchedulerError
 
 
 @dataclass(frozen=True)

@@ -33,18 +33,16 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from builders.engines import EngineError, LineSink, stream_command
-from builders.errors import RenderError
+from builders.errors import BuildError, RenderError
 from builders.names import checked_image_reference
 
 TOOLS = ("ch-image", "ch-convert", "ch-run")
 
 
-class CharliecloudError(Exception):
+class CharliecloudError(BuildError):
     """A missing tool or a failed ch-image/ch-convert/ch-run step; one line per problem."""
 
-    def __init__(self, *lines: str) -> None:
-        self.lines: tuple[str, ...] = lines or ("charliecloud error",)
-        super().__init__("\n".join(self.lines))
+    default_line = "charliecloud error"
 
 
 def charliecloud_env(env: Mapping[str, str] | None = None, storage: Path | None = None) -> dict[str, str]:

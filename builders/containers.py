@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from builders.context import ContainerFormat, RenderContext
-from builders.deployment import Deployment
+from builders.context import RenderContext
+from builders.deployment import ContainerFormat, Deployment
 from builders.primitives import layout_stage
 from builders.recipe import Recipe, recipe_from_deployment
 from builders.templating import render_template

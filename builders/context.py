@@ -3,9 +3,8 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
 
-ContainerFormat = Literal["docker", "singularity"]
+from builders.deployment import FORMATS, ContainerFormat
 
 
 @dataclass(frozen=True)
@@ -21,5 +20,5 @@ class RenderContext:
     arch: str = "x86_64"
 
     def __post_init__(self) -> None:
-        if self.format not in ("docker", "singularity"):
-            raise ValueError(f"unknown container format {self.format!r}; expected 'docker' or 'singularity'")
+        if self.format not in FORMATS:
+            raise ValueError(f"unknown container format {self.format!r}; expected one of {', '.join(FORMATS)}")

@@ -7,10 +7,16 @@ user's spec, so renderers quote it for the format they write (shell, YAML, Docke
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Literal, get_args
 
+#: The CPU architectures, container formats and schedulers appopt renders for: the one list of each (the spec and
+#: the checks read them).
+Arch = Literal["x86_64", "aarch64", "ppc64le"]
 ContainerFormat = Literal["docker", "singularity"]
 Scheduler = Literal["slurm", "pbs", "torque", "kubernetes", "none"]
+ARCHES: tuple[Arch, ...] = get_args(Arch)
+FORMATS: tuple[ContainerFormat, ...] = get_args(ContainerFormat)
+SCHEDULERS: tuple[Scheduler, ...] = get_args(Scheduler)
 
 
 @dataclass(frozen=True)

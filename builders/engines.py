@@ -32,6 +32,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
 
+from builders.errors import BuildError
+
 LineSink = Callable[[str], None]
 
 ENGINE_NAMES = ("docker", "buildah", "podman")
@@ -42,12 +44,10 @@ _INSTALL_HINT = (
 )
 
 
-class EngineError(Exception):
+class EngineError(BuildError):
     """An engine is missing or a build failed; ``lines`` are what the user needs (one problem per line)."""
 
-    def __init__(self, *lines: str) -> None:
-        self.lines: tuple[str, ...] = lines or ("container engine error",)
-        super().__init__("\n".join(self.lines))
+    default_line = "container engine error"
 
 
 def validate_platform(platform: str) -> str:

@@ -29,6 +29,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from builders.errors import BuildError
 from builders.wheelhouse import DEFAULT_PYTHON, WheelhouseError, download_wheelhouse, wheel_platforms
 
 #: Debian architecture names by the names platforms and compilers use.
@@ -41,7 +42,7 @@ SUITE = "bookworm"
 DEFAULT_MIRROR = "http://deb.debian.org/debian"
 
 
-class ForeignRootError(Exception):
+class ForeignRootError(BuildError):
     """A foreign root could not be prepared or run (a missing tool, a failed download); one line."""
 
 

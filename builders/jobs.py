@@ -25,8 +25,9 @@ from builders.validate import check_deployment, uses_gpus
 
 #: The batch schedulers, one module each: directives, template, working directory, default launcher.
 BATCH = {"slurm": slurm, "pbs": pbs, "torque": pbs}
-JOB_FILES = {"slurm": slurm.JOB_FILE, "pbs": pbs.JOB_FILE, "torque": pbs.JOB_FILE, "kubernetes": kubernetes.JOB_FILE,
-             "none": "run.sh"}
+#: The job file per scheduler (a plain ``run.sh`` without one), in ``Scheduler``'s order.
+JOB_FILES = {name: module.JOB_FILE for name, module in BATCH.items()} | {"kubernetes": kubernetes.JOB_FILE,
+                                                                        "none": "run.sh"}
 #: Flags that hand the node's GPUs to a Singularity/Apptainer container, per vendor.
 SINGULARITY_GPU_FLAGS = {"nvidia": ["--nv"], "amd": ["--rocm"]}
 #: The same for ``docker run`` / ``podman run`` (podman uses CDI names for NVIDIA GPUs).

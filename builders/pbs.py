@@ -101,3 +101,7 @@ class PBSScheduler(Scheduler):
             return current
         slurm = SlurmScheduler.parse_show_job(proc.stdout.strip().splitlines()[0])
         return slurm if slurm.finished else current
+
+
+#: This module's client, as :data:`builders.schedulers.SCHEDULERS` lists it.
+SCHEDULER = PBSScheduler

@@ -40,6 +40,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, BinaryIO
 
+from builders.errors import PushError
+
 DOCKER_HUB = "docker.io"
 _DOCKER_HUB_API = "registry-1.docker.io"
 _DOCKER_HUB_AUTH_KEYS = ("https://index.docker.io/v1/", "index.docker.io", "docker.io", "registry-1.docker.io")
@@ -71,12 +73,10 @@ _CHUNK = 1 << 20
 Progress = Callable[[str], None]
 
 
-class RegistryError(Exception):
+class RegistryError(PushError):
     """A push that cannot succeed (bad reference, auth refused, unreachable, retries used up); one line per problem."""
 
-    def __init__(self, *lines: str) -> None:
-        self.lines: tuple[str, ...] = lines or ("registry error",)
-        super().__init__("\n".join(self.lines))
+    default_line = "registry error"
 
 
 def shown(text: str, limit: int = 120) -> str:

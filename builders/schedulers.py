@@ -15,15 +15,17 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from builders.batch import JobStatus, Scheduler, SchedulerError
-from builders.jobs import JOB_FILES
+from builders.batch import JobStatus, Scheduler
+from builders.errors import SchedulerError
+from builders.jobs import BATCH, JOB_FILES
 from builders.pbs import PBSScheduler
 from builders.slurm import SlurmScheduler, parse_slurm_exit
 
 __all__ = ["JOB_FILES", "SCHEDULERS", "JobScript", "JobStatus", "PBSScheduler", "Scheduler", "SchedulerError",
            "SlurmScheduler", "find_job_script", "get_scheduler", "parse_slurm_exit", "submit_plan_job"]
 
-SCHEDULERS: dict[str, type[Scheduler]] = {"slurm": SlurmScheduler, "pbs": PBSScheduler, "torque": PBSScheduler}
+#: The batch schedulers' clients, from their modules (:data:`builders.jobs.BATCH`).
+SCHEDULERS: dict[str, type[Scheduler]] = {name: module.SCHEDULER for name, module in BATCH.items()}
 
 
 def get_scheduler(name: str = "auto", env: Mapping[str, str] | None = None) -> Scheduler:
@@ -35,10 +37,10 @@ def get_scheduler(name: str = "auto", env: Mapping[str, str] | None = None) -> S
                 return SCHEDULERS[candidate](env)
         raise SchedulerError("no batch scheduler client found (neither sbatch nor qsub on PATH); "
                              "run this on the cluster's login node")
-    if name in ("kubernetes", "none"):
+    if name in JOB_FILES and name not in SCHEDULERS:  # kubernetes, none
         raise SchedulerError(f"scheduler {name}: nothing to submit with sbatch/qsub")
     if name not in SCHEDULERS:
-        raise SchedulerError(f"--scheduler {name!r}: expected auto, slurm, pbs or torque")
+        raise SchedulerError(f"--scheduler {name!r}: expected auto, {', '.join(SCHEDULERS)}")
     return SCHEDULERS[name](env)
 
 
@@ -58,7 +60,7 @@ def find_job_script(out_dir: Path) -> JobScript:
         except (ValueError, KeyError, TypeError):
             scheduler = None
     if scheduler is None:
-        found = [name for name in ("slurm", "pbs", "kubernetes", "none") if (out_dir / JOB_FILES[name]).is_file()]
+        found = [name for name, job_file in JOB_FILES.items() if (out_dir / job_file).is_file()]
         if not found:
             raise SchedulerError(f"{out_dir}: no plan output here (no plan.json or job script); run `appopt plan`")
         scheduler = found[0]

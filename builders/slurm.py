@@ -12,11 +12,15 @@ from __future__ import annotations
 
 import re
 import shutil
+from dataclasses import dataclass
 from pathlib import Path
 
 from builders.batch import JobStatus, Scheduler, SchedulerError, hms, problem_line, run_client
 from builders.deployment import Deployment
+from builders.errors import RenderError
 from builders.names import dns_label
+from builders.quoting import has_line_break, shell_quote
+from builders.templating import render_template
 from builders.validate import uses_gpus, walltime_seconds
 
 JOB_FILE = "job.slurm"
@@ -47,6 +51,75 @@ def directives(dep: Deployment) -> list[str]:
         directives.append(f"--account={dep.account}")
     directives.append(f"--output={dns_label(dep.app_name)}-%j.out")
     return directives
+
+
+#: A job array (``appopt bench campaign``): one command per task, told apart by ``$SLURM_ARRAY_TASK_ID``.
+ARRAY_TEMPLATE = "job_array.slurm.j2"
+
+
+@dataclass(frozen=True)
+class ArrayJob:
+    """A Slurm job array of ``tasks`` tasks, each running ``command`` once with ``srun``.
+
+    ``command`` and ``setup`` are shell lines the caller has quoted (they may use ``$SLURM_ARRAY_TASK_ID`` and
+    ``$SLURM_ARRAY_JOB_ID``); every other string is quoted here.
+    """
+
+    name: str
+    tasks: int
+    command: str
+    setup: tuple[str, ...] = ()
+    comments: tuple[str, ...] = ()
+    cpus_per_task: int = 1
+    time: str = "01:00:00"
+    #: ``--output`` pattern (``%x`` job name, ``%A`` array job id, ``%a`` task index).
+    output: str = "%x-%A_%a.out"
+    partition: str | None = None
+    account: str | None = None
+    mem: str | None = None
+    #: Extra ``#SBATCH`` options, e.g. ``("--exclusive",)``.
+    extra: tuple[str, ...] = ()
+    #: Run each task inside this Singularity/Apptainer image.
+    image: str | None = None
+
+
+def array_directives(job: ArrayJob) -> list[str]:
+    """The ``#SBATCH`` options of a job array, each value one quoted word (sbatch reads the quotes)."""
+    q = shell_quote
+    directives = [
+        f"--job-name={q(job.name)}",
+        f"--array=0-{job.tasks - 1}",
+        "--ntasks=1",
+        f"--cpus-per-task={job.cpus_per_task}",
+        f"--time={q(job.time)}",
+        f"--output={q(job.output)}",
+    ]
+    for option, value in (("partition", job.partition), ("account", job.account), ("mem", job.mem)):
+        if value:
+            directives.append(f"--{option}={q(value)}")
+    return directives + [q(option) for option in job.extra]
+
+
+def render_array_job(job: ArrayJob) -> str:
+    """The job array's script (``templates/job_array.slurm.j2``); comments are kept to one line each.
+
+    RenderError names each ``#SBATCH`` value with a line break: sbatch reads directives up to the first other line,
+    so no quoting keeps such a value on its directive.
+    """
+    values = {"name": job.name, "time": job.time, "output": job.output, "partition": job.partition,
+              "account": job.account, "mem": job.mem, "image": job.image}
+    values |= {f"extra[{i}]": option for i, option in enumerate(job.extra)}
+    problems = [f"slurm.{key}: must be one line" for key, value in values.items() if value and has_line_break(value)]
+    if problems:
+        raise RenderError(*problems)
+    return render_template(
+        ARRAY_TEMPLATE,
+        directives=array_directives(job),
+        comments=[" ".join(comment.split()) for comment in job.comments],
+        setup=job.setup,
+        runner=f"singularity exec {shell_quote(job.image)} " if job.image else "",
+        command=job.command,
+    )
 
 
 def slurm_time(seconds: int) -> str:
@@ -100,3 +173,7 @@ class SlurmScheduler(Scheduler):
             finished = state in SLURM_DONE
             return JobStatus(job_id, state, finished, code if finished else None, sig if finished else None)
         raise SchedulerError(f"job {job_id}: unknown to Slurm ({problem_line(proc)})")
+
+
+#: This module's client, as :data:`builders.schedulers.SCHEDULERS` lists it.
+SCHEDULER = SlurmScheduler

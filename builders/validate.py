@@ -11,12 +11,9 @@ from __future__ import annotations
 import re
 from collections.abc import Iterator
 
-from builders.deployment import Deployment
+from builders.deployment import ARCHES, FORMATS, SCHEDULERS, Deployment
 from builders.errors import RenderError
 
-ARCHES = ("x86_64", "aarch64", "ppc64le")
-SCHEDULERS = ("slurm", "pbs", "torque", "kubernetes", "none")
-FORMATS = ("docker", "singularity")
 LAUNCHERS = ("srun", "mpirun")
 DEBIAN_FAMILY = ("debian", "ubuntu")
 #: Vendors the job renderers know how to hand GPUs to (container flags, Kubernetes resource names).

@@ -19,6 +19,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from builders.errors import BuildError
+
 #: The Python of Debian 12 (bookworm) and of the catalog's default images, used when the base image does not say.
 DEFAULT_PYTHON = "3.11"
 #: glibc of the oldest target we promise (RHEL 8 has 2.28); pip also accepts older manylinux tags below it.
@@ -26,12 +28,10 @@ DEFAULT_GLIBC = "2_28"
 _ARCHES = {"x86_64": "x86_64", "amd64": "x86_64", "aarch64": "aarch64", "arm64": "aarch64", "ppc64le": "ppc64le"}
 
 
-class WheelhouseError(Exception):
+class WheelhouseError(BuildError):
     """pip could not fetch a requirement for the image's Python and platform; ``lines`` say which and why."""
 
-    def __init__(self, *lines: str) -> None:
-        self.lines: tuple[str, ...] = lines or ("wheelhouse error",)
-        super().__init__("\n".join(self.lines))
+    default_line = "wheelhouse error"
 
 
 @dataclass(frozen=True)

@@ -28,16 +28,13 @@ from pydantic import (
 )
 from pydantic_core import ErrorDetails
 
+from builders.deployment import FORMATS, Arch, ContainerFormat, Scheduler
 from builders.validate import IMAGE_REF, SCHEDULER_TOKEN
 from optimiser.errors import SpecError
 from optimiser.spec_yaml import MAX_SPEC_CHARS, load_yaml
 
-Arch = Literal["x86_64", "aarch64", "ppc64le"]
 Precision = Literal["auto", "fp32", "fp16", "bf16", "int8"]
 Goal = Literal["latency", "throughput", "time_to_solution"]
-Scheduler = Literal["slurm", "pbs", "torque", "kubernetes", "none"]
-ContainerFormat = Literal["docker", "singularity"]
-_ALL_FORMATS: tuple[ContainerFormat, ...] = ("docker", "singularity")
 
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$")
 #: A shipped code file's or directory's name: what it is called in the image's app directory.
@@ -213,7 +210,7 @@ class Target(_Strict):
 
 
 class Container(_Strict):
-    formats: list[ContainerFormat] = Field(default_factory=lambda: list(_ALL_FORMATS), min_length=1)
+    formats: list[ContainerFormat] = Field(default_factory=lambda: list(FORMATS), min_length=1)
     registry: str | None = Field(
         None, max_length=255, description="Image repository to push to, e.g. registry.example.org/team/app."
     )

@@ -10,7 +10,7 @@ together with the line of every field, so later messages can say where a problem
     ({'a': {'b': [1, 2]}}, {(): 1, ('a',): 1, ('a', 'b'): 2, ('a', 'b', 0): 2, ('a', 'b', 1): 2})
     >>> load_yaml("a: &x 1\\nb: *x\\n", "<spec>")
     Traceback (most recent call last):
-    optimiser.errors.SpecError: b: YAML aliases (*name) are not allowed in a spec: write the value out (line 2)
+    apperrors.SpecError: b: YAML aliases (*name) are not allowed in a spec: write the value out (line 2)
 """
 
 from __future__ import annotations

@@ -10,12 +10,15 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from optimiser.errors import AppoptError
-from runtime.training.data import Dataset
-from runtime.training.run import TrainOutcome
+
+if TYPE_CHECKING:  # the runtime is imported when training runs, not when the CLI starts
+    from runtime.training.data import Dataset
+    from runtime.training.run import TrainOutcome
 
 _SPEC_SUFFIXES = (".yaml", ".yml")
 

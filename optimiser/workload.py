@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
+from analysis.modelinfo import ModelCost, analyse_onnx, cost_from_architecture
+from analysis.unitgraph import graph_units
 from optimiser.catalog.models import Architecture, Catalog
 from optimiser.errors import SpecError
-from optimiser.modelinfo import ModelCost, analyse_onnx, cost_from_architecture
 from optimiser.spec import AppSpec
 from optimiser.suggest import unknown_id_message
-from optimiser.unitgraph import graph_units
 from perfmodels import Workload
 
 

@@ -29,9 +29,9 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
+from analysis.units import decode_units
 from perfmodels.fit import DEFAULT_RIDGE, GroupFit, Statistic, fit, prior_seconds, training_rows
 from perfmodels.unitfit import WHOLE_WEIGHT, UnitFit, combine, fit_units
-from perfmodels.units import decode_units
 
 _GROUP = ["target", "framework", "compiler", "layout", "precision", "threads"]
 #: One planner decision: routes compete at a fixed precision (the planner never picks int8 on its own).

@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
-from perfmodels.units import Unit
+from analysis.units import Unit
 
 Mode = Literal["training", "inference"]
 
@@ -35,7 +35,7 @@ class Workload:
     ops_by_class: dict[str, int] = field(default_factory=dict)
     #: Model name (architecture id or file stem): the key for fitted corrections.
     model_name: str = ""
-    #: The model's kernel units for one sample (``perfmodels.units``), when it has a graph.
+    #: The model's kernel units for one sample (``analysis.units``), when it has a graph.
     units: tuple[Unit, ...] = ()
 
 

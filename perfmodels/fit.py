@@ -14,7 +14,7 @@ precision, threads) the time of one query of ``batch`` samples is modelled as a 
 fully-connected layers) are read once per query, and at small batches reading them is their cost: the first MiB stays
 in a core's own cache, the first 32 MiB in the shared cache, the rest streams from memory. Every node costs a
 dispatch (a convolution node more: eager frameworks create a primitive per call) and every query a fixed overhead.
-Op classes come from ``optimiser.modelinfo``: depthwise convolutions and fully-connected layers have their own
+Op classes come from ``analysis.modelinfo``: depthwise convolutions and fully-connected layers have their own
 weights because they cost orders of magnitude more per FLOP than dense convolutions and GEMMs, and LRN one to two
 orders more per element than LayerNorm. Each ``w`` is an inverse rate the route reaches on that machine (s/FLOP,
 s/byte, s/node, s/query).

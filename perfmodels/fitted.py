@@ -493,7 +493,9 @@ def _load(path: str, stamp: int, store: str = "", store_stamp: int = 0) -> Perfo
 
 
 #: Modules whose code shapes a fitted model: their text is part of the cache key, so an edit refits.
-_FIT_CODE = ("fit.py", "unitfit.py", "results_db.py", "features.py", "units.py", "fitted.py", "training_fit.py")
+#: (Paths relative to this package; the kernel-unit definitions live in ``analysis``.)
+_FIT_CODE = ("fit.py", "unitfit.py", "results_db.py", "features.py", "../analysis/units.py", "fitted.py",
+             "training_fit.py")
 
 
 def fit_cache_file(db: Path) -> Path | None:

@@ -106,7 +106,7 @@ COLUMNS: tuple[Column, ...] = (
     Column("model", "str", "Suite model name (or the workload a literature figure is about).", True),
     Column("family", "str", "Architecture family (the unit held out by leave-one-architecture-out)."),
     Column("batch", "int", "Samples per query (per step for training)."),
-    Column("flops_per_sample", "float", "Forward FLOPs per sample (optimiser.modelinfo)."),
+    Column("flops_per_sample", "float", "Forward FLOPs per sample (analysis.modelinfo)."),
     Column("flops_by_class", "json", "Forward FLOPs per sample by op class (conv, gemm, elementwise, norm, pool…)."),
     Column("ops_by_class", "json", "Node count by op class."),
     Column("activation_bytes_per_sample", "float", "Bytes of activations written per sample at fp32."),
@@ -114,7 +114,7 @@ COLUMNS: tuple[Column, ...] = (
     Column(
         "units",
         "json",
-        "The kernel units of one sample (perfmodels.units: [kind, dimensions, count] each) (schema v3).",
+        "The kernel units of one sample (analysis.units: [kind, dimensions, count] each) (schema v3).",
     ),
     # the measurement
     Column(

@@ -2,7 +2,7 @@
 
 nn-Meter's approach (Zhang et al., MobiSys 2021) on our routes: ``benchmarks.unit_sweep`` measures sampled kernel
 units alone; for each target × route × thread count and each unit kind, a gradient-boosted regressor learns the
-unit's time as a multiple of its roofline time (``perfmodels.units.roofline_seconds`` at the measured GEMM peak and
+unit's time as a multiple of its roofline time (``analysis.units.roofline_seconds`` at the measured GEMM peak and
 copy bandwidth) from the unit's shape (``unit_features``). A model's time is then the route's fixed cost per query
 plus the sum of its units' predicted times. The prior (the roofline) times the learned correction is the prediction,
 as for whole-model fits, but the correction now depends on each kernel's shape rather than on the model's totals.
@@ -37,8 +37,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from analysis.units import QUANTISABLE, Unit, decode_units, roofline_seconds, unfused, unit_features
 from perfmodels.fit import RouteKey, Statistic, effective_ms, unreliable
-from perfmodels.units import QUANTISABLE, Unit, decode_units, roofline_seconds, unfused, unit_features
 
 #: Bump when the fit changes, so that routes cached by an older version are fitted again.
 CACHE_VERSION = 2

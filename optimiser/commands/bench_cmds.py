@@ -1,7 +1,7 @@
 """``appopt bench ...``: run the benchmark suite, record the shipped database, merge shards, render campaigns.
 
 Thin wrappers: the work is in ``benchmarks/``; this layer supplies what ``benchmarks`` may not import itself (the
-optimiser's model analyser and catalog) and turns user mistakes into one-line errors.
+optimiser's catalog) and turns user mistakes into one-line errors.
 """
 
 from __future__ import annotations
@@ -22,24 +22,6 @@ bench_app = typer.Typer(
 @bench_app.callback()
 def _bench() -> None:
     """Benchmark backends on the model suite and manage the result database."""
-
-
-def model_features(model: Any) -> Any:
-    """The benchmark analyser: ``optimiser.modelinfo.analyse_onnx`` at batch 1, as ``ModelFeatures``."""
-    from benchmarks.runner import ModelFeatures
-    from optimiser.modelinfo import analyse_onnx
-    from optimiser.unitgraph import graph_units
-    from perfmodels.units import encode_units
-
-    cost = analyse_onnx(model, batch_size=1)
-    return ModelFeatures(
-        flops_per_sample=cost.flops,
-        activation_bytes_per_sample=cost.activation_bytes,
-        params=float(cost.params),
-        flops_by_class={str(k): v.flops for k, v in cost.by_class.items()},
-        ops_by_class={str(k): v.count for k, v in cost.by_class.items()},
-        units=encode_units(graph_units(model)),
-    )
 
 
 def catalog_literature_rows() -> list[dict[str, Any]]:
@@ -117,6 +99,7 @@ def run_cmd(
 ) -> None:
     """Run suite models through backends and scenarios; show a progress bar, then a results table."""
     from benchmarks.backends import DEFAULT_BACKENDS, PRECISIONS, all_backends
+    from benchmarks.features import model_features
     from benchmarks.harness import SCENARIOS
     from benchmarks.loadgen_driver import DriverUnavailable, resolve_driver
     from benchmarks.report import outcomes_table
@@ -235,9 +218,9 @@ def units_cmd(
 ) -> None:
     """Kernel-unit sweep: sampled convolutions, matrix products, pools, norms… measured alone on each backend,
     the data the kernel-level performance models learn from (`appopt models evaluate` scores them)."""
+    from analysis.units import KINDS
     from benchmarks.backends import all_backends
     from benchmarks.unit_sweep import SWEEP_BACKENDS, run_unit_sweep, sample_units, unmeasured
-    from perfmodels.units import KINDS
 
     backends = tuple(backend or SWEEP_BACKENDS)
     _check_choices("--backend", list(backends), list(all_backends()))
@@ -314,18 +297,16 @@ def campaign_cmd(
 ) -> None:
     """Render (and with --submit, submit) a Slurm job array: one campaign slice and one result shard per task."""
     from benchmarks import campaign
+    from builders.slurm import SlurmScheduler
 
     if scheduler != "slurm":
         raise AppoptError(f"--scheduler: {scheduler!r} is not supported (supported: slurm)")
-    try:
-        campaign_spec = campaign.load_campaign(spec)
-        script = campaign.write_campaign(campaign_spec, spec, out)
-        typer.echo(f"wrote {script} ({campaign_spec.task_count()} array tasks, {len(campaign_spec.jobs())} jobs)")
-        typer.echo(f"shards: {campaign.shard_dir(campaign_spec, spec.resolve())}")
-        if submit:
-            typer.echo(f"submitted job {campaign.submit(script)}")
-    except campaign.CampaignError as error:
-        raise AppoptError(*error.lines) from None
+    campaign_spec = campaign.load_campaign(spec)
+    script = campaign.write_campaign(campaign_spec, spec, out)
+    typer.echo(f"wrote {script} ({campaign_spec.task_count()} array tasks, {len(campaign_spec.jobs())} jobs)")
+    typer.echo(f"shards: {campaign.shard_dir(campaign_spec, spec.resolve())}")
+    if submit:
+        typer.echo(f"submitted job {SlurmScheduler().submit(script)}")
 
 
 @bench_app.command("run-slice")
@@ -337,13 +318,11 @@ def run_slice_cmd(
 ) -> None:
     """Run one slice of a campaign (what each Slurm array task executes)."""
     from benchmarks import campaign
+    from benchmarks.features import model_features
     from benchmarks.runner import run_benchmarks
 
-    try:
-        campaign_spec = campaign.load_campaign(spec)
-        jobs = campaign.slice_jobs(campaign_spec, slice_index)
-    except campaign.CampaignError as error:
-        raise AppoptError(*error.lines) from None
+    campaign_spec = campaign.load_campaign(spec)
+    jobs = campaign.slice_jobs(campaign_spec, slice_index)
     from benchmarks.loadgen_driver import DriverUnavailable, resolve_driver
 
     try:
@@ -386,6 +365,7 @@ def record_default_cmd(
     The shipped database is overwritten only with --replace-shipped."""
     from dataclasses import replace
 
+    from benchmarks.features import model_features
     from benchmarks.record import RECORD_SETTINGS, record_default
 
     target = record_destination(out, replace_shipped)
@@ -428,6 +408,7 @@ def refresh_features_cmd(
     db: Annotated[Path | None, typer.Option("--db", help="Database to update (default: the shipped one).")] = None,
 ) -> None:
     """Recompute the model features of suite-model rows with the current model analyser (measurements stay)."""
+    from benchmarks.features import model_features
     from benchmarks.record import refresh_features
     from perfmodels.results_db import DEFAULT_DB, ResultsSchemaError
 

@@ -7,54 +7,14 @@ build failed), 5 push (registry refused or unreachable), 6 scheduler (client mis
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
+from builders.errors import BuildError, PushError, SchedulerError
 from optimiser.errors import AppoptError
-
-
-class BuildError(AppoptError):
-    """No usable engine, or the image build failed."""
-
-    exit_code = 4
-
-
-class PushError(AppoptError):
-    """The registry refused the push, could not be reached, or the digest read back did not match."""
-
-    exit_code = 5
-
-
-class SchedulerError(AppoptError):
-    """The scheduler's client is missing or refused the job, or the job id is unknown."""
-
-    exit_code = 6
-
-
-@contextmanager
-def _as_user_errors() -> Iterator[None]:
-    """Turn the builders' own exceptions (builders never import the optimiser) into AppoptErrors."""
-    from builders.apptainer import ApptainerError
-    from builders.charliecloud import CharliecloudError
-    from builders.engines import EngineError
-    from builders.errors import RenderError
-    from builders.registry import RegistryError
-    from builders.schedulers import SchedulerError as JobError
-    from builders.wheelhouse import WheelhouseError
-
-    try:
-        yield
-    except (EngineError, WheelhouseError, CharliecloudError, ApptainerError, RenderError) as exc:
-        raise BuildError(*exc.lines) from None
-    except RegistryError as exc:
-        raise PushError(*exc.lines) from None
-    except JobError as exc:
-        raise SchedulerError(*exc.lines) from None
-
 
 # --- one plan, one image: build, push and submit check the spec digest ------------------------------------------
 
@@ -144,23 +104,22 @@ def build_cmd(
     from builders.image_build import build_plan_image, push_built_image
 
     say = _printer(quiet)
-    with _as_user_errors():
-        check_deployment_matches_plan(out)
-        if engine in ("charliecloud", "apptainer"):
-            if push:
-                raise BuildError(f"--push: {engine} images are files, not registry images; copy them instead")
-            _build_hpc_image(out, engine, tag, base_image, wheelhouse, say)
-            return
-        record = build_plan_image(
-            out, engine=engine, tag=tag, platform=platform, base_image=base_image, wheelhouse=wheelhouse, on_line=say
-        )
-        typer.echo(
-            f"built {record.image} ({record.image_id[:19] or 'no id'}) with {record.engine_detail} "
-            f"in {record.seconds:.1f} s; log {out / record.log}"
-        )
+    check_deployment_matches_plan(out)
+    if engine in ("charliecloud", "apptainer"):
         if push:
-            result = push_built_image(out, record.image, insecure=insecure, on_line=say)
-            typer.echo(f"pushed {result.ref} digest {result.digest}")
+            raise BuildError(f"--push: {engine} images are files, not registry images; copy them instead")
+        _build_hpc_image(out, engine, tag, base_image, wheelhouse, say)
+        return
+    record = build_plan_image(
+        out, engine=engine, tag=tag, platform=platform, base_image=base_image, wheelhouse=wheelhouse, on_line=say
+    )
+    typer.echo(
+        f"built {record.image} ({record.image_id[:19] or 'no id'}) with {record.engine_detail} "
+        f"in {record.seconds:.1f} s; log {out / record.log}"
+    )
+    if push:
+        result = push_built_image(out, record.image, insecure=insecure, on_line=say)
+        typer.echo(f"pushed {result.ref} digest {result.digest}")
 
 
 def _build_hpc_image(
@@ -208,8 +167,7 @@ def push_cmd(
     from builders.image_build import push_built_image
 
     check_build_matches_plan(out, PushError, required=True)
-    with _as_user_errors():
-        result = push_built_image(out, to, insecure=insecure, on_line=_printer(quiet))
+    result = push_built_image(out, to, insecure=insecure, on_line=_printer(quiet))
     typer.echo(
         f"pushed {result.ref} digest {result.digest} ({result.blobs_uploaded} blobs sent, "
         f"{result.blobs_present} already there, {result.retries} retries, {result.seconds:.1f} s)"
@@ -221,8 +179,7 @@ def submit_cmd(out: OutArg) -> None:
     from builders.schedulers import submit_plan_job
 
     check_build_matches_plan(out, SchedulerError, required=False)
-    with _as_user_errors():
-        scheduler, job_id = submit_plan_job(out)
+    scheduler, job_id = submit_plan_job(out)
     typer.echo(f"submitted job {job_id} to {scheduler.name}")
     typer.echo(job_id)
 
@@ -237,17 +194,16 @@ def status_cmd(
     """Show a job's state (and exit code once it has finished)."""
     from builders.schedulers import get_scheduler
 
-    with _as_user_errors():
-        sched = get_scheduler(scheduler)
-        if not wait:
-            current = sched.status(job_id)
-        else:
-            current = sched.wait(
-                job_id,
-                poll_seconds=poll,
-                timeout_seconds=timeout,
-                on_change=lambda s: None if s.finished else typer.echo(s.summary()),
-            )
+    sched = get_scheduler(scheduler)
+    if not wait:
+        current = sched.status(job_id)
+    else:
+        current = sched.wait(
+            job_id,
+            poll_seconds=poll,
+            timeout_seconds=timeout,
+            on_change=lambda s: None if s.finished else typer.echo(s.summary()),
+        )
     typer.echo(current.summary())
     if current.stdout_path:
         typer.echo(f"output: {current.stdout_path}")

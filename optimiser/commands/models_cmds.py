@@ -3,9 +3,8 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import Annotated
 
 import pandas as pd
 import typer
@@ -13,9 +12,6 @@ import typer
 from optimiser.commands.errors import user_errors
 from optimiser.commands.progress import progress
 from optimiser.errors import AppoptError
-
-if TYPE_CHECKING:
-    from perfmodels.fit import GroupFit
 
 models_app = typer.Typer(name="models", help="Fit, evaluate and inspect the performance models.", no_args_is_help=True)
 
@@ -153,6 +149,7 @@ def evaluate_cmd(
 def show_cmd(db: DbOption = None) -> None:
     """Show the fitted rates per target and route: GFLOP/s per op class, GB/s per byte stream, µs per node."""
     from perfmodels.fitted import default_db_path, fit_model
+    from perfmodels.rates_table import describe_rates
     from perfmodels.targets import local_target_key
 
     frame = _frame(db)
@@ -176,49 +173,6 @@ def show_cmd(db: DbOption = None) -> None:
         typer.echo("kernel-unit models (learned from unit sweeps; train RMSPE per kind):")
         for line in described:
             typer.echo(line)
-
-
-#: How each fitted weight is shown: (header, unit scale, as a rate (1/w) or as a cost (w)).
-_DISPLAY = {
-    "conv_flops": ("conv GF/s", 1e-9, True),
-    "conv_dw_flops": ("dwconv GF/s", 1e-9, True),
-    "gemm_flops": ("gemm GF/s", 1e-9, True),
-    "gemv_flops": ("gemv GF/s", 1e-9, True),
-    "norm_flops": ("norm GF/s", 1e-9, True),
-    "other_flops": ("other GF/s", 1e-9, True),
-    "activation_bytes": ("act GB/s", 1e-9, True),
-    "gemv_weight_bytes_cached": ("wts GB/s", 1e-9, True),
-    "gemv_weight_bytes_streamed": ("stream GB/s", 1e-9, True),
-    "lrn_flops": ("lrn GF/s", 1e-9, True),
-    "gemv_weight_bytes_hot": ("hot GB/s", 1e-9, True),
-    "conv_nodes": ("us/convnode", 1e6, False),
-    "other_nodes": ("us/node", 1e6, False),
-    "queries": ("us/query", 1e6, False),
-}
-
-
-def describe_rates(groups: Sequence[GroupFit]) -> list[str]:
-    """A table of each group's fitted weights as rates ("-" where the fit left a cost at zero)."""
-    from perfmodels.fit import FEATURES
-
-    names = [_DISPLAY.get(f, (f, 1.0, False))[0] for f in FEATURES]
-    lines = [
-        f"{'target':<30} {'route':<34} {'thr':>3} {'rows':>4} " + " ".join(f"{n:>11}" for n in names) + f" {'train':>6}"
-    ]
-    for g in groups:
-        cells = []
-        for feature, weight in zip(FEATURES, g.coef, strict=True):
-            _, scale, as_rate = _DISPLAY.get(feature, (feature, 1.0, False))
-            if as_rate:
-                cells.append(f"{scale / weight:11.1f}" if weight > 0 else f"{'-':>11}")
-            else:
-                cells.append(f"{weight * scale:11.2f}")
-        lines.append(
-            f"{g.target[:30]:<30} {g.route.describe()[:34]:<34} {g.threads:>3} {g.rows:>4} "
-            + " ".join(cells)
-            + f" {g.train_rmspe:6.1%}"
-        )
-    return lines
 
 
 def register(app: typer.Typer) -> None:

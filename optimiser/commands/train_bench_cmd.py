@@ -64,8 +64,8 @@ def train_bench_cmd(
             for n in thread_list:
                 typer.echo(compare(t, n, (batch or [32])[0], blocks, seed=seed).describe())
         return
+    from benchmarks.features import model_features
     from benchmarks.training_bench import measure, summarise, summary_rows
-    from optimiser.commands.bench_cmds import model_features
 
     plugins = [get_trainer(name) for name in (trainer or ["appopt-runtime", "torch"])]
     written = 0

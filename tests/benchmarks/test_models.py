@@ -6,9 +6,9 @@ import numpy as np
 import onnx
 import pytest
 
+from analysis.modelinfo import analyse_onnx
 from benchmarks.models import get_model, suite
 from benchmarks.runner import feeds_digest
-from optimiser.modelinfo import analyse_onnx
 
 
 def test_suites_list_the_core_zoo_and_tiny_models():

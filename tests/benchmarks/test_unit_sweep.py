@@ -5,6 +5,8 @@ from __future__ import annotations
 import onnx
 import pytest
 
+from analysis.unitgraph import graph_units
+from analysis.units import KINDS, decode_units, encode_units, unit_flops
 from benchmarks.models import get_model
 from benchmarks.unit_sweep import (
     MAX_UNIT_FLOPS,
@@ -18,10 +20,8 @@ from benchmarks.unit_sweep import (
     unit_model,
     unmeasured,
 )
-from optimiser.unitgraph import graph_units
 from perfmodels.results_db import read_results
 from perfmodels.unitfit import fit_units
-from perfmodels.units import KINDS, decode_units, encode_units, unit_flops
 
 
 def test_the_sample_is_seeded_and_covers_every_kind():

@@ -8,12 +8,12 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
+from analysis.units import encode_units
 from benchmarks.calibrate import covering_units, units_left
 from benchmarks.unit_sweep import SWEEP_ROUNDS
 from optimiser.cli import app
 from perfmodels.hoststore import host_store_path, read_store
 from perfmodels.results_db import HEADER_LINE, make_row, write_rows
-from perfmodels.units import encode_units
 
 runner = CliRunner()
 

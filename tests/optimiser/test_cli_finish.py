@@ -85,14 +85,6 @@ def test_run_model_names_a_directory_that_is_not_a_compiled_model(tmp_path: Path
     assert code == 2 and "original .onnx file" in err
 
 
-def test_models_show_has_a_column_for_every_fitted_feature() -> None:
-    from perfmodels.fit import FEATURES
-
-    assert set(FEATURES) <= set(models_cmds._DISPLAY)
-    header = models_cmds.describe_rates([])[0]
-    assert "us/convnode" in header and "us/node" in header and "conv_nodes" not in header
-
-
 def test_progress_reports_start_items_and_end_off_a_terminal(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(progress, "LOG_EVERY_S", 0.0)
     stream = io.StringIO()

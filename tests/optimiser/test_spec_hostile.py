@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from optimiser import errors, spec_yaml
+import apperrors
+from optimiser import spec_yaml
 from optimiser.cli import app
 from optimiser.errors import MAX_LINE_CHARS, AppoptError, SpecError
 from optimiser.spec import load_spec, parse_spec
@@ -195,7 +196,7 @@ def test_error_lines_are_printable_bounded_and_counted() -> None:
     assert SpecError("a", more=5).lines == ("a", "… and 5 more")
 
 
-@pytest.mark.parametrize("module", [spec_yaml, errors])
+@pytest.mark.parametrize("module", [spec_yaml, apperrors])
 def test_docstring_examples(module: object) -> None:
     result = doctest.testmod(module)  # type: ignore[arg-type]
     assert result.attempted > 0 and result.failed == 0

@@ -30,7 +30,7 @@ Two classes are refined by shape, because they cost differently per FLOP from th
 A node whose inputs are all constant (initializers, ``Constant``, ``ConstantOfShape`` of a constant shape…) is treated
 as folded: it costs nothing, and the floating-point constants that compute nodes read are the model's parameters.
 
-This module must not import ``runtime/`` (the optimiser never depends on the runtime).
+This module imports neither ``runtime/`` nor the optimiser: the planner and the benchmarks both read it.
 """
 
 from __future__ import annotations
@@ -38,16 +38,13 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Literal
+from typing import Literal, Protocol
 
 import onnx
 from onnx import shape_inference
 from pydantic import BaseModel, ConfigDict, Field
 
-from optimiser.errors import SpecError
-
-if TYPE_CHECKING:
-    from optimiser.catalog.models import Architecture
+from apperrors import SpecError
 
 OpClass = Literal["conv", "conv_dw", "gemm", "gemv", "elementwise", "norm", "lrn", "pool", "other"]
 OP_CLASSES: tuple[OpClass, ...] = ("conv", "conv_dw", "gemm", "gemv", "elementwise", "norm", "lrn", "pool", "other")
@@ -259,7 +256,9 @@ _REDUCE_OPS = {
     "CumSum",
     "TopK",
 }
-_NONDETERMINISTIC = {
+#: Ops whose outputs differ per run even from constant inputs: never treated as folded (the runtime's
+#: ``never_fold`` kernels but Dropout, which costs the identity it is at inference).
+NONDETERMINISTIC_OPS = {
     "RandomNormal",
     "RandomUniform",
     "RandomNormalLike",
@@ -541,7 +540,7 @@ def _constant_tensors(graph: onnx.GraphProto) -> set[str]:
     """Names of tensors known before the model runs (initializers and anything computed only from them)."""
     constant = {tensor.name for tensor in graph.initializer}
     for node in graph.node:
-        if node.op_type in _NONDETERMINISTIC or node.op_type in _CONTROL_FLOW:
+        if node.op_type in NONDETERMINISTIC_OPS or node.op_type in _CONTROL_FLOW:
             continue
         if all(name in constant for name in node.input if name):
             constant.update(name for name in node.output if name)
@@ -678,7 +677,26 @@ def _summarise(
     )
 
 
-def cost_from_architecture(arch: Architecture, batch_size: int = 1) -> ModelCost:
+class PublishedArchitecture(Protocol):
+    """The published figures of a named architecture (the catalog's ``Architecture`` has them)."""
+
+    @property
+    def id(self) -> str: ...
+    @property
+    def name(self) -> str: ...
+    @property
+    def task(self) -> str: ...
+    @property
+    def gmacs(self) -> float: ...
+    @property
+    def params_m(self) -> float: ...
+    @property
+    def activation_mbytes(self) -> float | None: ...
+    @property
+    def input_shape(self) -> list[int]: ...
+
+
+def cost_from_architecture(arch: PublishedArchitecture, batch_size: int = 1) -> ModelCost:
     """The same ``ModelCost`` for a named catalog architecture, from its published MACs and parameters.
 
     All MACs are attributed to one op class (``conv`` for vision models, ``gemm`` otherwise): for the catalog's

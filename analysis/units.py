@@ -2,7 +2,7 @@
 
 A unit is what inference frameworks run as one kernel: a convolution or matrix product with the bias, batch norm,
 activation and residual add they fuse into it, or one pooling, normalisation, element-wise or data-movement node.
-``optimiser.unitgraph`` cuts an ONNX graph into units; ``benchmarks.unit_sweep`` measures sampled units alone on
+``analysis.unitgraph`` cuts an ONNX graph into units; ``benchmarks.unit_sweep`` measures sampled units alone on
 each backend; ``perfmodels.unitfit`` learns each route's time per unit kind from those sweeps and predicts a model
 as the sum of its units (nn-Meter's kernel-level prediction, Zhang et al., MobiSys 2021).
 

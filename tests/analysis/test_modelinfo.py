@@ -1,4 +1,4 @@
-"""optimiser.modelinfo: per-op FLOPs/params/bytes from ONNX graphs, checked against the architecture table.
+"""analysis.modelinfo: per-op FLOPs/params/bytes from ONNX graphs, checked against the architecture table.
 
 Tolerance: 5% on GMACs and parameters. Table figures come from torchvision/papers; the graphs here are either the
 light model-zoo nets shipped in the onnx wheel or reference graphs built below from the papers' layer tables
@@ -20,9 +20,9 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
+from analysis.modelinfo import OP_CLASSES, ModelCost, OpClass, analyse_onnx, cost_from_architecture, op_class
 from optimiser.catalog import load_catalog
 from optimiser.errors import SpecError
-from optimiser.modelinfo import OP_CLASSES, ModelCost, OpClass, analyse_onnx, cost_from_architecture, op_class
 
 TOLERANCE = 0.05
 LIGHT_DIR = Path(onnx.__file__).parent / "backend" / "test" / "data" / "light"
@@ -522,7 +522,7 @@ def test_graph_and_table_costs_agree_for_the_same_model() -> None:
 
 def test_modelinfo_does_not_import_the_runtime() -> None:
     code = (
-        "import sys, optimiser.modelinfo, optimiser.catalog; "
+        "import sys, analysis.modelinfo, optimiser.catalog; "
         "sys.exit(any(m == 'runtime' or m.startswith('runtime.') for m in sys.modules))"
     )
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}

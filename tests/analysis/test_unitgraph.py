@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
+from analysis.unitgraph import graph_units
 from optimiser.errors import SpecError
-from optimiser.unitgraph import graph_units
 
 
 def model(nodes, inputs, initializers, opset=17):

@@ -8,9 +8,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from analysis.units import KINDS, Unit, decode_units, encode_units, roofline_seconds, unit_features, unit_flops
 from perfmodels.results_db import make_row, to_frame
 from perfmodels.unitfit import UNIT_FAMILY, WHOLE_WEIGHT, combine, fit_units, sweep_rows, whole_weight
-from perfmodels.units import KINDS, Unit, decode_units, encode_units, roofline_seconds, unit_features, unit_flops
 
 CONV = {
     "n": 1,

@@ -1,4 +1,4 @@
-"""Cut an ONNX graph into kernel units (``perfmodels.units``): what inference frameworks run as one kernel each.
+"""Cut an ONNX graph into kernel units (``analysis.units``): what inference frameworks run as one kernel each.
 
 The cut follows the fusions every CPU framework we measure makes: a convolution or matrix product absorbs the bias,
 batch norm, scale, activation and one residual add that follow it alone; element-wise nodes computed from one
@@ -26,8 +26,8 @@ from pathlib import Path
 
 import onnx
 
-from optimiser.modelinfo import _attr, _constant_tensors, _load, _shape_inference_model, inferred_shapes
-from perfmodels.units import Unit
+from analysis.modelinfo import _attr, _constant_tensors, _load, _shape_inference_model, inferred_shapes
+from analysis.units import Unit
 
 Shape = tuple[int, ...]
 
