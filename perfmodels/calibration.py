@@ -22,11 +22,17 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import numpy as np
-import pandas as pd
 
+from perfmodels.lazy import lazy_import
 from perfmodels.unitfit import UnitFit, sweep_rows
+
+if TYPE_CHECKING:
+    import pandas as pd
+else:
+    pd = lazy_import("pandas")  # (imported when first used: a cached plan needs no DataFrame)
 
 #: (framework, compiler, layout, precision): the route a correction belongs to.
 RouteKey = tuple[str, str, str, str]
@@ -45,10 +51,12 @@ class Calibration:
     log_ratios: dict[RouteKey, list[float]] = field(default_factory=dict)
     #: leave-one-unit-out relative errors of corrected predictions (measured / predicted - 1), all routes
     heldout_errors: tuple[float, ...] = ()
+    #: What measured the host: ``calibration`` (``appopt calibrate``) or ``quick probe`` (``appopt plan``'s).
+    via: str = "calibration"
 
     @property
     def basis(self) -> str:
-        return f"transferred:{self.source} via calibration ({self.units} units)"
+        return f"transferred:{self.source} via {self.via} ({self.units} units)"
 
     def route_for(self, route: RouteKey) -> RouteKey | None:
         """The calibrated route that stands for ``route``: the same one, else the same framework and precision,
@@ -82,7 +90,9 @@ class Calibration:
         return step_s * float(low), step_s * float(high)
 
 
-def calibration_from(store: pd.DataFrame, shipped: UnitFit, source: str, host: str) -> Calibration | None:
+def calibration_from(
+    store: pd.DataFrame, shipped: UnitFit, source: str, host: str, via: str = "calibration"
+) -> Calibration | None:
     """The corrections of ``store``'s unit rows against ``shipped``'s models on ``source`` (None: nothing
     comparable). Wall-clock times of every row are used: a calibration is what this host has."""
     rows = sweep_rows(store, "wall")
@@ -114,4 +124,4 @@ def calibration_from(store: pd.DataFrame, shipped: UnitFit, source: str, host: s
             if others:
                 errors.append(math.exp(value - float(np.mean(others))) - 1.0)
     units = sum(len(v) for v in log_ratios.values())
-    return Calibration(host, source, units, ratios, log_ratios, tuple(errors))
+    return Calibration(host, source, units, ratios, log_ratios, tuple(errors), via)
