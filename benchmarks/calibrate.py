@@ -20,7 +20,14 @@ from collections.abc import Callable, Generator, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from benchmarks.kernels import KernelOutcome, measure_bandwidth, measure_gemm_peak, run_kernel_suite
+from benchmarks.kernels import (
+    HardwareFigures,
+    KernelOutcome,
+    measure_bandwidth,
+    measure_gemm_peak,
+    measure_hardware,
+    run_kernel_suite,
+)
 from benchmarks.unit_sweep import SWEEP_ROUNDS, sample_units, sweep_settings, unit_kernels
 from perfmodels.units import Unit, encode_units, unit_flops
 
@@ -88,15 +95,19 @@ def calibrate(
     deadline = time.monotonic() + budget_s
     units = covering_units() if units is None else units
     done = already or set()
-    share = budget_s / max(len(backends), 1)
+    hardware: HardwareFigures | None = None  # measured once, for every backend's rows
     for index, backend in enumerate(backends):
         todo = [u for u in units if (backend, encode_units([u])) not in done]
         if not todo:
             continue
+        if time.monotonic() >= deadline:
+            break
+        hardware = hardware or measure_hardware([threads])
         # the later backends' shares stay reserved; one that finishes early leaves its time to the next
+        share = (deadline - time.monotonic()) / (len(backends) - index)
         own_deadline = deadline - share * (len(backends) - index - 1)
         suite: Generator[KernelOutcome, None, None] = run_kernel_suite(  # type: ignore[assignment]
-            unit_kernels(todo), [backend], [threads], sweep_settings(), str(db), retries_under_load=0
+            unit_kernels(todo), [backend], [threads], sweep_settings(), str(db), retries_under_load=0, hardware=hardware
         )
         for count, outcome in enumerate(suite, start=1):
             step(f"{backend}: {count}/{len(todo)} {outcome.kernel.name[:40]}")
@@ -106,8 +117,8 @@ def calibrate(
                 break
 
 
-#: Seconds the quick probe spends measuring units (``appopt plan`` on a host without a calibration; the setup
-#: before the first unit, imports and bandwidth probes, takes a few more).
+#: Seconds the quick probe measures for (``appopt plan`` on a host without a calibration): the hardware figures and
+#: then units until it runs out; the plan's own second or two and the last unit's run come on top.
 QUICK_PROBE_BUDGET_S = 10.0
 
 

@@ -4,7 +4,8 @@
 For each, the shipped unit model of the same route and thread count on the shipped host (``source``) predicts a
 time; the ratio measured / predicted, per route and unit kind (a geometric mean over that kind's units), says how
 this host differs. A prediction on the calibrated host is the shipped one times the time-weighted mean of its
-units' kind ratios (kinds not calibrated take the route's overall ratio). Its basis says so:
+units' kind ratios (kinds not calibrated take the route's overall ratio); the no-op chains' ratio scales the
+per-call cost. Its basis says so:
 ``transferred:<source> via calibration (N units)``.
 
 The interval of such a prediction comes from the same rows, held out: each calibrated unit predicted with the
@@ -102,7 +103,10 @@ def calibration_from(
         model = shipped.route((source, *key, int(row.threads)))
         if model is None:
             continue
-        predicted = shipped.seconds(model, [row.unit], 1)
+        if row.unit.kind == "noop":  # a no-op chain is the call and its nodes (``UnitRoute.call_s``, ``node_s``)
+            predicted = model.call_s + row.unit.dims.get("nodes", 1) * model.node_s
+        else:
+            predicted = shipped.seconds(model, [row.unit], 1)
         if not (predicted > 0 and float(row.t) > 0):
             continue
         per_route.setdefault(key, []).append((row.unit.kind, math.log(float(row.t) / predicted)))

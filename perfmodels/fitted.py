@@ -111,13 +111,17 @@ def evaluation_path(db: Path) -> Path:
     return db.with_suffix(".evaluation.json")
 
 
+def _digest(path: Path) -> str:
+    return file_digest(path)  # hashed once per version of the file (perfmodels.digests)
+
+
 def write_evaluation_summary(db: Path, evaluation: Evaluation) -> Path:
     """Store the held-out figures of ``db``'s fitted model next to it, keyed by the database's checksum, so plans
     can show them without refitting (``appopt models evaluate`` and ``bench record-default`` write it)."""
     out = evaluation_path(db)
     payload = {
         "db": db.name,
-        "db_sha256": file_digest(db),
+        "db_sha256": _digest(db),
         "fitted": asdict(HeldOutFigures.from_evaluation(evaluation)),
         "by_precision": {
             p: asdict(HeldOutFigures.from_evaluation(evaluation, p)) for p in sorted(evaluation.by_precision())
@@ -133,7 +137,7 @@ def read_evaluation_summary(db: Path) -> dict[str, HeldOutFigures] | None:
     another version of the file)."""
     try:
         payload = json.loads(evaluation_path(db).read_text(encoding="utf-8"))
-        if payload.get("db_sha256") != file_digest(db):
+        if payload.get("db_sha256") != _digest(db):
             return None
         figures = {"": HeldOutFigures(**payload["fitted"])}
         figures.update({p: HeldOutFigures(**f) for p, f in payload.get("by_precision", {}).items()})
@@ -223,23 +227,20 @@ class FittedModel:
     def _cached_calibration(self, store: Path) -> Calibration | None:
         """The calibration of ``store``, kept beside the plan data keyed by the store's digest (so that a plan on
         a calibrated host neither parses the store nor loads the unit models the calibration compared with)."""
-        import pickle
-
         from perfmodels.hoststore import is_quick_store
 
         cache = None
         if self._db is not None and (plan_file := fit_cache_file(self._db)) is not None:
+            kind = "quick" if is_quick_store(store) else "full"
+            code = plan_file.stem.removeprefix("plan-data-")  # the fitting code's digest, as for the plan data
             try:
-                kind = "quick" if is_quick_store(store) else "full"
-                code = plan_file.stem.removeprefix("plan-data-")  # the fitting code's digest, as for the plan data
-                name = f"calibration-{kind}-{file_digest(store)[:16]}-{local_target_key()}-{code}.pkl"
-                cache = plan_file.with_name(name)
-                with open(cache, "rb") as handle:
-                    kept = pickle.load(handle)  # our own cache directory, keyed by both files' digests
-                if isinstance(kept, tuple) and len(kept) == 1 and isinstance(kept[0], Calibration | None):
-                    return kept[0]
-            except Exception:  # missing, unreadable or from another version: compute again
-                pass
+                digest = file_digest(store)[:16]
+                cache = plan_file.with_name(f"calibration-{kind}-{digest}-{local_target_key()}-{code}.pkl")
+            except OSError:  # unreadable: read_store below says so
+                cache = None
+            kept = _read_pickle(cache) if cache is not None else None
+            if isinstance(kept, tuple) and len(kept) == 1 and isinstance(kept[0], Calibration | None):
+                return kept[0]
         calibration = self._calibration_of(store)
         if cache is not None:
             _write_pickle(cache, (calibration,))
@@ -326,9 +327,15 @@ class FittedModel:
 
     def heldout(self, precision: str | None = None) -> HeldOutFigures | None:
         """The held-out scores (of ``precision``'s predictions when it has any, else overall): from the summary
-        stored next to the database when it matches, else computed."""
+        stored next to the database when it matches, else computed (and kept beside the plan data, keyed by the
+        database's digest, so that the next plan does not evaluate again)."""
         if self._heldout is None:
             stored = read_evaluation_summary(self._db) if self._db is not None else None
+            plan_file = fit_cache_file(self._db) if stored is None and self._db is not None else None
+            cache = plan_file.with_name(plan_file.name.replace("plan-data-", "heldout-")) if plan_file else None
+            kept = _read_pickle(cache) if cache is not None else None
+            if stored is None and isinstance(kept, dict):
+                stored = kept
             evaluation = None if stored is not None else self.evaluation()
             if stored is not None:
                 self._heldout = stored
@@ -339,6 +346,8 @@ class FittedModel:
                 )
             else:
                 self._heldout = {}
+            if cache is not None and stored is None:
+                _write_pickle(cache, self._heldout)
         return self._heldout.get(precision or "", self._heldout.get(""))
 
     # --- which measurements apply ------------------------------------------------------------------------------
@@ -563,15 +572,20 @@ def fit_cache_file(db: Path) -> Path | None:
 
 
 def _read_fit_cache(db: Path) -> PlanData | None:
+    path = fit_cache_file(db)
+    data = _read_pickle(path) if path is not None else None
+    return data if isinstance(data, PlanData) else None
+
+
+def _read_pickle(path: Path) -> object:
+    """What ``_write_pickle`` kept at ``path`` (None when missing, unreadable or from another version)."""
     import pickle
 
-    path = fit_cache_file(db)
     try:
-        with open(path, "rb") as handle:  # type: ignore[arg-type]
-            data = pickle.load(handle)  # our own cache directory, keyed by the database's digest
-    except Exception:  # missing, unreadable or from another version: read and fit again
+        with open(path, "rb") as handle:
+            return pickle.load(handle)  # our own cache directory, keyed by the data's digests
+    except Exception:  # missing, unreadable or from another version: compute again
         return None
-    return data if isinstance(data, PlanData) else None
 
 
 def _write_fit_cache(db: Path, data: PlanData) -> None:

@@ -107,11 +107,13 @@ def probe_before_plan(no_probe: bool) -> tuple[list[str], bool]:
         return [f"quick probe skipped ({error}); this host is not calibrated: {_CALIBRATE_HINT}"], True
     try:
         measured, skipped = _run_quick_probe(quick)
-    except OSError as error:  # the disk filled up, the directory went away
-        return [f"quick probe failed ({quick}: {error.strerror or error}); {_CALIBRATE_HINT}"], True
+        rows = check_header(quick) if measured else 0  # every row the probe appended (the last unit's included)
+    except (OSError, HostStoreError) as error:  # the disk filled up, the directory went away
+        reason = error.strerror if isinstance(error, OSError) and error.strerror else error
+        return [f"quick probe failed ({quick}: {reason}); {_CALIBRATE_HINT}"], True
     if measured == 0:
         return [f"quick probe measured nothing ({skipped} unit(s) skipped or failed); {_CALIBRATE_HINT}"], True
-    return [f"this host was measured by a quick probe ({measured} units, kept in {quick}); {_CALIBRATE_HINT}"], True
+    return [f"this host was measured by a quick probe ({rows} rows, kept in {quick}); {_CALIBRATE_HINT}"], True
 
 
 def _run_quick_probe(quick: Path) -> tuple[int, int]:
