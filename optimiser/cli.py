@@ -167,7 +167,9 @@ def plan(
         on_this_cpu = hardware.id == "local" and hardware.kind == "cpu"
     except AppoptError:  # make_plan reports it, after the checks that come first
         on_this_cpu = False
-    host_notes, host_store = probe_before_plan(no_probe) if on_this_cpu else ([], True)
+    # (a training plan is not carried over by calibration: nothing to probe for)
+    skip_probe = no_probe or app_spec.application.type != "inference"
+    host_notes, host_store = probe_before_plan(skip_probe) if on_this_cpu else ([], True)
     try:
         planned = make_plan(app_spec, model=load_default_model(host_store=host_store))
     except HostStoreError as error:  # this host's calibration store (appopt calibrate) is damaged or foreign

@@ -519,7 +519,7 @@ def load_default_model(path: str | Path | None = None, host_store: bool = True) 
 class PlanData:
     """What a plan reads of a fitted database: the whole-model fits, which unit routes were swept (each route's
     models live in ``unitfit``'s cache directory) and the training fit. Kept on disk keyed by the database's digest,
-    so that a plan neither parses the CSV nor refits: a few hundred kilobytes where the parsed database is 25 MB."""
+    so that a plan neither parses the CSV nor refits: kilobytes where the parsed database took 25 MB."""
 
     result: FitResult
     unit_keys: tuple[Key, ...]
