@@ -21,7 +21,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from analysis.units import Unit, encode_units, unit_flops
-from benchmarks.kernels import KernelOutcome, measure_bandwidth, measure_gemm_peak, run_kernel_suite
+from benchmarks.kernels import (
+    HardwareFigures,
+    KernelOutcome,
+    measure_bandwidth,
+    measure_gemm_peak,
+    measure_hardware,
+    run_kernel_suite,
+)
 from benchmarks.unit_sweep import SWEEP_ROUNDS, sample_units, sweep_settings, unit_kernels
 
 #: Backends calibrated by default (the planner's CPU routes); ``--backends`` picks others.
@@ -80,21 +87,27 @@ def calibrate(
     threads: int = 1,
     already: set[tuple[str, str]] | None = None,
     step: Callable[[str], None] = lambda _: None,
+    units: list[Unit] | None = None,
 ) -> Iterator[KernelOutcome]:
-    """Measure the covering units on each backend at ``threads`` until ``budget_s`` runs out, appending rows to
-    ``db``; ``already`` holds (backend, encoded unit) pairs the store has, which are skipped (a resumed run)."""
+    """Measure the covering units (or ``units``) on each backend at ``threads`` until ``budget_s`` runs out,
+    appending rows to ``db``; ``already`` holds (backend, encoded unit) pairs the store has, which are skipped (a
+    resumed run)."""
     deadline = time.monotonic() + budget_s
-    units = covering_units()
+    units = covering_units() if units is None else units
     done = already or set()
-    share = budget_s / max(len(backends), 1)
+    hardware: HardwareFigures | None = None  # measured once, for every backend's rows
     for index, backend in enumerate(backends):
         todo = [u for u in units if (backend, encode_units([u])) not in done]
         if not todo:
             continue
+        if time.monotonic() >= deadline:
+            break
+        hardware = hardware or measure_hardware([threads])
         # the later backends' shares stay reserved; one that finishes early leaves its time to the next
+        share = (deadline - time.monotonic()) / (len(backends) - index)
         own_deadline = deadline - share * (len(backends) - index - 1)
         suite: Generator[KernelOutcome, None, None] = run_kernel_suite(  # type: ignore[assignment]
-            unit_kernels(todo), [backend], [threads], sweep_settings(), str(db), retries_under_load=0
+            unit_kernels(todo), [backend], [threads], sweep_settings(), str(db), retries_under_load=0, hardware=hardware
         )
         for count, outcome in enumerate(suite, start=1):
             step(f"{backend}: {count}/{len(todo)} {outcome.kernel.name[:40]}")
@@ -102,3 +115,35 @@ def calibrate(
             if time.monotonic() >= own_deadline:
                 suite.close()
                 break
+
+
+#: Seconds the quick probe measures for (``appopt plan`` on a host without a calibration): the hardware figures and
+#: then units until it runs out; the plan's own second or two and the last unit's run come on top.
+QUICK_PROBE_BUDGET_S = 10.0
+
+
+def quick_units() -> list[Unit]:
+    """The quick probe's units: the shortest and longest no-op chains (an engine's per-call and per-node cost), then
+    each kind's middle unit of the covering set."""
+    units = covering_units(per_kind=1)
+    noops = sorted((u for u in units if u.kind == "noop"), key=lambda u: u.dims.get("nodes", 0))
+    return [*noops[:1], *noops[-1:], *(u for u in units if u.kind != "noop")]
+
+
+def installed_backends(backends: tuple[str, ...] = CALIBRATE_BACKENDS) -> tuple[str, ...]:
+    """Those of ``backends`` that can run here."""
+    from benchmarks.backends import get_backend
+
+    return tuple(name for name in backends if get_backend(name).unavailable_reason() is None)
+
+
+def quick_probe(
+    db: Path, threads: int, budget_s: float = QUICK_PROBE_BUDGET_S, step: Callable[[str], None] = lambda _: None
+) -> tuple[int, int]:
+    """Measure ``quick_units`` on the installed calibration backends at ``threads`` within ``budget_s``, appending
+    rows to ``db``: (units measured, units skipped or failed)."""
+    measured = skipped = 0
+    for outcome in calibrate(db, budget_s, installed_backends(), threads, step=step, units=quick_units()):
+        measured += outcome.status == "ok"
+        skipped += outcome.status != "ok"
+    return measured, skipped

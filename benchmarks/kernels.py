@@ -280,6 +280,23 @@ def reference_rates(
 RETRIES_UNDER_LOAD = 1
 
 
+@dataclass(frozen=True)
+class HardwareFigures:
+    """What every row of a kernel suite records of the machine, measured once: copy bandwidths (GB/s) and the GEMM
+    peak per thread count (GFLOP/s). Several suite runs in one process (one per backend) may share them."""
+
+    bandwidth_gbs: float
+    cache_bandwidth_gbs: float
+    gemm_gflops: Mapping[int, float]
+
+
+def measure_hardware(threads: list[int]) -> HardwareFigures:
+    """The machine's bandwidths and GEMM peak at each of ``threads``."""
+    return HardwareFigures(
+        measure_bandwidth() / 1e9, measure_cache_bandwidth() / 1e9, {t: measure_gemm_peak(t) for t in threads}
+    )
+
+
 def run_kernel_suite(
     kernels: list[Kernel],
     backends: list[str],
@@ -289,6 +306,7 @@ def run_kernel_suite(
     precision: str = "fp32",
     retries_under_load: int = RETRIES_UNDER_LOAD,
     quiet_wait_s: float = 30.0,
+    hardware: HardwareFigures | None = None,
 ) -> Iterator[KernelOutcome]:
     """Measure each kernel on each backend and thread count at ``precision``, appending rows to ``db_path`` when
     given.
@@ -296,22 +314,24 @@ def run_kernel_suite(
     One kernel takes about 0.1 s, too short for the interference probe, so kernels are judged in stretches of
     ``MIN_PROBE_S``: a stretch during which other processes used more than ``BUSY_OTHER_CPU`` cores is measured again
     once the machine is quiet (waiting up to ``quiet_wait_s``), at most ``retries_under_load`` times; every row
-    records what its stretch's probe read (``other_cpu``).
+    records what its stretch's probe read (``other_cpu``). ``hardware`` reuses figures measured before (the
+    bandwidth probe alone takes seconds on a loaded machine).
     """
     from benchmarks.backends import get_backend
     from benchmarks.harness import ScenarioSettings
     from benchmarks.results.provenance import collect, wait_until_quiet
     from perfmodels.results_db import BUSY_OTHER_CPU, append_rows
 
+    figures = hardware or HardwareFigures(measure_bandwidth() / 1e9, measure_cache_bandwidth() / 1e9, {})
     suite = _Suite(
         collect(),
-        measure_bandwidth() / 1e9,
-        measure_cache_bandwidth() / 1e9,
+        figures.bandwidth_gbs,
+        figures.cache_bandwidth_gbs,
         settings if isinstance(settings, ScenarioSettings) else ScenarioSettings(min_queries=10),
         precision,
     )
     for n_threads in threads:
-        peak = measure_gemm_peak(n_threads)
+        peak = figures.gemm_gflops.get(n_threads) or measure_gemm_peak(n_threads)
         for name in backends:
             backend = get_backend(name)
             todo = list(kernels)

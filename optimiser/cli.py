@@ -135,14 +135,26 @@ def plan(
         bool, typer.Option("--force", help="Write into an -o directory that holds files appopt did not write.")
     ] = False,
     allow_outside_spec_dir: OutsideOption = False,
+    no_probe: Annotated[
+        bool,
+        typer.Option(
+            "--no-probe",
+            help="On an uncalibrated host, skip the quick probe (about 15 s, once per host; also APPOPT_NO_PROBE=1).",
+        ),
+    ] = False,
 ) -> None:
     """Rank every compatible route for SPEC and explain the choice; with -o also render the artifacts."""
     from optimiser.app_files import check_app_files
     from optimiser.artifacts import with_deployment_notes, write_plan_outputs
+    from optimiser.catalog import load_catalog
+    from optimiser.commands.calibrate_cmds import probe_before_plan
     from optimiser.errors import AppoptError
     from optimiser.planner import make_plan
     from optimiser.report import render_table
     from optimiser.spec import load_spec
+    from optimiser.target import resolve_target
+    from perfmodels.fitted import load_default_model
+    from perfmodels.hoststore import HostStoreError
 
     app_spec = load_spec(spec)
     check_app_files(app_spec, allow_outside_spec_dir)
@@ -150,21 +162,22 @@ def plan(
         app_spec = app_spec.model_copy(
             update={"optimisation": app_spec.optimisation.model_copy(update={"top": top})}
         )
-    from perfmodels.hoststore import HostStoreError, host_store_path
-
     try:
-        planned = make_plan(app_spec)
+        hardware = resolve_target(app_spec.target, load_catalog()).hardware
+        on_this_cpu = hardware.id == "local" and hardware.kind == "cpu"
+    except AppoptError:  # make_plan reports it, after the checks that come first
+        on_this_cpu = False
+    # (a training plan is not carried over by calibration: nothing to probe for)
+    skip_probe = no_probe or app_spec.application.type != "inference"
+    host_notes, host_store = probe_before_plan(skip_probe) if on_this_cpu else ([], True)
+    try:
+        planned = make_plan(app_spec, model=load_default_model(host_store=host_store))
     except HostStoreError as error:  # this host's calibration store (appopt calibrate) is damaged or foreign
         raise AppoptError(f"host store: {error}") from None
     result = with_deployment_notes(planned)
     typer.echo(render_table(result))
-    for note in result.notes:
+    for note in (*result.notes, *host_notes):
         typer.echo(f"note: {note}", err=True)
-    if result.target.hardware.id == "local" and result.target.hardware.kind == "cpu" and not host_store_path().exists():
-        typer.echo(
-            "note: this host is not calibrated: `appopt calibrate` (5 minutes) measures it, so plans use its figures",
-            err=True,
-        )
     if out is not None:
         for path in write_plan_outputs(result, out, force=force, allow_outside_spec_dir=allow_outside_spec_dir):
             typer.echo(f"wrote {path}")

@@ -8,8 +8,6 @@ from collections import defaultdict
 from importlib import metadata
 from typing import Any
 
-from jinja2 import Environment, PackageLoader, StrictUndefined
-
 from optimiser.intervals import overlapping_intervals
 from optimiser.planner import Candidate, Plan
 from optimiser.ties import explain_ties
@@ -98,6 +96,8 @@ def plan_to_dict(plan: Plan) -> dict[str, Any]:
 
 def render_markdown(plan: Plan) -> str:
     """``plan.md``: the choice, the top candidates with predicted times, and every exclusion grouped by reason."""
+    from jinja2 import Environment, PackageLoader, StrictUndefined  # (only plan.md needs it: not at start-up)
+
     env = Environment(
         loader=PackageLoader("templates", ""), undefined=StrictUndefined, trim_blocks=True, lstrip_blocks=True
     )

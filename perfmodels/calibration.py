@@ -4,7 +4,8 @@
 For each, the shipped unit model of the same route and thread count on the shipped host (``source``) predicts a
 time; the ratio measured / predicted, per route and unit kind (a geometric mean over that kind's units), says how
 this host differs. A prediction on the calibrated host is the shipped one times the time-weighted mean of its
-units' kind ratios (kinds not calibrated take the route's overall ratio). Its basis says so:
+units' kind ratios (kinds not calibrated take the route's overall ratio); the no-op chains' ratio scales the
+per-call cost. Its basis says so:
 ``transferred:<source> via calibration (N units)``.
 
 The interval of such a prediction comes from the same rows, held out: each calibrated unit predicted with the
@@ -22,11 +23,17 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import numpy as np
-import pandas as pd
 
+from perfmodels.lazy import lazy_import
 from perfmodels.unitfit import UnitFit, sweep_rows
+
+if TYPE_CHECKING:
+    import pandas as pd
+else:
+    pd = lazy_import("pandas")  # (imported when first used: a cached plan needs no DataFrame)
 
 #: (framework, compiler, layout, precision): the route a correction belongs to.
 RouteKey = tuple[str, str, str, str]
@@ -45,10 +52,12 @@ class Calibration:
     log_ratios: dict[RouteKey, list[float]] = field(default_factory=dict)
     #: leave-one-unit-out relative errors of corrected predictions (measured / predicted - 1), all routes
     heldout_errors: tuple[float, ...] = ()
+    #: What measured the host: ``calibration`` (``appopt calibrate``) or ``quick probe`` (``appopt plan``'s).
+    via: str = "calibration"
 
     @property
     def basis(self) -> str:
-        return f"transferred:{self.source} via calibration ({self.units} units)"
+        return f"transferred:{self.source} via {self.via} ({self.units} units)"
 
     def route_for(self, route: RouteKey) -> RouteKey | None:
         """The calibrated route that stands for ``route``: the same one, else the same framework and precision,
@@ -82,7 +91,9 @@ class Calibration:
         return step_s * float(low), step_s * float(high)
 
 
-def calibration_from(store: pd.DataFrame, shipped: UnitFit, source: str, host: str) -> Calibration | None:
+def calibration_from(
+    store: pd.DataFrame, shipped: UnitFit, source: str, host: str, via: str = "calibration"
+) -> Calibration | None:
     """The corrections of ``store``'s unit rows against ``shipped``'s models on ``source`` (None: nothing
     comparable). Wall-clock times of every row are used: a calibration is what this host has."""
     rows = sweep_rows(store, "wall")
@@ -92,7 +103,10 @@ def calibration_from(store: pd.DataFrame, shipped: UnitFit, source: str, host: s
         model = shipped.route((source, *key, int(row.threads)))
         if model is None:
             continue
-        predicted = shipped.seconds(model, [row.unit], 1)
+        if row.unit.kind == "noop":  # a no-op chain is the call and its nodes (``UnitRoute.call_s``, ``node_s``)
+            predicted = model.call_s + row.unit.dims.get("nodes", 1) * model.node_s
+        else:
+            predicted = shipped.seconds(model, [row.unit], 1)
         if not (predicted > 0 and float(row.t) > 0):
             continue
         per_route.setdefault(key, []).append((row.unit.kind, math.log(float(row.t) / predicted)))
@@ -114,4 +128,4 @@ def calibration_from(store: pd.DataFrame, shipped: UnitFit, source: str, host: s
             if others:
                 errors.append(math.exp(value - float(np.mean(others))) - 1.0)
     units = sum(len(v) for v in log_ratios.values())
-    return Calibration(host, source, units, ratios, log_ratios, tuple(errors))
+    return Calibration(host, source, units, ratios, log_ratios, tuple(errors), via)

@@ -25,13 +25,19 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import numpy as np
-import pandas as pd
 
 from analysis.units import decode_units
 from perfmodels.fit import DEFAULT_RIDGE, GroupFit, Statistic, fit, prior_seconds, training_rows
+from perfmodels.lazy import lazy_import
 from perfmodels.unitfit import WHOLE_WEIGHT, UnitFit, combine, fit_units
+
+if TYPE_CHECKING:
+    import pandas as pd
+else:
+    pd = lazy_import("pandas")  # (imported when first used: a cached plan needs no DataFrame)
 
 _GROUP = ["target", "framework", "compiler", "layout", "precision", "threads"]
 #: One planner decision: routes compete at a fixed precision (the planner never picks int8 on its own).

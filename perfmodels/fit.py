@@ -44,15 +44,20 @@ import json
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 import numpy as np
-import pandas as pd
 
 from perfmodels.features import BYTES_PER_ELEMENT, Device, Route, Workload
+from perfmodels.lazy import lazy_import
 from perfmodels.results_db import BUSY_OTHER_CPU
 from perfmodels.roofline import RooflinePrior
 from perfmodels.targets import kernel_flags
+
+if TYPE_CHECKING:
+    import pandas as pd
+else:
+    pd = lazy_import("pandas")  # (imported when first used: a cached plan needs no DataFrame)
 
 FEATURES = (
     "conv_flops",
@@ -285,8 +290,9 @@ class GroupFit:
 @dataclass(frozen=True)
 class FitResult:
     groups: tuple[GroupFit, ...]
-    #: Rows the fit used (one per target × route × threads × model × batch), with their feature vectors.
-    data: pd.DataFrame = field(repr=False, compare=False, default_factory=pd.DataFrame)
+    #: Rows the fit used (one per target × route × threads × model × batch), with their feature vectors (None in a
+    #: model loaded from the plan cache, which keeps only the groups).
+    data: pd.DataFrame | None = field(repr=False, compare=False, default=None)
 
     def targets(self) -> set[str]:
         return {g.target for g in self.groups}

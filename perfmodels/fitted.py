@@ -40,20 +40,27 @@ import json
 import os
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
-import pandas as pd
 
 from perfmodels.calibration import Calibration, calibration_from
+from perfmodels.digests import file_digest
 from perfmodels.evaluate import Evaluation, leave_one_architecture_out
 from perfmodels.features import Device, Route, Workload
 from perfmodels.fit import BYTE_FEATURES, FLOP_FEATURES, FitResult, GroupFit, fit, workload_features
+from perfmodels.lazy import lazy_import
 from perfmodels.prediction import PerformanceModel, Prediction
 from perfmodels.priors import layout_factor
 from perfmodels.roofline import RooflinePrior
 from perfmodels.targets import host_difference, local_kernel_flags, local_target_key, target_key, usable_cores
-from perfmodels.training_fit import training_prediction
-from perfmodels.unitfit import UnitFit, cache_dir_for, combine, fit_units, whole_weight
+from perfmodels.training_fit import TrainingFit, fit_for, training_prediction
+from perfmodels.unitfit import Key, UnitFit, cache_dir_for, combine, fit_units, sweep_rows, whole_weight
+
+if TYPE_CHECKING:
+    import pandas as pd
+else:
+    pd = lazy_import("pandas")  # (imported when first used: a cached plan needs no DataFrame)
 
 #: Device names that mean "the machine we are running on".
 LOCAL_NAMES = ("local",)
@@ -105,7 +112,7 @@ def evaluation_path(db: Path) -> Path:
 
 
 def _digest(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
+    return file_digest(path)  # hashed once per version of the file (perfmodels.digests)
 
 
 def write_evaluation_summary(db: Path, evaluation: Evaluation) -> Path:
@@ -186,6 +193,38 @@ class FittedModel:
         self._heldout: dict[str, HeldOutFigures] | None = None
         self._route_errors: RouteErrors | None = None
         self._units: UnitFit | None = None
+        self._training: TrainingFit | None = None
+
+    @classmethod
+    def from_plan_data(
+        cls, data: PlanData, source: str = "", db: Path | None = None, store: Path | None = None
+    ) -> FittedModel:
+        """The model a plan uses from its cached ``PlanData``: the database itself is read only when something
+        the cache does not hold is asked for (a unit route not fitted yet, a held-out evaluation)."""
+        model = cls(data.result, source=source, db=db, store=store)
+        model._training = data.training
+        model._units = UnitFit(
+            None,
+            cache_dir_for(db) if db is not None else None,
+            keys=data.unit_keys,
+            load_rows=lambda: sweep_rows(model.frame()) if model.frame() is not None else None,
+        )
+        return model
+
+    def plan_data(self) -> PlanData:
+        """What a plan reads of this model (``from_plan_data``), to keep on disk."""
+        units, frame = self.units(), self.frame()
+        trains = frame is not None and "mode" in frame and bool((frame["mode"] == "training").any())
+        keys = tuple(units.keys()) if units is not None else ()
+        return PlanData(FitResult(self.result.groups), keys, self.training(), trains)
+
+    def frame(self) -> pd.DataFrame | None:
+        """The results the model was fitted from (read from its database when first needed; None without)."""
+        if self._frame is None and self._db is not None and self._db.exists():
+            from perfmodels import results_db
+
+            self._frame = results_db.read_results(self._db, warn=False)
+        return self._frame
 
     def units(self) -> UnitFit | None:
         """The kernel-unit models of the data's unit sweeps (routes fitted when first used; None without data)."""
@@ -193,20 +232,53 @@ class FittedModel:
             self._units = fit_units(self._frame, cache_dir=cache_dir_for(self._db) if self._db is not None else None)
         return self._units
 
+    def training(self) -> TrainingFit:
+        """The training step fit of the data's ``mode=training`` rows (empty without)."""
+        if self._training is None:
+            self._training = fit_for(self._frame)
+        return self._training
+
     def calibration(self) -> Calibration | None:
         """This host's corrections against the shipped unit models (None without a store or comparable rows);
         ``hoststore.HostStoreError`` for a store that cannot be read as a results database."""
         if self._calibration is False:
             self._calibration = None
-            unit_fit = self.units()
-            if self.store is not None and unit_fit is not None:
-                from perfmodels.hoststore import read_store
-
-                frame = read_store(self.store)
-                source = self._calibration_source(unit_fit)
-                if frame is not None and source is not None:
-                    self._calibration = calibration_from(frame, unit_fit, source, local_target_key())
+            if self.store is not None and self.units() is not None:
+                self._calibration = self._cached_calibration(self.store)
         return self._calibration if isinstance(self._calibration, Calibration) else None
+
+    def _cached_calibration(self, store: Path) -> Calibration | None:
+        """The calibration of ``store``, kept beside the plan data keyed by the store's digest (so that a plan on
+        a calibrated host neither parses the store nor loads the unit models the calibration compared with)."""
+        from perfmodels.hoststore import is_quick_store
+
+        cache = None
+        if self._db is not None and (plan_file := fit_cache_file(self._db)) is not None:
+            kind = "quick" if is_quick_store(store) else "full"
+            code = plan_file.stem.removeprefix("plan-data-")  # the fitting code's digest, as for the plan data
+            try:
+                digest = file_digest(store)[:16]
+                cache = plan_file.with_name(f"calibration-{kind}-{digest}-{local_target_key()}-{code}.pkl")
+            except OSError:  # unreadable: read_store below says so
+                cache = None
+            kept = _read_pickle(cache) if cache is not None else None
+            if isinstance(kept, tuple) and len(kept) == 1 and isinstance(kept[0], Calibration | None):
+                return kept[0]
+        calibration = self._calibration_of(store)
+        if cache is not None:
+            _write_pickle(cache, (calibration,))
+        return calibration
+
+    def _calibration_of(self, store: Path) -> Calibration | None:
+        from perfmodels.hoststore import is_quick_store, read_store
+
+        unit_fit = self.units()
+        frame = read_store(store)
+        source = self._calibration_source(unit_fit) if unit_fit is not None else None
+        if frame is None or source is None or unit_fit is None:
+            return None
+        via = "quick probe" if is_quick_store(store) else "calibration"
+        return calibration_from(frame, unit_fit, source, local_target_key(), via)
 
     @staticmethod
     def _calibration_source(unit_fit: UnitFit) -> str | None:
@@ -268,18 +340,25 @@ class FittedModel:
 
         For the plan report: ``model.evaluation().lines()``.
         """
-        if self._evaluation is None and self._frame is not None:
+        frame = self.frame() if self._evaluation is None else None
+        if frame is not None:
             try:
-                self._evaluation = leave_one_architecture_out(self._frame)
+                self._evaluation = leave_one_architecture_out(frame)
             except ValueError:
                 return None
         return self._evaluation
 
     def heldout(self, precision: str | None = None) -> HeldOutFigures | None:
         """The held-out scores (of ``precision``'s predictions when it has any, else overall): from the summary
-        stored next to the database when it matches, else computed."""
+        stored next to the database when it matches, else computed (and kept beside the plan data, keyed by the
+        database's digest, so that the next plan does not evaluate again)."""
         if self._heldout is None:
             stored = read_evaluation_summary(self._db) if self._db is not None else None
+            plan_file = fit_cache_file(self._db) if stored is None and self._db is not None else None
+            cache = plan_file.with_name(plan_file.name.replace("plan-data-", "heldout-")) if plan_file else None
+            kept = _read_pickle(cache) if cache is not None else None
+            if stored is None and isinstance(kept, dict):
+                stored = kept
             evaluation = None if stored is not None else self.evaluation()
             if stored is not None:
                 self._heldout = stored
@@ -290,6 +369,8 @@ class FittedModel:
                 )
             else:
                 self._heldout = {}
+            if cache is not None and stored is None:
+                _write_pickle(cache, self._heldout)
         return self._heldout.get(precision or "", self._heldout.get(""))
 
     def route_errors(self, group: GroupFit) -> tuple[float, float] | None:
@@ -360,7 +441,7 @@ class FittedModel:
     def predict(self, workload: Workload, route: Route, device: Device) -> Prediction:
         prior = self.prior.predict(workload, route, device)
         if workload.mode == "training":  # measured training rows (perfmodels.training_fit), else the prior
-            return training_prediction(self._frame, workload, route, device, prior, self._wanted_threads)
+            return training_prediction(self.training(), workload, route, device, prior, self._wanted_threads)
         group = self.anchor(workload, route, device)
         if group is None:
             return prior
@@ -453,49 +534,72 @@ def default_db_path() -> Path:
     return DEFAULT_DB
 
 
-def load_default_model(path: str | Path | None = None) -> PerformanceModel:
+def load_default_model(path: str | Path | None = None, host_store: bool = True) -> PerformanceModel:
     """The fitted model for the shipped database (or ``path``); cached per file version, falls back to the prior.
 
     A missing or empty database gives the plain ``RooflinePrior`` (every prediction's basis then says so). This
-    host's calibration store (``perfmodels.hoststore.host_store_path``) is used when it exists.
+    host's calibration store, else its quick probe's (``perfmodels.hoststore.plan_store``), is used when it exists
+    and ``host_store`` is true.
     """
-    from perfmodels.hoststore import host_store_path
+    from perfmodels.hoststore import plan_store
 
     db = Path(path) if path is not None else default_db_path()
     try:
         stamp = db.stat().st_mtime_ns
     except FileNotFoundError:
         return RooflinePrior()
-    store = host_store_path()
+    store = plan_store() if host_store else None
     try:
-        store_stamp = store.stat().st_mtime_ns
+        store_stamp = store.stat().st_mtime_ns if store is not None else 0
     except OSError:
         store_stamp = 0
     return _load(str(db.resolve()), stamp, str(store) if store_stamp else "", store_stamp)
 
 
+@dataclass(frozen=True)
+class PlanData:
+    """What a plan reads of a fitted database: the whole-model fits, which unit routes were swept (each route's
+    models live in ``unitfit``'s cache directory) and the training fit. Kept on disk keyed by the database's digest,
+    so that a plan neither parses the CSV nor refits: kilobytes where the parsed database took 25 MB."""
+
+    result: FitResult
+    unit_keys: tuple[Key, ...]
+    training: TrainingFit
+    #: Whether the database holds ``mode=training`` rows (then training plans say why they fall back to the prior).
+    has_training_rows: bool = False
+
+
 @functools.lru_cache(maxsize=4)
 def _load(path: str, stamp: int, store: str = "", store_stamp: int = 0) -> PerformanceModel:
-    from perfmodels.results_db import read_results
-
     db = Path(path)
-    cached = _read_fit_cache(db)
-    if cached is not None:
-        frame, result, units = cached
-        model = FittedModel(result, source=db.name, frame=frame, db=db, store=Path(store) if store else None)
-        model._units = units
+    store_path = Path(store) if store else None
+    data = _read_fit_cache(db)
+    if data is not None:
+        model = FittedModel.from_plan_data(data, source=db.name, db=db, store=store_path)
     else:
-        frame = read_results(path, warn=False)
-        model = fit_model(frame, source=db.name, db=db, store=Path(store) if store else None)
-        _write_fit_cache(db, model)
-    trains = "mode" in frame and bool((frame["mode"] == "training").any())
-    return model if model.result.groups or trains else RooflinePrior()
+        from perfmodels import results_db
+
+        frame = results_db.read_results(path, warn=False)
+        model = fit_model(frame, source=db.name, db=db, store=store_path)
+        data = model.plan_data()
+        _write_fit_cache(db, data)
+    return model if model.result.groups or data.has_training_rows else RooflinePrior()
 
 
 #: Modules whose code shapes a fitted model: their text is part of the cache key, so an edit refits.
 #: (Paths relative to this package; the kernel-unit definitions live in ``analysis``.)
-_FIT_CODE = ("fit.py", "unitfit.py", "results_db.py", "features.py", "../analysis/units.py", "fitted.py",
-             "training_fit.py")
+_FIT_CODE = (
+    "fit.py",
+    "unitfit.py",
+    "results_db.py",
+    "features.py",
+    "../analysis/units.py",
+    "fitted.py",
+    "training_fit.py",
+    "trees.py",
+    "calibration.py",
+    "hoststore.py",
+)
 
 
 def fit_cache_file(db: Path) -> Path | None:
@@ -506,33 +610,41 @@ def fit_cache_file(db: Path) -> Path | None:
         return None
     here = Path(__file__).parent
     code = hashlib.sha256(b"".join((here / name).read_bytes() for name in _FIT_CODE)).hexdigest()[:16]
-    return directory / f"fitted-model-{code}.pkl"
+    return directory / f"plan-data-{code}.pkl"
 
 
-def _read_fit_cache(db: Path) -> tuple[pd.DataFrame, FitResult, UnitFit | None] | None:
+def _read_fit_cache(db: Path) -> PlanData | None:
+    path = fit_cache_file(db)
+    data = _read_pickle(path) if path is not None else None
+    return data if isinstance(data, PlanData) else None
+
+
+def _read_pickle(path: Path) -> object:
+    """What ``_write_pickle`` kept at ``path`` (None when missing, unreadable or from another version)."""
     import pickle
 
-    path = fit_cache_file(db)
     try:
-        with open(path, "rb") as handle:  # type: ignore[arg-type]
-            frame, result, units = pickle.load(handle)  # our own cache directory, keyed by the database's digest
-    except Exception:  # missing, unreadable or from another version: read and fit again
+        with open(path, "rb") as handle:
+            return pickle.load(handle)  # our own cache directory, keyed by the data's digests
+    except Exception:  # missing, unreadable or from another version: compute again
         return None
-    ok = isinstance(frame, pd.DataFrame) and isinstance(result, FitResult) and isinstance(units, UnitFit | None)
-    return (frame, result, units) if ok else None
 
 
-def _write_fit_cache(db: Path, model: FittedModel) -> None:
+def _write_fit_cache(db: Path, data: PlanData) -> None:
+    path = fit_cache_file(db)
+    if path is not None:
+        _write_pickle(path, data)
+
+
+def _write_pickle(path: Path, value: object) -> None:
+    """``value`` pickled to ``path`` atomically (nothing when it cannot be written: caches are only a speed-up)."""
     import pickle
     import tempfile
 
-    path = fit_cache_file(db)
-    if path is None:
-        return
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         with tempfile.NamedTemporaryFile(dir=path.parent, delete=False) as handle:
-            pickle.dump((model._frame, model.result, model.units()), handle, protocol=pickle.HIGHEST_PROTOCOL)
+            pickle.dump(value, handle, protocol=pickle.HIGHEST_PROTOCOL)
         os.replace(handle.name, path)
-    except OSError:  # a read-only home: the cache is only a speed-up
+    except OSError:
         return

@@ -45,9 +45,15 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
-import pandas as pd
+from perfmodels.lazy import lazy_import
+
+if TYPE_CHECKING:
+    import pandas as pd
+else:
+    pd = lazy_import("pandas")  # (imported when first used: a cached plan needs no DataFrame)
+
 
 SCHEMA_VERSION = 4
 #: The database shipped with appopt (measurements on the development machine plus literature rows).

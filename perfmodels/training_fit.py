@@ -30,15 +30,20 @@ import math
 import weakref
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING
 
 import numpy as np
-import pandas as pd
-from scipy.optimize import nnls
 
 from perfmodels.features import Device, Route, Workload
+from perfmodels.lazy import lazy_import
 from perfmodels.prediction import Prediction
 from perfmodels.results_db import BUSY_OTHER_CPU
 from perfmodels.targets import local_target_key, target_key
+
+if TYPE_CHECKING:
+    import pandas as pd
+else:
+    pd = lazy_import("pandas")  # (imported when first used: a cached plan needs no DataFrame)
 
 #: Bytes moved per parameter per SGD-momentum step at fp32 (see the module docstring).
 OPTIMIZER_BYTES_PER_PARAM = 24.0
@@ -119,6 +124,8 @@ class TrainingGroupFit:
 
 def fit_group(rows: pd.DataFrame) -> TrainingGroupFit:
     """Relative-error NNLS of the five coefficients (or one shared scale when rows are few)."""
+    from scipy.optimize import nnls  # (SciPy takes a third of a second to import: only fits need it)
+
     x = _matrix(rows)
     y = rows["value"].to_numpy(dtype=float) / 1e3
     scaled = x / y[:, None]
@@ -348,7 +355,7 @@ def fit_for(frame: pd.DataFrame | None) -> TrainingFit:
 
 
 def training_prediction(
-    frame: pd.DataFrame | None,
+    fit: TrainingFit,
     workload: Workload,
     route: Route,
     device: Device,
@@ -356,8 +363,7 @@ def training_prediction(
     wanted_threads: Callable[[str], int | None],
 ) -> Prediction:
     """A training step on a measured CPU host from the fit; the prior elsewhere (GPUs, several devices, hosts or
-    frameworks without measured training rows), its basis then saying why."""
-    fit = fit_for(frame)
+    frameworks without measured training rows), its basis then saying why (``fit``: ``fit_for`` the results)."""
     if not fit.groups:
         return prior
     if device.kind != "cpu" or device.count != 1:

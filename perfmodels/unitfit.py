@@ -25,23 +25,31 @@ Rows used: measured ``kernel`` rows with one unit in ``units`` (``family`` ``ker
 from __future__ import annotations
 
 import hashlib
+import importlib.metadata
 import math
 import os
 import pickle
 import tempfile
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import pandas as pd
 
 from analysis.units import QUANTISABLE, Unit, decode_units, roofline_seconds, unfused, unit_features
+from perfmodels.digests import file_digest
 from perfmodels.fit import RouteKey, Statistic, effective_ms, unreliable
+from perfmodels.lazy import lazy_import
+from perfmodels.trees import compile_ensemble
+
+if TYPE_CHECKING:
+    import pandas as pd
+else:
+    pd = lazy_import("pandas")  # (imported when first used: a cached plan needs no DataFrame)
 
 #: Bump when the fit changes, so that routes cached by an older version are fitted again.
-CACHE_VERSION = 2
+CACHE_VERSION = 3
 #: Family of the unit-sweep rows.
 UNIT_FAMILY = "kernel-unit"
 #: A kind is learned for a route from at least this many sweep rows.
@@ -192,6 +200,8 @@ def fit_unit_route(rows: pd.DataFrame) -> UnitRoute:
         target = np.log(work / prior)
         regressor = _regressor().fit(features, target)
         fitted = prior * np.exp(regressor.predict(features))
+        # kept as NumPy arrays where the copy is exact, so that predicting (and unpickling) needs no scikit-learn
+        regressor = compile_ensemble(regressor, features) or regressor
         rmspe = float(np.sqrt(np.mean((fitted / work - 1) ** 2)))
         computed = any(u.dims.get("init_w", 1) == 0 for u in units)
         kinds[str(kind)] = KindModel(str(kind), len(group), regressor, rmspe, computed)
@@ -215,27 +225,46 @@ class UnitFit:
     """Every swept route's unit model (each fitted when first asked for), and the model-level prediction that adds
     units up."""
 
-    def __init__(self, rows: pd.DataFrame, cache_dir: Path | None = None) -> None:
-        self._rows: dict[Key, pd.DataFrame] = (
-            {_key(k): g for k, g in rows.groupby(_GROUP, sort=True)} if len(rows) else {}
+    def __init__(
+        self,
+        rows: pd.DataFrame | None,
+        cache_dir: Path | None = None,
+        keys: Iterable[Key] = (),
+        load_rows: Callable[[], pd.DataFrame | None] | None = None,
+    ) -> None:
+        """From the sweep rows (``sweep_rows``), or from the routes' ``keys`` alone with ``load_rows`` to read the
+        rows when a route is not in ``cache_dir`` yet (a plan whose routes are all cached never reads them)."""
+        self._rows: dict[Key, pd.DataFrame] | None = (
+            None if rows is None else {_key(k): g for k, g in rows.groupby(_GROUP, sort=True)} if len(rows) else {}
         )
+        self._keys = sorted(self._rows) if self._rows is not None else sorted(_key(k) for k in keys)
+        self._load_rows = load_rows
         self._fitted: dict[Key, UnitRoute] = {}
         #: Where fitted routes are kept between processes (one file per route; None: not kept).
         self.cache_dir = cache_dir
 
     def keys(self) -> list[Key]:
-        return sorted(self._rows)
+        return list(self._keys)
+
+    def _route_rows(self, key: Key) -> pd.DataFrame | None:
+        if self._rows is None:
+            rows = self._load_rows() if self._load_rows is not None else None
+            self._rows = {} if rows is None or not len(rows) else {_key(k): g for k, g in rows.groupby(_GROUP)}
+        return self._rows.get(key)
 
     def route(self, key: Iterable[object]) -> UnitRoute | None:
         """The unit model of (target, framework, compiler, layout, precision, threads), or None if not swept."""
         wanted = _key(tuple(key))
         if wanted not in self._fitted:
-            if wanted not in self._rows:
+            if wanted not in self._keys:
                 return None
             cached = self._load(wanted)
             if cached is None:
+                rows = self._route_rows(wanted)
+                if rows is None:
+                    return None
                 try:
-                    cached = fit_unit_route(self._rows[wanted])
+                    cached = fit_unit_route(rows)
                 except ImportError:  # scikit-learn missing: the whole-model fit answers alone
                     return None
                 self._store(wanted, cached)
@@ -314,15 +343,14 @@ def cache_dir_for(db: Path) -> Path | None:
     """The cache directory of unit models fitted from ``db``: ``$APPOPT_CACHE_DIR`` (or ``$XDG_CACHE_HOME/appopt``,
     ``~/.cache/appopt``) / ``unit-models`` / the database's digest and the versions that shape the fit."""
     try:
-        import sklearn
-
-        digest = hashlib.sha256(db.read_bytes()).hexdigest()[:16]
-    except (ImportError, OSError):
+        sklearn_version = importlib.metadata.version("scikit-learn")  # (importing it would cost a second)
+        digest = file_digest(db)[:16]
+    except (importlib.metadata.PackageNotFoundError, OSError):
         return None
     base = os.environ.get("APPOPT_CACHE_DIR") or os.path.join(
         os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache"), "appopt"
     )
-    return Path(base, "unit-models", f"{digest}-sklearn{sklearn.__version__}-v{CACHE_VERSION}")
+    return Path(base, "unit-models", f"{digest}-sklearn{sklearn_version}-v{CACHE_VERSION}")
 
 
 def combine(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import time
 from pathlib import Path
 from typing import Annotated
@@ -71,6 +72,65 @@ def calibrate_cmd(
             "give it more time or other --backends"
         )
     typer.echo(f"measured {measured} unit(s) ({skipped} skipped or failed); rows appended to {store}")
+
+
+#: Set to anything but empty or ``0`` to keep ``appopt plan`` from probing an uncalibrated host (as ``--no-probe``).
+NO_PROBE_ENV = "APPOPT_NO_PROBE"
+_CALIBRATE_HINT = "`appopt calibrate` (5 minutes) measures it, so plans use its figures"
+
+
+def probe_disabled(no_probe: bool) -> bool:
+    """Whether the quick probe is off, by the flag or ``$APPOPT_NO_PROBE``."""
+    return no_probe or os.environ.get(NO_PROBE_ENV, "") not in ("", "0")
+
+
+def probe_before_plan(no_probe: bool) -> tuple[list[str], bool]:
+    """Before a plan on this host's CPU (``local``): the quick probe, when there is no calibration store and none
+    was kept from an earlier plan. Returns the notes to print (one suggests ``appopt calibrate``) and whether the
+    plan may read this host's stores (False: the quick probe's is unreadable, so the shipped figures are used)."""
+    from perfmodels.hoststore import HostStoreError, check_header, check_writable, host_store_path, quick_store_path
+
+    if host_store_path().exists():
+        return [], True  # calibrated: the plan reads the store (a damaged one is an error there)
+    quick = quick_store_path()
+    if quick.exists():
+        try:
+            rows = check_header(quick)
+        except HostStoreError as error:
+            return [f"quick probe: {error}; plans use the shipped figures until it is deleted"], False
+        return [f"this host is known from a quick probe only ({rows} rows in {quick}); {_CALIBRATE_HINT}"], True
+    if probe_disabled(no_probe):
+        return [f"this host is not calibrated: {_CALIBRATE_HINT}"], True
+    try:
+        check_writable(quick)
+    except HostStoreError as error:
+        return [f"quick probe skipped ({error}); this host is not calibrated: {_CALIBRATE_HINT}"], True
+    try:
+        measured, skipped = _run_quick_probe(quick)
+        rows = check_header(quick) if measured else 0  # every row the probe appended (the last unit's included)
+    except (OSError, HostStoreError) as error:  # the disk filled up, the directory went away
+        reason = error.strerror if isinstance(error, OSError) and error.strerror else error
+        return [f"quick probe failed ({quick}: {reason}); {_CALIBRATE_HINT}"], True
+    if measured == 0:
+        return [f"quick probe measured nothing ({skipped} unit(s) skipped or failed); {_CALIBRATE_HINT}"], True
+    return [f"this host was measured by a quick probe ({rows} rows, kept in {quick}); {_CALIBRATE_HINT}"], True
+
+
+def _run_quick_probe(quick: Path) -> tuple[int, int]:
+    """Probe into a file beside ``quick`` and move it into place when anything was measured (a killed or empty
+    probe leaves no store behind, so the next plan probes again)."""
+    from benchmarks.calibrate import QUICK_PROBE_BUDGET_S, quick_probe
+    from perfmodels.targets import usable_cores
+
+    partial = quick.with_name(f"{quick.name}.{os.getpid()}.partial")
+    try:
+        with progress(f"quick probe of this host (about {QUICK_PROBE_BUDGET_S:.0f} s, once)") as step:
+            measured, skipped = quick_probe(partial, usable_cores(), step=step)
+        if measured:
+            os.replace(partial, quick)
+    finally:
+        partial.unlink(missing_ok=True)
+    return measured, skipped
 
 
 def register(app: typer.Typer) -> None:

@@ -4,14 +4,17 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
-import pandas as pd
 import typer
 
 from optimiser.commands.errors import user_errors
 from optimiser.commands.progress import progress
 from optimiser.errors import AppoptError
+
+if TYPE_CHECKING:
+    import pandas as pd  # (imported where used: every command would pay for it at start-up)
+
 
 models_app = typer.Typer(name="models", help="Fit, evaluate and inspect the performance models.", no_args_is_help=True)
 

@@ -77,3 +77,23 @@ def test_a_plan_after_a_real_calibration_ranks_nchwc_before_nchw_and_names_its_b
     assert ort["NCHWc"].basis.startswith("transferred:") and "via calibration" in ort["NCHWc"].basis
     assert ort["NCHWc"].step_seconds < ort["NCHW"].step_seconds
     assert "p10_step_s" in ort["NCHWc"].detail
+
+
+def test_no_op_chains_calibrate_the_per_call_cost() -> None:
+    """A host whose engine calls cost 3x the shipped host's: its no-op chains give the ``noop`` ratio, which scales
+    the call's share of a prediction (``FittedModel._calibrated``); before, no-op rows were measured and ignored."""
+    from analysis.units import Unit
+    from perfmodels.calibration import calibration_from
+    from perfmodels.results_db import to_frame
+    from perfmodels.unitfit import fit_units
+    from tests.analysis.test_units import CALL_S, NODE_S, TARGET, noop_rows, sampled_gemms, sweep_row, true_seconds
+
+    shipped = fit_units(to_frame(noop_rows() + [sweep_row(u, true_seconds(u, 0.5)) for u in sampled_gemms(40)]))
+    here = [
+        {**sweep_row(Unit("noop", {"nodes": n}), 3 * (n * NODE_S + CALL_S) - CALL_S), "target": "here-2c"}
+        for n in (1, 8)
+    ]
+    cal = calibration_from(to_frame(here), shipped, TARGET, "here-2c", via="quick probe")
+    assert cal is not None and cal.units == 2
+    assert cal.ratios[("fw", "none", "NCHW", "fp32")]["noop"] == pytest.approx(3.0, rel=0.1)
+    assert cal.basis == f"transferred:{TARGET} via quick probe (2 units)"
