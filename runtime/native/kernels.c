@@ -221,6 +221,9 @@ static void parallel_for_work(long ntasks, task_fn fn, const void *ctx, double w
   parallel_for(ntasks, fn, ctx);
 }
 
+/* The pool for kernels compiled from the other sources (attention.c): parallel_for_work under a linkable name. */
+void ap_pool_run(long ntasks, task_fn fn, const void *ctx, double work) { parallel_for_work(ntasks, fn, ctx, work); }
+
 API void ap_set_threads(int n) { atomic_store(&g_threads, n < 1 ? 1 : n); }
 
 /* Start a model run on `threads` threads (holding the workers hot); returns the previous thread count, which

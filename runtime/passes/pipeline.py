@@ -13,6 +13,7 @@ from runtime.check import topological_order
 from runtime.errors import RuntimeModelError
 from runtime.ir import Graph, Model
 from runtime.passes import (
+    attention_fusion,
     constant_folding,
     conv_bn_fusion,
     conv_fusion,
@@ -72,6 +73,11 @@ PIPELINE: tuple[Pass, ...] = (
         "gelu_fusion",
         gelu_fusion.run,
         "before matmul_fusion and elementwise_chain: the Erf pattern becomes one op before its Muls look fusable",
+    ),
+    Pass(
+        "attention_fusion",
+        attention_fusion.run,
+        "before matmul_fusion: attention's MatMuls and their scale Mul must still be plain ops to be recognised",
     ),
     Pass(
         "matmul_fusion",

@@ -1,0 +1,232 @@
+"""Fuse scaled dot-product attention into one FusedAttention node (kernel: ``runtime/kernels/fused_attention.py``).
+
+    # MatMul(Softmax(Add(Mul(MatMul(Q, Kt), s), M)), V) -> FusedAttention(Q, Kt, V, M, scale=s)
+    #     the Mul (or Div by s, scale=1/s) and the Add are optional; Softmax over the last axis
+    # MatMul(Mul(Q, a), Mul(Kt, b)) inside it -> scale a*b       torch's scaled_dot_product_attention export
+    # FusedAttention(Transpose(X, p), ...) -> FusedAttention(X, ..., q_perm=p)               read in place
+    # FusedAttention(Gather(X, i, axis=0), ...) -> FusedAttention(X, ..., q_index=i)         packed QKV slices
+    # Transpose(FusedAttention(...), p) -> FusedAttention(..., out_perm=p)                  heads merged on write
+
+Guards: float32 throughout, every intermediate read only by the next node of the chain and not a graph output,
+scale factors constant scalars. Any broadcast the unfused ops allow stays allowed: the kernel runs what its
+compiled path cannot take (batch ranks above 2, a mask widening the scores) on NumPy, op by op. Reads rerouted
+through Transposes and Gathers leave those nodes to dead-node elimination once nothing else reads them.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from runtime.ir import Graph, Node
+from runtime.passes.util import GraphIndex, is_float32, rebuild, remove_nodes, scalar_of, shape_of
+
+if TYPE_CHECKING:
+    from runtime.passes.pipeline import PassContext
+
+_SLOTS = ("q", "k", "v")
+
+
+def _plain(node: Node | None, op_type: str) -> bool:
+    return node is not None and node.op_type == op_type and not node.domain
+
+
+def _last_axis_softmax(node: Node, graph: Graph) -> bool:
+    shape = shape_of(graph, node.inputs[0])
+    if shape is None or not shape:
+        return False
+    rank = len(shape)
+    default = -1 if node.opset >= 13 else 1
+    axis = int(node.attrs.get("axis", default))
+    return axis % rank == rank - 1
+
+
+def _factor_of(node: Node, index: GraphIndex) -> tuple[str, float] | None:
+    """``(x, c)`` when ``node`` is ``Mul(x, c)``, ``Mul(c, x)`` or ``Div(x, 1/c)`` with ``c`` a constant scalar."""
+    if len(node.inputs) != 2 or node.opset < 7 or node.domain:
+        return None
+    a, b = node.inputs
+    if node.op_type == "Mul":
+        for x, c in ((a, b), (b, a)):
+            value = scalar_of(index.constant(c))
+            if value is not None and index.constant(x) is None:
+                return x, value
+    if node.op_type == "Div":
+        value = scalar_of(index.constant(b))
+        if value is not None and value != 0.0 and index.constant(a) is None:
+            return a, 1.0 / value
+    return None
+
+
+class _Match:
+    """What one attention chain fuses: its operands, scale, mask and the nodes it replaces."""
+
+    def __init__(self) -> None:
+        self.scale = 1.0
+        self.div: float | None = None
+        self.mask = ""
+        self.q = self.kt = ""
+        self.dead: list[Node] = []
+
+
+def _match_product(node: Node, index: GraphIndex, graph: Graph, m: _Match) -> bool:
+    """``MatMul(Q, Kt)``, each operand possibly scaled by its own constant (scaled_dot_product_attention)."""
+    operands = list(node.inputs)
+    if len(operands) != 2 or operands[0] == operands[1] or not all(is_float32(graph, o) for o in operands):
+        return False
+    scale, dead = m.scale, [node]
+    for which, name in enumerate(node.inputs):
+        pre = index.producers.get(name)
+        if pre is None or pre.op_type != "Mul" or m.div is not None or index.sole_consumer(name) is not node:
+            continue
+        factor = _factor_of(pre, index)
+        if factor is not None and is_float32(graph, factor[0]):
+            operands[which] = factor[0]
+            scale *= factor[1]
+            dead.append(pre)
+    m.q, m.kt = operands
+    m.scale = scale
+    m.dead += dead
+    return True
+
+
+def _match_scores(name: str, reader: Node, index: GraphIndex, graph: Graph, m: _Match) -> bool:
+    """Walk back from the Softmax input ``name``: [Add mask] <- [Mul/Div scale] <- MatMul(Q, Kt)."""
+    node = index.producers.get(name)
+    if node is None or node.domain or index.sole_consumer(name) is not reader:
+        return False
+    scaled = m.scale != 1.0 or m.div is not None
+    # the mask is added after the scale: an Add found behind the scale would be scaled too, which the op cannot say
+    if node.op_type == "Add" and not m.mask and not scaled and len(node.inputs) == 2 and node.opset >= 7:
+        for chain, mask in ((node.inputs[0], node.inputs[1]), (node.inputs[1], node.inputs[0])):
+            if chain == mask or not is_float32(graph, mask):
+                continue
+            m.mask = mask
+            if _match_scores(chain, node, index, graph, m):
+                m.dead.append(node)
+                return True
+            m.mask = ""
+        return False
+    if node.op_type in ("Mul", "Div") and not scaled:
+        factor = _factor_of(node, index)
+        if factor is None:
+            return False
+        m.scale = factor[1]
+        if node.op_type == "Div":
+            m.div = 1.0 / factor[1]
+        if _match_scores(factor[0], node, index, graph, m):
+            m.dead.append(node)
+            return True
+        m.scale, m.div = 1.0, None
+        return False
+    if node.op_type == "MatMul":
+        return _match_product(node, index, graph, m)
+    return False
+
+
+def _fuse_chain(softmax: Node, graph: Graph, index: GraphIndex) -> bool:
+    if not _last_axis_softmax(softmax, graph) or not is_float32(graph, softmax.outputs[0]):
+        return False
+    probs = softmax.outputs[0]
+    final = index.sole_consumer(probs)
+    if not _plain(final, "MatMul") or final is None or final.inputs[0] != probs or final.inputs[1] == probs:
+        return False
+    v = final.inputs[1]
+    if not is_float32(graph, v):
+        return False
+    m = _Match()
+    if not _match_scores(softmax.inputs[0], softmax, index, graph, m):
+        return False
+    attrs: dict[str, Any] = {"scale": m.scale, "div": m.div}
+    rebuild(graph, final, "FusedAttention", [m.q, m.kt, v, m.mask], final.outputs, attributes=attrs)
+    remove_nodes(graph, [softmax, *m.dead])
+    return True
+
+
+# -- reading operands in place ---------------------------------------------------------------------------------
+def _constant_index(node: Node, index: GraphIndex, graph: Graph) -> int | None:
+    """The scalar index of ``Gather(data, i, axis=0)`` as a non-negative int; None when it is not that."""
+    if int(node.attrs.get("axis", 0)) != 0 or len(node.inputs) != 2:
+        return None
+    value = index.constant(node.inputs[1])
+    if value is None or value.ndim != 0 or value.dtype.kind not in "iu":
+        return None
+    i = int(value)
+    if i < 0:
+        shape = shape_of(graph, node.inputs[0])
+        if shape is None or not shape or not isinstance(shape[0], int):
+            return None
+        i += shape[0]
+    return i if i >= 0 else None
+
+
+def _resolve_view(name: str, index: GraphIndex, graph: Graph) -> tuple[str, list[int] | None, int]:
+    """``name`` as ``transpose(src, perm)[i]`` of the furthest source reachable through Transposes and
+    Gather(axis=0, constant scalar): returns ``(src, perm, i)`` with ``i = -1`` for no indexing."""
+    perm: list[int] | None = None
+    idx = -1
+    src = name
+    while True:
+        node = index.producers.get(src)
+        if node is None or node.domain or src in index.inputs:
+            break
+        if node.op_type == "Transpose" and node.attrs.get("perm") is not None:
+            p = [int(x) for x in node.attrs["perm"]]
+            perm = p if perm is None else [p[j] for j in perm]
+        elif node.op_type == "Gather" and idx < 0:
+            i = _constant_index(node, index, graph)
+            shape = shape_of(graph, node.inputs[0])
+            if i is None or shape is None:
+                break
+            inner = perm if perm is not None else list(range(len(shape) - 1))
+            perm, idx = [0, *(j + 1 for j in inner)], i
+        else:
+            break
+        src = node.inputs[0]
+    if perm is not None and perm == sorted(perm):
+        perm = None
+    return src, perm, idx
+
+
+def _read_in_place(node: Node, graph: Graph, index: GraphIndex) -> bool:
+    """Reroute the Q, K and V reads of a fresh FusedAttention through the views that produce them, and absorb a
+    Transpose reading its output."""
+    attrs: dict[str, Any] = {a.name: node.attrs[a.name] for a in node.attributes}
+    inputs = list(node.inputs)
+    outputs = list(node.outputs)
+    changed = False
+    for slot, name in zip(_SLOTS, inputs[:3], strict=True):
+        if f"{slot}_perm" in attrs or f"{slot}_index" in attrs:
+            continue
+        src, perm, idx = _resolve_view(name, index, graph)
+        if src == name:
+            continue
+        inputs[_SLOTS.index(slot)] = src
+        if perm is not None:
+            attrs[f"{slot}_perm"] = perm
+        if idx >= 0:
+            attrs[f"{slot}_index"] = idx
+        changed = True
+    nxt = index.sole_consumer(outputs[0])
+    if "out_perm" not in attrs and _plain(nxt, "Transpose") and nxt is not None and nxt.attrs.get("perm") is not None:
+        attrs["out_perm"] = [int(x) for x in nxt.attrs["perm"]]
+        outputs = list(nxt.outputs)
+        remove_nodes(graph, [nxt])
+        changed = True
+    if changed:
+        rebuild(graph, node, "FusedAttention", inputs, outputs, attributes=attrs)
+    return changed
+
+
+def run(graph: Graph, ctx: PassContext) -> int:
+    index = GraphIndex(graph)
+    fused: list[str] = []
+    for node in list(graph.nodes):
+        if _plain(node, "Softmax") and _fuse_chain(node, graph, index):
+            fused.append(node.name)
+            index.refresh()
+    rewrites = len(fused)
+    for node in list(graph.nodes):
+        if node.op_type == "FusedAttention" and node.domain == "com.appopt" and _read_in_place(node, graph, index):
+            index.refresh()
+            rewrites += 1
+    return rewrites
