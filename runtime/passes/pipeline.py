@@ -24,6 +24,7 @@ from runtime.passes import (
     identity_elimination,
     layout,
     matmul_fusion,
+    shape_values,
     transpose_reshape,
 )
 from runtime.passes.util import APPOPT_DOMAIN
@@ -63,6 +64,12 @@ PIPELINE: tuple[Pass, ...] = (
         constant_folding.run,
         "after identities are gone, so chains of constant ops fold in one sweep; turns Constant nodes into "
         "initializers",
+    ),
+    Pass(
+        "shape_values",
+        shape_values.run,
+        "after constant folding, which then (next round) folds the shape arithmetic reading the static dims it "
+        "writes; Reshapes get constant targets before the fusions look at them",
     ),
     Pass(
         "conv_bn_fusion",

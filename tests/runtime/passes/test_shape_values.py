@@ -1,0 +1,84 @@
+"""Shape arithmetic over inferred shapes: static dims become constants, run-time Reshape targets become constant
+ones, and the arithmetic then folds away; a dynamic batch keeps working."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+from onnx import helper
+
+from runtime import compile_model
+from tests.runtime.graphs import I64, const, model, vi
+from tests.runtime.passes.conftest import compare, ops_of
+
+rng = np.random.default_rng(5)
+PASSES = ["constant_folding", "shape_values", "dead_node_elimination"]
+
+
+def _split_heads(allowzero: int = 0) -> onnx.ModelProto:
+    """``x.reshape(b, n, heads, d // heads)`` as torch exports it, with b dynamic and n static."""
+    nodes = [
+        helper.make_node("Shape", ["x"], ["shape"]),
+        helper.make_node("Gather", ["shape", "zero"], ["b"], axis=0),
+        helper.make_node("Gather", ["shape", "one"], ["n"], axis=0),
+        helper.make_node("Gather", ["shape", "two"], ["d"], axis=0),
+        helper.make_node("Div", ["d", "heads"], ["dh"]),
+        helper.make_node("Unsqueeze", ["b", "axes"], ["b1"]),
+        helper.make_node("Unsqueeze", ["n", "axes"], ["n1"]),
+        helper.make_node("Unsqueeze", ["dh", "axes"], ["dh1"]),
+        helper.make_node("Concat", ["b1", "n1", "heads1", "dh1"], ["target"], axis=0),
+        helper.make_node("Reshape", ["x", "target"], ["y"], allowzero=allowzero),
+    ]
+    inits = [
+        const("zero", 0, np.int64),
+        const("one", 1, np.int64),
+        const("two", 2, np.int64),
+        const("heads", 3, np.int64),
+        const("heads1", [3], np.int64),
+        const("axes", [0], np.int64),
+    ]
+    return model(nodes, [vi("x", shape=["batch", 5, 12])], [vi("y", shape=None)], inits)
+
+
+def test_a_run_time_reshape_target_becomes_constant_and_its_arithmetic_folds() -> None:
+    m = _split_heads()
+    for batch in (1, 4):
+        feeds = {"x": rng.standard_normal((batch, 5, 12)).astype(np.float32)}
+        exe = compare(m, feeds, passes=PASSES, exact=True)
+        assert ops_of(exe) == ["Reshape"]
+        target = exe.model.graph.initializers[exe.model.graph.nodes[0].inputs[1]]
+        assert list(target) == [0, 5, 3, -1]  # the last dim was not inferred: the rest
+
+
+def test_the_constant_reshape_is_a_fixed_view_in_the_memory_plan() -> None:
+    exe = compile_model(_split_heads(), passes=PASSES)
+    x = rng.standard_normal((2, 5, 12)).astype(np.float32)
+    for _ in range(3):
+        np.testing.assert_array_equal(exe.run({"x": x})["y"], x.reshape(2, 5, 3, 4))
+
+
+def test_allowzero_reshapes_are_left_alone() -> None:
+    m = _split_heads(allowzero=1)
+    m.opset_import[0].version = 18
+    exe = compare(m, {"x": rng.standard_normal((2, 5, 12)).astype(np.float32)}, passes=PASSES, exact=True)
+    assert "Concat" in ops_of(exe)
+
+
+def test_two_unknown_dims_cannot_be_written() -> None:
+    nodes = [helper.make_node("Reshape", ["x", "s"], ["y"])]
+    m = model(nodes, [vi("x", shape=["a", "b"]), vi("s", I64, [2])], [vi("y", shape=None)])
+    feeds = {"x": rng.standard_normal((3, 4)).astype(np.float32), "s": np.array([4, 3], dtype=np.int64)}
+    exe = compare(m, feeds, passes=PASSES, exact=True)
+    assert exe.model.graph.nodes[0].inputs[1] == "s"
+
+
+def test_a_static_dim_of_a_dynamic_shape_folds() -> None:
+    nodes = [
+        helper.make_node("Shape", ["x"], ["shape"]),
+        helper.make_node("Gather", ["shape", "last"], ["d"], axis=0),
+        helper.make_node("Cast", ["d"], ["df"], to=onnx.TensorProto.FLOAT),
+        helper.make_node("Mul", ["x", "df"], ["y"]),
+    ]
+    m = model(nodes, [vi("x", shape=["batch", 7])], [vi("y", shape=["batch", 7])], [const("last", -1, np.int64)])
+    exe = compare(m, {"x": rng.standard_normal((2, 7)).astype(np.float32)}, passes=PASSES, exact=True)
+    assert ops_of(exe) == ["Mul"]
