@@ -2,16 +2,16 @@
 
     # Shape(x) -> constant                       every dim of x it reports is static
     # Gather(Shape(x), i) -> constant            the dims it picks are static (i a constant)
-    # Reshape(x, s) -> Reshape(x, [0|d|-1, ...])  s computed at run time; the inferred output shape names every
-    #     dim as x's dim at the same place (0), a static size (d) or, once, the rest (-1)
+    # Reshape(x, s) -> Reshape(x, [d|0, ...])   s computed from shapes at run time: each element a known int d,
+    #     or a dim symbol that x has at the same place (0 copies it)
 
 Exporters write ``x.reshape(b, n, heads, d)`` as Shape -> Gather -> Unsqueeze -> Concat -> Reshape with a dynamic
 batch: a dozen nodes per attention layer that run every time, and a Reshape the memory plan cannot fix as a view
 because a run-time value shapes it. After this pass the Reshape has a constant target, constant folding takes
 what reads the new constants, and dead-node elimination removes the shape arithmetic nobody reads any more.
 
-The rewrite trusts the inferred shapes (symbols equal only where inference proved them equal), as every pass
-reading ``shape_of`` does.
+The rewrite trusts the inferred shapes (a dim symbol stands for one value throughout the graph), as every pass
+reading ``shape_of`` does; a target fed from anything but shapes and constants is left alone.
 """
 
 from __future__ import annotations
@@ -65,23 +65,86 @@ def _constant_value(node: Node, graph: Graph, index: GraphIndex) -> np.ndarray |
     return None if chosen is None else np.asarray(chosen, dtype=np.int64).reshape(picks.shape)
 
 
+#: Ops a shape vector passes through unchanged, element for element (Cast only between integer types).
+_PASS_THROUGH = ("Unsqueeze", "Squeeze", "Identity", "Cast")
+#: How deep the walk back from a Reshape target goes.
+_MAX_DEPTH = 12
+
+
+def _elements(name: str, graph: Graph, index: GraphIndex, depth: int = 0) -> list[int | str] | None:
+    """A 1-D integer shape vector element by element: a known int, or the symbol of a dim shape inference names
+    (read through Shape, Gather, Concat, Unsqueeze, Squeeze, integer Cast); None when any element is neither."""
+    const = index.constant(name)
+    if const is not None:
+        return [int(v) for v in const.reshape(-1)] if const.dtype.kind in "iu" and const.ndim <= 1 else None
+    node = index.producers.get(name)
+    if node is None or node.domain or depth > _MAX_DEPTH or not node.inputs:
+        return None
+    if node.op_type == "Shape":
+        dims = _shape_dims(node, graph)
+        if dims is None or not all(isinstance(d, int | str) for d in dims):
+            return None
+        return list(dims)
+    if node.op_type == "Gather" and int(node.attrs.get("axis", 0)) == 0 and len(node.inputs) == 2:
+        base = _elements(node.inputs[0], graph, index, depth + 1)
+        picks = index.constant(node.inputs[1])
+        if base is None or picks is None or picks.dtype.kind not in "iu" or picks.ndim > 1:
+            return None
+        if any(not -len(base) <= int(i) < len(base) for i in picks.reshape(-1)):
+            return None
+        return [base[int(i)] for i in picks.reshape(-1)]
+    if node.op_type == "Slice" and node.opset >= 10 and 3 <= len(node.inputs) <= 5:
+        return _sliced(node, graph, index, depth)
+    if node.op_type == "Concat" and int(node.attrs.get("axis", 0)) in (0, -1):
+        parts = [_elements(i, graph, index, depth + 1) for i in node.inputs]
+        return None if any(p is None for p in parts) else [e for p in parts if p is not None for e in p]
+    if node.op_type in _PASS_THROUGH:
+        if node.op_type == "Cast" and not (_is_integer(graph, node.inputs[0]) and _is_integer(graph, name)):
+            return None
+        return _elements(node.inputs[0], graph, index, depth + 1)
+    return None
+
+
+def _sliced(node: Node, graph: Graph, index: GraphIndex, depth: int) -> list[int | str] | None:
+    """``Slice(v, starts, ends[, axes[, steps]])`` of a shape vector, with constant bounds."""
+    base = _elements(node.inputs[0], graph, index, depth + 1)
+    bounds = [index.constant(i) if i else None for i in node.inputs[1:]]
+    given = [bool(i) for i in node.inputs[1:]]
+    pairs = zip(given, bounds, strict=True)
+    unusable = [g and (b is None or b.size != 1 or b.dtype.kind not in "iu") for g, b in pairs]
+    if base is None or any(unusable):
+        return None
+    if not all(given[:2]):
+        return None
+    if len(bounds) > 2 and bounds[2] is not None and int(bounds[2].reshape(-1)[0]) not in (0, -1):
+        return None
+    step = int(bounds[3].reshape(-1)[0]) if len(bounds) > 3 and bounds[3] is not None else 1
+    start, end = (int(b.reshape(-1)[0]) for b in bounds[:2] if b is not None)
+    return base[slice(start, end, step)] if step != 0 else None
+
+
+def _is_integer(graph: Graph, name: str) -> bool:
+    dtype = graph.values[name].dtype if name in graph.values else None
+    return dtype is not None and dtype.kind in "iu"
+
+
 def _reshape_target(node: Node, graph: Graph, index: GraphIndex) -> np.ndarray | None:
-    """A constant target equivalent to a Reshape's run-time one, from the inferred input and output shapes."""
+    """A constant target equal, element for element, to a Reshape's run-time one: its known ints, and 0 (the
+    input's dim at that place) for a dim symbol the input has at the same place."""
     if len(node.inputs) != 2 or int(node.attrs.get("allowzero", 0)) or index.constant(node.inputs[1]) is not None:
         return None
-    src, out = shape_of(graph, node.inputs[0]), shape_of(graph, node.outputs[0])
-    if src is None or out is None:
+    src = shape_of(graph, node.inputs[0])
+    elements = _elements(node.inputs[1], graph, index)
+    if src is None or elements is None:
         return None
     target = []
-    for i, dim in enumerate(out):
-        if isinstance(dim, int) and dim > 0:
-            target.append(dim)
-        elif isinstance(dim, str) and i < len(src) and src[i] == dim:
-            target.append(0)  # the input's dim at the same place
+    for i, element in enumerate(elements):
+        if isinstance(element, int):
+            target.append(element)
+        elif i < len(src) and src[i] == element:
+            target.append(0)
         else:
-            target.append(-1)
-    if target.count(-1) > 1:
-        return None
+            return None
     return np.asarray(target, dtype=np.int64)
 
 

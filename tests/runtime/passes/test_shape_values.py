@@ -47,7 +47,7 @@ def test_a_run_time_reshape_target_becomes_constant_and_its_arithmetic_folds() -
         exe = compare(m, feeds, passes=PASSES, exact=True)
         assert ops_of(exe) == ["Reshape"]
         target = exe.model.graph.initializers[exe.model.graph.nodes[0].inputs[1]]
-        assert list(target) == [0, 5, 3, -1]  # the last dim was not inferred: the rest
+        assert list(target) == [0, 5, 3, 4]  # the batch copied from x, the rest known
 
 
 def test_the_constant_reshape_is_a_fixed_view_in_the_memory_plan() -> None:
@@ -64,12 +64,26 @@ def test_allowzero_reshapes_are_left_alone() -> None:
     assert "Concat" in ops_of(exe)
 
 
-def test_two_unknown_dims_cannot_be_written() -> None:
+def test_a_target_from_input_values_is_left_alone() -> None:
     nodes = [helper.make_node("Reshape", ["x", "s"], ["y"])]
     m = model(nodes, [vi("x", shape=["a", "b"]), vi("s", I64, [2])], [vi("y", shape=None)])
     feeds = {"x": rng.standard_normal((3, 4)).astype(np.float32), "s": np.array([4, 3], dtype=np.int64)}
     exe = compare(m, feeds, passes=PASSES, exact=True)
     assert exe.model.graph.nodes[0].inputs[1] == "s"
+
+
+def test_a_dim_symbol_moved_to_another_place_is_left_alone() -> None:
+    nodes = [
+        helper.make_node("Shape", ["x"], ["shape"]),
+        helper.make_node("Gather", ["shape", "zero"], ["b"], axis=0),
+        helper.make_node("Unsqueeze", ["b", "axes"], ["b1"]),
+        helper.make_node("Concat", ["minus1", "b1"], ["target"], axis=0),  # [-1, b]: b is not at place 1 of x
+        helper.make_node("Reshape", ["x", "target"], ["y"]),
+    ]
+    inits = [const("zero", 0, np.int64), const("axes", [0], np.int64), const("minus1", [-1], np.int64)]
+    m = model(nodes, [vi("x", shape=["batch", 6])], [vi("y", shape=None)], inits)
+    exe = compare(m, {"x": rng.standard_normal((2, 6)).astype(np.float32)}, passes=PASSES, exact=True)
+    assert "Concat" in ops_of(exe)
 
 
 def test_a_static_dim_of_a_dynamic_shape_folds() -> None:
@@ -82,3 +96,18 @@ def test_a_static_dim_of_a_dynamic_shape_folds() -> None:
     m = model(nodes, [vi("x", shape=["batch", 7])], [vi("y", shape=["batch", 7])], [const("last", -1, np.int64)])
     exe = compare(m, {"x": rng.standard_normal((2, 7)).astype(np.float32)}, passes=PASSES, exact=True)
     assert ops_of(exe) == ["Mul"]
+
+
+def test_a_sliced_shape_flattening_the_tail_becomes_constant() -> None:
+    """``x.flatten(2)`` as torch exports it: Concat(Slice(Shape(x), 0, 2), [-1])."""
+    nodes = [
+        helper.make_node("Shape", ["x"], ["shape"]),
+        helper.make_node("Slice", ["shape", "begin", "two"], ["lead"]),
+        helper.make_node("Concat", ["lead", "minus1"], ["target"], axis=0),
+        helper.make_node("Reshape", ["x", "target"], ["y"]),
+    ]
+    inits = [const("begin", [0], np.int64), const("two", [2], np.int64), const("minus1", [-1], np.int64)]
+    m = model(nodes, [vi("x", shape=["batch", 4, 2, 3])], [vi("y", shape=None)], inits)
+    exe = compare(m, {"x": rng.standard_normal((3, 4, 2, 3)).astype(np.float32)}, passes=PASSES, exact=True)
+    assert ops_of(exe) == ["Reshape"]
+    assert list(exe.model.graph.initializers[exe.model.graph.nodes[0].inputs[1]]) == [0, 4, -1]
