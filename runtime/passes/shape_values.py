@@ -58,10 +58,10 @@ def _constant_value(node: Node, graph: Graph, index: GraphIndex) -> np.ndarray |
     picks = index.constant(node.inputs[1])
     if source is None or source.domain or source.op_type != "Shape" or picks is None or picks.dtype.kind not in "iu":
         return None
-    dims = _shape_dims(source, graph)
-    if dims is None or picks.ndim > 1 or any(not -len(dims) <= int(i) < len(dims) for i in picks.reshape(-1)):
+    reported = _shape_dims(source, graph)
+    if reported is None or picks.ndim > 1 or any(not -len(reported) <= int(i) < len(reported) for i in picks.flat):
         return None
-    chosen = _static([dims[int(i)] for i in picks.reshape(-1)])
+    chosen = _static([reported[int(i)] for i in picks.reshape(-1)])
     return None if chosen is None else np.asarray(chosen, dtype=np.int64).reshape(picks.shape)
 
 
