@@ -6,6 +6,9 @@ Each of Q, Kt and V is read as a view of its source input: ``transpose(src, perm
 packed QKV tensor cost nothing. ``trans_k = 1`` means the K view holds K (``[..., Sk, D]``) rather than K^T. The
 result may be written transposed (``out_perm``), which absorbs the Transpose that merges the heads.
 
+The mask is added to the scaled scores, or with ``mask_select = 1`` it is a boolean that keeps a score where it
+equals ``mask_keep`` and puts ``mask_fill`` elsewhere (``Where``, as ``masked_fill`` exports).
+
 The compiled kernel (``runtime/native/attention.c``) runs float32 operands whose batch dims fit (B, H); anything
 else runs on NumPy, repeating the unfused ops step by step (MatMul, scale, Add, Softmax, MatMul).
 """
@@ -66,6 +69,9 @@ class FusedAttention(Kernel):
         "q_index": -1,
         "k_index": -1,
         "v_index": -1,
+        "mask_select": 0,
+        "mask_keep": 0,
+        "mask_fill": 0.0,
     }
 
     def setup(self) -> None:
@@ -75,6 +81,10 @@ class FusedAttention(Kernel):
         self.div = None if div is None else float(div)
         self.trans_k = bool(self.attrs["trans_k"])
         self.views = [(self.attrs.get(f"{s}_perm"), int(self.attrs[f"{s}_index"])) for s in ("q", "k", "v")]
+        #: A boolean mask selecting scores (Where): (the mask value that keeps the score, the fill elsewhere).
+        self.select = None
+        if int(self.attrs["mask_select"]):
+            self.select = (bool(self.attrs["mask_keep"]), float(self.attrs["mask_fill"]))
         out_perm = self.attrs.get("out_perm")
         self.out_perm = list(out_perm) if out_perm else None
         #: The last compiled call made into a given output: (layout key of its arrays, argument block).
@@ -93,7 +103,7 @@ class FusedAttention(Kernel):
         """(4-D batch shape (B, H), the unfused result's shape) when the compiled kernel can take these operands."""
         if any(a.dtype != np.float32 or a.ndim < 2 for a in (q, kt, v)):
             return None
-        if mask is not None and (mask.dtype != np.float32 or mask.ndim > 4):
+        if mask is not None and (mask.dtype != (np.bool_ if self.select else np.float32) or mask.ndim > 4):
             return None
         sq, d = q.shape[-2:]
         if kt.shape[-2] != d or v.shape[-2] != kt.shape[-1]:
@@ -178,7 +188,7 @@ class FusedAttention(Kernel):
         k4 = np.swapaxes(_lift(kt, (b, h, d, sk)), -1, -2)
         v4 = _lift(v, (b, h, sk, dv))
         m4 = None if mask is None else _lift(mask, (b, h, sq, sk))
-        block = attention_args(q4, k4, v4, m4, y4, self.scale, native.get_threads())
+        block = attention_args(q4, k4, v4, m4, y4, self.scale, native.get_threads(), self.select)
         if block is None:
             return None
         block.keep.append(out)
@@ -211,7 +221,11 @@ class FusedAttention(Kernel):
             scores = scores / scores.dtype.type(self.div)
         elif self.scale != 1.0:
             scores = scores * scores.dtype.type(self.scale)
-        if mask is not None:
+        if mask is not None and self.select is not None:
+            keep, fill = self.select
+            fill_value = scores.dtype.type(fill)
+            scores = np.where(mask, scores, fill_value) if keep else np.where(mask, fill_value, scores)
+        elif mask is not None:
             scores = scores + mask
         y = np.matmul(_softmax(scores, -1).astype(v.dtype, copy=False), v)
         if self.out_perm:

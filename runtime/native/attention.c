@@ -67,8 +67,12 @@ enum {
   AT_MS0, AT_MS1, AT_MS2, AT_MS3,
   AT_YS0, AT_YS1, AT_YS2, AT_YS3,
   AT_SCALE, AT_CHUNK,
+  /* mask kind: 0 additive float mask; 1 boolean (one byte, strides in bytes) selecting the scaled score where it
+   * equals AT_MKEEP and the fill value (f32 bits) elsewhere: Where(cond, scores, fill) or Where(cond, fill, scores) */
+  AT_MKIND, AT_MKEEP, AT_MFILL,
   AT_NARGS
 };
+enum { MASK_ADD = 0, MASK_SELECT = 1 };
 
 /* Scores of AROWS query rows against 16 * NV keys starting at column j of the packed K^T: s[r][j..] = q_r . k_j. */
 #define QK_BLOCK(NV)                                                                                            \
@@ -114,9 +118,18 @@ PV_BLOCK(3)
 PV_BLOCK(4)
 
 /* Scale, mask and softmax of one score row in place; the padded columns [sk, skp) end up 0. */
-static void softmax_row(float *s, long sk, long skp, float scale, const float *m, long ms3) {
-  if (m != NULL) {
-    for (long j = 0; j < sk; j++) s[j] = s[j] * scale + m[j * ms3];
+typedef struct {
+  int kind, keep;
+  float fill;
+} mask_mode;
+
+static void softmax_row(float *s, long sk, long skp, float scale, const void *m, long ms3, mask_mode mode) {
+  if (m != NULL && mode.kind == MASK_SELECT) {
+    const uint8_t *c = (const uint8_t *)m;
+    for (long j = 0; j < sk; j++) s[j] = (c[j * ms3] != 0) == mode.keep ? s[j] * scale : mode.fill;
+  } else if (m != NULL) {
+    const float *add = (const float *)m;
+    for (long j = 0; j < sk; j++) s[j] = s[j] * scale + add[j * ms3];
   } else {
     long j = 0;
     for (; j + AVL <= sk; j += AVL) astore(s + j, aload(s + j) * scale);
@@ -163,7 +176,9 @@ static void attention_task(const void *vctx, long task) {
   const float *q = (const float *)a[AT_Q] + b * a[AT_QS0] + h * a[AT_QS1];
   const float *k = (const float *)a[AT_K] + b * a[AT_KS0] + h * a[AT_KS1];
   const float *v = (const float *)a[AT_V] + b * a[AT_VS0] + h * a[AT_VS1];
-  const float *m = a[AT_M] ? (const float *)a[AT_M] + b * a[AT_MS0] + h * a[AT_MS1] : NULL;
+  const mask_mode mode = {(int)a[AT_MKIND], a[AT_MKEEP] != 0, af32(a[AT_MFILL])};
+  const long m_item = mode.kind == MASK_SELECT ? 1 : (long)sizeof(float); /* bytes per mask element */
+  const char *m = a[AT_M] ? (const char *)a[AT_M] + (b * a[AT_MS0] + h * a[AT_MS1]) * m_item : NULL;
   float *y = (float *)a[AT_Y] + b * a[AT_YS0] + h * a[AT_YS1];
   const long qs2 = a[AT_QS2], qs3 = a[AT_QS3], ks2 = a[AT_KS2], ks3 = a[AT_KS3], vs2 = a[AT_VS2], vs3 = a[AT_VS3];
   const long ms2 = a[AT_MS2], ms3 = a[AT_MS3], ys2 = a[AT_YS2], ys3 = a[AT_YS3];
@@ -195,7 +210,8 @@ static void attention_task(const void *vctx, long task) {
     long j = 0;
     for (; j + 2 * AVL <= skp; j += 2 * AVL) qk_block2(qr, qs3, kt, skp, D, j, s);
     if (j < skp) qk_block1(qr, qs3, kt, skp, D, j, s);
-    for (int r = 0; r < nr; r++) softmax_row(s + r * skp, SK, skp, scale, m ? m + (i0 + r) * ms2 : NULL, ms3);
+    for (int r = 0; r < nr; r++)
+      softmax_row(s + r * skp, SK, skp, scale, m ? m + (i0 + r) * ms2 * m_item : NULL, ms3, mode);
     for (long e = 0; e < dvp; e += 4 * AVL) {
       const long nv = (dvp - e) / AVL < 4 ? (dvp - e) / AVL : 4;
       av16 acc[AROWS][4];

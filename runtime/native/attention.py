@@ -19,8 +19,10 @@ from runtime.native.abi import Bound, _bound
     AT_MS0, AT_MS1, AT_MS2, AT_MS3,
     AT_YS0, AT_YS1, AT_YS2, AT_YS3,
     AT_SCALE, AT_CHUNK,
+    AT_MKIND, AT_MKEEP, AT_MFILL,
     AT_NARGS,
-) = range(34)  # fmt: skip
+) = range(37)  # fmt: skip
+MASK_ADD, MASK_SELECT = range(2)
 #: Per operand: its pointer slot and the slot of its first stride (four follow).
 _OPERAND_SLOTS = {"q": (AT_Q, AT_QS0), "k": (AT_K, AT_KS0), "v": (AT_V, AT_VS0), "m": (AT_M, AT_MS0),
                   "y": (AT_Y, AT_YS0)}  # fmt: skip
@@ -31,10 +33,11 @@ MIN_CHUNK = 16
 
 
 def _element_strides(a: np.ndarray) -> list[int] | None:
-    """Strides in float32 elements, or None when one is not a whole number of elements."""
-    if any(s % 4 for s in a.strides):
+    """Strides in elements, or None when one is not a whole number of elements."""
+    size = a.dtype.itemsize
+    if any(s % size for s in a.strides):
         return None
-    return [s // 4 for s in a.strides]
+    return [s // size for s in a.strides]
 
 
 def task_chunk(batch_heads: int, q_len: int, threads: int) -> int:
@@ -53,11 +56,15 @@ def attention_args(
     y: np.ndarray,
     scale: float,
     threads: int,
+    select: tuple[bool, float] | None = None,
 ) -> Args | None:
     """The argument block for 4-D float32 views ``q`` (B,H,Sq,D), ``k`` (B,H,Sk,D), ``v`` (B,H,Sk,Dv), ``mask``
-    (B,H,Sq,Sk, zero strides where broadcast) and the writable output ``y`` (B,H,Sq,Dv); None when they do not fit."""
-    arrays = (q, k, v, y) if mask is None else (q, k, v, y, mask)
-    if any(a.ndim != 4 or a.dtype != np.float32 for a in arrays):
+    (B,H,Sq,Sk, zero strides where broadcast) and the writable output ``y`` (B,H,Sq,Dv); None when they do not fit.
+    The mask is added (float32) or, with ``select = (keep, fill)``, a boolean choosing the score where it equals
+    ``keep`` and ``fill`` elsewhere."""
+    if any(a.ndim != 4 or a.dtype != np.float32 for a in (q, k, v, y)):
+        return None
+    if mask is not None and (mask.ndim != 4 or mask.dtype != (np.bool_ if select else np.float32)):
         return None
     b, h, sq, d = q.shape
     sk, dv = k.shape[2], v.shape[3]
@@ -81,6 +88,8 @@ def attention_args(
     a[AT_B], a[AT_H], a[AT_SQ], a[AT_SK], a[AT_D], a[AT_DV] = b, h, sq, sk, d, dv
     a[AT_SCALE] = Args.f32(scale)
     a[AT_CHUNK] = task_chunk(b * h, sq, threads)
+    if select is not None:
+        a[AT_MKIND], a[AT_MKEEP], a[AT_MFILL] = MASK_SELECT, int(select[0]), Args.f32(select[1])
     return a
 
 

@@ -2,7 +2,9 @@
 
     # MatMul(Softmax(Add(Mul(MatMul(Q, Kt), s), M)), V) -> FusedAttention(Q, Kt, V, M, scale=s)
     #     the Mul (or Div by s, scale=1/s) and the Add are optional; Softmax over the last axis
+    # Where(C, f, ...) in place of the Add -> FusedAttention(..., C, mask_select=1, mask_fill=f)   masked_fill
     # MatMul(Mul(Q, a), Mul(Kt, b)) inside it -> scale a*b       torch's scaled_dot_product_attention export
+    #     (or Div(Q, a): scale 1/a, Q pre-scaled as Hugging Face's DistilBERT does)
     # FusedAttention(Transpose(X, p), ...) -> FusedAttention(X, ..., q_perm=p)               read in place
     # FusedAttention(Gather(X, i, axis=0), ...) -> FusedAttention(X, ..., q_index=i)         packed QKV slices
     # Transpose(FusedAttention(...), p) -> FusedAttention(..., out_perm=p)                  heads merged on write
@@ -17,8 +19,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+import onnx
+
 from runtime.ir import Graph, Node
-from runtime.passes.util import GraphIndex, is_float32, rebuild, remove_nodes, scalar_of, shape_of
+from runtime.passes.util import GraphIndex, elem_type_of, is_float32, rebuild, remove_nodes, scalar_of, shape_of
 
 if TYPE_CHECKING:
     from runtime.passes.pipeline import PassContext
@@ -64,8 +68,12 @@ class _Match:
         self.scale = 1.0
         self.div: float | None = None
         self.mask = ""
+        #: For a Where mask: (the condition value that keeps the score, the constant fill elsewhere).
+        self.select: tuple[bool, float] | None = None
         self.q = self.kt = ""
         self.dead: list[Node] = []
+        #: Nodes besides the chain allowed to read the raw scores (a Shape that only sizes the mask's Expand).
+        self.side_readers: list[Node] = []
 
 
 def _match_product(node: Node, index: GraphIndex, graph: Graph, m: _Match) -> bool:
@@ -76,7 +84,9 @@ def _match_product(node: Node, index: GraphIndex, graph: Graph, m: _Match) -> bo
     scale, dead = m.scale, [node]
     for which, name in enumerate(node.inputs):
         pre = index.producers.get(name)
-        if pre is None or pre.op_type != "Mul" or m.div is not None or index.sole_consumer(name) is not node:
+        if pre is None or pre.op_type not in ("Mul", "Div") or m.div is not None:
+            continue
+        if index.sole_consumer(name) is not node:
             continue
         factor = _factor_of(pre, index)
         if factor is not None and is_float32(graph, factor[0]):
@@ -89,10 +99,40 @@ def _match_product(node: Node, index: GraphIndex, graph: Graph, m: _Match) -> bo
     return True
 
 
+def _read_only_by(name: str, reader: Node, index: GraphIndex, m: _Match) -> bool:
+    """``reader`` reads ``name`` once and nothing else does (but the match's side readers); not a graph output."""
+    readers = index.consumers.get(name, [])
+    if name in index.outputs or reader.inputs.count(name) != 1 or any(True for _ in reader.subgraphs()):
+        return False
+    return sum(r is reader for r in readers) == 1 and all(r is reader or r in m.side_readers for r in readers)
+
+
+def _unexpanded(cond: str, where: Node, scores: str, index: GraphIndex, graph: Graph) -> tuple[str, list[Node]]:
+    """``[Cast](Expand(c, Shape(scores)))`` -> ``(c, [Cast, Expand, Shape])``: ``masked_fill`` expands its mask to
+    the scores' shape, which the fused op broadcasts anyway; otherwise ``(cond, [])``."""
+    dead: list[Node] = []
+    name, user = cond, where
+    node = index.producers.get(name)
+    if _plain(node, "Cast") and node is not None and elem_type_of(graph, node.inputs[0]) == onnx.TensorProto.BOOL:
+        if index.sole_consumer(name) is not user:
+            return cond, []
+        dead.append(node)
+        name, user = node.inputs[0], node
+        node = index.producers.get(name)
+    if not _plain(node, "Expand") or node is None or index.sole_consumer(name) is not user:
+        return cond, []
+    sizer = index.producers.get(node.inputs[1])
+    if not _plain(sizer, "Shape") or sizer is None or sizer.inputs[0] != scores or sizer.attributes:
+        return cond, []
+    if index.sole_consumer(node.inputs[1]) is not node:
+        return cond, []
+    return node.inputs[0], [*dead, node, sizer]
+
+
 def _match_scores(name: str, reader: Node, index: GraphIndex, graph: Graph, m: _Match) -> bool:
     """Walk back from the Softmax input ``name``: [Add mask] <- [Mul/Div scale] <- MatMul(Q, Kt)."""
     node = index.producers.get(name)
-    if node is None or node.domain or index.sole_consumer(name) is not reader:
+    if node is None or node.domain or not _read_only_by(name, reader, index, m):
         return False
     scaled = m.scale != 1.0 or m.div is not None
     # the mask is added after the scale: an Add found behind the scale would be scaled too, which the op cannot say
@@ -105,6 +145,21 @@ def _match_scores(name: str, reader: Node, index: GraphIndex, graph: Graph, m: _
                 m.dead.append(node)
                 return True
             m.mask = ""
+        return False
+    if node.op_type == "Where" and not m.mask and not scaled and len(node.inputs) == 3 and node.opset >= 9:
+        cond, yes, no = node.inputs
+        if elem_type_of(graph, cond) != onnx.TensorProto.BOOL:
+            return False
+        for chain, fill, keep in ((no, yes, False), (yes, no, True)):
+            value = scalar_of(index.constant(fill))
+            if value is None or index.constant(chain) is not None:
+                continue
+            source, expansion = _unexpanded(cond, node, chain, index, graph)
+            m.mask, m.select, m.side_readers = source, (keep, value), [n for n in expansion if n.op_type == "Shape"]
+            if _match_scores(chain, node, index, graph, m):
+                m.dead += [node, *expansion]
+                return True
+            m.mask, m.select, m.side_readers = "", None, []
         return False
     if node.op_type in ("Mul", "Div") and not scaled:
         factor = _factor_of(node, index)
@@ -137,6 +192,8 @@ def _fuse_chain(softmax: Node, graph: Graph, index: GraphIndex) -> bool:
     if not _match_scores(softmax.inputs[0], softmax, index, graph, m):
         return False
     attrs: dict[str, Any] = {"scale": m.scale, "div": m.div}
+    if m.select is not None:
+        attrs.update(mask_select=1, mask_keep=int(m.select[0]), mask_fill=m.select[1])
     rebuild(graph, final, "FusedAttention", [m.q, m.kt, v, m.mask], final.outputs, attributes=attrs)
     remove_nodes(graph, [softmax, *m.dead])
     return True

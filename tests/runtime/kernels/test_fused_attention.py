@@ -83,6 +83,18 @@ def test_broadcast_batch_and_full_mask_with_minus_infinity() -> None:
 
 
 @needs_native
+@pytest.mark.parametrize("keep", [0, 1])
+def test_a_boolean_mask_selects_scores(keep: int) -> None:
+    q = rng.standard_normal((2, 3, 20, 16)).astype(np.float32)
+    k = rng.standard_normal((2, 3, 20, 16)).astype(np.float32)
+    v = rng.standard_normal((2, 3, 20, 16)).astype(np.float32)
+    cond = rng.random((2, 1, 1, 20)) > 0.4
+    kernel = _kernel(scale=0.25, trans_k=1, mask_select=1, mask_keep=keep, mask_fill=-3.0e38)
+    y = kernel.compute(q, k, v, cond)
+    np.testing.assert_allclose(y, _reference(kernel, q, k, v, cond), rtol=2e-5, atol=2e-6)
+
+
+@needs_native
 def test_prebound_call_writes_the_planned_buffer() -> None:
     q = rng.standard_normal((1, 2, 9, 16)).astype(np.float32)
     k = rng.standard_normal((1, 2, 9, 16)).astype(np.float32)

@@ -86,6 +86,34 @@ def test_packed_qkv_attention_fuses_into_one_node(
     assert fused.attrs["out_perm"] == [0, 2, 1, 3]
 
 
+def _where_masked(keep: bool) -> tuple[onnx.ModelProto, dict[str, np.ndarray]]:
+    """``scores.masked_fill(cond, fill)`` as exported: Where(cond, fill, scores), or Where(cond, scores, fill)."""
+    m, feeds = _packed_qkv(batch=2)
+    softmax = next(n for n in m.graph.node if n.op_type == "Softmax")
+    softmax.input[0] = "s_where"
+    branches = ["s1", "fill"] if keep else ["fill", "s1"]
+    m.graph.node.append(helper.make_node("Where", ["cond", *branches], ["s_where"]))
+    m.graph.input.append(vi("cond", TensorProto.BOOL, [2, 1, 1, 9]))
+    m.graph.initializer.append(const("fill", np.finfo(np.float32).min))
+    cond = rng.random((2, 1, 1, 9)) > 0.3
+    feeds["cond"] = cond if keep else ~cond
+    return m, feeds
+
+
+@pytest.mark.parametrize("keep", [True, False])
+def test_a_where_mask_fuses(keep: bool) -> None:
+    m, feeds = _where_masked(keep)
+    exe = compare(m, feeds, passes=PASSES)
+    assert ops_of(exe) == ["Reshape", "FusedAttention", "Reshape"]
+    fused = exe.model.graph.nodes[1]
+    assert fused.attrs["mask_select"] == 1 and fused.attrs["mask_keep"] == int(keep)
+
+
+def test_a_where_mask_on_numpy(numpy_only: None) -> None:
+    m, feeds = _where_masked(False)
+    assert "FusedAttention" in ops_of(compare(m, feeds, passes=PASSES))
+
+
 def test_the_numpy_path_matches_the_unfused_graph(numpy_only: None) -> None:
     m, feeds = _packed_qkv(batch=2, mask_shape=(2, 1, 1, 9))
     exe = compare(m, feeds, passes=PASSES)
@@ -243,3 +271,47 @@ def test_exported_multihead_attention_fuses() -> None:
     exe = compare(m, feeds)
     assert _count(exe, "FusedAttention") == 1
     assert _count(exe, "Softmax") == 0
+
+
+def test_exported_hugging_face_style_masked_attention_fuses() -> None:
+    """DistilBERT as Hugging Face writes it: Q divided by sqrt(d) first, scores.masked_fill(mask, finfo.min)."""
+    torch = pytest.importorskip("torch", reason="extra not installed (torch exports the model)")
+    import io
+
+    class HfAttention(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.q, self.k, self.v = (torch.nn.Linear(32, 32) for _ in range(3))
+
+        def forward(self, x: Any, mask: Any) -> Any:
+            b, n, _ = x.shape
+
+            def heads(t: Any) -> Any:
+                return t.view(b, -1, 4, 8).transpose(1, 2)
+
+            q = heads(self.q(x)) / math.sqrt(8)
+            scores = torch.matmul(q, heads(self.k(x)).transpose(2, 3))
+            masked = (mask == 0).view(b, 1, 1, n).expand_as(scores)
+            scores = scores.masked_fill(masked, torch.tensor(torch.finfo(scores.dtype).min))
+            context = torch.matmul(torch.softmax(scores, dim=-1), heads(self.v(x)))
+            return context.transpose(1, 2).reshape(b, -1, 32)
+
+    torch.manual_seed(0)
+    x = torch.randn(2, 12, 32)
+    mask = torch.ones(2, 12, dtype=torch.int64)
+    mask[1, 9:] = 0
+    buf = io.BytesIO()
+    with torch.no_grad():
+        torch.onnx.export(
+            HfAttention().eval(),
+            (x, mask),
+            buf,
+            dynamo=False,
+            input_names=["x", "mask"],
+            output_names=["y"],
+            opset_version=17,
+            dynamic_axes={"x": {0: "batch"}, "mask": {0: "batch"}, "y": {0: "batch"}},
+        )
+    m = onnx.load_from_string(buf.getvalue())
+    exe = compare(m, {"x": x.numpy(), "mask": mask.numpy()})
+    assert _count(exe, "FusedAttention") == 1 and _count(exe, "Softmax") == 0
