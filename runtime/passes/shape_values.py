@@ -1,9 +1,10 @@
 """Give shape arithmetic the values shape inference already knows, so that it folds away.
 
     # Shape(x) -> constant                       every dim of x it reports is static
-    # Gather(Shape(x), i) -> constant            the dims it picks are static (i a constant)
+    # Gather(Shape(x), i) -> constant            the dims it picks are static (i a constant); Slice likewise
     # Reshape(x, s) -> Reshape(x, [d|0, ...])   s computed from shapes at run time: each element a known int d,
     #     or a dim symbol that x has at the same place (0 copies it)
+    # Reshape(x, s) -> y with y's shape read off s where inference left it unknown (later Shapes of y then fold)
 
 Exporters write ``x.reshape(b, n, heads, d)`` as Shape -> Gather -> Unsqueeze -> Concat -> Reshape with a dynamic
 batch: a dozen nodes per attention layer that run every time, and a Reshape the memory plan cannot fix as a view
@@ -21,7 +22,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from runtime.ir import Graph, Node, value_of_array
-from runtime.passes.util import GraphIndex, add_constant, shape_of
+from runtime.passes import constant_folding
+from runtime.passes.util import GraphIndex, add_constant, elem_type_of, set_value, shape_of
 
 if TYPE_CHECKING:
     from runtime.passes.pipeline import PassContext
@@ -47,11 +49,21 @@ def _shape_dims(node: Node, graph: Graph) -> tuple[Any, ...] | None:
     return tuple(shape[start:stop])
 
 
+def _plain_producer(name: str, op_type: str, index: GraphIndex) -> bool:
+    node = index.producers.get(name)
+    return node is not None and node.op_type == op_type and not node.domain
+
+
 def _constant_value(node: Node, graph: Graph, index: GraphIndex) -> np.ndarray | None:
     """The value of a Shape, or of a Gather from a Shape, when every dim it reads is static."""
     if node.op_type == "Shape" and len(node.inputs) == 1:
         dims = _static(_shape_dims(node, graph))
         return None if dims is None else np.asarray(dims, dtype=np.int64)
+    if node.op_type == "Slice" and _plain_producer(node.inputs[0], "Shape", index):
+        sliced = _elements(node.outputs[0], graph, index)
+        if sliced is None or not all(isinstance(d, int) for d in sliced):
+            return None
+        return np.asarray(sliced, dtype=np.int64)
     if node.op_type != "Gather" or len(node.inputs) != 2 or int(node.attrs.get("axis", 0)) != 0:
         return None
     source = index.producers.get(node.inputs[0])
@@ -148,7 +160,50 @@ def _reshape_target(node: Node, graph: Graph, index: GraphIndex) -> np.ndarray |
     return np.asarray(target, dtype=np.int64)
 
 
+def _refine_reshape_output(node: Node, graph: Graph, index: GraphIndex) -> int:
+    """Write the Reshape output's shape from its target's elements where inference left dims unknown: the target
+    says each dim exactly (a 0 copies the input's dim; a -1 stays unknown). Later Shapes of it then fold."""
+    if len(node.inputs) != 2 or int(node.attrs.get("allowzero", 0)):
+        return 0
+    elements = _elements(node.inputs[1], graph, index)
+    src, old = shape_of(graph, node.inputs[0]), shape_of(graph, node.outputs[0])
+    if elements is None or src is None:
+        return 0
+    dims: list[Any] = []
+    for i, element in enumerate(elements):
+        dim: Any = element
+        if element == 0:
+            dim = src[i] if i < len(src) else None
+        dims.append(None if isinstance(dim, int) and dim < 0 else dim)
+    if old is not None and len(old) != len(dims):
+        return 0
+    refined = tuple(d if d is not None else (old[i] if old is not None else None) for i, d in enumerate(dims))
+    if old is not None and any(isinstance(o, int) and o != r for o, r in zip(old, refined, strict=True)):
+        return 0  # inference knows better (it should never disagree)
+    if refined == old:
+        return 0
+    elem_type = elem_type_of(graph, node.outputs[0]) or elem_type_of(graph, node.inputs[0])
+    set_value(graph, node.outputs[0], elem_type, refined)
+    return 1
+
+
+#: Sweeps per run: a folded dim can make the next Reshape's target known, whose output shape feeds the next Shape.
+_MAX_SWEEPS = 6
+
+
 def run(graph: Graph, ctx: PassContext) -> int:
+    """Sweep (and fold what the sweep made constant) until nothing changes, so the whole shape arithmetic is
+    settled within one pipeline round, before later passes fuse parts of it into ops folding cannot evaluate."""
+    total = 0
+    for _ in range(_MAX_SWEEPS):
+        changed = _sweep(graph, ctx)
+        total += changed
+        if not changed:
+            break
+    return total
+
+
+def _sweep(graph: Graph, ctx: PassContext) -> int:
     index = GraphIndex(graph)
     rewrites = 0
     keep: list[Node] = []
@@ -164,10 +219,15 @@ def run(graph: Graph, ctx: PassContext) -> int:
             rewrites += 1
             continue
         if node.op_type == "Reshape":
+            rewrites += _refine_reshape_output(node, graph, index)
             target = _reshape_target(node, graph, index)
             if target is not None:
                 node.inputs[1] = add_constant(graph, f"{node.name}_target", target)
                 rewrites += 1
         keep.append(node)
     graph.nodes = keep
+    if rewrites:
+        # fold what reads the new constants now, before later passes of this round fuse it into ops that constant
+        # folding does not evaluate (an ElementwiseChain over a scale computed from a shape)
+        rewrites += constant_folding.run(graph, ctx)
     return rewrites

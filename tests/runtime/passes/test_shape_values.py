@@ -111,3 +111,30 @@ def test_a_sliced_shape_flattening_the_tail_becomes_constant() -> None:
     exe = compare(m, {"x": rng.standard_normal((3, 4, 2, 3)).astype(np.float32)}, passes=PASSES, exact=True)
     assert ops_of(exe) == ["Reshape"]
     assert list(exe.model.graph.initializers[exe.model.graph.nodes[0].inputs[1]]) == [0, 4, -1]
+
+
+def test_a_reshape_output_shape_read_from_its_target_lets_a_later_shape_fold() -> None:
+    """The scale ``1/sqrt(Shape(q)[-1])`` of an exported scaled_dot_product_attention, where inference lost q's last
+    dim behind a Reshape whose target holds it: the whole scale chain becomes one constant."""
+    nodes = [
+        helper.make_node("Shape", ["x"], ["shape"]),
+        helper.make_node("Gather", ["shape", "zero"], ["b"], axis=0),
+        helper.make_node("Unsqueeze", ["b", "axes"], ["b1"]),
+        helper.make_node("Concat", ["b1", "rest"], ["target"], axis=0),
+        helper.make_node("Reshape", ["x", "target"], ["q"]),  # x (batch, 24) -> q (batch, 3, 8)
+        helper.make_node("Shape", ["q"], ["q_shape"]),
+        helper.make_node("Slice", ["q_shape", "last", "end"], ["d"]),
+        helper.make_node("Cast", ["d"], ["df"], to=onnx.TensorProto.FLOAT),
+        helper.make_node("Sqrt", ["df"], ["root"]),
+        helper.make_node("Div", ["q", "root"], ["y"]),
+    ]
+    inits = [
+        const("zero", 0, np.int64),
+        const("axes", [0], np.int64),
+        const("rest", [3, 8], np.int64),
+        const("last", [-1], np.int64),
+        const("end", [2**62], np.int64),
+    ]
+    m = model(nodes, [vi("x", shape=["batch", 24])], [vi("y", shape=None)], inits)
+    exe = compare(m, {"x": rng.standard_normal((2, 24)).astype(np.float32)}, passes=PASSES, exact=True)
+    assert ops_of(exe) == ["Reshape", "Div"]
