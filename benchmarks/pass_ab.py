@@ -13,9 +13,17 @@ import argparse
 import functools
 import statistics
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
 
 from benchmarks.vs_peers import IDLE_GAP_S, _rel_error, _runner_ort, _sample
+
+
+def _outputs(exe: Any, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
+    out = exe.run(feeds)
+    return [out[n] for n in exe.output_names]
 
 
 def compare_passes(
@@ -34,9 +42,9 @@ def compare_passes(
             feeds = m.feeds(batch)
             before = compile_model(proto, threads=threads, disable=list(disable))
             after = compile_model(proto, threads=threads)
-            runners = {
-                "before": lambda f, exe=before: [exe.run(f)[n] for n in exe.output_names],
-                "after": lambda f, exe=after: [exe.run(f)[n] for n in exe.output_names],
+            runners: dict[str, Callable[[dict[str, np.ndarray]], list[np.ndarray]]] = {
+                "before": functools.partial(_outputs, before),
+                "after": functools.partial(_outputs, after),
                 "ort": _runner_ort(proto, threads),
             }
             outputs = {name: run(dict(feeds)) for name, run in runners.items()}
