@@ -130,3 +130,28 @@ def test_task_chunks_split_few_heads_for_two_threads() -> None:
     assert native_attention.task_chunk(batch_heads=3, q_len=65, threads=2) % native_attention.ROWS == 0
     assert native_attention.task_chunk(batch_heads=64, q_len=65, threads=2) >= 65  # whole heads
     assert native_attention.task_chunk(batch_heads=1, q_len=5, threads=8) >= native_attention.MIN_CHUNK
+
+
+@needs_native
+def test_a_masked_key_gets_exactly_zero_weight() -> None:
+    """No denormal probability survives a masked score: it would make P @ V crawl, and here it would show, since the
+    masked key's value is huge (exact softmax gives the key weight 0, so the output is exactly 0)."""
+    q = rng.standard_normal((1, 2, 5, 16)).astype(np.float32)
+    k = rng.standard_normal((1, 2, 20, 16)).astype(np.float32)
+    v = np.zeros((1, 2, 20, 16), dtype=np.float32)
+    v[:, :, 3] = 1e38
+    mask = np.zeros((1, 1, 1, 20), dtype=np.float32)
+    mask[..., 3] = -10000.0
+    y = _kernel(scale=0.25, trans_k=1).compute(q, k, v, mask)
+    assert np.all(y == 0.0)
+
+
+@needs_native
+def test_compiled_softmax_flushes_tiny_probabilities_to_zero() -> None:
+    from runtime.native import ops
+
+    x = np.zeros((3, 40), dtype=np.float32)
+    x[:, 7] = -10000.0
+    y = ops.softmax_rows(native.lib(), x, None)
+    assert np.all(y[:, 7] == 0.0)
+    np.testing.assert_allclose(y.sum(axis=1), 1.0, rtol=1e-6)
