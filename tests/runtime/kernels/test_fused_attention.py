@@ -155,3 +155,15 @@ def test_compiled_softmax_flushes_tiny_probabilities_to_zero() -> None:
     y = ops.softmax_rows(native.lib(), x, None)
     assert np.all(y[:, 7] == 0.0)
     np.testing.assert_allclose(y.sum(axis=1), 1.0, rtol=1e-6)
+
+
+@needs_native
+@pytest.mark.parametrize("batch_shape", [(), (6,)])
+def test_unbatched_and_single_batch_axis(batch_shape: tuple[int, ...]) -> None:
+    q = rng.standard_normal((*batch_shape, 10, 12)).astype(np.float32)
+    kt = rng.standard_normal((*batch_shape, 12, 7)).astype(np.float32)
+    v = rng.standard_normal((*batch_shape, 7, 20)).astype(np.float32)
+    kernel = _kernel(scale=0.4)
+    y = kernel.compute(q, kt, v)
+    assert y.shape == (*batch_shape, 10, 20)
+    np.testing.assert_allclose(y, _reference(kernel, q, kt, v), rtol=2e-5, atol=2e-6)
