@@ -11,6 +11,9 @@ batch: a dozen nodes per attention layer that run every time, and a Reshape the 
 because a run-time value shapes it. After this pass the Reshape has a constant target, constant folding takes
 what reads the new constants, and dead-node elimination removes the shape arithmetic nobody reads any more.
 
+The pass folds what it made constant itself (with ``constant_folding.run``, even where that pass is disabled by
+name), sweeping to a fixed point, so that later passes of the same round see the shape arithmetic settled.
+
 The rewrite trusts the inferred shapes (a dim symbol stands for one value throughout the graph), as every pass
 reading ``shape_of`` does; a target fed from anything but shapes and constants is left alone.
 """
