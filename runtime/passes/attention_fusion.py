@@ -7,6 +7,7 @@
     #     (or Div(Q, a): scale 1/a, Q pre-scaled as Hugging Face's DistilBERT does)
     # FusedAttention(Transpose(X, p), ...) -> FusedAttention(X, ..., q_perm=p)               read in place
     # FusedAttention(Gather(X, i, axis=0), ...) -> FusedAttention(X, ..., q_index=i)         packed QKV slices
+    #     (or Squeeze(Split(X, ones, axis=0)[i], [0]): torch's unbind)
     # Transpose(FusedAttention(...), p) -> FusedAttention(..., out_perm=p)                  heads merged on write
 
 Guards: float32 throughout, every intermediate read only by the next node of the chain and not a graph output,
@@ -216,6 +217,33 @@ def _constant_index(node: Node, index: GraphIndex, graph: Graph) -> int | None:
     return i if i >= 0 else None
 
 
+def _unbound(squeeze: Node, index: GraphIndex, graph: Graph) -> tuple[str, int] | None:
+    """``Squeeze(Split(x, [1, 1, ...], axis=0)[i], axes=[0])`` (torch's ``unbind``) as ``(x, i)``: it is ``x[i]``."""
+    axes = squeeze.attrs.get("axes") if squeeze.opset < 13 else None
+    if squeeze.opset >= 13:
+        const = index.constant(squeeze.inputs[1]) if len(squeeze.inputs) > 1 else None
+        axes = None if const is None else [int(a) for a in const.reshape(-1)]
+    split = index.producers.get(squeeze.inputs[0])
+    if axes is None or split is None or split.op_type != "Split" or split.domain:
+        return None
+    shape = shape_of(graph, split.inputs[0])
+    if shape is None or [int(a) % len(shape) for a in axes] != [0] or int(split.attrs.get("axis", 0)) % len(shape):
+        return None
+    if index.sole_consumer(squeeze.inputs[0]) is not squeeze:
+        return None
+    sizes = split.attrs.get("split") if split.opset < 13 else None
+    if split.opset >= 13 and len(split.inputs) > 1 and split.inputs[1]:
+        const = index.constant(split.inputs[1])
+        sizes = None if const is None else [int(v) for v in const.reshape(-1)]
+        if sizes is None:
+            return None
+    if sizes is None:  # an equal split: chunks of one when there are as many outputs as rows
+        sizes = [1] * len(split.outputs) if shape[0] == len(split.outputs) else None
+    if sizes is None or any(int(n) != 1 for n in sizes):
+        return None
+    return split.inputs[0], split.outputs.index(squeeze.inputs[0])
+
+
 def _resolve_view(name: str, index: GraphIndex, graph: Graph) -> tuple[str, list[int] | None, int]:
     """``name`` as ``transpose(src, perm)[i]`` of the furthest source reachable through Transposes and
     Gather(axis=0, constant scalar): returns ``(src, perm, i)`` with ``i = -1`` for no indexing."""
@@ -229,13 +257,18 @@ def _resolve_view(name: str, index: GraphIndex, graph: Graph) -> tuple[str, list
         if node.op_type == "Transpose" and node.attrs.get("perm") is not None:
             p = [int(x) for x in node.attrs["perm"]]
             perm = p if perm is None else [p[j] for j in perm]
-        elif node.op_type == "Gather" and idx < 0:
-            i = _constant_index(node, index, graph)
-            shape = shape_of(graph, node.inputs[0])
-            if i is None or shape is None:
+        elif node.op_type in ("Gather", "Squeeze") and idx < 0:
+            picked = _constant_index(node, index, graph) if node.op_type == "Gather" else _unbound(node, index, graph)
+            if picked is None:
+                break
+            source, i = (node.inputs[0], picked) if isinstance(picked, int) else picked
+            shape = shape_of(graph, source)
+            if shape is None:
                 break
             inner = perm if perm is not None else list(range(len(shape) - 1))
             perm, idx = [0, *(j + 1 for j in inner)], i
+            src = source
+            continue
         else:
             break
         src = node.inputs[0]

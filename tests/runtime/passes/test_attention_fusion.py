@@ -315,3 +315,39 @@ def test_exported_hugging_face_style_masked_attention_fuses() -> None:
     m = onnx.load_from_string(buf.getvalue())
     exe = compare(m, {"x": x.numpy(), "mask": mask.numpy()})
     assert _count(exe, "FusedAttention") == 1 and _count(exe, "Softmax") == 0
+
+
+def test_exported_unbind_of_packed_qkv_is_read_in_place() -> None:
+    """timm's ViT attention: ``q, k, v = qkv.reshape(b, n, 3, h, d).permute(2, 0, 3, 1, 4).unbind(0)``, which
+    torch writes as Split + Squeeze; with torch's own scaled_dot_product_attention."""
+    torch = pytest.importorskip("torch", reason="extra not installed (torch exports the model)")
+    import io
+
+    class TimmAttention(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.qkv, self.proj = torch.nn.Linear(48, 144), torch.nn.Linear(48, 48)
+
+        def forward(self, x: Any) -> Any:
+            b, n, c = x.shape
+            q, k, v = self.qkv(x).reshape(b, n, 3, 4, 12).permute(2, 0, 3, 1, 4).unbind(0)
+            y = torch.nn.functional.scaled_dot_product_attention(q, k, v)
+            return self.proj(y.transpose(1, 2).reshape(b, n, c))
+
+    torch.manual_seed(0)
+    x = torch.randn(2, 17, 48)
+    buf = io.BytesIO()
+    with torch.no_grad():
+        torch.onnx.export(
+            TimmAttention().eval(),
+            (x,),
+            buf,
+            dynamo=False,
+            input_names=["x"],
+            output_names=["y"],
+            opset_version=17,
+            dynamic_axes={"x": {0: "batch"}, "y": {0: "batch"}},
+        )
+    exe = compare(onnx.load_from_string(buf.getvalue()), {"x": x.numpy()})
+    assert _count(exe, "FusedAttention") == 1
+    assert _count(exe, "Split") == 0 and _count(exe, "Squeeze") == 0 and _count(exe, "Softmax") == 0
