@@ -221,6 +221,9 @@ static void parallel_for_work(long ntasks, task_fn fn, const void *ctx, double w
   parallel_for(ntasks, fn, ctx);
 }
 
+/* The pool for kernels compiled from the other sources (attention.c): parallel_for_work under a linkable name. */
+void ap_pool_run(long ntasks, task_fn fn, const void *ctx, double work) { parallel_for_work(ntasks, fn, ctx, work); }
+
 API void ap_set_threads(int n) { atomic_store(&g_threads, n < 1 ? 1 : n); }
 
 /* Start a model run on `threads` threads (holding the workers hot); returns the previous thread count, which
@@ -1029,9 +1032,14 @@ static void softmax_task(const void *vctx, long task) {
     float sum = 0.0f;
     for (int l = 0; l < VL; l++) sum += s[l];
     for (; i < n; i++) { float e = expf(x[i] - mx); y[i] = e; sum += e; }
+    /* probabilities below FLT_MIN (masked scores: vexp clamps at -87.3) become 0, not denormals that slow every
+     * multiply-add meeting them downstream (attention's P @ V) by ~100x */
     float inv = 1.0f / sum;
-    for (i = 0; i + VL <= n; i += VL) vstore(y + i, vload(y + i) * inv);
-    for (; i < n; i++) y[i] *= inv;
+    for (i = 0; i + VL <= n; i += VL) {
+      v16 p = vload(y + i) * inv;
+      vstore(y + i, vblend((vi16)(p < 1.17549435e-38f), vsplat(0.0f), p));
+    }
+    for (; i < n; i++) y[i] = y[i] * inv < 1.17549435e-38f ? 0.0f : y[i] * inv;
   }
 }
 

@@ -13,6 +13,7 @@ from runtime.check import topological_order
 from runtime.errors import RuntimeModelError
 from runtime.ir import Graph, Model
 from runtime.passes import (
+    attention_fusion,
     constant_folding,
     conv_bn_fusion,
     conv_fusion,
@@ -23,6 +24,7 @@ from runtime.passes import (
     identity_elimination,
     layout,
     matmul_fusion,
+    shape_values,
     transpose_reshape,
 )
 from runtime.passes.util import APPOPT_DOMAIN
@@ -64,6 +66,12 @@ PIPELINE: tuple[Pass, ...] = (
         "initializers",
     ),
     Pass(
+        "shape_values",
+        shape_values.run,
+        "after constant folding, which then (next round) folds the shape arithmetic reading the static dims it "
+        "writes; Reshapes get constant targets before the fusions look at them",
+    ),
+    Pass(
         "conv_bn_fusion",
         conv_bn_fusion.run,
         "before conv_fusion: a BatchNormalization between a Conv and its activation would block that fusion",
@@ -72,6 +80,11 @@ PIPELINE: tuple[Pass, ...] = (
         "gelu_fusion",
         gelu_fusion.run,
         "before matmul_fusion and elementwise_chain: the Erf pattern becomes one op before its Muls look fusable",
+    ),
+    Pass(
+        "attention_fusion",
+        attention_fusion.run,
+        "before matmul_fusion: attention's MatMuls and their scale Mul must still be plain ops to be recognised",
     ),
     Pass(
         "matmul_fusion",

@@ -15,11 +15,18 @@ import pytest
 from runtime import native
 from runtime.kernels import conv_transpose, fused, rnn, rnn_native
 from runtime.native import abi, ops
+from runtime.native import attention as native_attention
 
 #: Modules whose module-level integer constants mirror C enums (fused's opcodes are name-keyed: see table_drift).
-MIRRORS = (abi, rnn_native, conv_transpose)
+MIRRORS = (abi, rnn_native, conv_transpose, native_attention)
 #: Sizes mirrored from C ``#define``s (names compared one by one: rnn_native.SERIAL_WORK is not kernels.c's).
-MIRRORED_DEFINES = {"NB": abi.NB, "VL": abi.VL, "MAXTAPS": abi.MAXTAPS, "DP_MAXC": abi.DP_MAXC}
+MIRRORED_DEFINES = {
+    "NB": abi.NB,
+    "VL": abi.VL,
+    "MAXTAPS": abi.MAXTAPS,
+    "DP_MAXC": abi.DP_MAXC,
+    "AROWS": native_attention.ROWS,
+}
 
 
 def _strip_comments(text: str) -> str:
@@ -128,6 +135,7 @@ def test_python_tables_mirror_the_c_enums() -> None:
         ("enum { EO_ADD, EO_SUB,", "enum { EO_SUB, EO_ADD,"),  # two opcodes swapped
         ("enum { GP_X, GP_N,", "enum { GP_N, GP_X,"),  # an argument slot moved
         ("RN_XP_T, RN_XP_B,", "RN_XP_T, RN_XP_PAD, RN_XP_B,"),  # a slot inserted
+        ("AT_SCALE, AT_CHUNK,", "AT_CHUNK, AT_SCALE,"),  # fused attention's scale and chunk swapped
         ("#define NB 32", "#define NB 16"),
         ("ACT_CLIP = 2, ACT_LEAKY = 3", "ACT_CLIP = 3, ACT_LEAKY = 2"),
     ],

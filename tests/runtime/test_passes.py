@@ -136,8 +136,10 @@ def test_passes_can_be_disabled_by_name_and_unknown_names_fail() -> None:
     assert pass_names() == [
         "identity_elimination",
         "constant_folding",
+        "shape_values",
         "conv_bn_fusion",
         "gelu_fusion",
+        "attention_fusion",
         "matmul_fusion",
         "conv_fusion",
         "layout",
