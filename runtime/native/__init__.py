@@ -44,8 +44,13 @@ __all__ = [
 ]
 
 SOURCE = Path(__file__).with_name("kernels.c")
-#: Compiled into the same shared object as ``SOURCE`` (recurrent layers and ConvTranspose in their own files).
-EXTRA_SOURCES = (Path(__file__).with_name("recurrent.c"), Path(__file__).with_name("upsample.c"))
+#: Compiled into the same shared object as ``SOURCE`` (recurrent layers, ConvTranspose, squeeze-excite and the
+#: embedding bag in their own files).
+EXTRA_SOURCES = (
+    Path(__file__).with_name("recurrent.c"),
+    Path(__file__).with_name("upsample.c"),
+    Path(__file__).with_name("convnets.c"),
+)
 FLAGS = ("-O3", "-march=native", "-fPIC", "-shared", "-pthread", "-Wno-psabi", "-fno-math-errno")
 #: Entry points, each ``void f(const int64_t *args)``.
 ENTRY_POINTS = (
@@ -66,6 +71,8 @@ ENTRY_POINTS = (
     "ap_lrn",
     "ap_rnn_seq",
     "ap_col2im_gather",
+    "ap_se",
+    "ap_embag",
 )
 
 _lock = threading.Lock()

@@ -1,0 +1,59 @@
+"""A ConvNeXt block's own permutes become layout nodes: the block then runs NHWC without a transpose."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import pytest
+from onnx import helper
+
+from runtime import compile_model
+from tests.runtime.graphs import const, model, vi
+from tests.runtime.passes.conftest import compare, ops_of
+
+rng = np.random.default_rng(11)
+C = 12
+INIT = [
+    const("ws", rng.standard_normal((C, 3, 2, 2)) * 0.3),
+    const("wd", rng.standard_normal((C, 1, 7, 7)) * 0.2),
+    const("bd", rng.standard_normal(C)),
+    const("g", rng.random(C) + 0.5),
+    const("b", rng.standard_normal(C)),
+    const("m1", rng.standard_normal((C, 4 * C)) * 0.3),
+    const("c1", rng.standard_normal(4 * C)),
+    const("m2", rng.standard_normal((4 * C, C)) * 0.3),
+    const("c2", rng.standard_normal(C)),
+]
+
+
+def convnext(perm_in: tuple[int, ...] = (0, 2, 3, 1)) -> list[onnx.NodeProto]:
+    return [
+        helper.make_node("Conv", ["x", "ws"], ["s"], strides=[2, 2]),
+        helper.make_node("Conv", ["s", "wd", "bd"], ["d"], pads=[3, 3, 3, 3], group=C),
+        helper.make_node("Transpose", ["d"], ["t"], perm=list(perm_in)),
+        helper.make_node("LayerNormalization", ["t", "g", "b"], ["n"], axis=-1),
+        helper.make_node("MatMul", ["n", "m1"], ["h0"]),
+        helper.make_node("Add", ["h0", "c1"], ["h1"]),
+        helper.make_node("Relu", ["h1"], ["h"]),
+        helper.make_node("MatMul", ["h", "m2"], ["o0"]),
+        helper.make_node("Add", ["o0", "c2"], ["o1"]),
+        helper.make_node("Transpose", ["o1"], ["o"], perm=[0, 3, 1, 2]),
+        helper.make_node("Add", ["s", "o"], ["out"]),
+    ]
+
+
+@pytest.mark.parametrize("batch", [1, 2])
+def test_convnext_block_runs_without_transposes(batch: int) -> None:
+    m = model(convnext(), [vi("x", shape=["n", 3, 10, 10])], [vi("out", shape=["n", C, 5, 5])], INIT)
+    feeds = {"x": rng.standard_normal((batch, 3, 10, 10)).astype(np.float32)}
+    ops = ops_of(compare(m, feeds, layout="nhwc", rtol=1e-4))
+    assert "Transpose" not in ops
+    assert ops.count("ToNhwc") == 1 and ops.count("ToNchw") == 1
+
+
+def test_other_permutations_and_the_nchw_layout_keep_their_transposes() -> None:
+    m = model(convnext(), [vi("x", shape=[1, 3, 10, 10])], [vi("out", shape=[1, C, 5, 5])], INIT)
+    assert ops_of(compile_model(m, layout="nchw")).count("Transpose") == 2
+    # a spatial transpose (H and W swap) is no layout change
+    spatial = model(convnext((0, 1, 3, 2))[:3], [vi("x", shape=[1, 3, 10, 10])], [vi("t", shape=[1, C, 5, 5])], INIT)
+    assert "Transpose" in ops_of(compile_model(spatial, layout="nhwc"))
