@@ -19,8 +19,8 @@ NB = 32
 #: Lanes of one vector (``VL`` in kernels.c); depthwise weights are padded to it.
 VL = 16
 
-#: Epilogue activations (``ACT_*`` in kernels.c). ``lo``/``hi`` carry Clip's bounds, LeakyRelu's slope (lo) and
-#: HardSigmoid's alpha (lo) and beta (hi).
+#: Epilogue activations (``ACT_*`` in kernels.c). ``lo``/``hi`` carry Clip's bounds, LeakyRelu's slope (lo),
+#: HardSigmoid's alpha (lo) and beta (hi), and for Gelu the divisor (lo, ~sqrt 2) and half (hi) of the pattern.
 ACTIVATIONS = {
     "": 0,
     "Relu": 1,
@@ -30,6 +30,7 @@ ACTIVATIONS = {
     "Sigmoid": 5,
     "HardSigmoid": 6,
     "HardSwish": 7,
+    "Gelu": 8,
 }
 
 # argument block layouts (see kernels.c)
@@ -211,7 +212,7 @@ class Epilogue:
 
 
 def apply_activation(y: np.ndarray, activation: str, lo: float, hi: float) -> np.ndarray:
-    """Silu, Sigmoid, HardSigmoid and HardSwish in NumPy, with the arithmetic of the unfused ops' kernels (so a
+    """Silu, Sigmoid, HardSigmoid, HardSwish and Gelu in NumPy, with the arithmetic of the unfused ops' kernels (so a
     fused graph on the NumPy path gives the bits of the unfused one); other activations: ``y`` unchanged."""
     t = y.dtype.type
     if activation in ("Silu", "Sigmoid"):
@@ -224,6 +225,11 @@ def apply_activation(y: np.ndarray, activation: str, lo: float, hi: float) -> np
         return np.clip(y * lo + hi, 0, 1).astype(y.dtype, copy=False)
     if activation == "HardSwish":
         return y * np.clip(y / 6 + 0.5, 0, 1)
+    if activation == "Gelu":  # the Gelu kernel's form 1, (x * (erf(x / div) + 1)) * half: PyTorch's export
+        from runtime.kernels.special import erf
+
+        inner = erf(y / t(lo)).astype(y.dtype, copy=False) + t(1.0)
+        return (y * inner) * t(hi)
     return y
 
 

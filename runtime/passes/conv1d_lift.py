@@ -5,6 +5,7 @@
     #                                                        lifted the same way or a scalar / [C, 1] constant,
     #                                                        inference BatchNormalization, 1-d Max/AveragePool
     #                                                        (kernel [1, k]), global pools
+    # ReduceMean(Squeeze(t, 2), axes=[2]) -> Squeeze(GlobalAveragePool(t), [2, 3])
     # Unsqueeze(Squeeze(t, 2), 2) -> t
 
 It runs before the convolution fusions, so a lifted Conv then absorbs its bias and activation like any 2-d one,
@@ -48,12 +49,12 @@ def _lifted(shape: tuple[Any, ...] | None) -> tuple[Any, ...] | None:
     return None if shape is None else (*shape[:2], 1, *shape[2:])
 
 
-def _axes_node(graph: Graph, op: str, x: str, y: str, opset: int, name: str) -> Node:
-    """``Unsqueeze``/``Squeeze`` of axis 2 in the form the node's opset reads (axes input from opset 13)."""
+def _axes_node(graph: Graph, op: str, x: str, y: str, opset: int, name: str, axes: tuple[int, ...] = (2,)) -> Node:
+    """``Unsqueeze``/``Squeeze`` of ``axes`` in the form the node's opset reads (axes input from opset 13)."""
     if opset >= 13:
-        axes = add_constant(graph, f"{name}_axes", np.array([2], dtype=np.int64))
-        return make_node(graph, op, [x, axes], [y], name, domain="", opset=opset)
-    return make_node(graph, op, [x], [y], name, domain="", opset=opset, attributes={"axes": [2]})
+        const = add_constant(graph, f"{name}_axes", np.array(axes, dtype=np.int64))
+        return make_node(graph, op, [x, const], [y], name, domain="", opset=opset)
+    return make_node(graph, op, [x], [y], name, domain="", opset=opset, attributes={"axes": list(axes)})
 
 
 def _squeezed_axis2(node: Node | None, graph: Graph, index: GraphIndex) -> str | None:
@@ -150,6 +151,8 @@ def _sink(node: Node, graph: Graph, index: GraphIndex) -> bool:
     elif op == "BatchNormalization":
         if int(attrs.get("training_mode", 0)):
             return False
+    elif op == "ReduceMean":
+        return _sink_mean_over_time(node, graph, index)
     elif op not in _UNARY and op not in _GLOBAL:
         return False
     inputs = _lifted_inputs(node, graph, index)
@@ -161,6 +164,28 @@ def _sink(node: Node, graph: Graph, index: GraphIndex) -> bool:
     new = make_node(graph, op, inputs, [y4], f"{node.name}_2d", domain="", opset=node.opset, attributes=attrs)
     drop = _axes_node(graph, "Squeeze", y4, y, node.opset, f"{node.name}_drop")
     replace_node(graph, node, [new, drop])
+    return True
+
+
+def _sink_mean_over_time(node: Node, graph: Graph, index: GraphIndex) -> bool:
+    """``ReduceMean(Squeeze(t, 2), axes=[2])`` -> ``Squeeze(GlobalAveragePool(t), [2, 3])`` (``[2]`` with keepdims),
+    which the layout pass then runs NHWC."""
+    if node.opset >= 18:
+        axes = index.constant(node.inputs[1]) if len(node.inputs) > 1 and node.inputs[1] else None
+        values = None if axes is None else [int(v) for v in axes.ravel()]
+    else:
+        values = [int(v) for v in node.attrs.get("axes") or []]
+    source = _squeezed_axis2(index.producers.get(node.inputs[0]), graph, index)
+    if source is None or values not in ([2], [-1]) or not is_float32(graph, source):
+        return False
+    keep = int(node.attrs.get("keepdims", 1))
+    pooled = graph.unique_name(f"{node.outputs[0]}_2d")
+    shape = shape_of(graph, source)
+    set_value(graph, pooled, elem_type_of(graph, source), None if shape is None else (*shape[:2], 1, 1))
+    gap = make_node(graph, "GlobalAveragePool", [source], [pooled], f"{node.name}_2d", domain="", opset=node.opset)
+    axes_out = (2,) if keep else (2, 3)
+    drop = _axes_node(graph, "Squeeze", pooled, node.outputs[0], node.opset, f"{node.name}_drop", axes_out)
+    replace_node(graph, node, [gap, drop])
     return True
 
 

@@ -126,7 +126,13 @@ def attr(node: Node, name: str, default: Any = None) -> Any:
 
 def activation_of(node: Node, index: GraphIndex) -> tuple[str, float, float] | None:
     """``(name, lo, hi)`` when ``node`` is an activation a fused kernel can apply (float Relu, Clip with constant
-    bounds, LeakyRelu, Sigmoid, HardSigmoid, HardSwish; ``runtime.native.abi.ACTIVATIONS``)."""
+    bounds, LeakyRelu, Sigmoid, HardSigmoid, HardSwish, and the Gelu of gelu_fusion in PyTorch's form;
+    ``runtime.native.abi.ACTIVATIONS``)."""
+    if node.domain == APPOPT_DOMAIN and node.op_type == "Gelu":
+        a = node.attrs
+        if int(a.get("form", 0)) != 1 or a.get("div_op", "Div") != "Div":
+            return None  # the fused NumPy path repeats form 1 only
+        return ("Gelu", float(a.get("div", 1.4142135381698608)), float(a.get("half", 0.5)))
     if node.domain:
         return None
     if node.op_type == "Relu":

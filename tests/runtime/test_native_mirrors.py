@@ -86,7 +86,7 @@ def table_drift(text: str) -> list[str]:
         "native.ops.ACTIVATIONS": (ops.ACTIVATIONS, {"": "ACT_NONE", "Relu": "ACT_RELU", "Clip": "ACT_CLIP",
                                                       "LeakyRelu": "ACT_LEAKY", "Silu": "ACT_SILU",
                                                       "Sigmoid": "ACT_SIGMOID", "HardSigmoid": "ACT_HARDSIGMOID",
-                                                      "HardSwish": "ACT_HARDSWISH"}),
+                                                      "HardSwish": "ACT_HARDSWISH", "Gelu": "ACT_GELU"}),
         "fused.CHAIN_BINARY": (fused.CHAIN_BINARY, {"Add": "EO_ADD", "Sub": "EO_SUB", "Mul": "EO_MUL",
                                                     "Div": "EO_DIV", "Max": "EO_MAX", "Min": "EO_MIN"}),
         "fused.CHAIN_UNARY": (fused.CHAIN_UNARY, {"Relu": "EO_RELU", "Neg": "EO_NEG", "Abs": "EO_ABS",

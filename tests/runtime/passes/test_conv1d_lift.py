@@ -48,6 +48,7 @@ def test_lifted_audio_net_matches_and_runs_nhwc(batch: int) -> None:
     ops = ops_of(exe)
     assert ops.count("NhwcConv") == 2 and "Conv" not in ops and "NhwcMaxPool" in ops
     assert ops.count("ToNhwc") == 1 and ops.count("ToNchw") == 1
+    assert "NhwcGlobalAveragePool" in ops and "ReduceMean" not in ops  # the mean over time, NHWC too
 
 
 def test_lift_alone_keeps_the_numpy_answer(numpy_only: None) -> None:

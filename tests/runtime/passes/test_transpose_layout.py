@@ -23,7 +23,21 @@ INIT = [
     const("c1", rng.standard_normal(4 * C)),
     const("m2", rng.standard_normal((4 * C, C)) * 0.3),
     const("c2", rng.standard_normal(C)),
+    const("sqrt2", np.sqrt(2.0)),
+    const("one", 1.0),
+    const("half", 0.5),
 ]
+
+
+def gelu(x: str, y: str) -> list[onnx.NodeProto]:
+    """GELU as PyTorch exports it: (x * (erf(x / sqrt 2) + 1)) * 0.5."""
+    return [
+        helper.make_node("Div", [x, "sqrt2"], [f"{y}_d"]),
+        helper.make_node("Erf", [f"{y}_d"], [f"{y}_e"]),
+        helper.make_node("Add", [f"{y}_e", "one"], [f"{y}_a"]),
+        helper.make_node("Mul", [x, f"{y}_a"], [f"{y}_m"]),
+        helper.make_node("Mul", [f"{y}_m", "half"], [y]),
+    ]
 
 
 def convnext(perm_in: tuple[int, ...] = (0, 2, 3, 1)) -> list[onnx.NodeProto]:
@@ -34,7 +48,7 @@ def convnext(perm_in: tuple[int, ...] = (0, 2, 3, 1)) -> list[onnx.NodeProto]:
         helper.make_node("LayerNormalization", ["t", "g", "b"], ["n"], axis=-1),
         helper.make_node("MatMul", ["n", "m1"], ["h0"]),
         helper.make_node("Add", ["h0", "c1"], ["h1"]),
-        helper.make_node("Relu", ["h1"], ["h"]),
+        *gelu("h1", "h"),
         helper.make_node("MatMul", ["h", "m2"], ["o0"]),
         helper.make_node("Add", ["o0", "c2"], ["o1"]),
         helper.make_node("Transpose", ["o1"], ["o"], perm=[0, 3, 1, 2]),
@@ -47,8 +61,16 @@ def test_convnext_block_runs_without_transposes(batch: int) -> None:
     m = model(convnext(), [vi("x", shape=["n", 3, 10, 10])], [vi("out", shape=["n", C, 5, 5])], INIT)
     feeds = {"x": rng.standard_normal((batch, 3, 10, 10)).astype(np.float32)}
     ops = ops_of(compare(m, feeds, layout="nhwc", rtol=1e-4))
-    assert "Transpose" not in ops
+    assert "Transpose" not in ops and "Gelu" not in ops  # GELU runs in the first product's epilogue
     assert ops.count("ToNhwc") == 1 and ops.count("ToNchw") == 1
+
+
+def test_gelu_joins_the_product_epilogue_exactly_on_numpy(numpy_only: None) -> None:
+    nodes = [helper.make_node("MatMul", ["a", "m1"], ["h0"]), helper.make_node("Add", ["h0", "c1"], ["h1"])]
+    m = model([*nodes, *gelu("h1", "out")], [vi("a", shape=[3, C])], [vi("out", shape=[3, 4 * C])], INIT)
+    feeds = {"a": rng.standard_normal((3, C)).astype(np.float32)}
+    exe = compare(m, feeds, passes=["gelu_fusion", "matmul_fusion"], exact=True)
+    assert ops_of(exe) == ["FusedMatMul"]
 
 
 def test_other_permutations_and_the_nchw_layout_keep_their_transposes() -> None:
