@@ -92,9 +92,9 @@ def _match(mul: Node, graph: Graph, index: GraphIndex) -> tuple[str, list[Node],
         second = index.producers.get(gate)
         first = index.producers.get(second.inputs[0]) if second is not None and second.inputs else None
         pool = index.producers.get(first.inputs[0]) if first is not None and first.inputs else None
-        chain = [pool, first, second]
         if pool is None or first is None or second is None or not _is_pool(pool, index) or pool.inputs[0] != y:
             continue
+        chain = [pool, first, second]
         links = zip(chain, [first, second, mul], strict=True)
         if any(index.sole_consumer(n.outputs[0]) is not nxt for n, nxt in links):
             continue
@@ -114,7 +114,7 @@ def _match(mul: Node, graph: Graph, index: GraphIndex) -> tuple[str, list[Node],
             "channels_last": 0,
         }
         inputs = [y, first.inputs[1], inner[1], second.inputs[1], outer[1]]
-        return y, [n for n in chain if n is not None], inputs, attrs
+        return y, chain, inputs, attrs
     return None
 
 

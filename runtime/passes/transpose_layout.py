@@ -20,7 +20,7 @@ if TYPE_CHECKING:
     from runtime.ir import Graph, Node
     from runtime.passes.pipeline import PassContext
 
-_LAYOUT_OPS = {(0, 2, 3, 1): "ToNhwc", (0, 3, 1, 2): "ToNchw"}
+_LAYOUT_OPS: dict[tuple[int, ...], str] = {(0, 2, 3, 1): "ToNhwc", (0, 3, 1, 2): "ToNchw"}
 
 
 def run(graph: Graph, ctx: PassContext) -> int:
