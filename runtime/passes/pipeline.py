@@ -13,6 +13,7 @@ from runtime.check import topological_order
 from runtime.errors import RuntimeModelError
 from runtime.ir import Graph, Model
 from runtime.passes import (
+    channel_layernorm,
     constant_folding,
     conv1d_lift,
     conv_bn_fusion,
@@ -112,6 +113,11 @@ PIPELINE: tuple[Pass, ...] = (
         "transpose_layout",
         transpose_layout.run,
         "just before layout: the model's own NCHW <-> NHWC transposes become layout nodes it can cancel and sink",
+    ),
+    Pass(
+        "channel_layernorm",
+        channel_layernorm.run,
+        "just before layout: a written-out LayerNorm over NCHW channels becomes an NHWC LayerNormalization",
     ),
     Pass(
         "layout",

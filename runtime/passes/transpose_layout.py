@@ -23,16 +23,21 @@ if TYPE_CHECKING:
 _LAYOUT_OPS: dict[tuple[int, ...], str] = {(0, 2, 3, 1): "ToNhwc", (0, 3, 1, 2): "ToNchw"}
 
 
-def run(graph: Graph, ctx: PassContext) -> int:
+def layout_will_run(graph: Graph, ctx: PassContext) -> bool:
+    """Whether the layout pass runs here (its switch) and finds a 2-d convolution to convert."""
     if ctx.layout == "nchw":
-        return 0
+        return False
     if ctx.layout == "auto":
         from runtime import native
 
         if native.lib() is None:
-            return 0
+            return False
     index = GraphIndex(graph)
-    if not any(_layout_conv(n, index) for n in graph.nodes):
+    return any(_layout_conv(n, index) for n in graph.nodes)
+
+
+def run(graph: Graph, ctx: PassContext) -> int:
+    if not layout_will_run(graph, ctx):
         return 0  # nothing for the layout pass to convert: leave the model's transposes alone
     rewrites = 0
     for node in list(graph.nodes):

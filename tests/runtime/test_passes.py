@@ -145,6 +145,7 @@ def test_passes_can_be_disabled_by_name_and_unknown_names_fail() -> None:
         "silu_fusion",
         "squeeze_excite",
         "transpose_layout",
+        "channel_layernorm",
         "layout",
         "depthwise_fusion",
         "elementwise_chain",

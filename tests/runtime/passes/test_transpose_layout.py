@@ -79,3 +79,51 @@ def test_other_permutations_and_the_nchw_layout_keep_their_transposes() -> None:
     # a spatial transpose (H and W swap) is no layout change
     spatial = model(convnext((0, 1, 3, 2))[:3], [vi("x", shape=[1, 3, 10, 10])], [vi("t", shape=[1, C, 5, 5])], INIT)
     assert "Transpose" in ops_of(compile_model(spatial, layout="nhwc"))
+
+
+LN_INIT = [
+    *INIT,
+    const("wl", rng.random((C, 1, 1)) + 0.5),
+    const("bl", rng.standard_normal((C, 1, 1))),
+    const("two", 2.0),
+    const("four", 4.0),
+    const("eps", 1e-6),
+    const("wdown", rng.standard_normal((2 * C, C, 2, 2)) * 0.3),
+]
+
+
+def channels_first_layernorm(axes: tuple[int, ...] = (1,), power: float = 2.0) -> list[onnx.NodeProto]:
+    """ConvNeXt's LayerNorm(data_format="channels_first") between its stem and a downsampling conv, as traced
+    (``x - u`` twice)."""
+    return [
+        helper.make_node("Conv", ["x", "ws"], ["s"], strides=[2, 2]),
+        helper.make_node("ReduceMean", ["s"], ["u"], axes=list(axes), keepdims=1),
+        helper.make_node("Sub", ["s", "u"], ["d1"]),
+        helper.make_node("Pow", ["d1", "two" if power == 2.0 else "four"], ["p"]),
+        helper.make_node("ReduceMean", ["p"], ["v"], axes=list(axes), keepdims=1),
+        helper.make_node("Sub", ["s", "u"], ["d2"]),
+        helper.make_node("Add", ["v", "eps"], ["ve"]),
+        helper.make_node("Sqrt", ["ve"], ["sd"]),
+        helper.make_node("Div", ["d2", "sd"], ["n"]),
+        helper.make_node("Mul", ["wl", "n"], ["nw"]),
+        helper.make_node("Add", ["nw", "bl"], ["nb"]),
+        helper.make_node("Conv", ["nb", "wdown"], ["out"], strides=[2, 2]),
+    ]
+
+
+@pytest.mark.parametrize("batch", [1, 2])
+def test_channels_first_layernorm_runs_nhwc(batch: int) -> None:
+    m = model(channels_first_layernorm(), [vi("x", shape=["n", 3, 12, 12])], [vi("out", shape=["n", 2 * C, 3, 3])],
+              LN_INIT)  # fmt: skip
+    feeds = {"x": rng.standard_normal((batch, 3, 12, 12)).astype(np.float32)}
+    ops = ops_of(compare(m, feeds, layout="nhwc", rtol=1e-4))
+    assert "LayerNormalization" in ops and not {"ReduceMean", "Pow", "Sqrt", "Div"} & set(ops)
+    assert ops.count("ToNhwc") == 1 and ops.count("ToNchw") == 1
+
+
+@pytest.mark.parametrize(("axes", "power"), [((2,), 2.0), ((1,), 4.0)])
+def test_other_normalisations_are_left_alone(axes: tuple[int, ...], power: float) -> None:
+    nodes = channels_first_layernorm(axes, power)
+    m = model(nodes, [vi("x", shape=[1, 3, 12, 12])], [vi("out", shape=[1, 2 * C, 3, 3])], LN_INIT)
+    feeds = {"x": rng.standard_normal((1, 3, 12, 12)).astype(np.float32)}
+    assert "LayerNormalization" not in ops_of(compare(m, feeds, layout="nhwc", rtol=1e-4))
