@@ -20,7 +20,7 @@ from runtime.kernels.base import Kernel, register
 from runtime.kernels.fused import DOMAIN, _store
 from runtime.kernels.tensor_index import Gather
 from runtime.native import ops
-from runtime.native.convnets import embedding_bag_call
+from runtime.native.convnets import embedding_bag_call, embedding_bag_ranges_call
 
 
 @register
@@ -68,3 +68,55 @@ class EmbeddingBag(Kernel):
         if self.mean:
             return np.asarray(np.mean(rows, axis=1, keepdims=self.keepdims))
         return np.sum(rows, axis=1, keepdims=self.keepdims, dtype=rows.dtype)
+
+
+@register
+class EmbeddingBagRanges(Kernel):
+    """Bags given by ranges, as PyTorch exports ``nn.EmbeddingBag`` (a Loop over bags, fused by
+    ``runtime.passes.embedding_bag``): inputs ``table [V, D]``, ``idx [T]``, ``starts``, ``ends`` and the bag count
+    (the Loop's trip count); ``out[i]`` sums (``mean``: averages) ``table[idx[starts[i]:ends[i]]]``, the bounds
+    clamped as Slice clamps them."""
+
+    op_type = "EmbeddingBagRanges"
+    domain = DOMAIN
+    since_version = 1
+    attr_defaults: ClassVar[dict[str, Any]] = {"mean": 0}
+    fresh_output = True
+
+    def setup(self) -> None:
+        self.mean = bool(self.attrs["mean"])
+        self.gather = Gather(self.node, {"axis": 0})
+
+    def _call(self, out: np.ndarray, *inputs: np.ndarray) -> ops.Bound | None:
+        lib = native.lib()
+        if lib is None or any(not isinstance(a, np.ndarray) for a in inputs):
+            return None
+        table, idx, starts, ends, bags = inputs
+        where = f"node {self.node.name!r} (EmbeddingBagRanges)"
+        return embedding_bag_ranges_call(lib, table, idx, starts, ends, bags, out, self.mean, KernelError, where)
+
+    def compute(self, *inputs: np.ndarray) -> np.ndarray:
+        return self.compute_into(None, *inputs)
+
+    def compute_into(self, out: np.ndarray | None, *inputs: np.ndarray) -> np.ndarray:
+        table, bags = inputs[0], inputs[4]
+        if table.ndim == 2 and table.dtype == np.float32 and np.asarray(bags).size == 1:
+            count = int(np.asarray(bags).reshape(-1)[0])
+            target = np.empty((max(count, 0), table.shape[1]), np.float32) if out is None else out
+            call = self._call(target, *(np.ascontiguousarray(a) for a in inputs))
+            if call is not None:
+                call()
+                return target
+        return _store(out, self.compute_numpy(*inputs))
+
+    def bind(self, out: np.ndarray, *inputs: np.ndarray) -> ops.Bound | None:
+        return self._call(out, *inputs)
+
+    def compute_numpy(
+        self, table: np.ndarray, idx: np.ndarray, starts: np.ndarray, ends: np.ndarray, bags: np.ndarray
+    ) -> np.ndarray:
+        rows = []
+        for i in range(int(np.asarray(bags).reshape(-1)[0])):
+            picked = self.gather.compute(table, idx[int(starts[i]) : int(ends[i])])
+            rows.append(np.mean(picked, axis=0) if self.mean else np.sum(picked, axis=0, dtype=picked.dtype))
+        return np.stack(rows) if rows else np.zeros((0, table.shape[1]), table.dtype)

@@ -73,6 +73,7 @@ ENTRY_POINTS = (
     "ap_col2im_gather",
     "ap_se",
     "ap_embag",
+    "ap_embag_ranges",
 )
 
 _lock = threading.Lock()

@@ -150,3 +150,43 @@ CN_API void ap_embag(int64_t *a) {
     if (!eb_bag(a, n)) { a[EB_STATUS] = 1 + n; return; }
   }
 }
+
+/* ---------------------------------------------------------------------------------------------------------- */
+/* Embedding bags by ranges (PyTorch's nn.EmbeddingBag export, a Loop over bags): bag i sums (or averages) the
+ * rows table[idx[j]] for j in [starts[i], ends[i]), the bounds clamped as ONNX Slice clamps them (negative counts
+ * from the end of idx, then into [0, NIDX]). ER_STATUS: 0, 1 + the first bag with an id outside [-V, V), or -1
+ * when there are fewer starts or ends than bags. */
+enum { ER_TABLE, ER_V, ER_D, ER_IDX, ER_I32, ER_NIDX, ER_STARTS, ER_NSTARTS, ER_ENDS, ER_NENDS, ER_M, ER_Y, ER_MEAN,
+       ER_STATUS, ER_NARGS };
+
+static long er_bound(long b, long n) {
+  if (b < 0) b += n;
+  return b < 0 ? 0 : b > n ? n : b;
+}
+
+CN_API void ap_embag_ranges(int64_t *a) {
+  long V = a[ER_V], D = a[ER_D], T = a[ER_NIDX], M = *(const int64_t *)a[ER_M];
+  const float *table = (const float *)a[ER_TABLE];
+  const int64_t *starts = (const int64_t *)a[ER_STARTS], *ends = (const int64_t *)a[ER_ENDS];
+  a[ER_STATUS] = 0;
+  if (M > a[ER_NSTARTS] || M > a[ER_NENDS]) { a[ER_STATUS] = -1; return; }
+  for (long i = 0; i < M; i++) {
+    long s = er_bound((long)starts[i], T), e = er_bound((long)ends[i], T);
+    if (e < s) e = s;
+    float *y = (float *)a[ER_Y] + i * D;
+    memset(y, 0, (size_t)D * sizeof(float));
+    for (long j = s; j < e; j++) {
+      long id = a[ER_I32] ? (long)((const int32_t *)a[ER_IDX])[j] : (long)((const int64_t *)a[ER_IDX])[j];
+      if (id < 0) id += V;
+      if (id < 0 || id >= V) { a[ER_STATUS] = 1 + i; return; }
+      const float *row = table + id * D;
+      long d = 0;
+      for (; d + CVL <= D; d += CVL) *(cv16 *)(y + d) += *(const cv16 *)(row + d);
+      for (; d < D; d++) y[d] += row[d];
+    }
+    if (a[ER_MEAN]) { /* an empty bag's mean is 0/0, as ReduceMean gives */
+      float count = (float)(e - s);
+      for (long d = 0; d < D; d++) y[d] /= count;
+    }
+  }
+}

@@ -33,6 +33,23 @@ from runtime.native.abi import ACTIVATIONS, Bound, _bound
     SE_NARGS,
 ) = range(19)
 (EB_TABLE, EB_V, EB_D, EB_IDS, EB_I32, EB_N, EB_L, EB_ROW, EB_OFF, EB_Y, EB_MEAN, EB_STATUS, EB_NARGS) = range(13)
+(
+    ER_TABLE,
+    ER_V,
+    ER_D,
+    ER_IDX,
+    ER_I32,
+    ER_NIDX,
+    ER_STARTS,
+    ER_NSTARTS,
+    ER_ENDS,
+    ER_NENDS,
+    ER_M,
+    ER_Y,
+    ER_MEAN,
+    ER_STATUS,
+    ER_NARGS,
+) = range(15)
 
 
 def _c_float(a: np.ndarray | None) -> bool:
@@ -134,6 +151,63 @@ def embedding_bag_call(
             rows = table.shape[0]
             bad = next((i for i in bag if not -rows <= i < rows), bag)
             raise on_bad_id(f"{where}: index {bad} is out of range for a table of {rows} rows")
+
+    call.args = a  # type: ignore[attr-defined]
+    return call
+
+
+def embedding_bag_ranges_call(
+    native: NativeLib,
+    table: np.ndarray,
+    idx: np.ndarray,
+    starts: np.ndarray,
+    ends: np.ndarray,
+    bags: np.ndarray,
+    out: np.ndarray,
+    mean: bool,
+    on_error: type[Exception],
+    where: str,
+) -> Bound | None:
+    """``out[i] = sum_{j in [starts[i], ends[i])} table[idx[j]]`` for ``i < bags`` (a 0-d int64 array read at each
+    call), over fixed arrays; raises ``on_error`` (naming ``where``) for a bad id or too few starts/ends."""
+    if table.ndim != 2 or not _c_float(table) or not _c_float(out) or idx.dtype not in (np.int64, np.int32):
+        return None
+    arrays = (idx, starts, ends, bags)
+    if any(not a.flags.c_contiguous for a in arrays) or idx.ndim != 1 or starts.ndim != 1 or ends.ndim != 1:
+        return None
+    if starts.dtype != np.int64 or ends.dtype != np.int64 or bags.dtype != np.int64 or bags.size != 1:
+        return None
+    if out.ndim != 2 or out.shape[1] != table.shape[1] or out.shape[0] != int(bags.reshape(-1)[0]):
+        return None
+    a = Args(ER_NARGS)
+    a.block[:] = (
+        addr(table),
+        table.shape[0],
+        table.shape[1],
+        addr(idx),
+        int(idx.dtype == np.int32),
+        idx.size,
+        addr(starts),
+        starts.size,
+        addr(ends),
+        ends.size,
+        addr(bags),
+        addr(out),
+        int(mean),
+        0,
+    )
+    a.keep.extend((table, *arrays, out))
+    fn, ptr, block = native.embag_ranges, a.ptr, a.block
+
+    def call() -> None:
+        if int(bags.reshape(-1)[0]) != out.shape[0]:
+            raise on_error(f"{where}: {int(bags.reshape(-1)[0])} bags, the planned output holds {out.shape[0]}")
+        fn(ptr)
+        status = int(block[ER_STATUS])
+        if status < 0:
+            raise on_error(f"{where}: fewer bag starts ({starts.size}) or ends ({ends.size}) than bags")
+        if status:
+            raise on_error(f"{where}: bag {status - 1} holds an index out of range for {table.shape[0]} rows")
 
     call.args = a  # type: ignore[attr-defined]
     return call

@@ -3,8 +3,11 @@
     # ReduceSum(Gather(table, ids, axis=0), axes=[1]) -> EmbeddingBag(table, ids)               ids [N, L]
     # ReduceMean(...)                                 -> EmbeddingBag(table, ids; mean=1)
     # ... with ids = Gather(all_ids, i, axis=1)       -> EmbeddingBag(table, all_ids; column=i)  all_ids [N, F, L]
+    # Loop(M, true) { ReduceSum(Gather(table, Slice(idx, starts[i], ends[i])), [0]) }
+    #                                                 -> EmbeddingBagRanges(table, idx, starts, ends, M)
 
-PyTorch exports ``table(ids[:, i]).sum(1)`` as these three nodes per feature; fused, a bag is one compiled call.
+PyTorch exports ``table(ids[:, i]).sum(1)`` as these three nodes per feature, and ``nn.EmbeddingBag`` as a Loop
+over the bags whose body slices, gathers and sums one bag; fused, either is one compiled call.
 Guards: a float32 ``[V, D]`` table, integer ids of known rank, the bag axis 1 (or -2) reduced, an int scalar
 constant column, and every link read only by the next one.
 """
@@ -12,6 +15,9 @@ constant column, and every link read only by the next one.
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
+
+import numpy as np
+from onnx import GraphProto, numpy_helper
 
 from runtime.ir import Graph, Node
 from runtime.passes.util import GraphIndex, elem_type_of, is_float32, make_node, remove_nodes, replace_node, shape_of
@@ -79,10 +85,105 @@ def _match(reduce: Node, graph: Graph, index: GraphIndex) -> tuple[list[Node], l
     return nodes, [table, ids], attrs
 
 
+def _body_values(body: GraphProto) -> dict[str, np.ndarray]:
+    """The body's Constant outputs (``value`` attribute) by name."""
+    values = {}
+    for node in body.node:
+        if node.op_type == "Constant" and len(node.attribute) == 1 and node.attribute[0].name == "value":
+            values[node.output[0]] = numpy_helper.to_array(node.attribute[0].t)
+    return values
+
+
+def _ints(name: str, values: dict[str, np.ndarray], index: GraphIndex) -> list[int] | None:
+    value = values.get(name)
+    if value is None:
+        value = index.constant(name)
+    return None if value is None or value.dtype.kind not in "iu" else [int(v) for v in value.ravel()]
+
+
+def _is_true(name: str, values: dict[str, np.ndarray], index: GraphIndex) -> bool:
+    value = values.get(name)
+    if value is None:
+        value = index.constant(name)
+    return value is not None and value.size == 1 and bool(value.reshape(-1)[0])
+
+
+def _loop_bags(loop: Node, graph: Graph, index: GraphIndex) -> tuple[list[str], dict[str, int]] | None:
+    """``(table, idx, starts, ends, M)`` and the mode of a Loop that sums (or averages) one slice of bags per
+    iteration, as PyTorch exports ``nn.EmbeddingBag``; None for any other Loop."""
+    if loop.op_type != "Loop" or loop.domain or len(loop.inputs) != 2 or len(loop.outputs) != 1:
+        return None
+    trip, cond = loop.inputs
+    bodies = list(loop.subgraphs())
+    if not trip or len(bodies) != 1 or (cond and not _is_true(cond, {}, index)):
+        return None
+    body = bodies[0]
+    values = _body_values(body)
+    nodes = [n for n in body.node if n.op_type != "Constant"]
+    made = {out: n for n in nodes for out in n.output}
+    if len(body.input) != 2 or len(body.output) != 2 or len(nodes) != 8:
+        return None
+    iteration, cond_in = body.input[0].name, body.input[1].name
+    keep = made.get(body.output[0].name)
+    if keep is None or keep.op_type not in ("Cast", "Identity") or keep.domain:
+        return None
+    if keep.input[0] != cond_in and not _is_true(keep.input[0], values, index):
+        return None
+    reduce = made.get(body.output[1].name)
+    if reduce is None or reduce.op_type not in ("ReduceSum", "ReduceMean") or reduce.domain:
+        return None
+    attrs = {a.name: a for a in reduce.attribute}
+    if "keepdims" not in attrs or attrs["keepdims"].i != 0:
+        return None
+    axes = (
+        _ints(reduce.input[1], values, index)
+        if len(reduce.input) > 1
+        else list(attrs["axes"].ints)
+        if "axes" in attrs
+        else None
+    )
+    gather = made.get(reduce.input[0])
+    if axes != [0] or gather is None or gather.op_type != "Gather" or any(a.i != 0 for a in gather.attribute):
+        return None
+    table, row = gather.input
+    cut = made.get(row)
+    if cut is None or cut.op_type != "Slice" or len(cut.input) not in (3, 4) or table in made:
+        return None
+    if len(cut.input) == 4 and _ints(cut.input[3], values, index) != [0]:
+        return None
+    idx, bounds = cut.input[0], []
+    for name in cut.input[1:3]:
+        lift = made.get(name)
+        pick = made.get(lift.input[0]) if lift is not None and lift.op_type == "Unsqueeze" else None
+        if lift is None or pick is None or len(lift.input) != 2 or _ints(lift.input[1], values, index) != [0]:
+            return None
+        if pick.op_type != "Gather" or pick.input[1] != iteration or any(a.i != 0 for a in pick.attribute):
+            return None
+        bounds.append(pick.input[0])
+    outer = [table, idx, *bounds]
+    if any(name in made or name in (iteration, cond_in) for name in outer):
+        return None
+    table_shape, idx_shape = shape_of(graph, table), shape_of(graph, idx)
+    if table_shape is None or len(table_shape) != 2 or not is_float32(graph, table):
+        return None
+    if idx_shape is None or len(idx_shape) != 1 or elem_type_of(graph, idx) not in _INT_IDS:
+        return None
+    return [table, idx, *bounds, trip], {"mean": int(reduce.op_type == "ReduceMean")}
+
+
 def run(graph: Graph, ctx: PassContext) -> int:
     index = GraphIndex(graph)
     rewrites = 0
     for node in list(graph.nodes):
+        bags = _loop_bags(node, graph, index)
+        if bags is not None:
+            fused = make_node(
+                graph, "EmbeddingBagRanges", bags[0], node.outputs, f"{node.name}_bags", attributes=bags[1]
+            )
+            replace_node(graph, node, [fused])
+            index.refresh()
+            rewrites += 1
+            continue
         found = _match(node, graph, index)
         if found is None:
             continue

@@ -81,3 +81,68 @@ def test_look_alikes_are_left_alone() -> None:
     nodes = [*bags(), helper.make_node("Identity", ["e0"], ["rows"])]
     m = model(nodes, [vi("ids", TensorProto.INT64, ["n", F, L])], [vi("out"), vi("rows")], INIT)
     assert ops_of(compile_model(m)).count("EmbeddingBag") == F - 1
+
+
+def loop_bags(weighted: bool = False, reduce: str = "ReduceSum") -> onnx.ModelProto:
+    """``nn.EmbeddingBag`` as PyTorch exports it: a Loop over bags slicing ``idx[starts[i]:ends[i]]``."""
+    c = helper.make_tensor
+    body_nodes = [
+        helper.make_node("Constant", [], ["zero"], value=c("zero_t", TensorProto.INT64, [1], [0])),
+        helper.make_node("Gather", ["starts", "i"], ["s"], axis=0),
+        helper.make_node("Gather", ["ends", "i"], ["e"], axis=0),
+        helper.make_node("Unsqueeze", ["s", "zero"], ["su"]),
+        helper.make_node("Unsqueeze", ["e", "zero"], ["eu"]),
+        helper.make_node("Slice", ["idx", "su", "eu", "zero"], ["row"]),
+        helper.make_node("Gather", ["t0", "row"], ["emb"], axis=0),
+    ]
+    if weighted:
+        body_nodes.append(helper.make_node("Mul", ["emb", "half"], ["emb_w"]))
+    last = "emb_w" if weighted else "emb"
+    body_nodes += [
+        helper.make_node(reduce, [last, "zero"], ["bag"], keepdims=0),
+        helper.make_node("Cast", ["true"], ["cond_out"], to=TensorProto.BOOL),
+    ]
+    body = helper.make_graph(
+        body_nodes,
+        "body",
+        [vi("i", TensorProto.INT64, []), vi("cond", TensorProto.BOOL, [])],
+        [vi("cond_out", TensorProto.BOOL, []), vi("bag", TensorProto.FLOAT, [D])],
+    )
+    loop = helper.make_node("Loop", ["m", "true"], ["out"], body=body)
+    init = [*INIT, const("true", True, np.bool_), const("half", 0.5)]
+    inputs = [vi("idx", TensorProto.INT64, ["t"]), vi("starts", TensorProto.INT64, ["b"]),
+              vi("ends", TensorProto.INT64, ["b"]), vi("m", TensorProto.INT64, [])]  # fmt: skip
+    return model([loop], inputs, [vi("out", TensorProto.FLOAT, ["b", D])], init, opset=18)
+
+
+def _ranges(bags: int) -> dict[str, np.ndarray]:
+    idx = rng.integers(-V, V, 4 * bags + 3).astype(np.int64)
+    starts = np.sort(rng.integers(0, idx.size, bags)).astype(np.int64)
+    ends = np.minimum(starts + rng.integers(0, 6, bags), idx.size).astype(np.int64)
+    ends[0] = starts[0]  # an empty bag sums to zeros
+    return {"idx": idx, "starts": starts, "ends": ends, "m": np.array(bags, dtype=np.int64)}
+
+
+def test_embedding_bag_loop_fuses_exactly_on_numpy(numpy_only: None) -> None:
+    exe = compare(loop_bags(), _ranges(5), passes=["embedding_bag"], exact=True)
+    assert ops_of(exe) == ["EmbeddingBagRanges"]
+
+
+@pytest.mark.parametrize("bags", [1, 7])
+@pytest.mark.parametrize("reduce", ["ReduceSum", "ReduceMean"])
+def test_embedding_bag_loop_on_the_compiled_kernel(bags: int, reduce: str) -> None:
+    feeds = _ranges(bags)
+    if reduce == "ReduceMean":
+        feeds["ends"][0] += 1  # no empty bag: its mean is NaN on both paths
+    assert ops_of(compare(loop_bags(reduce=reduce), feeds, rtol=1e-6)) == ["EmbeddingBagRanges"]
+
+
+def test_embedding_bag_loop_errors_and_look_alikes() -> None:
+    exe = compile_model(loop_bags())
+    feeds = _ranges(3)
+    feeds["idx"][feeds["starts"][2]] = V + 1
+    feeds["ends"][2] = feeds["starts"][2] + 1
+    with pytest.raises(KernelError, match="EmbeddingBagRanges"):
+        exe.run(dict(feeds))
+    # per-sample weights (a Mul in the body) are not a plain bag
+    assert ops_of(compile_model(loop_bags(weighted=True))) == ["Loop"]
