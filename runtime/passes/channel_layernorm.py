@@ -36,7 +36,10 @@ if TYPE_CHECKING:
 
 
 def _op(node: Node | None, op: str) -> bool:
-    return node is not None and node.op_type == op and not node.domain and len(node.outputs) == 1
+    arity = {"Sqrt": 1, "ReduceMean": (1, 2)}.get(op, 2)
+    n_in = len(node.inputs) if node is not None else -1
+    fits = n_in in arity if isinstance(arity, tuple) else n_in == arity
+    return node is not None and node.op_type == op and not node.domain and len(node.outputs) == 1 and fits
 
 
 def _channel_mean(node: Node | None, index: GraphIndex) -> str | None:

@@ -72,6 +72,12 @@ def _squeezed_axis2(node: Node | None, graph: Graph, index: GraphIndex) -> str |
     return node.inputs[0]
 
 
+def _one_d(attrs: dict[str, Any], pads: int) -> bool:
+    """Whether the geometry attributes that are given have their 1-d lengths (one stride, two pads...)."""
+    lengths = {"strides": 1, "dilations": 1, "pads": pads}
+    return all(len(attrs[k]) == n for k, n in lengths.items() if attrs.get(k) is not None)
+
+
 def _lift_conv(node: Node, graph: Graph, index: GraphIndex) -> bool:
     if node.op_type != "Conv" or node.domain or len(node.inputs) < 2 or len(node.outputs) != 1:
         return False
@@ -82,8 +88,10 @@ def _lift_conv(node: Node, graph: Graph, index: GraphIndex) -> bool:
     if not is_float32(graph, node.inputs[0]) or w.dtype != np.float32:
         return False
     a = plain_attrs(node)
-    if str(a.get("auto_pad", "NOTSET")) not in ("NOTSET", "VALID"):
+    if str(a.get("auto_pad", "NOTSET")) not in ("NOTSET", "VALID") or not _one_d(a, 2):
         return False
+    if list(a.get("kernel_shape") or [w.shape[2]]) != [w.shape[2]]:
+        return False  # a malformed node stays as it is, for the checks to refuse
     pads = [int(p) for p in a.get("pads") or [0, 0]]
     attrs = {
         "group": int(a.get("group", 1)),
@@ -141,6 +149,8 @@ def _sink(node: Node, graph: Graph, index: GraphIndex) -> bool:
     elif op in _POOLS:
         kernel = attrs.get("kernel_shape") or []
         if len(kernel) != 1 or str(attrs.get("auto_pad", "NOTSET")) not in ("NOTSET", "VALID"):
+            return False
+        if not _one_d(attrs, 2) or len([o for o in node.outputs if o]) != 1:
             return False
         pads = [int(p) for p in attrs.get("pads") or [0, 0]]
         attrs["kernel_shape"] = [1, int(kernel[0])]

@@ -145,6 +145,8 @@ def _loop_bags(loop: Node, graph: Graph, index: GraphIndex) -> tuple[list[str], 
     gather = made.get(reduce.input[0])
     if axes != [0] or gather is None or gather.op_type != "Gather" or any(a.i != 0 for a in gather.attribute):
         return None
+    if len(gather.input) != 2:
+        return None
     table, row = gather.input
     cut = made.get(row)
     if cut is None or cut.op_type != "Slice" or len(cut.input) not in (3, 4) or table in made:
