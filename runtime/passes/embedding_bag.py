@@ -173,15 +173,77 @@ def _loop_bags(loop: Node, graph: Graph, index: GraphIndex) -> tuple[list[str], 
     return [table, idx, *bounds, trip], {"mean": int(reduce.op_type == "ReduceMean")}
 
 
+def _through_casts(name: str, index: GraphIndex) -> Node | None:
+    node = index.producers.get(name)
+    while node is not None and node.op_type == "Cast" and not node.domain:
+        node = index.producers.get(node.inputs[0])
+    return node
+
+
+def _dim_of(name: str, source: str, axis: int, index: GraphIndex) -> bool:
+    """Whether ``name`` is ``Gather(Shape(source), axis)`` (through casts)."""
+    pick = _through_casts(name, index)
+    if pick is None or pick.op_type != "Gather" or len(pick.inputs) != 2 or int(pick.attrs.get("axis", 0)) != 0:
+        return False
+    shape = index.producers.get(pick.inputs[0])
+    at = index.constant(pick.inputs[1])
+    if shape is None or shape.op_type != "Shape" or shape.inputs[0] != source or shape.attributes:
+        return False
+    return at is not None and at.size == 1 and int(at.reshape(-1)[0]) == axis
+
+
+def _fixed_length_ids(inputs: list[str], graph: Graph, index: GraphIndex) -> str | None:
+    """``ids [N, L]`` when the ranges are PyTorch's for a 2-d ``nn.EmbeddingBag`` input: ``idx = Reshape(ids,
+    [-1])``, ``starts = Concat(Range(0, numel(ids), L), [numel])``, ``ends = starts[1:]`` and ``M = len(ends)``;
+    bag i is then row i of ids."""
+    _, idx, starts, ends, trip = inputs
+    flat = index.producers.get(idx)
+    target = index.constant(flat.inputs[1]) if flat is not None and len(flat.inputs) == 2 else None
+    if flat is None or flat.op_type != "Reshape" or target is None or target.reshape(-1).tolist() != [-1]:
+        return None
+    ids = flat.inputs[0]
+    shape = shape_of(graph, ids)
+    concat = index.producers.get(starts)
+    if shape is None or len(shape) != 2 or concat is None or concat.op_type != "Concat" or len(concat.inputs) != 2:
+        return None
+    offsets, total = (index.producers.get(i) for i in concat.inputs)
+    if offsets is None or offsets.op_type != "Range" or total is None or total.op_type != "Unsqueeze":
+        return None
+    first = index.constant(offsets.inputs[0])
+    if first is None or first.size != 1 or int(first.reshape(-1)[0]) != 0:
+        return None
+    numel = _through_casts(offsets.inputs[1], index)
+    if numel is None or numel.op_type != "ReduceProd" or int(numel.attrs.get("keepdims", 1)) != 0:
+        return None
+    counted = index.producers.get(numel.inputs[0])
+    if counted is None or counted.op_type != "Shape" or counted.inputs[0] != ids or counted.attributes:
+        return None
+    if not _dim_of(offsets.inputs[2], ids, 1, index) or not _dim_of(total.inputs[0], idx, 0, index):
+        return None
+    cut = index.producers.get(ends)
+    if cut is None or cut.op_type != "Slice" or cut.inputs[0] != starts or len(cut.inputs) < 3:
+        return None
+    bounds = [index.constant(n) if n else None for n in [*cut.inputs[1:], "", ""][:4]]
+    begin, end, axes, steps = (None if b is None else b.reshape(-1).tolist() for b in bounds)
+    if begin != [1] or end is None or end[0] < 2**31 - 1 or axes not in (None, [0]) or steps not in (None, [1]):
+        return None
+    return ids if _dim_of(trip, ends, 0, index) else None
+
+
 def run(graph: Graph, ctx: PassContext) -> int:
     index = GraphIndex(graph)
     rewrites = 0
     for node in list(graph.nodes):
         bags = _loop_bags(node, graph, index)
         if bags is not None:
-            fused = make_node(
-                graph, "EmbeddingBagRanges", bags[0], node.outputs, f"{node.name}_bags", attributes=bags[1]
-            )
+            ids = _fixed_length_ids(bags[0], graph, index)
+            if ids is not None:  # rows of a 2-d input: the plain bag, and the offsets' subgraph goes dead
+                attrs = {"column": -1, "mean": bags[1]["mean"], "keepdims": 0}
+                fused = make_node(graph, "EmbeddingBag", [bags[0][0], ids], node.outputs, f"{node.name}_bag",
+                                  attributes=attrs)  # fmt: skip
+            else:
+                fused = make_node(graph, "EmbeddingBagRanges", bags[0], node.outputs, f"{node.name}_bags",
+                                  attributes=bags[1])  # fmt: skip
             replace_node(graph, node, [fused])
             index.refresh()
             rewrites += 1

@@ -83,8 +83,9 @@ def test_look_alikes_are_left_alone() -> None:
     assert ops_of(compile_model(m)).count("EmbeddingBag") == F - 1
 
 
-def loop_bags(weighted: bool = False, reduce: str = "ReduceSum") -> onnx.ModelProto:
-    """``nn.EmbeddingBag`` as PyTorch exports it: a Loop over bags slicing ``idx[starts[i]:ends[i]]``."""
+def loop_bags(weighted: bool = False, reduce: str = "ReduceSum", from_ids: bool = False) -> onnx.ModelProto:
+    """``nn.EmbeddingBag`` as PyTorch exports it: a Loop over bags slicing ``idx[starts[i]:ends[i]]``; with
+    ``from_ids`` the ranges come from a 2-d ``ids`` input the way PyTorch computes them."""
     c = helper.make_tensor
     body_nodes = [
         helper.make_node("Constant", [], ["zero"], value=c("zero_t", TensorProto.INT64, [1], [0])),
@@ -112,7 +113,25 @@ def loop_bags(weighted: bool = False, reduce: str = "ReduceSum") -> onnx.ModelPr
     init = [*INIT, const("true", True, np.bool_), const("half", 0.5)]
     inputs = [vi("idx", TensorProto.INT64, ["t"]), vi("starts", TensorProto.INT64, ["b"]),
               vi("ends", TensorProto.INT64, ["b"]), vi("m", TensorProto.INT64, [])]  # fmt: skip
-    return model([loop], inputs, [vi("out", TensorProto.FLOAT, ["b", D])], init, opset=18)
+    if not from_ids:
+        return model([loop], inputs, [vi("out", TensorProto.FLOAT, ["b", D])], init, opset=18)
+    n = helper.make_node
+    ranges = [
+        n("Shape", ["ids"], ["sh0"]), n("ReduceProd", ["sh0"], ["numel"], keepdims=0),
+        n("Shape", ["ids"], ["sh1"]), n("Gather", ["sh1", "one"], ["width"], axis=0),
+        n("Cast", ["numel"], ["numel_i"], to=TensorProto.INT64),
+        n("Cast", ["width"], ["width_i"], to=TensorProto.INT64),
+        n("Range", ["nought", "numel_i", "width_i"], ["offsets"]),
+        n("Reshape", ["ids", "flat"], ["idx"]), n("Shape", ["idx"], ["sh2"]),
+        n("Gather", ["sh2", "nought"], ["count"], axis=0), n("Unsqueeze", ["count", "axis0"], ["count1"]),
+        n("Concat", ["offsets", "count1"], ["starts"], axis=0),
+        n("Slice", ["starts", "one1", "huge", "axis0", "one1"], ["ends"]),
+        n("Shape", ["ends"], ["sh3"]), n("Gather", ["sh3", "nought"], ["m"], axis=0),
+    ]  # fmt: skip
+    init += [const("one", 1, np.int64), const("nought", 0, np.int64), const("flat", [-1], np.int64)]
+    init += [const("axis0", [0], np.int64), const("one1", [1], np.int64), const("huge", [2**63 - 1], np.int64)]
+    ids = vi("ids", TensorProto.INT64, ["b", L])
+    return model([*ranges, loop], [ids], [vi("out", TensorProto.FLOAT, ["b", D])], init, opset=18)
 
 
 def _ranges(bags: int) -> dict[str, np.ndarray]:
@@ -146,3 +165,9 @@ def test_embedding_bag_loop_errors_and_look_alikes() -> None:
         exe.run(dict(feeds))
     # per-sample weights (a Mul in the body) are not a plain bag
     assert ops_of(compile_model(loop_bags(weighted=True))) == ["Loop"]
+
+
+@pytest.mark.parametrize("batch", [1, 6])
+def test_embedding_bag_module_over_2d_ids_becomes_the_plain_bag(batch: int) -> None:
+    feeds = {"ids": rng.integers(-V, V, (batch, L)).astype(np.int64)}
+    assert ops_of(compare(loop_bags(from_ids=True), feeds, rtol=1e-6)) == ["EmbeddingBag"]
