@@ -282,4 +282,6 @@ def _nchw_epilogue(y: np.ndarray, node: Any) -> np.ndarray:
     if activation == "Clip":
         lo, hi = np.float32(node.attrs.get("act_lo", 0.0)), np.float32(node.attrs.get("act_hi", 0.0))
         return np.minimum(np.maximum(y, lo), hi)
-    return y
+    from runtime.native.abi import apply_activation
+
+    return apply_activation(y, activation, float(node.attrs.get("act_lo", 0.0)), float(node.attrs.get("act_hi", 0.0)))

@@ -25,6 +25,7 @@ from runtime.kernels.activations import sigmoid
 from runtime.kernels.base import Kernel, register
 from runtime.kernels.elementwise import erf
 from runtime.native import ops
+from runtime.native.abi import apply_activation
 
 DOMAIN = "com.appopt"
 
@@ -76,7 +77,7 @@ def _finish(y: np.ndarray, res: np.ndarray | None, epilogue: ops.Epilogue) -> np
         return np.minimum(np.maximum(y, y.dtype.type(epilogue.lo)), y.dtype.type(epilogue.hi))
     if epilogue.activation == "LeakyRelu":
         return np.where(y < 0, y * y.dtype.type(epilogue.lo), y)
-    return y
+    return apply_activation(y, epilogue.activation, epilogue.lo, epilogue.hi)
 
 
 # -- products ----------------------------------------------------------------------------------------------------

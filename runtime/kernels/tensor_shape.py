@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, ClassVar
 
 import numpy as np
@@ -213,6 +213,24 @@ class Concat(Kernel):
     def compute(self, *xs: np.ndarray) -> np.ndarray:
         axis = int(self.attrs["axis"])
         return np.concatenate(xs, axis=norm_axis(axis, xs[0].ndim))
+
+    #: Writes into its planned buffer, so the static plan can bind it and the ops reading it.
+    fresh_output = True
+
+    def compute_into(self, out: np.ndarray, *xs: np.ndarray) -> np.ndarray:
+        if any(x.dtype != out.dtype for x in xs):
+            return self.compute(*xs)
+        return np.concatenate(xs, axis=norm_axis(int(self.attrs["axis"]), xs[0].ndim), out=out)
+
+    def bind(self, out: np.ndarray, *xs: np.ndarray) -> Callable[[], None] | None:
+        if not xs or any(not isinstance(x, np.ndarray) or x.dtype != out.dtype for x in xs):
+            return None
+        parts, axis = tuple(xs), norm_axis(int(self.attrs["axis"]), xs[0].ndim)
+
+        def call() -> None:
+            np.concatenate(parts, axis=axis, out=out)
+
+        return call
 
 
 @register

@@ -44,12 +44,13 @@ __all__ = [
 ]
 
 SOURCE = Path(__file__).with_name("kernels.c")
-#: Compiled into the same shared object as ``SOURCE`` (recurrent layers, ConvTranspose and attention in their
-#: own files).
+#: Compiled into the same shared object as ``SOURCE`` (recurrent layers, ConvTranspose, attention, squeeze-excite
+#: and the embedding bag in their own files).
 EXTRA_SOURCES = (
     Path(__file__).with_name("recurrent.c"),
     Path(__file__).with_name("upsample.c"),
     Path(__file__).with_name("attention.c"),
+    Path(__file__).with_name("convnets.c"),
 )
 FLAGS = ("-O3", "-march=native", "-fPIC", "-shared", "-pthread", "-Wno-psabi", "-fno-math-errno")
 #: Entry points, each ``void f(const int64_t *args)``.
@@ -72,6 +73,9 @@ ENTRY_POINTS = (
     "ap_rnn_seq",
     "ap_col2im_gather",
     "ap_attention",
+    "ap_se",
+    "ap_embag",
+    "ap_embag_ranges",
 )
 
 _lock = threading.Lock()

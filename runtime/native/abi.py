@@ -19,7 +19,19 @@ NB = 32
 #: Lanes of one vector (``VL`` in kernels.c); depthwise weights are padded to it.
 VL = 16
 
-ACTIVATIONS = {"": 0, "Relu": 1, "Clip": 2, "LeakyRelu": 3}
+#: Epilogue activations (``ACT_*`` in kernels.c). ``lo``/``hi`` carry Clip's bounds, LeakyRelu's slope (lo),
+#: HardSigmoid's alpha (lo) and beta (hi), and for Gelu the divisor (lo, ~sqrt 2) and half (hi) of the pattern.
+ACTIVATIONS = {
+    "": 0,
+    "Relu": 1,
+    "Clip": 2,
+    "LeakyRelu": 3,
+    "Silu": 4,
+    "Sigmoid": 5,
+    "HardSigmoid": 6,
+    "HardSwish": 7,
+    "Gelu": 8,
+}
 
 # argument block layouts (see kernels.c)
 (
@@ -194,7 +206,31 @@ class Epilogue:
             return np.minimum(np.maximum(y, np.float32(self.lo), out=y), np.float32(self.hi), out=y)
         if self.activation == "LeakyRelu":
             return np.where(y < 0, y * np.float32(self.lo), y).astype(y.dtype, copy=False)
+        if self.activation:
+            return apply_activation(y, self.activation, self.lo, self.hi)
         return y
+
+
+def apply_activation(y: np.ndarray, activation: str, lo: float, hi: float) -> np.ndarray:
+    """Silu, Sigmoid, HardSigmoid, HardSwish and Gelu in NumPy, with the arithmetic of the unfused ops' kernels (so a
+    fused graph on the NumPy path gives the bits of the unfused one); other activations: ``y`` unchanged."""
+    t = y.dtype.type
+    if activation in ("Silu", "Sigmoid"):
+        with np.errstate(over="ignore"):
+            e = np.exp(-y)
+        e += t(1)
+        s = np.reciprocal(e, out=e)
+        return s if activation == "Sigmoid" else y * s
+    if activation == "HardSigmoid":
+        return np.clip(y * lo + hi, 0, 1).astype(y.dtype, copy=False)
+    if activation == "HardSwish":
+        return y * np.clip(y / 6 + 0.5, 0, 1)
+    if activation == "Gelu":  # the Gelu kernel's form 1, (x * (erf(x / div) + 1)) * half: PyTorch's export
+        from runtime.kernels.special import erf
+
+        inner = erf(y / t(lo)).astype(y.dtype, copy=False) + t(1.0)
+        return (y * inner) * t(hi)
+    return y
 
 
 def block_width(mg: int) -> int:

@@ -58,13 +58,70 @@ INLINE v16 vmax_nan(v16 v, v16 acc) { return vblend((vi16)((v < acc) | (acc != a
 INLINE v16 vmin(v16 a, v16 b) { return vblend((vi16)(a > b), b, a); }
 INLINE float f32(int64_t bits) { union { int32_t i; float f; } u; u.i = (int32_t)bits; return u.f; }
 
-/* Activations shared by every epilogue: 0 none, 1 relu, 2 clip(lo, hi), 3 leaky relu (slope lo). */
-enum { ACT_NONE = 0, ACT_RELU = 1, ACT_CLIP = 2, ACT_LEAKY = 3 };
+/* exp(x) of every lane (activations, softmax, erf, tanh). */
+INLINE v16 vexp(v16 x) {
+  /* exp(x) = 2^k * exp(r), r = x - k ln2 in [-ln2/2, ln2/2]; degree-6 polynomial; ~1 ulp over the float range */
+  x = vmin(vmax(x, vsplat(-87.3f)), vsplat(88.7f));
+  v16 k = x * 1.44269504088896341f;
+  k = (v16)__builtin_convertvector(__builtin_convertvector(k + vblend((vi16)(k < 0.0f), vsplat(-0.5f), vsplat(0.5f)), vi16), v16);
+  v16 r = x - k * 0.693359375f;
+  r = r - k * -2.12194440e-4f;
+  v16 p = vsplat(1.9875691500e-4f);
+  p = p * r + 1.3981999507e-3f;
+  p = p * r + 8.3334519073e-3f;
+  p = p * r + 4.1665795894e-2f;
+  p = p * r + 1.6666665459e-1f;
+  p = p * r + 5.0000001201e-1f;
+  p = p * r * r + r + 1.0f;
+  vi16 e = (__builtin_convertvector(k, vi16) + 127) << 23;
+  return p * (v16)e;
+}
+
+/* erf(x) of every lane (activations, GELU). */
+INLINE v16 verf(v16 x) {
+  /* |x| >= 0.5: Abramowitz & Stegun 7.1.26 with the vector exp (|error| < 1.5e-7, small next to erf there);
+   * |x| < 0.5: the Taylor series through x^13 (relative error < 3e-8), so tiny inputs keep full precision. */
+  v16 ax = vblend((vi16)(x < 0.0f), -x, x);
+  v16 t = 1.0f / (1.0f + 0.3275911f * ax);
+  v16 p = vsplat(1.061405429f);
+  p = p * t - 1.453152027f;
+  p = p * t + 1.421413741f;
+  p = p * t - 0.284496736f;
+  p = p * t + 0.254829592f;
+  v16 r = 1.0f - p * t * vexp(-ax * ax);
+  r = vblend((vi16)(x < 0.0f), -r, r);
+  v16 x2 = x * x;
+  v16 q = vsplat(-1.0f / 9360.0f);
+  q = q * x2 + 1.0f / 1320.0f;
+  q = q * x2 - 1.0f / 216.0f;
+  q = q * x2 + 1.0f / 42.0f;
+  q = q * x2 - 1.0f / 10.0f;
+  q = q * x2 + 1.0f / 3.0f;
+  v16 small = 1.1283791670955126f * x * (1.0f - q * x2);
+  return vblend((vi16)(ax < 0.5f), small, r);
+}
+
+/* Activations shared by every epilogue: 0 none, 1 relu, 2 clip(lo, hi), 3 leaky relu (slope lo), 4 silu
+ * (x * sigmoid(x)), 5 sigmoid, 6 hard sigmoid (clip(lo * x + hi, 0, 1)), 7 hard swish (x * clip(x / 6 + 0.5, 0, 1)),
+ * 8 gelu (0.5 * x * (1 + erf(x / sqrt 2)), as ap_gelu). */
+enum { ACT_NONE = 0, ACT_RELU = 1, ACT_CLIP = 2, ACT_LEAKY = 3, ACT_SILU = 4, ACT_SIGMOID = 5, ACT_HARDSIGMOID = 6,
+       ACT_HARDSWISH = 7, ACT_GELU = 8 };
 INLINE v16 activate(v16 v, int act, float lo, float hi) {
   if (act == ACT_RELU) return vblend((vi16)(v < 0.0f), vsplat(0.0f), v);
   if (act == ACT_CLIP) return vmin(vmax(v, vsplat(lo)), vsplat(hi));
   if (act == ACT_LEAKY) return vblend((vi16)(v < 0.0f), v * lo, v);
+  if (act == ACT_SILU) return v / (1.0f + vexp(-v));
+  if (act == ACT_SIGMOID) return 1.0f / (1.0f + vexp(-v));
+  if (act == ACT_HARDSIGMOID) return vmin(vmax(v * lo + hi, vsplat(0.0f)), vsplat(1.0f));
+  if (act == ACT_HARDSWISH) return v * vmin(vmax(v * (1.0f / 6.0f) + 0.5f, vsplat(0.0f)), vsplat(1.0f));
+  if (act == ACT_GELU) return 0.5f * v * (1.0f + verf(v * 0.70710678118654752f));
   return v;
+}
+/* The same activations over n contiguous floats in place, for kernels compiled from the other sources. */
+API void ap_activate_row(float *p, long n, int act, float lo, float hi) {
+  long i = 0;
+  for (; i + VL <= n; i += VL) vstore(p + i, activate(vload(p + i), act, lo, hi));
+  if (i < n) vstore_n(p + i, activate(vload_n(p + i, (int)(n - i)), act, lo, hi), (int)(n - i));
 }
 
 /* ---------------------------------------------------------------------------------------------------------- */
@@ -995,23 +1052,6 @@ API void ap_transpose(const int64_t *a) {
 
 /* ---------------------------------------------------------------------------------------------------------- */
 /* Row-wise kernels over contiguous [rows][n]: softmax, layer normalisation, and elementwise GELU. */
-INLINE v16 vexp(v16 x) {
-  /* exp(x) = 2^k * exp(r), r = x - k ln2 in [-ln2/2, ln2/2]; degree-6 polynomial; ~1 ulp over the float range */
-  x = vmin(vmax(x, vsplat(-87.3f)), vsplat(88.7f));
-  v16 k = x * 1.44269504088896341f;
-  k = (v16)__builtin_convertvector(__builtin_convertvector(k + vblend((vi16)(k < 0.0f), vsplat(-0.5f), vsplat(0.5f)), vi16), v16);
-  v16 r = x - k * 0.693359375f;
-  r = r - k * -2.12194440e-4f;
-  v16 p = vsplat(1.9875691500e-4f);
-  p = p * r + 1.3981999507e-3f;
-  p = p * r + 8.3334519073e-3f;
-  p = p * r + 4.1665795894e-2f;
-  p = p * r + 1.6666665459e-1f;
-  p = p * r + 5.0000001201e-1f;
-  p = p * r * r + r + 1.0f;
-  vi16 e = (__builtin_convertvector(k, vi16) + 127) << 23;
-  return p * (v16)e;
-}
 
 enum { RW_X, RW_Y, RW_ROWS, RW_N, RW_GAMMA, RW_BETA, RW_EPS, RW_NARGS };
 
@@ -1079,29 +1119,6 @@ static void layernorm_task(const void *vctx, long task) {
 
 API void ap_layernorm(const int64_t *a) {
   parallel_for_work(a[RW_ROWS] < 64 ? a[RW_ROWS] : 64, layernorm_task, a, 4.0 * a[RW_ROWS] * a[RW_N]);
-}
-
-INLINE v16 verf(v16 x) {
-  /* |x| >= 0.5: Abramowitz & Stegun 7.1.26 with the vector exp (|error| < 1.5e-7, small next to erf there);
-   * |x| < 0.5: the Taylor series through x^13 (relative error < 3e-8), so tiny inputs keep full precision. */
-  v16 ax = vblend((vi16)(x < 0.0f), -x, x);
-  v16 t = 1.0f / (1.0f + 0.3275911f * ax);
-  v16 p = vsplat(1.061405429f);
-  p = p * t - 1.453152027f;
-  p = p * t + 1.421413741f;
-  p = p * t - 0.284496736f;
-  p = p * t + 0.254829592f;
-  v16 r = 1.0f - p * t * vexp(-ax * ax);
-  r = vblend((vi16)(x < 0.0f), -r, r);
-  v16 x2 = x * x;
-  v16 q = vsplat(-1.0f / 9360.0f);
-  q = q * x2 + 1.0f / 1320.0f;
-  q = q * x2 - 1.0f / 216.0f;
-  q = q * x2 + 1.0f / 42.0f;
-  q = q * x2 - 1.0f / 10.0f;
-  q = q * x2 + 1.0f / 3.0f;
-  v16 small = 1.1283791670955126f * x * (1.0f - q * x2);
-  return vblend((vi16)(ax < 0.5f), small, r);
 }
 
 INLINE v16 vtanh(v16 v) {

@@ -3,7 +3,7 @@
     # Conv(x, W, B) -> FusedConv(x, W, B)                       only when something below gets absorbed
     # Add(Conv(x, W), b) -> FusedConv(x, W, b)                  b a constant [M] or [1, M, 1, ...] and no B yet
     # Add(Conv(x, W, B), r) / Sum(...) -> FusedConv(x, W, B, res=r)     r of the output's shape
-    # Relu/Clip/LeakyRelu(FusedConv(...)) -> FusedConv(..., activation)
+    # Relu/Clip/LeakyRelu/Sigmoid/Gelu...(FusedConv(...)) -> FusedConv(..., activation)   (util.activation_of)
 
 The residual can never depend on the convolution (its output is read only by the Add), so the fused node keeps
 the graph acyclic. Float32 only; the unfused order (bias, residual, activation) is kept.
@@ -39,10 +39,11 @@ def _absorb(conv: Node, nxt: Node, graph: Graph, index: GraphIndex) -> bool:
     ins = list(conv.inputs) + [""] * (4 - len(conv.inputs))
     attrs: dict[str, Any] = plain_attrs(conv)
     out = conv.outputs[0]
-    if nxt.domain:
-        return False
-    two_input_sum = nxt.op_type == "Sum" and len(nxt.inputs) == 2
-    if ((nxt.op_type == "Add" and nxt.opset >= 7) or two_input_sum) and len(nxt.inputs) == 2:
+    two_input_sum = nxt.op_type == "Sum" and len(nxt.inputs) == 2 and not nxt.domain
+    if nxt.domain:  # of the passes' own ops, only an activation (Gelu) can join
+        if not absorb_activation(attrs, nxt, index):
+            return False
+    elif ((nxt.op_type == "Add" and nxt.opset >= 7) or two_input_sum) and len(nxt.inputs) == 2:
         if ins[3] or attrs.get("activation"):
             return False
         other = nxt.inputs[1] if nxt.inputs[0] == out else nxt.inputs[0]

@@ -189,6 +189,10 @@ def _nhwc_inputs(node: Node, index: GraphIndex, graph: Graph | None = None) -> l
 
 def _sink(node: Node, graph: Graph, index: GraphIndex) -> bool:
     """Rewrite ``node`` to read NHWC inputs and produce NHWC, with a ToNchw after it. False when it cannot."""
+    if node.domain == "com.appopt" and node.op_type == "SqueezeExcite":
+        from runtime.passes.squeeze_excite import sink_channels_last
+
+        return sink_channels_last(node, graph, index)
     if node.domain or any(True for _ in node.subgraphs()) or not node.outputs or not node.outputs[0]:
         return False
     op = node.op_type

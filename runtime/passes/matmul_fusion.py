@@ -5,7 +5,7 @@
     # Mul(FusedMatMul(A, B), c) / Div(..., c) -> FusedMatMul(A, B, alpha=c or 1/c)   scalar c, nothing fused yet
     # Add(FusedMatMul(A, B), bias) -> FusedMatMul(A, B, bias)      bias a constant vector along N
     # Add(FusedMatMul(A, B), r) -> FusedMatMul(A, B, res=r)         r of the output's shape
-    # Relu/Clip/LeakyRelu(FusedMatMul(...)) -> FusedMatMul(..., activation)
+    # Relu/Clip/LeakyRelu/Sigmoid/Gelu...(FusedMatMul(...)) -> FusedMatMul(..., activation)
 
 Each absorption needs the FusedMatMul output to be read only by the absorbed node (and not be a graph output),
 and keeps the unfused order of operations (scale, bias, residual, activation).
@@ -86,9 +86,12 @@ def _absorb(fused: Node, nxt: Node, graph: Graph, index: GraphIndex) -> bool:
     attrs: dict[str, Any] = plain_attrs(fused)
     nothing_yet = not ins[2] and not ins[3] and not attrs.get("activation")
     out = fused.outputs[0]
-    if nxt.domain or (nxt.opset < 7 and nxt.op_type in ("Add", "Mul", "Div")):
+    if not nxt.domain and nxt.opset < 7 and nxt.op_type in ("Add", "Mul", "Div"):
         return False
-    if nxt.op_type in ("Mul", "Div") and len(nxt.inputs) == 2 and nothing_yet and "div" not in attrs:
+    if nxt.domain:  # of the passes' own ops, only an activation (Gelu) can join
+        if not absorb_activation(attrs, nxt, index):
+            return False
+    elif nxt.op_type in ("Mul", "Div") and len(nxt.inputs) == 2 and nothing_yet and "div" not in attrs:
         other = nxt.inputs[1] if nxt.inputs[0] == out else nxt.inputs[0]
         if nxt.op_type == "Div" and nxt.inputs[0] != out:
             return False

@@ -14,17 +14,23 @@ from runtime.errors import RuntimeModelError
 from runtime.ir import Graph, Model
 from runtime.passes import (
     attention_fusion,
+    channel_layernorm,
     constant_folding,
+    conv1d_lift,
     conv_bn_fusion,
     conv_fusion,
     dead_nodes,
     depthwise_fusion,
     elementwise_chain,
+    embedding_bag,
     gelu_fusion,
     identity_elimination,
     layout,
     matmul_fusion,
     shape_values,
+    silu_fusion,
+    squeeze_excite,
+    transpose_layout,
     transpose_reshape,
 )
 from runtime.passes.util import APPOPT_DOMAIN
@@ -72,9 +78,19 @@ PIPELINE: tuple[Pass, ...] = (
         "writes; Reshapes get constant targets before the fusions look at them",
     ),
     Pass(
+        "conv1d_lift",
+        conv1d_lift.run,
+        "before the conv fusions: a 1-d Conv becomes a 2-d one of height 1, then fuses and goes NHWC like the rest",
+    ),
+    Pass(
         "conv_bn_fusion",
         conv_bn_fusion.run,
         "before conv_fusion: a BatchNormalization between a Conv and its activation would block that fusion",
+    ),
+    Pass(
+        "embedding_bag",
+        embedding_bag.run,
+        "after constant folding (the bag's column index is then a constant): Gather + ReduceSum become one op",
     ),
     Pass(
         "gelu_fusion",
@@ -95,6 +111,26 @@ PIPELINE: tuple[Pass, ...] = (
         "conv_fusion",
         conv_fusion.run,
         "Conv absorbs bias, residual and activation (after BN folding, before the layout change)",
+    ),
+    Pass(
+        "silu_fusion",
+        silu_fusion.run,
+        "after conv_fusion and matmul_fusion (bias and residual absorbed first): x * sigmoid(x) joins the epilogue",
+    ),
+    Pass(
+        "squeeze_excite",
+        squeeze_excite.run,
+        "after silu_fusion (its layers carry their activations), before layout, which then sinks it into NHWC",
+    ),
+    Pass(
+        "transpose_layout",
+        transpose_layout.run,
+        "just before layout: the model's own NCHW <-> NHWC transposes become layout nodes it can cancel and sink",
+    ),
+    Pass(
+        "channel_layernorm",
+        channel_layernorm.run,
+        "just before layout: a written-out LayerNorm over NCHW channels becomes an NHWC LayerNormalization",
     ),
     Pass(
         "layout",

@@ -126,13 +126,25 @@ def attr(node: Node, name: str, default: Any = None) -> Any:
 
 def activation_of(node: Node, index: GraphIndex) -> tuple[str, float, float] | None:
     """``(name, lo, hi)`` when ``node`` is an activation a fused kernel can apply (float Relu, Clip with constant
-    bounds, LeakyRelu)."""
+    bounds, LeakyRelu, Sigmoid, HardSigmoid, HardSwish, and the Gelu of gelu_fusion in PyTorch's form;
+    ``runtime.native.abi.ACTIVATIONS``)."""
+    if node.domain == APPOPT_DOMAIN and node.op_type == "Gelu":
+        a = node.attrs
+        if int(a.get("form", 0)) != 1 or a.get("div_op", "Div") != "Div":
+            return None  # the fused NumPy path repeats form 1 only
+        return ("Gelu", float(a.get("div", 1.4142135381698608)), float(a.get("half", 0.5)))
     if node.domain:
         return None
     if node.op_type == "Relu":
         return ("Relu", 0.0, 0.0)
     if node.op_type == "LeakyRelu":
         return ("LeakyRelu", float(node.attrs.get("alpha", 0.01)), 0.0)
+    if node.op_type == "Sigmoid" and node.opset >= 6:
+        return ("Sigmoid", 0.0, 0.0)
+    if node.op_type == "HardSigmoid" and node.opset >= 6:
+        return ("HardSigmoid", float(node.attrs.get("alpha", 0.2)), float(node.attrs.get("beta", 0.5)))
+    if node.op_type == "HardSwish" and node.opset >= 14:
+        return ("HardSwish", 0.0, 0.0)
     if node.op_type == "Clip":
         if node.opset < 11:
             lo = float(node.attrs.get("min", -3.4028234663852886e38))

@@ -14,11 +14,11 @@ import pytest
 
 from runtime import native
 from runtime.kernels import conv_transpose, fused, rnn, rnn_native
-from runtime.native import abi, ops
+from runtime.native import abi, convnets, ops
 from runtime.native import attention as native_attention
 
 #: Modules whose module-level integer constants mirror C enums (fused's opcodes are name-keyed: see table_drift).
-MIRRORS = (abi, rnn_native, conv_transpose, native_attention)
+MIRRORS = (abi, rnn_native, conv_transpose, native_attention, convnets)
 #: Sizes mirrored from C ``#define``s (names compared one by one: rnn_native.SERIAL_WORK is not kernels.c's).
 MIRRORED_DEFINES = {
     "NB": abi.NB,
@@ -91,7 +91,9 @@ def table_drift(text: str) -> list[str]:
     members = {k: v for block in c_enums(text) for k, v in block.items()}
     expected = {
         "native.ops.ACTIVATIONS": (ops.ACTIVATIONS, {"": "ACT_NONE", "Relu": "ACT_RELU", "Clip": "ACT_CLIP",
-                                                      "LeakyRelu": "ACT_LEAKY"}),
+                                                      "LeakyRelu": "ACT_LEAKY", "Silu": "ACT_SILU",
+                                                      "Sigmoid": "ACT_SIGMOID", "HardSigmoid": "ACT_HARDSIGMOID",
+                                                      "HardSwish": "ACT_HARDSWISH", "Gelu": "ACT_GELU"}),
         "fused.CHAIN_BINARY": (fused.CHAIN_BINARY, {"Add": "EO_ADD", "Sub": "EO_SUB", "Mul": "EO_MUL",
                                                     "Div": "EO_DIV", "Max": "EO_MAX", "Min": "EO_MIN"}),
         "fused.CHAIN_UNARY": (fused.CHAIN_UNARY, {"Relu": "EO_RELU", "Neg": "EO_NEG", "Abs": "EO_ABS",
@@ -136,6 +138,7 @@ def test_python_tables_mirror_the_c_enums() -> None:
         ("enum { GP_X, GP_N,", "enum { GP_N, GP_X,"),  # an argument slot moved
         ("RN_XP_T, RN_XP_B,", "RN_XP_T, RN_XP_PAD, RN_XP_B,"),  # a slot inserted
         ("AT_SCALE, AT_CHUNK,", "AT_CHUNK, AT_SCALE,"),  # fused attention's scale and chunk swapped
+        ("EB_MEAN, EB_STATUS,", "EB_STATUS, EB_MEAN,"),  # convnets.c's embedding bag slots swapped
         ("#define NB 32", "#define NB 16"),
         ("ACT_CLIP = 2, ACT_LEAKY = 3", "ACT_CLIP = 3, ACT_LEAKY = 2"),
     ],

@@ -17,6 +17,8 @@ OLD_BLAS_OPS = {
     "RNN", "Attention", "MatMulInteger", "QLinearMatMul", "QLinearConv", "ConvInteger", "DeformConv", "Loop", "If",
     "Scan", "MultiHeadAttention", "Det", "DFT", "STFT",
 }  # fmt: skip
+#: Kernels added since that declare the trait (SqueezeExcite's NumPy path runs its two layers through conv_nd).
+ADDED_BLAS_OPS = {"SqueezeExcite"}
 OLD_VIEW_OPS = {"Reshape", "Transpose", "Squeeze", "Unsqueeze", "Flatten", "Identity"}
 OLD_SIZE_CREATING_OPS = {"ConstantOfShape", "Expand", "Tile", "Range", "Resize", "Upsample", "Pad", "OneHot"}
 OLD_NEVER_FOLD = {
@@ -43,7 +45,7 @@ OLD_EITHER_OPS = {
     ("derived", "old"),
     [
         # kernels added since declare their own traits: FusedAttention's NumPy path calls BLAS
-        (op_traits.BLAS_OPS, (OLD_BLAS_OPS - {"MultiHeadAttention"}) | {"FusedAttention"}),
+        (op_traits.BLAS_OPS, (OLD_BLAS_OPS - {"MultiHeadAttention"}) | ADDED_BLAS_OPS | {"FusedAttention"}),
         (op_traits.VIEW_OPS, OLD_VIEW_OPS),
         (op_traits.SIZE_CREATING_OPS, OLD_SIZE_CREATING_OPS),
         (op_traits.NEVER_FOLD, OLD_NEVER_FOLD),
