@@ -180,8 +180,14 @@ def _through_casts(name: str, index: GraphIndex) -> Node | None:
     return node
 
 
-def _dim_of(name: str, source: str, axis: int, index: GraphIndex) -> bool:
-    """Whether ``name`` is ``Gather(Shape(source), axis)`` (through casts)."""
+def _dim_of(name: str, source: str, axis: int, index: GraphIndex, graph: Graph) -> bool:
+    """Whether ``name`` is ``Gather(Shape(source), axis)`` (through casts), or the constant that the shape
+    arithmetic folded it to where that dim is static (``shape_values``)."""
+    known = index.constant(name)
+    if known is not None:
+        shape = shape_of(graph, source)
+        dim = shape[axis] if shape is not None and len(shape) > axis else None
+        return known.size == 1 and isinstance(dim, int) and int(known.reshape(-1)[0]) == dim
     pick = _through_casts(name, index)
     if pick is None or pick.op_type != "Gather" or len(pick.inputs) != 2 or int(pick.attrs.get("axis", 0)) != 0:
         return False
@@ -218,7 +224,7 @@ def _fixed_length_ids(inputs: list[str], graph: Graph, index: GraphIndex) -> str
     counted = index.producers.get(numel.inputs[0])
     if counted is None or counted.op_type != "Shape" or counted.inputs[0] != ids or counted.attributes:
         return None
-    if not _dim_of(offsets.inputs[2], ids, 1, index) or not _dim_of(total.inputs[0], idx, 0, index):
+    if not _dim_of(offsets.inputs[2], ids, 1, index, graph) or not _dim_of(total.inputs[0], idx, 0, index, graph):
         return None
     cut = index.producers.get(ends)
     if cut is None or cut.op_type != "Slice" or cut.inputs[0] != starts or len(cut.inputs) < 3:
@@ -227,7 +233,7 @@ def _fixed_length_ids(inputs: list[str], graph: Graph, index: GraphIndex) -> str
     begin, end, axes, steps = (None if b is None else b.reshape(-1).tolist() for b in bounds)
     if begin != [1] or end is None or end[0] < 2**31 - 1 or axes not in (None, [0]) or steps not in (None, [1]):
         return None
-    return ids if _dim_of(trip, ends, 0, index) else None
+    return ids if _dim_of(trip, ends, 0, index, graph) else None
 
 
 def run(graph: Graph, ctx: PassContext) -> int:
