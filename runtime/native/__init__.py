@@ -44,8 +44,9 @@ __all__ = [
 ]
 
 SOURCE = Path(__file__).with_name("kernels.c")
-#: Compiled into the same shared object as ``SOURCE`` (recurrent layers and ConvTranspose in their own files).
-EXTRA_SOURCES = (Path(__file__).with_name("recurrent.c"), Path(__file__).with_name("upsample.c"))
+#: Compiled into the same shared object as ``SOURCE`` (recurrent layers, upsampling and the prebound-call program
+#: runner in their own files).
+EXTRA_SOURCES = tuple(Path(__file__).with_name(name) for name in ("recurrent.c", "upsample.c", "program.c"))
 FLAGS = ("-O3", "-march=native", "-fPIC", "-shared", "-pthread", "-Wno-psabi", "-fno-math-errno")
 #: Entry points, each ``void f(const int64_t *args)``.
 ENTRY_POINTS = (
@@ -66,6 +67,10 @@ ENTRY_POINTS = (
     "ap_lrn",
     "ap_rnn_seq",
     "ap_col2im_gather",
+    "ap_col2im_nhwc",
+    "ap_resize2d",
+    "ap_concat_last",
+    "ap_run_program",
 )
 
 _lock = threading.Lock()
