@@ -108,6 +108,8 @@ class NhwcConvTranspose(ConvTranspose):
     fresh_output = True
     #: May write its output as a channel slice of a concat's (the static plan's concat by placement).
     channel_slice_output = True
+    #: Unknown to AMP, as NhwcConv is: the layout pass's ops stay float32.
+    amp_class = None
 
     def setup(self) -> None:
         self._compiled = _Cache()

@@ -32,6 +32,10 @@ OLD_FP32_OPS = {
     "SoftmaxCrossEntropyLoss", "NegativeLogLikelihoodLoss", "CumSum", "Einsum",
 }  # fmt: skip
 OLD_WIDEST_TYPE_OPS = {"Add", "Sub", "Mul", "Div", "Sum", "Mean", "Max", "Min", "Concat", "Where"}
+#: Kernels added since, whose traits put them in a table: the NHWC ConvTranspose (its NCHW fallback calls BLAS) and
+#: the NHWC Resize (its output size follows the scales or sizes).
+ADDED_BLAS_OPS = {"NhwcConvTranspose"}
+ADDED_SIZE_CREATING_OPS = {"NhwcResize"}
 OLD_EITHER_OPS = {
     "Relu", "LeakyRelu", "PRelu", "Elu", "Selu", "Sigmoid", "HardSigmoid", "Tanh", "HardSwish", "Abs", "Neg",
     "MaxPool", "GlobalMaxPool", "Reshape", "Flatten", "Squeeze", "Unsqueeze", "Transpose", "Slice", "Gather",
@@ -42,9 +46,9 @@ OLD_EITHER_OPS = {
 @pytest.mark.parametrize(
     ("derived", "old"),
     [
-        (op_traits.BLAS_OPS, OLD_BLAS_OPS - {"MultiHeadAttention"}),
+        (op_traits.BLAS_OPS, OLD_BLAS_OPS - {"MultiHeadAttention"} | ADDED_BLAS_OPS),
         (op_traits.VIEW_OPS, OLD_VIEW_OPS),
-        (op_traits.SIZE_CREATING_OPS, OLD_SIZE_CREATING_OPS),
+        (op_traits.SIZE_CREATING_OPS, OLD_SIZE_CREATING_OPS | ADDED_SIZE_CREATING_OPS),
         (op_traits.NEVER_FOLD, OLD_NEVER_FOLD),
         (op_traits.LOW_PRECISION_OPS, OLD_LOW_PRECISION_OPS),
         (op_traits.FP32_OPS, OLD_FP32_OPS),
