@@ -109,7 +109,7 @@ class NhwcConvTranspose(ConvTranspose):
     #: May write its output as a channel slice of a concat's (the static plan's concat by placement).
     channel_slice_output = True
     #: Unknown to AMP, as NhwcConv is: the layout pass's ops stay float32.
-    amp_class = None
+    amp_class = None  # type: ignore[assignment]  # ConvTranspose's "low" is inferred as its only value
 
     def setup(self) -> None:
         self._compiled = _Cache()
