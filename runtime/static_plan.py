@@ -13,22 +13,30 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from runtime import native
 from runtime.errors import KernelError
+from runtime.fixed_values import compute_fixed, fixed_steps
 from runtime.ir import Node
+from runtime.native import Args
+from runtime.native.abi import _bound, native_calls
 from runtime.op_traits import BLAS_OPS, VIEW_OPS
 from runtime.profiling import COPY_OUTPUTS, STAGE_INPUTS, Profile
 from runtime.steps import _guard_size, _read_position, _reads, _recording, _Step
 
 if TYPE_CHECKING:
+    from runtime.passes.memory_plan import MemoryPlan
     from runtime.plan import Plan
 
 
 #: Input signatures (shape sets) a plan keeps static buffers for.
 MAX_STATIC_PLANS = 4
+#: ``ap_run_program``'s argument block (runtime/native/program.c): the call count, then (entry, block) pairs.
+PG_COUNT, PG_CALLS, PG_NARGS = range(3)
 
 
 class _Replan(Exception):
@@ -64,7 +72,7 @@ class _StaticPlan:
     """
 
     def __init__(self, plan: Plan, record: list[tuple[Any, ...]], inputs: Mapping[str, Any]) -> None:
-        from runtime.passes.memory_plan import StepInfo, plan_buffers
+        from runtime.passes.memory_plan import StepInfo
 
         self.plan = plan
         #: Outputs of view ops -> their node: copying such an output out materialises the view (the op's work).
@@ -93,8 +101,16 @@ class _StaticPlan:
             self.out_meta.append(first if into else None)
         # outputs are read (copied out) after the last step
         infos.append(StepInfo(reads=tuple(plan.output_names), outputs=()))
-        self.memory = plan_buffers(infos, set())
+        #: Steps whose outputs this signature fixes (runtime.fixed_values): computed once, skipped by every run.
+        self.fixed, self.memory, self.slices = self._plan_memory(infos)
+        self.out_meta = [None if i in self.fixed else meta for i, meta in enumerate(self.out_meta)]
         self.planned = [self.memory.slot_of.get(step.outputs[0]) if step.outputs else None for step in plan.steps]
+        meta_of = {step.outputs[0]: meta for step, meta in zip(plan.steps, self.out_meta, strict=True) if meta}
+        #: Per step writing into a slice of a concat's output: that slot, the concat's shape and the slice.
+        self.placed_out: list[tuple[int, tuple[int, ...], slice] | None] = [
+            _slice_target(step.outputs[0] if step.outputs else "", self.slices, self.memory.slot_of, meta_of, meta)
+            for step, meta in zip(plan.steps, self.out_meta, strict=True)
+        ]
         #: Graph inputs staged into fixed buffers: name -> (shape, dtype) of this signature.
         self.staged = {
             name: (value.shape, value.dtype)
@@ -109,20 +125,44 @@ class _StaticPlan:
             int(np.prod(shape, dtype=np.int64)) * np.dtype(dtype).itemsize for shape, dtype in self.staged.values()
         )
 
-    def _state(self) -> tuple[dict[str, Any], list[tuple[str, Any, _Step, Any]], list[np.ndarray]]:
-        """This thread's environment template, program and buffers (built once per thread)."""
+    def _plan_memory(self, infos: list[Any]) -> tuple[set[int], MemoryPlan, dict[str, tuple[str, int]]]:
+        """The fixed steps, the memory plan and the concat placements. A fixed step's outputs get no buffer, and a
+        Shape counts as fixed only if what it reads has a fixed shape: a graph input, a constant or a value the
+        plan gives a buffer (first assumed for every value a kernel can write into a buffer, then checked)."""
+        from runtime.passes.memory_plan import plan_buffers
+
+        shaped = {s.outputs[0] for s, info in zip(self.plan.steps, infos, strict=False) if info.writes_into}
+        for _ in range(3):
+            fixed = fixed_steps(self.plan, shaped)
+            trial = [replace(info, writes_into=False) if i in fixed else info for i, info in enumerate(infos)]
+            metas = [None if i in fixed else meta for i, meta in enumerate(self.out_meta)]
+            #: Concat by placement: part -> (its concat's output, channel offset) for parts written into their slice.
+            slices = _concat_slices(self.plan, trial, metas)
+            memory = plan_buffers(trial, set(), {v: c for v, (c, _) in slices.items()})
+            shaped = set(memory.slot_of) | set(memory.placed)
+            if fixed <= fixed_steps(self.plan, shaped):
+                return fixed, memory, {v: where for v, where in slices.items() if v in memory.placed}
+        slices = _concat_slices(self.plan, infos, self.out_meta)
+        memory = plan_buffers(infos, set(), {v: c for v, (c, _) in slices.items()})
+        return set(), memory, {v: where for v, where in slices.items() if v in memory.placed}
+
+    def _state(self) -> tuple[dict[str, Any], list[_Entry], list[_Entry], list[np.ndarray]]:
+        """This thread's environment template, programs (step by step, and with stretches of compiled calls
+        merged) and buffers (built once per thread)."""
         state = getattr(self._local, "state", None)
         if state is None:
             state = self._build_state()
             self._local.state = state
         return state
 
-    def _build_state(self) -> tuple[dict[str, Any], list[tuple[str, Any, _Step, Any]], list[np.ndarray]]:
+    def _build_state(self) -> tuple[dict[str, Any], list[_Entry], list[_Entry], list[np.ndarray]]:
         """Allocate (and touch) the slots and input buffers, then decide per step how it runs:
 
         ``bound``: a prebound compiled call (every input lives at a fixed address: a constant, a staged input, a
         planned buffer or a fixed view of one); ``into``: the kernel writes into its planned buffer; ``skip``: a
-        view op whose result is a fixed view computed here once; ``run``: the ordinary kernel call.
+        view op whose result is a fixed view computed here once; ``run``: the ordinary kernel call. Consecutive
+        bound steps that only call compiled kernels also form one ``ap_run_program`` call (the merged program,
+        run when nobody profiles the steps one by one).
         """
         plan = self.plan
         slots = [np.zeros(n, dtype=np.uint8) for n in self.memory.slot_bytes]
@@ -131,12 +171,29 @@ class _StaticPlan:
         stable: dict[str, Any] = {k: v for k, v in plan.constants.items() if k not in overridable}
         stable.update(staged)
         program: list[tuple[str, Any]] = []
-        for step, slot, meta in zip(plan.steps, self.planned, self.out_meta, strict=True):
+        fixed_values: set[str] = set()
+        for i, (step, slot, meta, placed) in enumerate(
+            zip(plan.steps, self.planned, self.out_meta, self.placed_out, strict=True)
+        ):
             inputs_stable = all(not name or name in stable for name in step.inputs)
             args = [stable.get(name) if name else None for name in step.inputs]
-            if slot is not None and meta is not None:
+            if i in self.fixed:
+                values = compute_fixed(step, args, self.arg_shapes[i])
+                if values is not None:
+                    for name, value in zip(step.outputs, values, strict=False):
+                        if name:
+                            stable[name] = value
+                            fixed_values.add(name)
+                    program.append(("skip", None))
+                    continue
+            if meta is not None and (slot is not None or placed is not None):
                 shape, dtype = meta
-                out = np.ndarray(shape, dtype=dtype, buffer=slots[slot])
+                if placed is not None:  # a channel slice of its concat's output
+                    host_slot, host_shape, channels = placed
+                    out = np.ndarray(host_shape, dtype=dtype, buffer=slots[host_slot])[..., channels]
+                else:
+                    assert slot is not None
+                    out = np.ndarray(shape, dtype=dtype, buffer=slots[slot])
                 bound = None
                 bind = getattr(step.kernel, "bind", None)
                 if inputs_stable and bind is not None:
@@ -150,7 +207,8 @@ class _StaticPlan:
             # a view is fixed only when what shapes it (Reshape's shape, Squeeze's axes...) is a constant: one read
             # from a graph input changes from run to run while the staged buffer it would be computed from does not
             shaped_by_constants = all(
-                not name or (name in plan.constants and name not in overridable) for name in step.inputs[1:]
+                not name or (name in plan.constants and name not in overridable) or name in fixed_values
+                for name in step.inputs[1:]
             )
             if inputs_stable and shaped_by_constants and _is_view_op(step.node) and len(step.outputs) == 1:
                 try:
@@ -176,15 +234,16 @@ class _StaticPlan:
             for i, ((kind, payload), step) in enumerate(zip(program, plan.steps, strict=True))
             if kind != "skip"
         ]
-        return env, compact, buffers
+        return env, compact, _merge_compiled(compact), buffers
 
     def execute(self, env: dict[str, Any]) -> list[Any]:
         plan = self.plan
-        template, program, buffers = self._state()
+        template, steps, merged, buffers = self._state()
         feeds = env
         env = template.copy()
         staged = self.staged
         profile = _recording(plan.shared)
+        program = merged if profile is None else steps
         started = time.perf_counter() if profile is not None else 0.0
         for name, value in feeds.items():
             if name in staged:
@@ -248,6 +307,85 @@ class _StaticPlan:
             else:
                 profile.add(node.name or node.label(), node.op_type, seconds, calls=int(name in self.skipped_views))
         return values
+
+
+def _concat_slices(
+    plan: Plan, infos: Sequence[Any], out_meta: Sequence[tuple[tuple[int, ...], np.dtype[Any]] | None]
+) -> dict[str, tuple[str, int]]:
+    """Concat by placement, offered: the inputs of a last-axis concat (kernel trait ``concat_last_axis``) whose
+    producer can write a channel slice (``channel_slice_output``) and which nothing else reads, with their offset
+    along the last axis. The memory plan decides which offers stand."""
+    producer = {step.outputs[0]: i for i, step in enumerate(plan.steps) if len(step.outputs) == 1}
+    readers: dict[str, int] = {}
+    for info in infos:
+        for name in info.reads:
+            readers[name] = readers.get(name, 0) + 1
+    found: dict[str, tuple[str, int]] = {}
+    for step, meta in zip(plan.steps, out_meta, strict=True):
+        if meta is None or not getattr(step.kernel, "concat_last_axis", False):
+            continue
+        offset = 0
+        for name in step.inputs:
+            i = producer.get(name)
+            part = out_meta[i] if i is not None else None
+            if i is None or part is None or part[1] != meta[1] or part[0][:-1] != meta[0][:-1]:
+                break  # the offsets of the parts after it are not known
+            writes_slices = getattr(plan.steps[i].kernel, "channel_slice_output", False)
+            if writes_slices and readers.get(name) == 1 and name not in plan.output_names:
+                found[name] = (step.outputs[0], offset)
+            offset += part[0][-1]
+    return found
+
+
+def _slice_target(
+    value: str,
+    slices: Mapping[str, tuple[str, int]],
+    slot_of: Mapping[str, int],
+    meta_of: Mapping[str, tuple[tuple[int, ...], np.dtype[Any]]],
+    meta: tuple[tuple[int, ...], np.dtype[Any]] | None,
+) -> tuple[int, tuple[int, ...], slice] | None:
+    """Where a placed concat input is written: its concat's slot and shape, and its slice of the last axis."""
+    if value not in slices or meta is None:
+        return None
+    host, offset = slices[value]
+    return slot_of[host], meta_of[host][0], slice(offset, offset + meta[0][-1])
+
+
+#: One entry of a run program: (kind, payload, step, recorded argument shapes).
+_Entry = tuple[str, Any, _Step, Any]
+
+
+def _merge_compiled(program: list[_Entry]) -> list[_Entry]:
+    """``program`` with every stretch of two or more bound steps that only call compiled kernels (their
+    ``native_calls``) replaced by one ``ap_run_program`` call, named by the stretch's first step."""
+    lib = native.lib()
+    if lib is None:
+        return program
+    merged: list[_Entry] = []
+    stretch: list[tuple[_Entry, tuple[tuple[int, int], ...]]] = []
+
+    def close() -> None:
+        if len(stretch) < 2:
+            merged.extend(entry for entry, _ in stretch)
+        else:
+            calls = [call for _, made in stretch for call in made]
+            block = Args(PG_CALLS + 2 * len(calls))
+            block.block[PG_COUNT] = len(calls)
+            block.block[PG_CALLS:] = np.asarray(calls, dtype=np.int64).reshape(-1)
+            block.keep.extend(entry[1] for entry, _ in stretch)  # the bound calls keep their blocks alive
+            first = stretch[0][0]
+            merged.append(("bound", _bound(lib.run_program, block), first[2], first[3]))
+        stretch.clear()
+
+    for entry in program:
+        made = native_calls(entry[1]) if entry[0] == "bound" else None
+        if made is None:
+            close()
+            merged.append(entry)
+        else:
+            stretch.append((entry, made))
+    close()
+    return merged
 
 
 def _is_view_op(node: Node) -> bool:

@@ -1,5 +1,6 @@
 """2-D ConvTranspose on the compiled kernels: one matmul to per-tap columns, then ``ap_col2im_gather``
-(runtime/native/upsample.c), which writes each output pixel once with its bias, already cropped or output-padded.
+(runtime/native/upsample.c), which writes each output pixel once with its bias, already cropped or output-padded;
+and ``NhwcConvTranspose``, the same over NHWC tensors, which the layout pass puts between NHWC convolutions.
 
 ``conv_transpose_2d`` returns ``None`` where it does not apply (no compiled kernels, not float32, weights or bias
 of another shape); the caller then takes the NumPy path (``runtime.kernels.conv.ConvTranspose``).
@@ -8,10 +9,16 @@ of another shape); the caller then takes the NumPy path (``runtime.kernels.conv.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
 from runtime import native
+from runtime.geometry import window_attr_problem
+from runtime.kernels.base import register
+from runtime.kernels.conv import ConvTranspose, spatial_attrs
+from runtime.kernels.fused import DOMAIN, _Cache, _store
+from runtime.native.upsample import ConvTransposeGeometry, NhwcConvTranspose2d
 
 (
     CG_COLS,
@@ -84,3 +91,78 @@ def conv_transpose_2d(
     )
     lib.col2im_gather(a.ptr)
     return out
+
+
+@register
+class NhwcConvTranspose(ConvTranspose):
+    """ConvTranspose of an NHWC tensor into NHWC, with ONNX's attributes and weights (``[C, M/group, KH, KW]``).
+
+    2-d float32 with group 1 runs compiled: the taps as output channels of one 1x1 convolution
+    (``runtime.native.upsample.NhwcConvTranspose2d``), then a gather that writes each output pixel once, bias
+    included. Anything else transposes to NCHW around ``ConvTranspose``.
+    """
+
+    op_type = "NhwcConvTranspose"
+    domain = DOMAIN
+    since_version = 1
+    fresh_output = True
+    #: May write its output as a channel slice of a concat's (the static plan's concat by placement).
+    channel_slice_output = True
+    #: Unknown to AMP, as NhwcConv is: the layout pass's ops stay float32.
+    amp_class = None  # type: ignore[assignment]  # ConvTranspose's "low" is inferred as its only value
+
+    def setup(self) -> None:
+        self._compiled = _Cache()
+
+    def _native(self, x: np.ndarray, w: np.ndarray, b: np.ndarray | None) -> tuple[Any, Any] | None:
+        """The compiled transposed convolution and this input's geometry, or None where it does not apply."""
+        lib = native.lib()
+        if lib is None or x.dtype != np.float32 or x.ndim != 4 or w.ndim != 4 or w.dtype != np.float32:
+            return None
+        if int(self.attrs["group"]) != 1 or w.shape[0] != x.shape[3] or (b is not None and b.shape != (w.shape[1],)):
+            return None
+        if b is not None and b.dtype != np.float32:
+            return None
+        kernel = w.shape[2:]
+        if window_attr_problem("ConvTranspose", self.attrs, 2, kernel):
+            return None
+        strides, dilations = spatial_attrs(self.attrs, kernel)
+        in_hw = x.shape[1:3]
+        out_pad = list(self.attrs.get("output_padding") or [0, 0])[:2]
+        full = [strides[i] * (in_hw[i] - 1) + (kernel[i] - 1) * dilations[i] + 1 for i in range(2)]
+        head, out = self._geometry(in_hw, full, strides, out_pad)
+        if min(out) <= 0:
+            return None
+        geo = ConvTransposeGeometry(
+            (int(strides[0]), int(strides[1])),
+            (int(dilations[0]), int(dilations[1])),
+            (int(head[0]), int(head[1])),
+            (int(out[0]), int(out[1])),
+        )
+        return self._compiled.get((w, b), lambda: NhwcConvTranspose2d(lib, w, b)), geo
+
+    def compute(self, x: np.ndarray, w: np.ndarray, b: np.ndarray | None = None) -> np.ndarray:
+        return self.compute_into(None, x, w, b)
+
+    def compute_into(
+        self, out: np.ndarray | None, x: np.ndarray, w: np.ndarray, b: np.ndarray | None = None
+    ) -> np.ndarray:
+        found = self._native(np.ascontiguousarray(x), w, b)
+        if found is not None:
+            op, geo = found
+            shape = (x.shape[0], *geo.out_hw, op.m)
+            target = out if out is not None and out.shape == shape else np.empty(shape, dtype=np.float32)
+            call = op.bind(np.ascontiguousarray(x), target, geo)
+            if call is not None:
+                call()
+                return _store(out, target) if target is not out else target
+        y = super().compute(x.transpose(0, 3, 1, 2), w, b)
+        return _store(out, np.ascontiguousarray(y.transpose(0, 2, 3, 1)))
+
+    def bind(self, out: np.ndarray, x: np.ndarray, w: np.ndarray, b: np.ndarray | None = None) -> Any:
+        """A prebound compiled call for fixed buffers (the static plan), or None."""
+        found = self._native(x, w, b)
+        if found is None:
+            return None
+        op, geo = found
+        return op.bind(x, out, geo)

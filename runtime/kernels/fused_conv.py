@@ -413,6 +413,8 @@ class NhwcConcat(Kernel):
     domain = DOMAIN
     since_version = 1
     fresh_output = True
+    #: Its inputs lie side by side along the last axis: the static plan may let their producers write there.
+    concat_last_axis = True
 
     def compute(self, *xs: np.ndarray) -> np.ndarray:
         return np.concatenate(xs, axis=-1)
@@ -423,6 +425,13 @@ class NhwcConcat(Kernel):
     def bind(self, out: np.ndarray, *xs: np.ndarray) -> ops.Bound | None:
         if any(x.dtype != out.dtype for x in xs):
             return None
+        lib = native.lib()
+        if lib is not None:  # rows of every part side by side, on the pool (runtime/native/upsample.c)
+            from runtime.native.upsample import bind_concat_last
+
+            compiled = bind_concat_last(lib, xs, out)
+            if compiled is not None:
+                return compiled
         parts = tuple(xs)
 
         def call() -> None:

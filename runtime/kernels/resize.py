@@ -10,6 +10,8 @@ the ONNX spec and its reference evaluator (notably: the continuous output width 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import numpy as np
@@ -188,27 +190,46 @@ _RESIZE_DEFAULTS: dict[str, Any] = {
 }
 
 
+@dataclass(frozen=True)
+class ResizePlan:
+    """What one Resize call does: the resized axes, their scales (for the coordinate mapping) and output sizes."""
+
+    axes: list[int]
+    scales: list[float]
+    sizes: list[int]
+    roi: list[float] | None
+
+    def resized(self, shape: tuple[int, ...]) -> tuple[int, ...]:
+        """The output shape for input ``shape``."""
+        out = list(shape)
+        for axis, size in zip(self.axes, self.sizes, strict=True):
+            out[axis] = size
+        return tuple(out)
+
+
 @register
 class Resize11(Kernel):
     """Resize from opset 11: ``X, roi, scales, sizes`` inputs; opset 18 adds ``axes``, antialias and the
-    keep-aspect-ratio policy, opset 19 ``half_pixel_symmetric``."""
+    keep-aspect-ratio policy, opset 19 ``half_pixel_symmetric``. 4-d float32 data resized on its last two axes
+    runs on the compiled kernel (``runtime.kernels.resize_native``)."""
 
     op_type = "Resize"
     creates_size = True
     since_version = 11
     attr_defaults: ClassVar[dict[str, Any]] = _RESIZE_DEFAULTS
 
-    def compute(
+    def plan(
         self,
-        x: np.ndarray,
+        shape: tuple[int, ...],
         roi: np.ndarray | None = None,
         scales: np.ndarray | None = None,
         sizes: np.ndarray | None = None,
-    ) -> np.ndarray:
-        rank = x.ndim
+    ) -> ResizePlan:
+        """The axes, scales and output sizes for input ``shape``; raises on inconsistent inputs."""
+        rank = len(shape)
         axes_attr = self.attrs.get("axes")
         axes = list(range(rank)) if axes_attr is None else [norm_axis(a, rank) for a in axes_attr]
-        in_dims = [x.shape[a] for a in axes]
+        in_dims = [shape[a] for a in axes]
         roi_list = None if roi is None or np.size(roi) == 0 else _float_list(roi)
         if sizes is not None and np.size(sizes) > 0:
             out_dims = [int(v) for v in np.asarray(sizes).reshape(-1)]
@@ -230,7 +251,52 @@ class Resize11(Kernel):
             raise ValueError(f"Resize got {len(scale_list)} scales/sizes for {len(axes)} axes")
         if self.attrs["antialias"] and self.attrs["mode"] == "nearest":
             raise ValueError("antialias is not supported with mode nearest")
-        return resize(x, axes, scale_list, out_dims, roi_list, self.attrs)
+        return ResizePlan(axes, scale_list, out_dims, roi_list)
+
+    def compute(
+        self,
+        x: np.ndarray,
+        roi: np.ndarray | None = None,
+        scales: np.ndarray | None = None,
+        sizes: np.ndarray | None = None,
+    ) -> np.ndarray:
+        return self.compute_into(None, x, roi, scales, sizes)
+
+    def compute_into(
+        self,
+        out: np.ndarray | None,
+        x: np.ndarray,
+        roi: np.ndarray | None = None,
+        scales: np.ndarray | None = None,
+        sizes: np.ndarray | None = None,
+    ) -> np.ndarray:
+        from runtime.kernels import resize_native
+
+        p = self.plan(x.shape, roi, scales, sizes)
+        resize_native.check_planned(out, p.resized(x.shape))
+        done = resize_native.resize_2d(self, x, p, out, nhwc=False)
+        if done is not None:
+            return done
+        y = resize(x, p.axes, p.scales, p.sizes, p.roi, self.attrs)
+        if out is None:
+            return y
+        np.copyto(out, y)
+        return out
+
+    def bind(
+        self,
+        out: np.ndarray,
+        x: np.ndarray,
+        roi: np.ndarray | None = None,
+        scales: np.ndarray | None = None,
+        sizes: np.ndarray | None = None,
+    ) -> Callable[[], None] | None:
+        """A prebound compiled call for fixed buffers (the static plan), or None."""
+        from runtime.kernels import resize_native
+
+        if x.ndim != 4:
+            return None
+        return resize_native.bind_guarded(self, out, x, (roi, scales, sizes), nhwc=False)
 
 
 def _resize_legacy(x: np.ndarray, scales: list[float], mode: str) -> np.ndarray:

@@ -103,14 +103,18 @@ class Gather(Kernel):
     attr_defaults: ClassVar[dict[str, Any]] = {"axis": 0}
 
     def compute(self, x: np.ndarray, indices: np.ndarray) -> np.ndarray:
+        return self.compute_into(None, x, indices)
+
+    def compute_into(self, out: np.ndarray | None, x: np.ndarray, indices: np.ndarray) -> np.ndarray:
+        """Also writes into a planned buffer (the output's shape follows the input shapes alone)."""
         axis = norm_axis(int(self.attrs["axis"]), x.ndim)
         idx = np.asarray(indices)
         if idx.dtype.kind == "i":  # np.take wraps negatives and raises out of range, as ONNX asks: one pass
             try:
-                return np.take(x, idx, axis=axis)
+                return np.take(x, idx, axis=axis, out=out)
             except IndexError:
                 pass  # the message below names the dimension
-        return np.take(x, positive_indices(idx, x.shape[axis]), axis=axis)
+        return np.take(x, positive_indices(idx, x.shape[axis]), axis=axis, out=out)
 
 
 @register

@@ -44,13 +44,11 @@ __all__ = [
 ]
 
 SOURCE = Path(__file__).with_name("kernels.c")
-#: Compiled into the same shared object as ``SOURCE`` (recurrent layers, ConvTranspose, attention, squeeze-excite
-#: and the embedding bag in their own files).
-EXTRA_SOURCES = (
-    Path(__file__).with_name("recurrent.c"),
-    Path(__file__).with_name("upsample.c"),
-    Path(__file__).with_name("attention.c"),
-    Path(__file__).with_name("convnets.c"),
+#: Compiled into the same shared object as ``SOURCE`` (recurrent layers, upsampling, attention, squeeze-excite, the
+#: embedding bag and the prebound-call program runner in their own files).
+EXTRA_SOURCES = tuple(
+    Path(__file__).with_name(name)
+    for name in ("recurrent.c", "upsample.c", "attention.c", "convnets.c", "program.c")
 )
 FLAGS = ("-O3", "-march=native", "-fPIC", "-shared", "-pthread", "-Wno-psabi", "-fno-math-errno")
 #: Entry points, each ``void f(const int64_t *args)``.
@@ -76,6 +74,10 @@ ENTRY_POINTS = (
     "ap_se",
     "ap_embag",
     "ap_embag_ranges",
+    "ap_col2im_nhwc",
+    "ap_resize2d",
+    "ap_concat_last",
+    "ap_run_program",
 )
 
 _lock = threading.Lock()

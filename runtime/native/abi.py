@@ -4,6 +4,7 @@ weight packing and the helpers that bind arrays into blocks. The operation famil
 
 from __future__ import annotations
 
+import ctypes
 import math
 import threading
 from collections.abc import Callable, Sequence
@@ -306,7 +307,9 @@ Bound = Callable[[], None]
 
 
 def _bound(fn: Any, args: Args, *keep: Any) -> Bound:
-    """A zero-argument call of ``fn`` on ``args`` (kept alive with the arrays it points into)."""
+    """A zero-argument call of ``fn`` on ``args`` (kept alive with the arrays it points into). Its ``native``
+    attribute lists the (entry point, argument block) addresses it calls, so the static plan may run a stretch of
+    such calls in one ``ap_run_program`` (``native_calls``)."""
     args.keep.extend(k for k in keep if k is not None)
     ptr = args.ptr
 
@@ -314,7 +317,22 @@ def _bound(fn: Any, args: Args, *keep: Any) -> Bound:
         fn(ptr)
 
     call.args = args  # type: ignore[attr-defined]
+    call.native = ((entry_address(fn), ptr),)  # type: ignore[attr-defined]
     return call
+
+
+def entry_address(fn: Any) -> int:
+    """The address of a compiled entry point (a ``NativeLib`` function)."""
+    address = ctypes.cast(fn, ctypes.c_void_p).value
+    if address is None:
+        raise ValueError("entry point without an address")
+    return int(address)
+
+
+def native_calls(call: Any) -> tuple[tuple[int, int], ...] | None:
+    """The (entry point, argument block) addresses a bound call makes, in order, when that is all it does."""
+    found = getattr(call, "native", None)
+    return found if isinstance(found, tuple) and found else None
 
 
 def _copy_args(src: Args) -> Args:

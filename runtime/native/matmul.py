@@ -65,6 +65,7 @@ from runtime.native.abi import (
     _PerThread,
     _Workspace,
     default_chunk,
+    entry_address,
     pack_bias,
     pack_blocks,
 )
@@ -227,6 +228,7 @@ class DynamicMatMul:
             conv(xp)
 
         call.args = (p, x)  # type: ignore[attr-defined]
+        call.native = ((entry_address(pack), pp), (entry_address(conv), xp))  # type: ignore[attr-defined]
         return call
 
     def __call__(

@@ -7,7 +7,7 @@ A step is a unary op (Relu, Neg, Abs, Exp, Erf, Sigmoid, Tanh, Sqrt, Reciprocal,
 binary one (Add, Sub, Mul, Div, Max, Min) whose other operand is a scalar constant, a vector along the last axis,
 or any tensor broadcasting to the chain's shape. Every link's output is read only by the next link and is not a
 graph output; every step keeps the chain's shape (the first input is never broadcast up). At least two steps, or a
-lone Relu/Clip reading the output of one of the passes' fused ops.
+lone Relu/Clip/Sigmoid reading the output of one of the passes' fused ops.
 """
 
 from __future__ import annotations
@@ -115,7 +115,8 @@ def _grow(start: Node, graph: Graph, index: GraphIndex) -> _Chain | None:
             return None
         out_shape = shape_of(graph, start.outputs[0])
         mains = [i for i in start.inputs[:2] if i and index.constant(i) is None and shape_of(graph, i) == out_shape]
-        if not mains or out_shape is None or not all(isinstance(d, int) for d in out_shape):
+        # dims known, or named (a dynamic batch): the kernel checks operand shapes again at run time
+        if not mains or out_shape is None or not all(isinstance(d, int) or d for d in out_shape):
             return None
         x, shape = mains[0], out_shape
         chain = _Chain(x=x, shape=shape)
@@ -134,9 +135,9 @@ def _grow(start: Node, graph: Graph, index: GraphIndex) -> _Chain | None:
 
 
 def _lone_activation(chain: _Chain, index: GraphIndex) -> bool:
-    """A single Relu or Clip right after one of the passes' fused ops is worth a chain too: the compiled kernel
+    """A single Relu, Clip or Sigmoid right after one of the passes' fused ops is worth a chain too: the compiled kernel
     writes into a planned buffer, so the ops around it can run prebound. (Elsewhere the op keeps its own kernel.)"""
-    if len(chain.nodes) != 1 or chain.nodes[0].op_type not in ("Relu", "Clip") or len(chain.shape) < 2:
+    if len(chain.nodes) != 1 or chain.nodes[0].op_type not in ("Relu", "Clip", "Sigmoid") or len(chain.shape) < 2:
         return False
     producer = index.producers.get(chain.x)
     return producer is not None and producer.domain == "com.appopt"

@@ -5,6 +5,7 @@ direct convolution keeps a strip of output pixels x 32 channels in registers and
 im2col copy. Layout changes are explicit nodes, pushed through layout-agnostic ops until they meet and cancel:
 
     # Conv/FusedConv(x, W, B, r) -> ToNchw(NhwcConv(ToNhwc(x), W, B, ToNhwc(r)))    2-d, float32, constant W
+    # ConvTranspose and Resize of ToNchw(t): NHWC versions (runtime.passes.layout_upsample)
     # op(ToNchw(a), ToNchw(b), ...) -> ToNchw(op(a, b, ...))    elementwise ops, pools, Concat(axis=1) (as
     #                                                          NhwcConcat), inference
     #                                                          BatchNormalization (as a per-channel affine)
@@ -231,6 +232,10 @@ def _sink(node: Node, graph: Graph, index: GraphIndex) -> bool:
         return _sink_batchnorm(node, graph, index)
     elif op == "Reshape":
         return _sink_channel_shuffle(node, graph, index)
+    elif op in ("Resize", "ConvTranspose"):
+        from runtime.passes.layout_upsample import sink_conv_transpose, sink_resize
+
+        return (sink_resize if op == "Resize" else sink_conv_transpose)(node, graph, index)
     else:
         return False
     y = node.outputs[0]

@@ -3,6 +3,8 @@
     # value v written by a kernel that can write into a given buffer, shape fixed -> a slot, reused by values
     #   whose lifetimes do not overlap (best fit by size)
     # out = op(..., u, ...) where u's buffer dies at this op and op may work in place on u -> out takes u's slot
+    # c = Concat(..., v, ...) where v's producer may write a slice of a wider tensor -> v lives in its slice of c's
+    #   slot, which is taken from v's producer on (concat by placement: the Concat copies only the other parts)
 
 Lifetimes follow aliasing: an op that may return a view of its input (Reshape, Transpose, Identity, control flow
 reading outer values...) extends the lifetime of every buffer its input may live in, and a buffer that may be
@@ -13,7 +15,7 @@ allocation, no page faults, and in-place chains that stay in cache.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 __all__ = ["MemoryPlan", "StepInfo", "plan_buffers"]
@@ -41,11 +43,13 @@ class StepInfo:
 
 @dataclass
 class MemoryPlan:
-    """``slot_of[value]`` indexes ``slot_bytes``; ``inplace`` counts outputs written over an input."""
+    """``slot_of[value]`` indexes ``slot_bytes``; ``inplace`` counts outputs written over an input; ``placed``
+    maps a value that lives in a slice of another's slot to that value."""
 
     slot_bytes: list[int] = field(default_factory=list)
     slot_of: dict[str, int] = field(default_factory=dict)
     inplace: int = 0
+    placed: dict[str, str] = field(default_factory=dict)
 
     @property
     def total_bytes(self) -> int:
@@ -56,8 +60,14 @@ def _rounded(n: int) -> int:
     return -(-n // ALIGN) * ALIGN
 
 
-def plan_buffers(steps: Sequence[StepInfo], keep: set[str]) -> MemoryPlan:
-    """Assign slots to the outputs of ``steps`` that can be planned; ``keep`` names values the caller receives."""
+def plan_buffers(steps: Sequence[StepInfo], keep: set[str], placed: Mapping[str, str] | None = None) -> MemoryPlan:
+    """Assign slots to the outputs of ``steps`` that can be planned; ``keep`` names values the caller receives.
+
+    ``placed`` offers values to live in a slice of another value's slot (part -> concat output): the caller has
+    checked that the part's producer can write there and that only the concat reads it. An offer stands while
+    both values are planned; ``MemoryPlan.placed`` lists those that stood.
+    """
+    offers = dict(placed or {})
     candidates = {
         s.outputs[0]: i
         for i, s in enumerate(steps)
@@ -68,8 +78,9 @@ def plan_buffers(steps: Sequence[StepInfo], keep: set[str]) -> MemoryPlan:
         for name in s.reads:
             last_use[name] = i
     while True:
-        roots = _alias_roots(steps, candidates)
-        end: dict[str, int] = {c: i for c, i in candidates.items()}
+        inside = {v: c for v, c in offers.items() if v in candidates and c in candidates}
+        roots = _alias_roots(steps, candidates, inside)
+        end: dict[str, int] = {c: i for c, i in candidates.items() if c not in inside}
         exposed: set[str] = set()
         for value, owners in roots.items():
             for c in owners:
@@ -80,10 +91,20 @@ def plan_buffers(steps: Sequence[StepInfo], keep: set[str]) -> MemoryPlan:
             break
         for c in exposed:
             del candidates[c]
-    return _assign(steps, candidates, end, roots)
+    # a container's slot is taken at the first step that writes into it
+    opens: dict[int, list[str]] = {}
+    for c in set(inside.values()):
+        first = min([candidates[c]] + [candidates[v] for v, host in inside.items() if host == c])
+        opens.setdefault(first, []).append(c)
+    own = {v: i for v, i in candidates.items() if v not in inside}
+    plan = _assign(steps, own, end, roots, opens)
+    plan.placed = inside
+    return plan
 
 
-def _alias_roots(steps: Sequence[StepInfo], candidates: dict[str, int]) -> dict[str, frozenset[str]]:
+def _alias_roots(
+    steps: Sequence[StepInfo], candidates: dict[str, int], inside: Mapping[str, str]
+) -> dict[str, frozenset[str]]:
     """For every value, the planned buffers it may point into."""
     roots: dict[str, frozenset[str]] = {}
     for s in steps:
@@ -94,12 +115,19 @@ def _alias_roots(steps: Sequence[StepInfo], candidates: dict[str, int]) -> dict[
         for out in s.outputs:
             if not out:
                 continue
-            roots[out] = frozenset({out}) if out in candidates else from_inputs
+            if out in inside:
+                roots[out] = frozenset({inside[out]})
+            else:
+                roots[out] = frozenset({out}) if out in candidates else from_inputs
     return roots
 
 
 def _assign(
-    steps: Sequence[StepInfo], candidates: dict[str, int], end: dict[str, int], roots: dict[str, frozenset[str]]
+    steps: Sequence[StepInfo],
+    candidates: dict[str, int],
+    end: dict[str, int],
+    roots: dict[str, frozenset[str]],
+    opens: Mapping[int, list[str]],
 ) -> MemoryPlan:
     plan = MemoryPlan()
     owner_end: dict[int, int] = {}  # slot -> last step index its current value is needed
@@ -110,25 +138,27 @@ def _assign(
             if last < i:
                 free.append(slot)
                 del owner_end[slot]
+        wanted = [(c, steps[candidates[c]].out_nbytes) for c in opens.get(i, ())]
         out = s.outputs[0] if s.outputs else ""
-        if out not in candidates:
-            continue
-        need = _rounded(int(s.out_nbytes or 0))
-        reused = _inplace_slot(s, i, plan, candidates, end, roots, need)
-        if reused is not None:
-            plan.inplace += 1
-            slot = reused
-        else:
-            fit = _best_fit(free, plan.slot_bytes, need)
-            if fit is None:
-                plan.slot_bytes.append(need)
-                slot = len(plan.slot_bytes) - 1
+        if out in candidates and out not in plan.slot_of:
+            wanted.append((out, s.out_nbytes))
+        for value, nbytes in wanted:
+            need = _rounded(int(nbytes or 0))
+            reused = None if value != out else _inplace_slot(s, i, plan, candidates, end, roots, need)
+            if reused is not None:
+                plan.inplace += 1
+                slot = reused
             else:
-                slot = fit
-                free.remove(slot)
-                plan.slot_bytes[slot] = max(plan.slot_bytes[slot], need)
-        plan.slot_of[out] = slot
-        owner_end[slot] = end[out]
+                fit = _best_fit(free, plan.slot_bytes, need)
+                if fit is None:
+                    plan.slot_bytes.append(need)
+                    slot = len(plan.slot_bytes) - 1
+                else:
+                    slot = fit
+                    free.remove(slot)
+                    plan.slot_bytes[slot] = max(plan.slot_bytes[slot], need)
+            plan.slot_of[value] = slot
+            owner_end[slot] = end[value]
     return plan
 
 

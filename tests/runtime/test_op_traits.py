@@ -17,8 +17,6 @@ OLD_BLAS_OPS = {
     "RNN", "Attention", "MatMulInteger", "QLinearMatMul", "QLinearConv", "ConvInteger", "DeformConv", "Loop", "If",
     "Scan", "MultiHeadAttention", "Det", "DFT", "STFT",
 }  # fmt: skip
-#: Kernels added since that declare the trait (SqueezeExcite's NumPy path runs its two layers through conv_nd).
-ADDED_BLAS_OPS = {"SqueezeExcite"}
 OLD_VIEW_OPS = {"Reshape", "Transpose", "Squeeze", "Unsqueeze", "Flatten", "Identity"}
 OLD_SIZE_CREATING_OPS = {"ConstantOfShape", "Expand", "Tile", "Range", "Resize", "Upsample", "Pad", "OneHot"}
 OLD_NEVER_FOLD = {
@@ -34,6 +32,11 @@ OLD_FP32_OPS = {
     "SoftmaxCrossEntropyLoss", "NegativeLogLikelihoodLoss", "CumSum", "Einsum",
 }  # fmt: skip
 OLD_WIDEST_TYPE_OPS = {"Add", "Sub", "Mul", "Div", "Sum", "Mean", "Max", "Min", "Concat", "Where"}
+#: Kernels added since, whose traits put them in a table: SqueezeExcite (its NumPy path runs its two layers through
+#: conv_nd), the NHWC ConvTranspose (its NCHW fallback calls BLAS) and the NHWC Resize (its output size follows the
+#: scales or sizes).
+ADDED_BLAS_OPS = {"SqueezeExcite", "NhwcConvTranspose"}
+ADDED_SIZE_CREATING_OPS = {"NhwcResize"}
 OLD_EITHER_OPS = {
     "Relu", "LeakyRelu", "PRelu", "Elu", "Selu", "Sigmoid", "HardSigmoid", "Tanh", "HardSwish", "Abs", "Neg",
     "MaxPool", "GlobalMaxPool", "Reshape", "Flatten", "Squeeze", "Unsqueeze", "Transpose", "Slice", "Gather",
@@ -47,7 +50,7 @@ OLD_EITHER_OPS = {
         # kernels added since declare their own traits: FusedAttention's NumPy path calls BLAS
         (op_traits.BLAS_OPS, (OLD_BLAS_OPS - {"MultiHeadAttention"}) | ADDED_BLAS_OPS | {"FusedAttention"}),
         (op_traits.VIEW_OPS, OLD_VIEW_OPS),
-        (op_traits.SIZE_CREATING_OPS, OLD_SIZE_CREATING_OPS),
+        (op_traits.SIZE_CREATING_OPS, OLD_SIZE_CREATING_OPS | ADDED_SIZE_CREATING_OPS),
         (op_traits.NEVER_FOLD, OLD_NEVER_FOLD),
         (op_traits.LOW_PRECISION_OPS, OLD_LOW_PRECISION_OPS),
         (op_traits.FP32_OPS, OLD_FP32_OPS),

@@ -48,6 +48,23 @@ def test_views_extend_lifetimes_and_exposure_unplans() -> None:
     assert "a" not in exposed.slot_of  # a caller would keep a view of it across runs
 
 
+def test_concat_inputs_live_in_their_slices_of_the_concat_output() -> None:
+    steps = [
+        _step(("x",), "a"),
+        _step(("x",), "v", 512),
+        _step(("a",), "w", 512),
+        _step(("v", "w"), "c", 1024),
+        _step(("c",), "d"),
+    ]
+    plan = plan_buffers(steps, keep=set(), placed={"v": "c", "w": "c"})
+    assert plan.placed == {"v": "c", "w": "c"} and "v" not in plan.slot_of and "w" not in plan.slot_of
+    assert plan.slot_of["c"] != plan.slot_of["a"]  # c's slot is taken at v's step, while a is still alive
+    assert plan.slot_of["d"] == plan.slot_of["a"]
+    # a concat output the caller keeps is not planned, so its parts get slots of their own
+    kept = plan_buffers(steps[:4], keep={"c"}, placed={"v": "c", "w": "c"})
+    assert kept.placed == {} and {"v", "w"} <= kept.slot_of.keys()
+
+
 def _conv_model() -> onnx.ModelProto:
     rng = np.random.default_rng(0)
     nodes = [
