@@ -185,8 +185,8 @@ def _dim_of(name: str, source: str, axis: int, index: GraphIndex, graph: Graph) 
     arithmetic folded it to where that dim is static (``shape_values``)."""
     known = index.constant(name)
     if known is not None:
-        shape = shape_of(graph, source)
-        dim = shape[axis] if shape is not None and len(shape) > axis else None
+        dims = shape_of(graph, source)
+        dim = dims[axis] if dims is not None and len(dims) > axis else None
         return known.size == 1 and isinstance(dim, int) and int(known.reshape(-1)[0]) == dim
     pick = _through_casts(name, index)
     if pick is None or pick.op_type != "Gather" or len(pick.inputs) != 2 or int(pick.attrs.get("axis", 0)) != 0:
