@@ -56,7 +56,8 @@ def deployment_from_plan(plan: Plan, catalog: Catalog | None = None) -> Deployme
             installs.append(compiler.install_with[route.framework].for_key(key))
     installs += [catalog.libraries[lib].install.for_key(key) for lib in route.libraries]
     model_file = "model.onnx" if spec.application.model.onnx is not None else None
-    ships_runtime = ships_runtime_runner(plan, model_file)
+    trainer = _training_engine(plan, catalog, model_file)
+    ships_runtime = ships_runtime_runner(plan, model_file, trainer)
     if ships_runtime and route.framework != OUR_RUNTIME:
         installs.append(_runner_requirements(catalog, key, installs))
     gpu = spec.target.gpu
@@ -67,7 +68,7 @@ def deployment_from_plan(plan: Plan, catalog: Catalog | None = None) -> Deployme
     env.setdefault("OMP_NUM_THREADS", str(max(cores // tasks, 1)))
     env["APPOPT_PRECISION"] = route.precision
     env["APPOPT_LAYOUT"] = route.layout
-    compile_argv, run_argv = _commands(plan, model_file)
+    compile_argv, run_argv = _commands(plan, model_file, trainer)
     return Deployment(
         app_name=spec.name,
         base_image=choice.base_image,
@@ -125,8 +126,10 @@ def _in_app_dir(argv: list[str], shipped: set[str]) -> tuple[str, ...]:
     return tuple(f"{IMAGE_APP_DIR}/{word}" if word.split("/")[0] in shipped else word for word in argv)
 
 
-def _commands(plan: Plan, model_file: str | None) -> tuple[tuple[str, ...] | None, tuple[str, ...]]:
-    """(build-stage compile argv, entrypoint argv) for the chosen route."""
+def _commands(
+    plan: Plan, model_file: str | None, trainer: str | None = None
+) -> tuple[tuple[str, ...] | None, tuple[str, ...]]:
+    """(build-stage compile argv, entrypoint argv) for the chosen route; ``trainer`` is its ``_training_engine``."""
     command = plan.spec.application.command
     user = _in_app_dir(command, {p.name for p in plan.spec.application.code}) if command else None
     framework = plan.choice.route.framework
@@ -139,6 +142,8 @@ def _commands(plan: Plan, model_file: str | None) -> tuple[tuple[str, ...] | Non
         return compile_argv, run_argv
     if user:
         return None, tuple(user)
+    if trainer is not None:
+        return None, (*_training_argv(plan, f"{IMAGE_APP_DIR}/{model_file}"), "--engine", trainer)
     if framework in RUNNER_ENGINES and model_file is not None:
         model = f"{IMAGE_APP_DIR}/{model_file}"
         engine = RUNNER_ENGINES[framework]
@@ -211,13 +216,23 @@ def _entrypoint_notes(plan: Plan, dep: Deployment) -> list[str]:
     ]
 
 
-def ships_runtime_runner(plan: Plan, model_file: str | None) -> bool:
-    """Whether the image carries the runtime's sources: our runtime's route, or the runner of an ONNX model for a
-    framework in ``RUNNER_ENGINES`` when the spec gives no command."""
+def ships_runtime_runner(plan: Plan, model_file: str | None, trainer: str | None = None) -> bool:
+    """Whether the image carries the runtime's sources: our runtime's route, or the runner (or trainer) of an ONNX
+    model for a framework in ``RUNNER_ENGINES`` (or whose catalog entry ``trains_onnx``) when the spec gives no
+    command."""
     framework = plan.choice.route.framework
-    if framework == OUR_RUNTIME:
+    if framework == OUR_RUNTIME or trainer is not None:
         return True
     return framework in RUNNER_ENGINES and model_file is not None and not plan.spec.application.command
+
+
+def _training_engine(plan: Plan, catalog: Catalog, model_file: str | None) -> str | None:
+    """The ``runtime train --engine`` of a training plan for an ONNX model with no command, on a framework whose
+    catalog entry names one (``trains_onnx``: PyTorch); None otherwise."""
+    app = plan.spec.application
+    if app.type != "training" or model_file is None or app.command:
+        return None
+    return catalog.frameworks[plan.choice.route.framework].trains_onnx
 
 
 def _runner_requirements(catalog: Catalog, key: str, installs: list[Install]) -> Install:

@@ -277,7 +277,9 @@ class _Enumerator:
             ),
             (t.arch in fw.cpu_archs, f"no build for {t.arch} CPUs"),
             (
-                self.spec.application.model.onnx is None or fw.reads_onnx,
+                self.spec.application.model.onnx is None
+                or fw.reads_onnx
+                or (self.mode == "training" and fw.trains_onnx is not None),
                 "cannot load an ONNX model file (application.model.onnx)",
             ),
             (

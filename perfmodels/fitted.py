@@ -441,7 +441,15 @@ class FittedModel:
     def predict(self, workload: Workload, route: Route, device: Device) -> Prediction:
         prior = self.prior.predict(workload, route, device)
         if workload.mode == "training":  # measured training rows (perfmodels.training_fit), else the prior
-            return training_prediction(self.training(), workload, route, device, prior, self._wanted_threads)
+            return training_prediction(
+                self.training(),
+                workload,
+                route,
+                device,
+                prior,
+                self._wanted_threads,
+                lambda measured: self.prior.predict(workload, route, measured),
+            )
         group = self.anchor(workload, route, device)
         if group is None:
             return prior

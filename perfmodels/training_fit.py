@@ -224,6 +224,52 @@ class TrainingFit:
             detail={"threads": float(n), "fitted_rows": float(group.rows), "train_rmspe": group.train_rmspe},
         )
 
+    def transfer(
+        self,
+        workload: Workload,
+        route: Route,
+        device: Device,
+        prior: Prediction,
+        prior_for: Callable[[Device], Prediction],
+    ) -> Prediction | None:
+        """Step time on an unmeasured CPU ``device`` (or several): the prior there times the fit's ratio to the prior
+        on the measuring host at its most threads (whose measured GEMM peak and bandwidth stand for its device).
+
+        Data-parallel communication is the prior's own and is not scaled. None when the route has no fit.
+        """
+        group = self.group_for(route)
+        sources = sorted((n, t) for t, n in self.peaks if group is not None and t in group.targets)
+        if group is None or not sources:
+            return None
+        threads, source = sources[-1]
+        fitted = self.predict(workload, route, source, threads)
+        if fitted is None:
+            return None
+        peak, bandwidth = self.peaks[(source, threads)]
+        measured = prior_for(Device(source, "cpu", {"fp32": peak * 1e9}, bandwidth * 1e9))
+        factor = fitted.step_seconds / measured.step_seconds
+        communication = float(prior.detail.get("communication_s", 0.0))
+        step = (prior.step_seconds - communication) * factor + communication
+        steps = None if workload.total_samples is None else workload.total_samples / workload.batch_size
+        basis = (
+            f"transferred-training:{source} -> {device.name} ({group.backend} {group.precision}, {group.rows} rows; "
+            f"x{factor:.3g} of the roofline prior, as measured at {threads} thread(s))"
+        )
+        if group.precision != route.precision:
+            basis += f"; {route.precision} not measured"
+        if device.count > 1:
+            basis += f"; {device.count} devices scaled as the prior scales them"
+        if group.under_load:
+            basis += " (rows measured under load)"
+        return Prediction(
+            step_seconds=step,
+            samples_per_second=workload.batch_size / step,
+            total_seconds=None if steps is None else steps * step,
+            bound=prior.bound,
+            basis=basis,
+            detail={"transfer_factor": factor, "fitted_rows": float(group.rows), "train_rmspe": group.train_rmspe},
+        )
+
 
 # --- held-out evaluation ---------------------------------------------------------------------------------------
 
@@ -361,19 +407,25 @@ def training_prediction(
     device: Device,
     prior: Prediction,
     wanted_threads: Callable[[str], int | None],
+    prior_for: Callable[[Device], Prediction] | None = None,
 ) -> Prediction:
-    """A training step on a measured CPU host from the fit; the prior elsewhere (GPUs, several devices, hosts or
-    frameworks without measured training rows), its basis then saying why (``fit``: ``fit_for`` the results)."""
+    """A training step from the measured training rows (``fit``: ``fit_for`` the results): fitted on a measured CPU
+    host, transferred to another CPU (or several) through the fit's ratio to the prior on the measuring host
+    (``TrainingFit.transfer``); the prior on GPUs and for frameworks without measured training rows, its basis then
+    saying why."""
     if not fit.groups:
         return prior
-    if device.kind != "cpu" or device.count != 1:
-        why = "no GPU training measured" if device.kind != "cpu" else "multi-device training not measured"
-        return replace(prior, basis=f"{prior.basis} ({why})")
+    if device.kind != "cpu":
+        return replace(prior, basis=f"{prior.basis} (no GPU training measured)")
     targets = fit.targets()
     target = local_target_key() if device.name in ("local",) else device.name
     if target not in targets:
         target = next((t for t in targets if t.startswith(target_key(device.name, 0)[:-3])), "")
-    predicted = fit.predict(workload, route, target, wanted_threads(target)) if target else None
+    predicted = None
+    if target and device.count == 1:
+        predicted = fit.predict(workload, route, target, wanted_threads(target))
+    elif prior_for is not None:
+        predicted = fit.transfer(workload, route, device, prior, prior_for)
     if predicted is None:
         return replace(prior, basis=f"{prior.basis} (no training rows for {route.framework} on this host)")
     return replace(predicted, detail={**predicted.detail, "prior_step_s": prior.step_seconds})

@@ -1,7 +1,8 @@
 """``python -m runtime``: the runtime's own command line, for images that carry the runtime without appopt.
 
     python -m runtime compile MODEL.onnx -o OUT
-    python -m runtime train MODEL.onnx --data FILE.npz -o TRAINED.onnx [--epochs N] [--checkpoint DIR --resume] ...
+    python -m runtime train MODEL.onnx --data FILE.npz -o TRAINED.onnx [--epochs N] [--checkpoint DIR --resume]
+                            [--engine appopt|torch] ...
     python -m runtime run MODEL_OR_OUT [--input name=file.npy ...] [--random] [--repeat N] [--threads N]
                           [--profile] [--engine appopt|onnxruntime]
 
@@ -46,6 +47,9 @@ def _parser() -> argparse.ArgumentParser:
     train.add_argument("--resume", action="store_true", help="continue from --checkpoint when it holds one")
     train.add_argument("--threads", type=int, default=None)
     train.add_argument("--seed", type=int, default=0)
+    train.add_argument(
+        "--engine", default="appopt", choices=["appopt", "torch"], help="who trains (default: this runtime)"
+    )
     return parser
 
 
@@ -64,7 +68,15 @@ def _train(args: argparse.Namespace) -> None:
         seed=args.seed,
     )
     data = load_npz(args.data, 0.2, args.seed)
-    train_to_file(args.model, data, args.out, config, resume=args.resume, echo=lambda line: print(line, flush=True))
+    train_to_file(
+        args.model,
+        data,
+        args.out,
+        config,
+        resume=args.resume,
+        echo=lambda line: print(line, flush=True),
+        engine=args.engine,
+    )
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -179,6 +179,9 @@ class Framework(Component):
     efficiency: dict[DeviceKey, float] = Field(default_factory=dict)
     #: True if it reads ONNX directly (others need an exporter step or a native model definition).
     reads_onnx: bool = False
+    #: ``python -m runtime train --engine`` value that trains an ONNX model in this framework (the runtime's sources
+    #: carry the converter), so a training plan may pick it for ``application.model.onnx`` without a command.
+    trains_onnx: str | None = None
     #: True if it only runs model files (no model definitions of its own): inference on it needs
     #: ``application.model.onnx``, or an ``application.command`` that brings its own model.
     model_files_only: bool = False

@@ -35,6 +35,10 @@ def train_bench_cmd(
         typer.Option("--side-by-side", help="Only appopt-runtime vs torch step time, alternating blocks, as ratios."),
     ] = False,
     blocks: Annotated[int, typer.Option(min=1, help="Blocks per side for --side-by-side.")] = 5,
+    cpu_time: Annotated[
+        bool,
+        typer.Option("--cpu-time", help="--side-by-side timed by the process's CPU time (for a loaded machine)."),
+    ] = False,
 ) -> None:
     """Training benchmark: ms/step, samples/s, s/epoch, time and epochs to target, accuracy, memory, optimiser state."""
     from benchmarks.trainers import TRAINER_NAMES, SharedModel, get_trainer
@@ -62,7 +66,7 @@ def train_bench_cmd(
 
         for t in tasks:
             for n in thread_list:
-                typer.echo(compare(t, n, (batch or [32])[0], blocks, seed=seed).describe())
+                typer.echo(compare(t, n, (batch or [32])[0], blocks, seed=seed, cpu_time=cpu_time).describe())
         return
     from benchmarks.features import model_features
     from benchmarks.training_bench import measure, summarise, summary_rows

@@ -98,6 +98,8 @@ class MaxPoolGrad(GradKernel):
 
     def compute(self, dy: np.ndarray, x: np.ndarray) -> np.ndarray:
         geo = _Geometry(self.attrs, x.shape[2:])
+        if _tiles(geo):
+            return _tiled_max_pool_grad(wide(dy), x, geo.kernel).astype(x.dtype, copy=False)
         lowest = np.iinfo(x.dtype).min if x.dtype.kind in "iu" else -np.inf
         xp = pad_spatial(x, geo.full_pads(), lowest)
         windows = window_view(xp, geo.kernel, geo.strides, geo.dilations, geo.out)
@@ -106,6 +108,31 @@ class MaxPoolGrad(GradKernel):
         zero = np.zeros((), dtype=dyc.dtype)
         dx = geo.scatter(lambda k, _: np.where(arg == k, dyc, zero), x.shape[:2], dyc.dtype)
         return dx.astype(x.dtype, copy=False)
+
+
+def _tiles(geo: _Geometry) -> bool:
+    """2-D windows that tile the plane exactly: kernel == strides, no dilation or padding, sizes divisible."""
+    return (
+        geo.nd == 2
+        and geo.strides == geo.kernel
+        and geo.dilations == [1, 1]
+        and not any(geo.full_pads())
+        and geo.out == [geo.in_shape[0] // geo.kernel[0], geo.in_shape[1] // geo.kernel[1]]
+        and all(size % k == 0 for size, k in zip(geo.in_shape, geo.kernel, strict=True))
+    )
+
+
+def _tiled_max_pool_grad(dy: np.ndarray, x: np.ndarray, kernel: list[int]) -> np.ndarray:
+    """MaxPoolGrad for windows that tile the plane (a 2x2/2 pool): one reshaped copy of X instead of a strided
+    window view, and one scatter of dY instead of an add per kernel offset; the same first maximum wins."""
+    n, c, height, width = x.shape
+    k_h, k_w = kernel
+    out_h, out_w = height // k_h, width // k_w
+    tiles = x.reshape(n, c, out_h, k_h, out_w, k_w).transpose(0, 1, 2, 4, 3, 5).reshape(n, c, out_h, out_w, k_h * k_w)
+    arg = tiles.argmax(axis=-1)
+    dx = np.zeros(tiles.shape, dtype=dy.dtype)
+    np.put_along_axis(dx, arg[..., None], dy[..., None], axis=-1)
+    return dx.reshape(n, c, out_h, out_w, k_h, k_w).transpose(0, 1, 2, 4, 3, 5).reshape(n, c, height, width)
 
 
 @register

@@ -11,6 +11,7 @@ import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -19,8 +20,13 @@ from runtime.training.data import Dataset
 from runtime.training.export import save_model_atomic
 from runtime.training.trainer import EpochStats, Trainer
 
+if TYPE_CHECKING:
+    from runtime.training.torch_trainer import TorchTrainer
+
 OPTIMIZERS = ("sgd", "adam")
 PRECISIONS = ("fp32", "fp16", "bf16")
+#: Who trains: the runtime's own executor, or PyTorch (``runtime.training.torch_trainer``, for PyTorch plans).
+ENGINES = ("appopt", "torch")
 
 
 @dataclass
@@ -70,14 +76,25 @@ def train_to_file(
     *,
     resume: bool = False,
     echo: Callable[[str], None] = print,
+    engine: str = "appopt",
 ) -> TrainOutcome:
     """Train ``model`` on ``data`` (validating on its test arrays when it has them), print a line per epoch, write
     the trained model atomically to ``output``; ``resume`` continues from ``config.checkpoint_dir`` when it holds a
-    checkpoint (a preempted batch job simply runs again)."""
+    checkpoint (a preempted batch job simply runs again). ``engine`` is one of ``ENGINES``."""
     if resume and config.checkpoint_dir is None:
         raise TrainingError("--resume needs --checkpoint DIR")
+    if engine not in ENGINES:
+        raise TrainingError(f"--engine: {engine!r}; use {' or '.join(ENGINES)}")
     validation = (data.x_test, data.y_test) if data.x_test is not None and data.y_test is not None else None
-    trainer = Trainer(str(model), config, resume=resume)
+    trainer: Trainer | TorchTrainer
+    if engine == "torch":
+        try:
+            from runtime.training.torch_trainer import TorchTrainer
+        except ImportError:
+            raise TrainingError("--engine torch: the torch package is not installed") from None
+        trainer = TorchTrainer(str(model), config, resume=resume)
+    else:
+        trainer = Trainer(str(model), config, resume=resume)
     if trainer.resumed_from is not None:
         echo(f"resumed from {trainer.resumed_from} at epoch {trainer.epoch}")
     trainer.fit(

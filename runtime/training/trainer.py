@@ -36,6 +36,7 @@ from runtime.training.export import export_trained
 from runtime.training.graph import TrainingGraph, build_training_graph
 from runtime.training.loss_scale import DynamicLossScaler
 from runtime.training.losses import accuracy, numpy_loss
+from runtime.training.memory import retain_freed_memory
 from runtime.training.optimizers import Optimizer, make_optimizer
 
 
@@ -64,6 +65,7 @@ class Trainer:
     def __init__(self, model: ModelSource, config: TrainConfig | None = None, *, resume: bool = False) -> None:
         self.config = config or TrainConfig()
         self.config.validate()
+        retain_freed_memory()  # a step's temporaries reuse the last step's pages instead of faulting them in
         self.proto = load_model_proto(model)
         self.graph: TrainingGraph = build_training_graph(
             self.proto,

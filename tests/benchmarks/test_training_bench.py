@@ -78,3 +78,6 @@ def test_side_by_side_prints_a_ratio():
     result = CliRunner().invoke(app, args)
     assert result.exit_code == 0, result.output
     assert "ratio" in result.output and "appopt-runtime" in result.output
+    cpu = CliRunner().invoke(app, [*args, "--cpu-time"])
+    assert cpu.exit_code == 0, cpu.output
+    assert "CPU ms/step" in cpu.output and "ratio" in cpu.output

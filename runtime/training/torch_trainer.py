@@ -1,0 +1,210 @@
+"""``TorchTrainer``: the runtime's ``Trainer`` interface with PyTorch doing the work (``--engine torch``).
+
+A PyTorch training plan for an ONNX model, with no command of its own, runs ``python -m runtime train MODEL --engine
+torch``: the same data, batch order (a seeded permutation per epoch), epoch lines, checkpoints and ONNX export as the
+runtime's own trainer, with the model run as an ``OnnxModule`` and optimised by ``torch.optim`` (SGD with momentum,
+or Adam). Mixed precision is ``torch.autocast`` (bf16 or fp16) on the device; CUDA when present, else the CPU.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import onnx
+import torch
+import torch.nn.functional as F
+
+from runtime.ir import Value
+from runtime.loader import ModelSource, load_model_proto
+from runtime.training.config import TrainConfig, TrainingError
+from runtime.training.data import Features, as_feeds
+from runtime.training.export import export_trained
+from runtime.training.torch_module import OnnxModule
+from runtime.training.trainer import EpochStats
+
+#: The checkpoint file inside ``config.checkpoint_dir``.
+CHECKPOINT = "torch-checkpoint.pt"
+_AUTOCAST = {"bf16": torch.bfloat16, "fp16": torch.float16}
+
+
+class TorchTrainer:
+    """Trains ``model`` with ``config`` in PyTorch; ``resume=True`` continues from ``config.checkpoint_dir``."""
+
+    def __init__(self, model: ModelSource, config: TrainConfig | None = None, *, resume: bool = False) -> None:
+        self.config = config or TrainConfig()
+        self.config.validate()
+        if self.config.loss != "cross_entropy":
+            raise TrainingError("--engine torch trains classifiers (cross_entropy) only")
+        self.proto = load_model_proto(model)
+        self.device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+        if self.config.threads:
+            torch.set_num_threads(self.config.threads)
+        torch.manual_seed(self.config.seed)
+        self.module = OnnxModule(self.proto).to(self.device)
+        self.output = self.config.output or self.module.output_names[0]
+        producer = next((n for n in self.proto.graph.node if self.output in n.output), None)
+        #: The model's own output is kept; the loss reads the logits (Softmax's input) or log-probabilities.
+        self.reads = producer.op_type if producer is not None and producer.op_type in ("Softmax", "LogSoftmax") else ""
+        self.logits = producer.input[0] if self.reads == "Softmax" and producer is not None else self.output
+        if self.logits != self.output:
+            self.module.output_names.append(self.logits)
+        inputs = {vi.name: Value.from_type(vi.name, vi.type) for vi in self.proto.graph.input}
+        self._inputs = {name: inputs[name] for name in self.module.input_names}
+        params = [p for p in self.module.parameters() if p.requires_grad]
+        if not params:
+            raise TrainingError("the model has no trainable float initializer")
+        if self.config.optimizer == "adam":
+            self.optimizer: torch.optim.Optimizer = torch.optim.Adam(
+                params,
+                self.config.lr,
+                betas=self.config.betas,
+                eps=self.config.adam_eps,
+                weight_decay=self.config.weight_decay,
+            )
+        else:
+            self.optimizer = torch.optim.SGD(
+                params, self.config.lr, momentum=self.config.momentum, weight_decay=self.config.weight_decay
+            )
+        self.epoch = 0
+        self.history: list[EpochStats] = []
+        self.resumed_from: Path | None = None
+        if resume:
+            if self.config.checkpoint_dir is None:
+                raise TrainingError("resume needs a checkpoint directory")
+            if (Path(self.config.checkpoint_dir) / CHECKPOINT).is_file():
+                self.load_checkpoint()
+
+    def _loss(self, outputs: dict[str, torch.Tensor], target: torch.Tensor) -> torch.Tensor:
+        scores = outputs[self.logits].float()
+        return F.nll_loss(scores, target) if self.reads == "LogSoftmax" else F.cross_entropy(scores, target)
+
+    def _tensors(self, x: Features) -> list[torch.Tensor]:
+        feeds = as_feeds(x, self._inputs)
+        return [torch.from_numpy(np.ascontiguousarray(feeds[n])).to(self.device) for n in self.module.input_names]
+
+    def _autocast(self) -> Any:
+        dtype = _AUTOCAST.get(self.config.precision)
+        return torch.autocast(self.device.type, dtype=dtype or torch.bfloat16, enabled=dtype is not None)
+
+    def train_step(self, inputs: list[torch.Tensor], target: torch.Tensor) -> tuple[float, torch.Tensor]:
+        """One optimiser step on a batch; returns its loss and the logits."""
+        self.module.train()
+        with self._autocast():
+            outputs = self.module(*inputs)
+            loss = self._loss(outputs, target)
+        self.optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        self.optimizer.step()
+        return float(loss.item()), outputs[self.logits].detach()
+
+    def fit(
+        self,
+        x: Features,
+        y: np.ndarray,
+        *,
+        validation: tuple[Features, np.ndarray] | None = None,
+        on_epoch: Callable[[EpochStats], None] | None = None,
+    ) -> list[EpochStats]:
+        """Train up to ``config.epochs`` epochs (counting those a resumed checkpoint already did)."""
+        inputs = self._tensors(x)
+        target = torch.from_numpy(_labels(y)).to(self.device)
+        n = len(target)
+        if any(len(t) != n for t in inputs):
+            raise TrainingError(f"data: {n} targets but {[len(t) for t in inputs]} samples")
+        bs = self.config.batch_size
+        while self.epoch < self.config.epochs:
+            order = torch.from_numpy(np.random.default_rng([self.config.seed, self.epoch]).permutation(n))
+            started = time.perf_counter()
+            losses: list[float] = []
+            correct = 0
+            for start in range(0, n, bs):
+                idx = order[start : start + bs].to(self.device)
+                loss, scores = self.train_step([t[idx] for t in inputs], target[idx])
+                losses.append(loss)
+                correct += int((scores.argmax(dim=1) == target[idx]).sum())
+            self.epoch += 1
+            stats = EpochStats(
+                epoch=self.epoch,
+                loss=float(np.mean(losses)) if losses else math.nan,
+                seconds=round(time.perf_counter() - started, 4),
+                steps=len(losses),
+                train_accuracy=correct / n if n else None,
+            )
+            if validation is not None:
+                metrics = self.evaluate(*validation)
+                stats.val_loss, stats.val_accuracy = metrics["loss"], metrics["accuracy"]
+            self.history.append(stats)
+            self.save_checkpoint()
+            if on_epoch is not None:
+                on_epoch(stats)
+        return self.history
+
+    def evaluate(self, x: Features, y: np.ndarray, batch_size: int = 512) -> dict[str, float]:
+        """Mean loss and accuracy of the model (in inference mode) on ``(x, y)``."""
+        inputs = self._tensors(x)
+        target = torch.from_numpy(_labels(y)).to(self.device)
+        self.module.eval()
+        total, correct = 0.0, 0
+        with torch.no_grad(), self._autocast():
+            for start in range(0, len(target), batch_size):
+                part = slice(start, start + batch_size)
+                outputs = self.module(*(t[part] for t in inputs))
+                total += float(self._loss(outputs, target[part])) * len(target[part])
+                correct += int((outputs[self.logits].argmax(dim=1) == target[part]).sum())
+        n = max(len(target), 1)
+        return {"loss": total / n, "accuracy": correct / n}
+
+    def export(self) -> onnx.ModelProto:
+        """The original model with the trained weights and running statistics."""
+        summary = {"epochs": self.epoch, "optimizer": self.config.optimizer, "engine": f"torch {torch.__version__}"}
+        return export_trained(self.proto, self.module.values(), {"appopt.training": json.dumps(summary)})
+
+    # -- checkpoints (after every epoch, atomic) ------------------------------------------------------------------
+    def save_checkpoint(self) -> Path | None:
+        if self.config.checkpoint_dir is None:
+            return None
+        path = Path(self.config.checkpoint_dir) / CHECKPOINT
+        path.parent.mkdir(parents=True, exist_ok=True)
+        state = {
+            "module": self.module.state_dict(),
+            "optimizer": self.optimizer.state_dict(),
+            "epoch": self.epoch,
+            "optimizer_name": self.config.optimizer,
+            "history": [h.as_dict() for h in self.history],
+        }
+        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+        torch.save(state, tmp)
+        os.replace(tmp, path)
+        return path
+
+    def load_checkpoint(self) -> None:
+        directory = Path(self.config.checkpoint_dir or ".")
+        try:
+            state = torch.load(directory / CHECKPOINT, map_location=self.device, weights_only=True)
+            if state.get("optimizer_name") != self.config.optimizer:
+                raise TrainingError(
+                    f"checkpoint in {str(directory)!r} was made with optimizer {state.get('optimizer_name')!r}, "
+                    f"not {self.config.optimizer!r}"
+                )
+            self.module.load_state_dict(state["module"])
+            self.optimizer.load_state_dict(state["optimizer"])
+        except (RuntimeError, KeyError, OSError, ValueError) as exc:
+            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            raise TrainingError(f"checkpoint in {str(directory)!r} does not fit this model: {first}") from None
+        self.epoch = int(state["epoch"])
+        self.history = [EpochStats(**h) for h in state.get("history", [])]
+        self.resumed_from = directory
+
+
+def _labels(y: np.ndarray) -> np.ndarray:
+    arr = np.asarray(y)
+    if arr.dtype.kind not in "iu":
+        raise TrainingError(f"labels must be integer class ids for cross_entropy, got {arr.dtype}")
+    return arr.astype(np.int64, copy=False)

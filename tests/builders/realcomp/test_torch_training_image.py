@@ -1,0 +1,82 @@
+"""A PyTorch training plan's own image, built and run: with no command in the spec, it trains the spec's ONNX model
+in PyTorch (``python -m runtime train --engine torch``) on the data shipped with the plan, in the job's directory.
+
+Built with buildah on the Debian 12 minbase (standing in for ``python:3.11-slim``) from a wheelhouse whose torch is
+the CPU wheel in pip's find-links (CI's /opt/wheels): PyPI's torch for this platform is the CUDA build, gigabytes of
+GPU libraries, so without the CPU wheel the test is skipped rather than downloading them.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from typer.testing import Result
+
+from tests.builders.realcomp.conftest import plan_for, wheelhouse_for
+
+pytestmark = pytest.mark.slow
+
+SPEC = """\
+# the digits MLP trained in PyTorch; no command: the image trains it on the shipped data
+name: digits-torch-train
+application:
+  type: training
+  model: {onnx: digits_mlp.onnx}
+  batch_size: 16
+  precision: fp32
+  framework: pytorch
+  data: {path: data.npz, epochs: 3}
+target:
+  cpu: {arch: x86_64, model: local}
+  scheduler: none
+container:
+  formats: [docker]
+"""
+
+
+def _torch_cpu_wheel() -> Path | None:
+    for directory in os.environ.get("PIP_FIND_LINKS", "").split():
+        wheels = sorted(Path(directory).glob("torch-*+cpu-cp311-cp311-*x86_64.whl"))
+        if wheels:
+            return wheels[-1]
+    return None
+
+
+def test_a_pytorch_training_image_trains_the_model_on_the_specs_data(debian_image: str, cache_dir: Path,
+                                                                     tmp_path: Path,
+                                                                     appopt: Callable[..., Result]) -> None:
+    from tests.runtime.training.test_runtime_train_cli import _separable_npz
+
+    if _torch_cpu_wheel() is None:
+        pytest.skip("torch CPU wheel: extra not installed (no torch-*+cpu-cp311 wheel in PIP_FIND_LINKS)")
+    _separable_npz(tmp_path / "data.npz")
+    out = plan_for(SPEC, tmp_path)
+    ref = "localhost/appopt-test/digits-torch-train:ci"
+    result = appopt("build", out, "--engine", "buildah", "--base-image", debian_image, "--wheelhouse",
+                    wheelhouse_for(out, cache_dir), "--tag", ref, "--quiet")
+    assert result.exit_code == 0, result.output[-3000:]
+    job = tmp_path / "job"
+    job.mkdir()
+    env = {**os.environ, "APPOPT_CONTAINER": "podman", "APPOPT_IMAGE": ref}
+
+    def run_job() -> subprocess.CompletedProcess[str]:
+        return subprocess.run(["bash", str(out / "run.sh")], cwd=job, env=env, capture_output=True, text=True,
+                              timeout=600, check=False)
+
+    done = run_job()
+    assert done.returncode == 0, done.stderr[-3000:]
+    losses = [float(x) for x in re.findall(r"^epoch \d/3  loss ([\d.]+)", done.stdout, re.MULTILINE)]
+    assert len(losses) == 3 and losses[-1] < losses[0], done.stdout
+    accuracy = float(done.stdout.rsplit("test accuracy ", 1)[1].split("%")[0])
+    assert accuracy > 90.0, done.stdout
+    assert (job / "trained.onnx").stat().st_size > 0
+    assert (job / "checkpoints" / "torch-checkpoint.pt").is_file()
+    # the job run again (a preempted job resubmitted) resumes from its checkpoint instead of starting over
+    again = run_job()
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert again.stdout.splitlines()[0] == "resumed from checkpoints at epoch 3", again.stdout

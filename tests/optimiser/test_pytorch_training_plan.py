@@ -1,0 +1,73 @@
+"""A PyTorch training plan for an ONNX model, with no command: its image trains the model on the spec's data with
+``python -m runtime train --engine torch`` (the runtime's sources ship as the trainer), not a bare python3."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from optimiser.cli import app
+from tests.runtime.training.test_runtime_train_cli import _separable_npz
+
+EXAMPLES = Path(__file__).parents[2] / "examples"
+
+SPEC = """\
+name: digits-torch-train
+application:
+  type: training
+  model: {{onnx: digits_mlp.onnx}}
+  batch_size: 16
+  framework: {framework}
+  data: {{path: data.npz, epochs: 2}}
+{command}target:
+  cpu: {{arch: x86_64, model: local}}
+  scheduler: none
+container:
+  formats: [docker]
+"""
+
+
+def _plan(tmp_path: Path, framework: str = "pytorch", command: str = "") -> Path:
+    shutil.copy2(EXAMPLES / "digits_mlp.onnx", tmp_path / "digits_mlp.onnx")
+    _separable_npz(tmp_path / "data.npz", n=64)
+    (tmp_path / "train.yaml").write_text(SPEC.format(framework=framework, command=command))
+    out = tmp_path / "out"
+    result = CliRunner().invoke(app, ["plan", str(tmp_path / "train.yaml"), "-o", str(out)])
+    assert result.exit_code == 0, result.output
+    return out
+
+
+def test_the_image_trains_the_onnx_model_with_the_torch_engine_on_the_specs_data(tmp_path: Path) -> None:
+    out = _plan(tmp_path)
+    deployment = json.loads((out / "deployment.json").read_text())
+    choice = json.loads((out / "plan.json").read_text())["choice"]
+    assert choice["framework"] == "pytorch"
+    assert deployment["run_argv"] == [
+        "python3", "-m", "runtime", "train", "/opt/app/model.onnx", "--data", "/opt/app/data/data.npz",
+        "-o", "trained.onnx", "--batch-size", "16", "--precision", choice["precision"], "--epochs", "2",
+        "--checkpoint", "checkpoints", "--resume", "--engine", "torch",
+    ]  # fmt: skip
+    assert "runtime" in deployment["app_files"]  # the trainer ships with the image
+    packages = {p.split("==")[0] for p in deployment["pip_packages"]}
+    assert {"torch", "onnx", "numpy"} <= packages
+    assert "bare python3" not in (out / "plan.md").read_text()
+
+
+def test_a_command_of_its_own_still_wins(tmp_path: Path) -> None:
+    out = _plan(tmp_path, command="  command: [python3, -c, 'print(1)']\n")
+    deployment = json.loads((out / "deployment.json").read_text())
+    assert deployment["run_argv"] == ["python3", "-c", "print(1)"]
+    assert "runtime" not in deployment["app_files"]
+
+
+@pytest.mark.parametrize("framework", ["onnxruntime"])
+def test_an_inference_only_framework_still_cannot_train_the_model(tmp_path: Path, framework: str) -> None:
+    shutil.copy2(EXAMPLES / "digits_mlp.onnx", tmp_path / "digits_mlp.onnx")
+    _separable_npz(tmp_path / "data.npz", n=64)
+    (tmp_path / "train.yaml").write_text(SPEC.format(framework=framework, command=""))
+    result = CliRunner().invoke(app, ["plan", str(tmp_path / "train.yaml"), "-o", str(tmp_path / "out")])
+    assert result.exit_code != 0

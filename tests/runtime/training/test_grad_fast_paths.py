@@ -1,0 +1,56 @@
+"""The gradient kernels' fast paths against their general paths (the yardsticks): ConvGrad on flat planes (2-D,
+stride 1, one group) and MaxPoolGrad for windows that tile the plane."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from runtime.kernels.grad_conv import _conv_grad_chunk, _flat_conv_grad
+from runtime.kernels.grad_pool import _tiled_max_pool_grad
+
+
+@pytest.mark.parametrize(
+    ("kernel", "pads", "dilations", "size"),
+    [
+        ((3, 3), [1, 1, 1, 1], [1, 1], (8, 8)),
+        ((3, 3), [0, 2, 1, 0], [1, 1], (7, 5)),  # asymmetric pads, a non-square plane
+        ((3, 2), [2, 1, 2, 1], [2, 3], (9, 10)),  # dilations
+        ((1, 1), [0, 0, 0, 0], [1, 1], (6, 6)),
+        ((5, 5), [2, 2, 2, 2], [1, 1], (4, 4)),  # kernel wider than the plane
+    ],
+)
+def test_flat_planes_give_the_im2col_gradients(
+    kernel: tuple[int, int], pads: list[int], dilations: list[int], size: tuple[int, int]
+) -> None:
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((3, 4, *size))
+    w = rng.standard_normal((5, 4, *kernel))
+    out = [size[i] + pads[i] + pads[i + 2] - (kernel[i] - 1) * dilations[i] for i in range(2)]
+    dy = rng.standard_normal((3, 5, *out))
+    expected = _conv_grad_chunk(dy, x, w, pads, [1, 1], dilations, 1, True, True)
+    got = _flat_conv_grad(dy, x, w, pads, [1, 1], dilations, 1, True, True)
+    assert got[0] is not None and expected[0] is not None and got[1] is not None and expected[1] is not None
+    np.testing.assert_allclose(got[0], expected[0], rtol=1e-10, atol=1e-10)
+    np.testing.assert_allclose(got[1], expected[1], rtol=1e-10, atol=1e-10)
+    only_dw = _flat_conv_grad(dy, x, w, pads, [1, 1], dilations, 1, False, True)
+    assert only_dw[0] is None and np.allclose(only_dw[1], expected[1])
+
+
+def _max_pool_grad_by_windows(dy: np.ndarray, x: np.ndarray, k: int) -> np.ndarray:
+    """Window by window: the gradient goes to the first maximum in C order."""
+    dx = np.zeros_like(x)
+    for index in np.ndindex(*dy.shape):
+        n, c, i, j = index
+        window = x[n, c, i * k : (i + 1) * k, j * k : (j + 1) * k]
+        a, b = np.unravel_index(int(window.argmax()), window.shape)
+        dx[n, c, i * k + a, j * k + b] += dy[index]
+    return dx
+
+
+@pytest.mark.parametrize("k", [2, 3])
+def test_tiled_max_pool_grad_sends_each_gradient_to_the_first_maximum(k: int) -> None:
+    rng = np.random.default_rng(1)
+    x = rng.integers(0, 3, size=(2, 3, 2 * k * 2, 3 * k)).astype(np.float32)  # many ties
+    dy = rng.standard_normal((2, 3, 4, 3)).astype(np.float32)
+    np.testing.assert_allclose(_tiled_max_pool_grad(dy, x, [k, k]), _max_pool_grad_by_windows(dy, x, k))

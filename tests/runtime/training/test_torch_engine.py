@@ -1,0 +1,107 @@
+"""``--engine torch``: an ONNX model trained in PyTorch (what a PyTorch training plan's image runs by default)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper
+
+from runtime import compile_model
+from runtime.training import TrainConfig, TrainingError
+from runtime.training.data import load_npz
+from runtime.training.models import digits_cnn
+from tests.runtime.training.test_runtime_train_cli import MLP, ROOT, _separable_npz
+
+torch = pytest.importorskip("torch", reason="torch: extra not installed")
+
+from runtime.training.torch_module import OnnxModule  # noqa: E402
+from runtime.training.torch_trainer import TorchTrainer  # noqa: E402
+
+
+def test_the_module_computes_what_the_runtime_computes() -> None:
+    """Conv (padded), BatchNorm (inference mode), MaxPool, Flatten, Gemm: the same numbers as our executor."""
+    rng = np.random.default_rng(1)
+    proto = digits_cnn(3)
+    for init in proto.graph.initializer:  # non-trivial running statistics, so BatchNorm is really exercised
+        if init.name in ("bn1.mean", "bn1.var"):
+            arr = rng.uniform(0.5, 1.5, 16).astype(np.float32)
+            init.CopyFrom(onnx.numpy_helper.from_array(arr, init.name))
+    x = rng.standard_normal((5, 1, 8, 8)).astype(np.float32)
+    expected = compile_model(proto).run({"image": x})["logits"]
+    module = OnnxModule(proto).eval()
+    with torch.no_grad():
+        got = module(torch.from_numpy(x))["logits"].numpy()
+    np.testing.assert_allclose(got, expected, rtol=1e-4, atol=1e-4)
+    assert set(module.values()) == {i.name for i in proto.graph.initializer if i.name != "dropout.ratio"}
+
+
+def test_trains_the_mlp_and_exports_the_trained_weights_into_the_same_model(tmp_path: Path) -> None:
+    data = load_npz(_separable_npz(tmp_path / "data.npz"))
+    trainer = TorchTrainer(str(MLP), TrainConfig(epochs=3, batch_size=32, lr=0.05, threads=1))
+    history = trainer.fit(data.x_train, data.y_train, validation=(data.x_test, data.y_test))
+    assert [h.epoch for h in history] == [1, 2, 3]
+    assert history[-1].loss < history[0].loss
+    assert history[-1].val_accuracy is not None and history[-1].val_accuracy > 0.9
+    exported = trainer.export()
+    assert [n.op_type for n in exported.graph.node] == [n.op_type for n in onnx.load(MLP).graph.node]
+    # the exported model, run by our own executor, scores as the trained torch module did
+    assert data.x_test is not None and data.y_test is not None
+    probabilities = compile_model(exported).run({"input": data.x_test})["probabilities"]
+    accuracy = float((probabilities.argmax(axis=1) == data.y_test).mean())
+    assert accuracy == pytest.approx(trainer.evaluate(data.x_test, data.y_test)["accuracy"])
+
+
+def test_batch_norm_running_statistics_are_trained_and_exported(tmp_path: Path) -> None:
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((64, 1, 8, 8)).astype(np.float32) * 3 + 2
+    y = rng.integers(0, 10, 64)
+    trainer = TorchTrainer(digits_cnn(0).SerializeToString(), TrainConfig(epochs=1, batch_size=16, threads=1))
+    trainer.fit(x, y)
+    values = trainer.module.values()
+    assert not np.allclose(values["bn1.mean"], 0.0) and not np.allclose(values["bn1.var"], 1.0)
+
+
+def test_an_op_it_cannot_train_is_named() -> None:
+    graph = helper.make_graph(
+        [helper.make_node("Erf", ["x"], ["y"], name="erf_1")],
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 2])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 2])],
+    )
+    proto = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    with pytest.raises(TrainingError, match=r"node 'erf_1': --engine torch cannot train op 'Erf' \(it knows Add, "):
+        OnnxModule(proto)
+
+
+def test_python_m_runtime_train_engine_torch_resumes_from_its_checkpoint(tmp_path: Path) -> None:
+    data = _separable_npz(tmp_path / "data.npz")
+    out, checkpoints = tmp_path / "trained.onnx", tmp_path / "ck"
+    common = ["--data", str(data), "-o", str(out), "--checkpoint", str(checkpoints), "--resume", "--engine", "torch"]
+
+    def train(epochs: int) -> subprocess.CompletedProcess[str]:
+        argv = [sys.executable, "-m", "runtime", "train", str(MLP), *common, "--epochs", str(epochs), "--threads", "1"]
+        return subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, check=False, timeout=300)
+
+    first = train(2)
+    assert first.returncode == 0, first.stderr
+    assert first.stdout.splitlines()[0].startswith("epoch 1/2  loss ")
+    assert (checkpoints / "torch-checkpoint.pt").is_file() and out.is_file()
+    second = train(3)
+    assert second.returncode == 0, second.stderr
+    assert second.stdout.splitlines()[0] == f"resumed from {checkpoints} at epoch 2"
+    assert second.stdout.splitlines()[1].startswith("epoch 3/3  loss ")
+    assert "test accuracy" in second.stdout
+
+
+def test_a_checkpoint_of_another_optimizer_is_refused_in_one_line(tmp_path: Path) -> None:
+    data = load_npz(_separable_npz(tmp_path / "data.npz", n=64))
+    sgd = TrainConfig(epochs=1, batch_size=32, checkpoint_dir=str(tmp_path / "ck"))
+    TorchTrainer(str(MLP), sgd).fit(data.x_train, data.y_train)
+    adam = TrainConfig(epochs=2, batch_size=32, optimizer="adam", lr=1e-3, checkpoint_dir=str(tmp_path / "ck"))
+    with pytest.raises(TrainingError, match="was made with optimizer 'sgd', not 'adam'"):
+        TorchTrainer(str(MLP), adam, resume=True)
