@@ -150,16 +150,17 @@ def prepare_root(
     work = Path(tempfile.mkdtemp(prefix=f".{final.name}-", dir=cache))
     try:
         staged = ForeignRoot(work / "rootfs", deb_arch, python_version)
+        machine = MACHINE[deb_arch]
+        try:  # first, so a requirement with no wheel fails before the root is downloaded
+            # markers evaluated for the target's CPU, not this host's (download_for_target says why)
+            house = download_for_target(reqs, work / "wheels", python_version=python_version, arch=machine)
+        except WheelhouseError as exc:
+            raise ForeignRootError(f"Python wheels for {deb_arch}: {exc.lines[0]}") from None
         _run(
             ["mmdebstrap", "--quiet", "--variant=extract", f"--arch={deb_arch}",
              f"--include={','.join(debs)}", SUITE, str(staged.path), source],
             f"arm64 root ({SUITE}, {deb_arch})",
         )  # fmt: skip
-        machine = MACHINE[deb_arch]
-        try:  # markers evaluated for the target's CPU, not this host's (download_for_target says why)
-            house = download_for_target(reqs, work / "wheels", python_version=python_version, arch=machine)
-        except WheelhouseError as exc:
-            raise ForeignRootError(f"Python wheels for {deb_arch}: {exc.lines[0]}") from None
         argv = [sys.executable, "-m", "pip", "install", "--quiet", "--disable-pip-version-check", "--no-index",
                 "--no-deps", "--target", str(staged.site_packages), "--only-binary=:all:",
                 "--python-version", python_version, "--implementation", "cp"]  # fmt: skip

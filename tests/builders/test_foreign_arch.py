@@ -19,7 +19,7 @@ from builders.foreign_arch import (
     needs_assembly,
     plan_final_stage,
 )
-from builders.foreign_root import ForeignRootError, debian_arch, emulator_for, host_can_run
+from builders.foreign_root import ForeignRootError, debian_arch, emulator_for, host_can_run, prepare_root
 from builders.image_build import build_plan_image, load_deployment
 
 DOCKERFILE = """\
@@ -113,3 +113,18 @@ def test_the_root_is_copied_without_device_nodes_or_fifos(tmp_path: Path) -> Non
     foreign_arch._link_tree(source, tmp_path / "copy")
     assert sorted(p.name for p in (tmp_path / "copy" / "dev").iterdir()) == ["link"]
     assert (tmp_path / "copy" / "etc" / "os-release").read_text() == "ID=debian\n"
+
+
+def test_a_requirement_without_a_wheel_fails_in_one_line_before_the_root_is_fetched(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (tmp_path / "links").mkdir()
+    monkeypatch.setenv("PIP_NO_INDEX", "1")  # pip asks only the empty directory
+    monkeypatch.setenv("PIP_FIND_LINKS", str(tmp_path / "links"))
+    monkeypatch.setenv("PATH", str(tmp_path / "no-tools"))  # mmdebstrap, had it run first, would be "not found"
+    with pytest.raises(ForeignRootError) as info:
+        prepare_root(tmp_path / "cache", requirements=["fakemissing==1.0"])
+    assert str(info.value).startswith("Python wheels for arm64: wheelhouse: pip download for Python 3.11 on "
+                                      "manylinux_2_28_aarch64 failed: ")  # fmt: skip
+    assert "fakemissing==1.0" in str(info.value) and "\n" not in str(info.value)
+    assert not list((tmp_path / "cache").iterdir())  # nothing half-made left looking finished
