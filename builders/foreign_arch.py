@@ -6,8 +6,10 @@ with the wheels unpacked, the application files and model from the plan, the mod
 (``python -m runtime compile`` is architecture-independent ONNX work) and the runtime's kernels cross-built for
 the plan's CPU (``APPOPT_NATIVE_LIB`` names them, so nothing needs a compiler at run time). The Dockerfile this
 writes (``OUT/build/<arch>/Dockerfile``) holds only ``FROM scratch``, ``COPY``, ``ENV``, ``LABEL`` and the
-entry point, taken from the plan's own Dockerfile, so the image carries the same labels; the engine builds it
-with ``--platform``, which sets the architecture and variant of the image.
+entry point, taken from the plan's own Dockerfile (rendered from ``deployment.json`` for a Singularity-only plan),
+so the image carries the same labels; the engine builds it with ``--platform``, which sets the architecture and
+variant of the image. The Python requirements go in as the target's wheels (PyTorch's aarch64 CPU wheel for the
+A64FX example), unpacked on the host.
 
 Where the host can run the target's code (natively or through binfmt), the ordinary build applies instead.
 
@@ -23,6 +25,8 @@ import shutil
 import stat
 from pathlib import Path
 
+from builders.blocks.model_compile import ModelCompile
+from builders.containers import render_dockerfile
 from builders.deployment import Deployment
 from builders.engines import EngineError, LineSink
 from builders.foreign_root import ForeignRootError, debian_arch, host_can_run, prepare_root
@@ -88,6 +92,17 @@ def final_stage_instructions(dockerfile: str) -> list[str]:
     return [text for text in carried if not re.match(r"ENV\s+PATH=", text)]
 
 
+def plan_final_stage(out_dir: Path, dep: Deployment) -> list[str]:
+    """What the assembled image keeps of the plan's final stage (:func:`final_stage_instructions`).
+
+    A Singularity-only plan (the A64FX example) has no Dockerfile: its final stage is rendered from the same
+    deployment, so the image gets the labels, environment and entry point its ``Singularity.def`` has.
+    """
+    original = out_dir / "Dockerfile"
+    text = original.read_text(encoding="utf-8") if original.is_file() else render_dockerfile(dep)
+    return final_stage_instructions(text)
+
+
 def _plan_cpu(out_dir: Path) -> str:
     import json
 
@@ -141,10 +156,7 @@ def prepare_foreign_build(
     if base_image is not None or wheelhouse is not None:
         raise EngineError(f"--platform {platform}: this host cannot run {arch} code, so the image is assembled "
                           "from a Debian root prepared here; --base-image and --wheelhouse do not apply")  # fmt: skip
-    original = out_dir / "Dockerfile"
-    if not original.is_file():
-        raise EngineError(f"{out_dir}: no Dockerfile (run `appopt plan SPEC -o {out_dir}` with container.formats "
-                          "including docker)")  # fmt: skip
+    carried = plan_final_stage(out_dir, dep)
     python = python_version_of(dep.base_image)
     if python != "3.11":
         raise EngineError(f"base image {dep.base_image}: Python {python}, but the {arch} root is Debian bookworm "
@@ -178,10 +190,8 @@ def prepare_foreign_build(
         "FROM scratch",
         f"COPY {rel}/rootfs/ /",
     ]
-    for name in dep.app_files:
-        lines.append(f"COPY {name} {dep.app_dir}/{name}")
-    if dep.model_file:
-        lines.append(f"COPY {dep.model_file} {dep.app_dir}/{dep.model_file}")
+    for source, destination in ModelCompile(dep.app_dir, dep.model_file, dep.app_files).copies():
+        lines.append(f"COPY {source} {destination}")
     argv = list(dep.compile_argv or ())
     if dep.model_file and "-o" in argv[:-1]:  # the RUN that compiles the model, done here instead
         destination = argv[argv.index("-o") + 1]
@@ -192,7 +202,7 @@ def prepare_foreign_build(
         say(f"model: compiled on the host -> {destination}")
     lines.append(f"COPY {rel}/kernels {KERNELS_DIR}")
     lines.append(f'ENV PATH="{_DEFAULT_PATH}" \\\n    APPOPT_NATIVE_LIB="{KERNELS_DIR}/{kernels.name}"')
-    lines.extend(final_stage_instructions(original.read_text(encoding="utf-8")))
+    lines.extend(carried)
     dockerfile = work / "Dockerfile"
     dockerfile.write_text("\n".join(lines) + "\n", encoding="utf-8")
     say(f"wrote {dockerfile}")

@@ -26,13 +26,19 @@ class ModelCompile:
     def has_work(self) -> bool:
         return bool(self.model_file or self.app_files or self.compile_argv)
 
+    def copies(self) -> list[tuple[str, str]]:
+        """``(source in the build context, destination in the image)`` of the app files and the model.
+
+        >>> ModelCompile("/opt/app", "m.onnx", ("code/apps",)).copies()
+        [('code/apps', '/opt/app/apps'), ('m.onnx', '/opt/app/m.onnx')]
+        """
+        sources = [*self.app_files, *([self.model_file] if self.model_file else [])]
+        return [(src, posixpath.join(self.app_dir, posixpath.basename(src.rstrip("/")))) for src in sources]
+
     def build(self) -> list[Primitive]:
         if not self.has_work:
             return []
-        sources = [*self.app_files, *([self.model_file] if self.model_file else [])]
-        steps: list[Primitive] = [
-            Copy(src, posixpath.join(self.app_dir, posixpath.basename(src.rstrip("/")))) for src in sources
-        ]
+        steps: list[Primitive] = [Copy(src, dest) for src, dest in self.copies()]
         steps.append(self._pythonpath(build_time=True))
         if self.compile_argv:
             steps += [Workdir(self.app_dir), Shell.from_argv(self.compile_argv)]

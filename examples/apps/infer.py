@@ -5,11 +5,15 @@ framework at the plan's precision (``APPOPT_PRECISION``: bf16/fp16 through autoc
 NHWC: channels_last for the CNNs). Under ``mpirun``/``srun`` each rank runs its share of ``--samples``.
 
     python3 infer.py --arch bert_base --batch-size 32 --batches 10
+
+``--seed`` fixes the random weights and ``--save-output FILE.json`` writes the last batch's outputs, so two
+machines (x86 and arm64 under emulation) can be compared on the same model.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import time
 
@@ -31,12 +35,16 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--precision", default=os.environ.get("APPOPT_PRECISION", "fp32"))
     parser.add_argument("--layout", default=os.environ.get("APPOPT_LAYOUT", "NCHW"))
     parser.add_argument("--threads", type=int, default=0, help="intra-op threads (default: OMP_NUM_THREADS)")
+    parser.add_argument("--seed", type=int, default=None, help="seed of the random weights (default: unseeded)")
+    parser.add_argument("--save-output", default="", help="write rank 0's last outputs here as JSON (shape, values)")
     args = parser.parse_args(argv)
 
     rank, world, local_rank = distributed_rank()
     if args.threads:
         torch.set_num_threads(args.threads)
     device = torch.device(f"cuda:{local_rank}" if torch.cuda.is_available() else "cpu")
+    if args.seed is not None:
+        torch.manual_seed(args.seed)
     model = build(args.arch).eval().to(device)
     inputs, _ = synthetic_batch(args.arch, args.batch_size, image_size=args.image_size, seq_len=args.seq_len,
                                 seed=rank)
@@ -62,6 +70,9 @@ def main(argv: list[str] | None = None) -> None:
         seconds = time.perf_counter() - started
     print(f"infer: output {tuple(logits.shape)} {str(logits.dtype).replace('torch.', '')}, finite: "
           f"{bool(torch.isfinite(logits.float()).all())}")
+    if args.save_output and rank == 0:
+        with open(args.save_output, "w", encoding="utf-8") as out:
+            json.dump({"shape": list(logits.shape), "values": logits.float().cpu().flatten().tolist()}, out)
     print(f"infer: {batches} batches in {seconds:.3f} s: {batches * args.batch_size / seconds:.1f} samples/s, "
           f"{1e3 * seconds / batches:.2f} ms per batch")
 

@@ -24,6 +24,7 @@ MODULES = [
     "builders.blocks.pip_packages",
     "builders.foreign_root",
     "builders.foreign_arch",
+    "builders.wheelhouse",
 ]
 
 

@@ -3,6 +3,7 @@ CPU the kernels are built for, and the one-line refusals (the real build is in r
 
 from __future__ import annotations
 
+import json
 import os
 import stat
 from pathlib import Path
@@ -11,9 +12,15 @@ import pytest
 
 from builders import foreign_arch
 from builders.engines import EngineError
-from builders.foreign_arch import final_stage_instructions, full_platform, kernel_cpu, needs_assembly
-from builders.foreign_root import ForeignRootError, debian_arch, emulator_for, host_can_run
-from builders.image_build import build_plan_image
+from builders.foreign_arch import (
+    final_stage_instructions,
+    full_platform,
+    kernel_cpu,
+    needs_assembly,
+    plan_final_stage,
+)
+from builders.foreign_root import ForeignRootError, debian_arch, emulator_for, host_can_run, prepare_root
+from builders.image_build import build_plan_image, load_deployment
 
 DOCKERFILE = """\
 FROM python:3.11-slim AS build
@@ -74,13 +81,23 @@ def test_base_image_or_wheelhouse_with_an_assembled_build_is_a_one_line_error(tm
     assert not (out / "build.json").exists()
 
 
-@pytest.mark.skipif(host_can_run("arm64"), reason="this host runs arm64 code: the ordinary build applies")
-def test_a_plan_without_a_dockerfile_is_refused_before_any_download(tmp_path: Path) -> None:
-    out = _plan_dir(tmp_path)
-    (out / "Dockerfile").unlink()
-    with pytest.raises(EngineError, match="no Dockerfile"):
-        build_plan_image(out, engine="buildah", platform="linux/arm64")
-    assert not (out / "build").exists() or not any((out / "build").iterdir())
+def test_a_singularity_only_plan_keeps_the_labels_env_and_entrypoint_of_its_deployment(tmp_path: Path) -> None:
+    """The A64FX example renders only Singularity.def; its arm64 image is assembled all the same."""
+    from tests.builders.test_examples import plan
+
+    plan("a64fx-pbs.yaml", tmp_path)
+    assert not (tmp_path / "Dockerfile").exists()
+    dep = load_deployment(tmp_path)
+    assert dep is not None
+    carried = plan_final_stage(tmp_path, dep)
+    (label,) = [text for text in carried if text.startswith("LABEL")]
+    for key, value in dep.labels:
+        assert f'{key}="{value}"' in label
+    assert carried[-1] == "ENTRYPOINT " + json.dumps(list(dep.run_argv))
+    assert any('OMP_NUM_THREADS="48"' in text for text in carried if text.startswith("ENV"))
+    # where the plan has a Dockerfile, that file is what carries over
+    (tmp_path / "Dockerfile").write_text(DOCKERFILE)
+    assert plan_final_stage(tmp_path, dep) == final_stage_instructions(DOCKERFILE)
 
 
 def test_the_root_is_copied_without_device_nodes_or_fifos(tmp_path: Path) -> None:
@@ -96,3 +113,18 @@ def test_the_root_is_copied_without_device_nodes_or_fifos(tmp_path: Path) -> Non
     foreign_arch._link_tree(source, tmp_path / "copy")
     assert sorted(p.name for p in (tmp_path / "copy" / "dev").iterdir()) == ["link"]
     assert (tmp_path / "copy" / "etc" / "os-release").read_text() == "ID=debian\n"
+
+
+def test_a_requirement_without_a_wheel_fails_in_one_line_before_the_root_is_fetched(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (tmp_path / "links").mkdir()
+    monkeypatch.setenv("PIP_NO_INDEX", "1")  # pip asks only the empty directory
+    monkeypatch.setenv("PIP_FIND_LINKS", str(tmp_path / "links"))
+    monkeypatch.setenv("PATH", str(tmp_path / "no-tools"))  # mmdebstrap, had it run first, would be "not found"
+    with pytest.raises(ForeignRootError) as info:
+        prepare_root(tmp_path / "cache", requirements=["fakemissing==1.0"])
+    assert str(info.value).startswith("Python wheels for arm64: wheelhouse: pip download for Python 3.11 on "
+                                      "manylinux_2_28_aarch64 failed: ")  # fmt: skip
+    assert "fakemissing==1.0" in str(info.value) and "\n" not in str(info.value)
+    assert not list((tmp_path / "cache").iterdir())  # nothing half-made left looking finished

@@ -306,8 +306,9 @@ def test_every_deployable_device_has_a_pinned_install_route(catalog: Catalog) ->
 def test_install_variants_replace_only_what_they_set(catalog: Catalog) -> None:
     torch_install = catalog.get_framework("pytorch").install
     assert torch_install.for_key("nvidia").pip == []  # the NGC image ships PyTorch
-    assert torch_install.for_key("cpu-aarch64").pip == ["torch==2.13.0"]
-    assert torch_install.for_key("cpu-aarch64").pip_index == ["https://download.pytorch.org/whl/cpu"]
+    # PyPI's last aarch64 CPU build, from PyPI alone (its 2.11+ aarch64 wheels are CUDA builds)
+    assert torch_install.for_key("cpu-aarch64").pip == ["torch==2.10.0"]
+    assert torch_install.for_key("cpu-aarch64").pip_index == []
     x86 = torch_install.for_key("cpu-x86_64")
     # the same pin (it matches 2.13.0+cpu), with PyTorch's CPU index searched by the build stage
     assert x86.pip == ["torch==2.13.0"] and x86.pip_index == ["https://download.pytorch.org/whl/cpu"]

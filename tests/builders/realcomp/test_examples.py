@@ -4,7 +4,7 @@
 - ResNet-50 (Slurm, A100): its base is NVIDIA's PyTorch image, which cannot be pulled here; the BERT image (Debian
   + the same PyTorch) stands in for it, and the image trains ResNet-50 on CPU for a few steps.
 - digits MLP (run.sh): the script takes the container runtime installed here (podman) and runs the model.
-- A64FX (PBS, arm64) cannot run here; tests/builders/test_examples.py renders and validates it.
+- A64FX (PBS, arm64): built for arm64 and run under emulation in test_a64fx_example.py.
 """
 
 from __future__ import annotations
