@@ -3,9 +3,9 @@
 For each reported speedup in the catalog (``compilers.yaml``), the measured figure is the compiler's route over its
 framework's default backend (the first registered backend of that framework with no compiler: ``onnxruntime`` at
 its default optimisation level, ``torch`` eager), both SingleStream at the same host, model, batch, threads and
-precision: median latency of the default over the compiler's, geometric mean per model, then over the models that
-have both. A compiler no package installs (Glow, Tensor Comprehensions, PlaidML) or that needs a device this
-machine lacks (TensorRT) is marked unmeasurable with the reason, from its catalog entry; a legacy one is measured
+precision, rows flagged busy or INVALID left out as the fit leaves them: median latency of the default over the
+compiler's, geometric mean per model, then over the models that have both. A compiler no package installs (Glow,
+Tensor Comprehensions, PlaidML) or that needs a device this machine lacks (TensorRT) is marked unmeasurable with the reason, from its catalog entry; a legacy one is measured
 through its successor (nGraph through OpenVINO) and says so. Computed when asked, so it works on any database,
 empty included ("not measured").
 """
@@ -104,7 +104,9 @@ def measure_compiler(frame: pd.DataFrame, compiler: str, defaults: Mapping[str, 
     """The compiler's measured speedup over each framework's default it was measured against, from ``frame``."""
     if frame.empty or "scenario" not in frame:
         return []
-    rows = frame[(frame["source"] == "measured") & (frame["scenario"] == "SingleStream")]
+    from perfmodels.fit import flagged
+
+    rows = frame[(frame["source"] == "measured") & (frame["scenario"] == "SingleStream") & ~flagged(frame)]
     key = ["host", "model", "batch", "threads", "precision"]
     out = []
     compiled = rows[rows["compiler"] == compiler]

@@ -29,13 +29,14 @@ def _rows() -> list[dict]:
         _row("onnxruntime", "none", "b", 4.0, batch=8), _row("openvino", "openvino", "b", 16.0, batch=8),  # 0.25x
         _row("onnxruntime-extended", "none", "c", 1.0), _row("openvino", "openvino", "c", 1.0),  # not the default
         _row("onnxruntime", "none", "d", 1.0, host="other"), _row("openvino", "openvino", "d", 1.0),  # other host
+        _row("onnxruntime", "none", "e", 1.0), {**_row("openvino", "openvino", "e", 9.0), "flags": "busy"},  # busy
     ]
 
 
 def test_the_measured_speedup_is_a_geomean_over_models_against_the_frameworks_default() -> None:
     (measured,) = measure_compiler(to_frame(_rows()), "openvino", default_backends(REGISTRY))
     assert (measured.framework, measured.baseline_backend) == ("onnxruntime", "onnxruntime")
-    assert (measured.models, measured.pairs) == (2, 3)  # c and d have no default baseline on the same host
+    assert (measured.models, measured.pairs) == (2, 3)  # c, d: no default baseline on the host; e: measured busy
     # per model: a 2x; b geomean(0.5, 0.25) = 0.354; over models: sqrt(2 * 0.354) = 0.841
     assert measured.geomean == pytest.approx((2 * (0.5 * 0.25) ** 0.5) ** 0.5)
     assert (measured.low, measured.high) == (pytest.approx(0.125**0.5), pytest.approx(2.0))
@@ -75,5 +76,5 @@ def test_the_command_reads_the_database_it_is_given(tmp_path: Path) -> None:
     result = CliRunner().invoke(app, ["models", "literature", "--db", str(db)])
     assert result.exit_code == 0, result.output
     assert "here: 0.841x over onnxruntime (onnxruntime), geomean of 2 models" in result.stdout
-    lines = format_checks(claim_checks(load_catalog(), to_frame(_rows()), default_backends(REGISTRY)), 10)
-    assert lines[0].startswith("seed compiler claims against this database (10 rows;")
+    lines = format_checks(claim_checks(load_catalog(), to_frame(_rows()), default_backends(REGISTRY)), 12)
+    assert lines[0].startswith("seed compiler claims against this database (12 rows;")
