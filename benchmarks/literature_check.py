@@ -5,9 +5,9 @@ framework's default backend (the first registered backend of that framework with
 its default optimisation level, ``torch`` eager), both SingleStream at the same host, model, batch, threads and
 precision, rows flagged busy or INVALID left out as the fit leaves them: median latency of the default over the
 compiler's, geometric mean per model, then over the models that have both. A compiler no package installs (Glow,
-Tensor Comprehensions, PlaidML) or that needs a device this machine lacks (TensorRT) is marked unmeasurable with the reason, from its catalog entry; a legacy one is measured
-through its successor (nGraph through OpenVINO) and says so. Computed when asked, so it works on any database,
-empty included ("not measured").
+Tensor Comprehensions, PlaidML) or that needs a device this machine lacks (TensorRT) is marked unmeasurable with the
+reason, from its catalog entry; a legacy one is measured through its successor (nGraph through OpenVINO) and says
+so. Computed when asked, so it works on any database, empty included ("not measured").
 """
 
 from __future__ import annotations
