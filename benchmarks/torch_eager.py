@@ -37,10 +37,14 @@ def _pads(attrs: Mapping[str, Any], rank: int) -> tuple[list[int], bool]:
 class TorchGraph:
     """A compiled ONNX graph: ``run(feeds) -> outputs`` with torch ops in graph order."""
 
-    def __init__(self, model: onnx.ModelProto, threads: int) -> None:
+    def __init__(self, model: onnx.ModelProto, threads: int, static_shapes: bool = False) -> None:
         import torch
 
         self.torch = torch
+        #: Read shape-like constant inputs (Reshape's shape, Unsqueeze's axes) once, here, as Python ints: what a
+        #: tracing compiler needs (``.tolist()`` on a tensor at run time breaks its graph). Eager keeps reading them
+        #: per call, as measured so far.
+        self.static_shapes = static_shapes
         self.opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 17)
         torch.set_num_threads(threads)
         graph = model.graph
@@ -176,6 +180,9 @@ class TorchGraph:
                 # constant bounds as Python numbers, as F.relu6/hardtanh pass them (tensor bounds take a slower path)
                 return lambda x, lo=None, hi=None: torch.clamp(x, lo_value, hi_value)
             return lambda x, lo=None, hi=None: torch.clamp(x, lo, hi)
+        if op == "Reshape" and self.static_shapes and node.input[1] in self.constants:
+            dims = [int(s) for s in self.constants[node.input[1]].tolist()]
+            return lambda x, shape: x.reshape([x.shape[i] if s == 0 else s for i, s in enumerate(dims)])
         if op == "Reshape":
             return lambda x, shape: x.reshape([x.shape[i] if s == 0 else int(s) for i, s in enumerate(shape.tolist())])
         if op == "Transpose":
@@ -205,6 +212,8 @@ class TorchGraph:
             return lambda x: f.local_response_norm(x, size, alpha, beta, bias)
         if op == "Unsqueeze":
             axes = a.get("axes")
+            if axes is None and self.static_shapes and len(node.input) > 1 and node.input[1] in self.constants:
+                axes = [int(v) for v in self.constants[node.input[1]].tolist()]
 
             def unsqueeze(x: Any, axes_input: Any = None) -> Any:
                 for axis in sorted(axes if axes is not None else axes_input.tolist()):

@@ -32,14 +32,22 @@ from optimiser.errors import AppoptError, SpecError
 from optimiser.output_dir import exclusive_output_dir
 from optimiser.planner import Plan
 from optimiser.report import appopt_version, plan_to_dict, render_markdown, spec_digest
+from runtime.engines import COMPILED_ENGINES
 
 #: Where the model lives inside images.
 IMAGE_APP_DIR = "/opt/app"
 #: Our runtime's id in the catalog: the route whose image runs the model with ``python -m runtime``.
 OUR_RUNTIME = "appopt-runtime"
-#: Frameworks whose plans for an ONNX model run it with ``python -m runtime run --engine ENGINE`` when the spec gives
-#: no command of its own (the runtime's sources ship in the image as the runner, with the packages it imports).
-RUNNER_ENGINES = {"onnxruntime": "onnxruntime"}
+
+
+def runner_engine(plan: Plan) -> str | None:
+    """The ``python -m runtime run --engine`` value that runs the plan's ONNX model when the spec gives no command
+    of its own (the runtime's sources then ship in the image as the runner, with the packages it imports): what the
+    engine module of the route's framework and compiler declares (``benchmarks.engines``), None when none does."""
+    from benchmarks.engines import image_engine
+
+    route = plan.choice.route
+    return image_engine(route.framework, route.compiler)
 
 
 def deployment_from_plan(plan: Plan, catalog: Catalog | None = None) -> Deployment:
@@ -144,9 +152,14 @@ def _commands(
         return None, tuple(user)
     if trainer is not None:
         return None, (*_training_argv(plan, f"{IMAGE_APP_DIR}/{model_file}"), "--engine", trainer)
-    if framework in RUNNER_ENGINES and model_file is not None:
+    engine = runner_engine(plan)
+    if engine is not None and model_file is not None:
         model = f"{IMAGE_APP_DIR}/{model_file}"
-        engine = RUNNER_ENGINES[framework]
+        if engine in COMPILED_ENGINES:  # the engine's own artefact, made once in the build stage
+            out = f"{IMAGE_APP_DIR}/compiled"
+            engine_compile = ("python3", "-m", "runtime", "compile", model, "-o", out, "--engine", engine)
+            return engine_compile, ("python3", "-m", "runtime", "run", out, "--engine", engine, "--random",
+                                    "--repeat", "20")
         return None, ("python3", "-m", "runtime", "run", model, "--engine", engine, "--random", "--repeat", "20")
     return None, ("python3",)
 
@@ -217,13 +230,12 @@ def _entrypoint_notes(plan: Plan, dep: Deployment) -> list[str]:
 
 
 def ships_runtime_runner(plan: Plan, model_file: str | None, trainer: str | None = None) -> bool:
-    """Whether the image carries the runtime's sources: our runtime's route, or the runner (or trainer) of an ONNX
-    model for a framework in ``RUNNER_ENGINES`` (or whose catalog entry ``trains_onnx``) when the spec gives no
-    command."""
-    framework = plan.choice.route.framework
-    if framework == OUR_RUNTIME or trainer is not None:
+    """Whether the image carries the runtime's sources: our runtime's route, the trainer of an ONNX model (a framework
+    whose catalog entry ``trains_onnx``), or the runner of an ONNX model for a route with a ``runner_engine``, when
+    the spec gives no command."""
+    if plan.choice.route.framework == OUR_RUNTIME or trainer is not None:
         return True
-    return framework in RUNNER_ENGINES and model_file is not None and not plan.spec.application.command
+    return model_file is not None and not plan.spec.application.command and runner_engine(plan) is not None
 
 
 def _training_engine(plan: Plan, catalog: Catalog, model_file: str | None) -> str | None:

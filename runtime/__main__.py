@@ -1,10 +1,10 @@
 """``python -m runtime``: the runtime's own command line, for images that carry the runtime without appopt.
 
-    python -m runtime compile MODEL.onnx -o OUT
+    python -m runtime compile MODEL.onnx -o OUT [--engine appopt|openvino|tvm]
     python -m runtime train MODEL.onnx --data FILE.npz -o TRAINED.onnx [--epochs N] [--checkpoint DIR --resume]
                             [--engine appopt|torch] ...
     python -m runtime run MODEL_OR_OUT [--input name=file.npy ...] [--random] [--repeat N] [--threads N]
-                          [--profile] [--engine appopt|onnxruntime]
+                          [--profile] [--engine appopt|onnxruntime|openvino|tvm]
 
 Only argparse and the runtime's own dependencies: this is what runs inside the built images.
 """
@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from runtime.engines import COMPILED_ENGINES, ENGINES
 from runtime.errors import RuntimeModelError
 
 
@@ -24,6 +25,10 @@ def _parser() -> argparse.ArgumentParser:
     comp.add_argument("model", help="an ONNX file")
     comp.add_argument("-o", "--out", required=True, help="output directory")
     comp.add_argument("--disable", action="append", default=[], help="a graph pass to switch off (repeatable)")
+    comp.add_argument(
+        "--engine", default="appopt", choices=["appopt", *COMPILED_ENGINES],
+        help="whose artefact to write: this runtime's (default), OpenVINO IR or a TVM library",
+    )
     run = sub.add_parser("run", help="run a model or a compiled directory and print output summaries and latency")
     run.add_argument("model", help="an ONNX file or a directory written by 'compile'")
     run.add_argument("--input", action="append", default=[], metavar="NAME=FILE.npy", help="an input (repeatable)")
@@ -32,7 +37,7 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--threads", type=int, default=None, help="threads for kernels and BLAS")
     run.add_argument("--profile", action="store_true", help="print where the time goes, per op type and node")
     run.add_argument(
-        "--engine", default="appopt", choices=["appopt", "onnxruntime"], help="what runs the model (default: appopt)"
+        "--engine", default="appopt", choices=list(ENGINES), help="what runs the model (default: appopt)"
     )
     train = sub.add_parser("train", help="train a model on arrays from an .npz file and write the trained model")
     train.add_argument("model", help="an ONNX file")
@@ -88,7 +93,7 @@ def main(argv: list[str] | None = None) -> int:
             _train(args)
             return 0
         if args.command == "compile":
-            manifest = tools.compile_to_dir(args.model, args.out, disable=args.disable)
+            manifest = tools.compile_to_dir(args.model, args.out, disable=args.disable, engine=args.engine)
             lines = tools.format_compile(manifest, args.out)
         else:
             report = tools.run_model(

@@ -1,22 +1,36 @@
-"""Engines ``python -m runtime run`` can run a model with: this runtime, or onnxruntime for the plans that chose it.
+"""Engines ``python -m runtime run`` can run a model with: this runtime, onnxruntime, and the graph compilers
+OpenVINO and TVM, for the plans that chose them.
 
-An image built for the onnxruntime route carries this package too, so it runs the model the same way (inputs from
-files or seeded random data, output summaries, latency) with ``--engine onnxruntime``. Each engine is a
-``ModelRunner``: declared inputs, output names, ``run(feeds)``.
+An image built for another engine's route carries this package too, so it runs the model the same way (inputs from
+files or seeded random data, output summaries, latency) with ``--engine X``. Each engine is a ``ModelRunner``:
+declared inputs, output names, ``run(feeds)``. The compiling engines (``COMPILED_ENGINES``) also turn an ONNX file
+into a directory in an image's build stage (``python -m runtime compile --engine X``): the engine's own artefact, an
+``engine.json`` naming it, and ``io.onnx``, the model's inputs and outputs without its nodes or weights, so the
+final stage declares them without the ONNX file.
+
+Every engine package is imported lazily: an image carries only the engine its route needs.
 """
 
 from __future__ import annotations
 
+import json
+import os
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Protocol
 
 import onnx
+from onnx import helper
 
 from runtime.errors import RuntimeModelError
 from runtime.ir import Value
 
-ENGINES = ("appopt", "onnxruntime")
+ENGINES = ("appopt", "onnxruntime", "openvino", "tvm")
+#: Engines whose ``compile`` writes their own artefact (OpenVINO IR, a TVM shared library) in the build stage.
+COMPILED_ENGINES = ("openvino", "tvm")
+#: What names a compiled engine directory, and the model's declared inputs/outputs inside it.
+ENGINE_MANIFEST = "engine.json"
+SIGNATURE = "io.onnx"
 
 
 class ModelRunner(Protocol):
@@ -27,14 +41,76 @@ class ModelRunner(Protocol):
     def run(self, feeds: Mapping[str, Any]) -> dict[str, Any]: ...
 
 
+class Signature:
+    """A model's graph inputs (without initializers) and outputs, as a runner declares them."""
+
+    def __init__(self, graph: onnx.GraphProto) -> None:
+        constant = {init.name for init in graph.initializer}
+        self.graph_inputs = [vi for vi in graph.input if vi.name not in constant]
+        self.graph_outputs = list(graph.output)
+        self.inputs = {vi.name: Value.from_type(vi.name, vi.type) for vi in self.graph_inputs}
+        self.input_names = [vi.name for vi in self.graph_inputs]
+        self.output_names = [vi.name for vi in self.graph_outputs]
+
+    @classmethod
+    def of_file(cls, path: str | os.PathLike[str]) -> Signature:
+        try:
+            return cls(onnx.load(str(path), load_external_data=False).graph)
+        except Exception as exc:  # onnx raises DecodeError/OSError/… on what is not a model
+            raise RuntimeModelError(f"cannot read the ONNX model {str(path)!r}: {exc}") from None
+
+    def save(self, path: Path) -> None:
+        """``io.onnx``: the inputs and outputs alone (no nodes, no weights)."""
+        graph = helper.make_graph([], "signature", self.graph_inputs, self.graph_outputs)
+        onnx.save(helper.make_model(graph), str(path))
+
+
+def write_engine_dir(out_dir: str | os.PathLike[str], engine: str, artifact: str, signature: Signature,
+                     extra: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """Write ``engine.json`` and ``io.onnx`` beside an engine's ``artifact`` in ``out_dir``; returns the manifest."""
+    out = Path(out_dir)
+    signature.save(out / SIGNATURE)
+    manifest = {"engine": engine, "artifact": artifact, "inputs": signature.input_names,
+                "outputs": signature.output_names, **(extra or {})}
+    (out / ENGINE_MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n", encoding="utf-8")
+    return manifest
+
+
+def read_engine_dir(path: Path, engine: str) -> tuple[Path, Signature]:
+    """(the artefact, the signature) of a directory written by ``compile --engine ENGINE``."""
+    try:
+        manifest = json.loads((path / ENGINE_MANIFEST).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        raise RuntimeModelError(
+            f"{str(path)!r} is not a directory written by `python -m runtime compile --engine {engine}` "
+            f"(no readable {ENGINE_MANIFEST})"
+        ) from None
+    if manifest.get("engine") != engine:
+        raise RuntimeModelError(f"{str(path)!r} was compiled for engine {manifest.get('engine')!r}, not {engine!r}")
+    return path / str(manifest["artifact"]), Signature.of_file(path / SIGNATURE)
+
+
+def first_line(exc: BaseException) -> str:
+    """An engine's exception as one short line (they raise multi-line C++ traces)."""
+    text = str(exc).strip()
+    return (text.splitlines()[0] if text else type(exc).__name__)[:300]
+
+
+def require(module: str, engine: str) -> Any:
+    """Import ``module`` for ``--engine ENGINE``, or a one-line error saying it is not installed."""
+    import importlib
+
+    try:
+        return importlib.import_module(module)
+    except ImportError:
+        raise RuntimeModelError(f"--engine {engine}: the {module} package is not installed") from None
+
+
 class OnnxRuntimeRunner:
     """An onnxruntime session (CUDA when its provider is available, else CPU) behind the ``ModelRunner`` face."""
 
-    def __init__(self, path: str | Path, threads: int | None = None) -> None:
-        try:
-            import onnxruntime as ort
-        except ImportError:
-            raise RuntimeModelError("--engine onnxruntime: the onnxruntime package is not installed") from None
+    def __init__(self, path: str | os.PathLike[str], threads: int | None = None) -> None:
+        ort = require("onnxruntime", "onnxruntime")
         options = ort.SessionOptions()
         if threads:
             options.intra_op_num_threads = threads
@@ -44,11 +120,9 @@ class OnnxRuntimeRunner:
         try:
             self.session = ort.InferenceSession(str(path), options, providers=providers)
         except Exception as exc:  # onnxruntime raises its own Fail/InvalidGraph/NoSuchFile types
-            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-            raise RuntimeModelError(f"onnxruntime cannot load {str(path)!r}: {first}") from None
-        graph = onnx.load(str(path), load_external_data=False).graph
-        constant = {init.name for init in graph.initializer}
-        self.inputs = {vi.name: Value.from_type(vi.name, vi.type) for vi in graph.input if vi.name not in constant}
+            raise RuntimeModelError(f"onnxruntime cannot load {str(path)!r}: {first_line(exc)}") from None
+        signature = Signature.of_file(path)
+        self.inputs = signature.inputs
         self.input_names = [i.name for i in self.session.get_inputs() if i.name in self.inputs]
         self.output_names = [o.name for o in self.session.get_outputs()]
         self.providers: list[str] = list(self.session.get_providers())
@@ -56,3 +130,39 @@ class OnnxRuntimeRunner:
     def run(self, feeds: Mapping[str, Any]) -> dict[str, Any]:
         values = self.session.run(self.output_names, dict(feeds))
         return dict(zip(self.output_names, values, strict=True))
+
+
+def open_runner(engine: str, model: str | os.PathLike[str], threads: int | None) -> tuple[ModelRunner, str]:
+    """A runner of ``engine`` (not ``appopt``) for an ONNX file or a compiled directory, and how to name it."""
+    if engine == "onnxruntime":
+        runner = OnnxRuntimeRunner(model, threads)
+        return runner, f"onnxruntime ({', '.join(runner.providers)})"
+    if engine == "openvino":
+        from runtime.engine_openvino import OpenVinoRunner
+
+        ov_runner = OpenVinoRunner(model, threads)
+        return ov_runner, f"openvino ({ov_runner.describe})"
+    if engine == "tvm":
+        from runtime.engine_tvm import TvmRunner
+
+        tvm_runner = TvmRunner(model, threads)
+        return tvm_runner, f"tvm ({tvm_runner.describe})"
+    raise RuntimeModelError(f"--engine must be one of {', '.join(ENGINES)}, not {engine!r}")
+
+
+def compile_for_engine(engine: str, model: str | os.PathLike[str], out_dir: str | os.PathLike[str]) -> dict[str, Any]:
+    """``python -m runtime compile --engine ENGINE``: the engine's artefact for ``model`` in ``out_dir``."""
+    if engine not in COMPILED_ENGINES:
+        raise RuntimeModelError(
+            f"--engine {engine!r} has no compile step; compiling engines: appopt, {', '.join(COMPILED_ENGINES)}"
+        )
+    if not Path(model).is_file():
+        raise RuntimeModelError(f"model {str(model)!r} does not exist")
+    Path(out_dir).mkdir(parents=True, exist_ok=True)
+    if engine == "openvino":
+        from runtime.engine_openvino import compile_to_dir as compile_openvino
+
+        return compile_openvino(model, out_dir)
+    from runtime.engine_tvm import compile_to_dir as compile_tvm
+
+    return compile_tvm(model, out_dir)

@@ -21,7 +21,7 @@ import onnx
 from onnx import numpy_helper
 
 from runtime.artifact import save_artifact
-from runtime.engines import ENGINES, ModelRunner, OnnxRuntimeRunner
+from runtime.engines import ENGINES, ModelRunner, compile_for_engine, open_runner
 from runtime.errors import RuntimeModelError
 from runtime.executor import compile_model
 from runtime.ir import Value
@@ -68,13 +68,25 @@ def compile_to_dir(
     out_dir: str | os.PathLike[str],
     disable: list[str] | None = None,
     max_alloc_bytes: int | None = None,
+    engine: str = "appopt",
 ) -> dict[str, Any]:
-    """Compile ``model_path`` and write it to ``out_dir``; returns the manifest."""
+    """Compile ``model_path`` and write it to ``out_dir``; returns the manifest. ``engine`` ``openvino`` or ``tvm``
+    writes that engine's artefact instead (``runtime.engines.compile_for_engine``)."""
+    if engine != "appopt":
+        if disable:
+            raise RuntimeModelError("--disable names this runtime's graph passes: it needs --engine appopt")
+        return compile_for_engine(engine, model_path, out_dir)
     exe = compile_model(str(model_path), disable=disable or (), max_alloc_bytes=max_alloc_bytes)
     return save_artifact(exe, out_dir)
 
 
 def format_compile(manifest: dict[str, Any], out_dir: str | os.PathLike[str]) -> list[str]:
+    if "engine" in manifest:  # another engine's artefact (runtime.engines.write_engine_dir)
+        return [
+            f"compiled -> {out_dir} (engine: {manifest['engine']}, {manifest['artifact']})",
+            "  inputs:  " + ", ".join(manifest["inputs"]),
+            "  outputs: " + ", ".join(manifest["outputs"]),
+        ]
     stats = manifest.get("stats", {})
     lines = [f"compiled -> {out_dir}"]
     lines.append("  inputs:  " + ", ".join(_io_text(v) for v in manifest["inputs"]))
@@ -205,7 +217,8 @@ def run_model(
 ) -> RunReport:
     """Compile (or load) ``model``, run it ``repeat`` times; outputs of the last run are summarised.
 
-    ``engine`` ``onnxruntime`` runs an ONNX file through onnxruntime instead (the image of an onnxruntime plan).
+    ``engine`` ``onnxruntime`` runs an ONNX file through onnxruntime instead (the image of an onnxruntime plan);
+    ``openvino`` and ``tvm`` run an ONNX file or the directory ``compile --engine`` wrote for them.
     With ``profile`` (this runtime only), one untimed warm-up run comes first and the timed runs record per-node
     times.
     """
@@ -219,9 +232,8 @@ def run_model(
         raise RuntimeModelError(f"model {str(model)!r} does not exist")
     started = time.perf_counter()
     runner: ModelRunner
-    if engine == "onnxruntime":
-        runner = ort = OnnxRuntimeRunner(str(model), threads)
-        engine_text = f"onnxruntime ({', '.join(ort.providers)})"
+    if engine != "appopt":
+        runner, engine_text = open_runner(engine, model, threads)
     else:
         runner = exe = compile_model(str(model), threads=threads)
         engine_text = "appopt"

@@ -18,7 +18,7 @@ import importlib
 from benchmarks.engines.base import EngineSpec
 
 #: Engine modules under ``benchmarks.engines``, in registry order.
-ENGINE_MODULES = ("onnxruntime", "openvino", "tvm")
+ENGINE_MODULES = ("onnxruntime", "openvino", "tvm", "torch_compile")
 
 
 def all_engines() -> list[EngineSpec]:
@@ -26,4 +26,14 @@ def all_engines() -> list[EngineSpec]:
     return [importlib.import_module(f"benchmarks.engines.{name}").ENGINE for name in ENGINE_MODULES]
 
 
-__all__ = ["ENGINE_MODULES", "EngineSpec", "all_engines"]
+def image_engine(framework: str, compiler: str) -> str | None:
+    """The ``python -m runtime run --engine`` value an image of the route ``framework`` + ``compiler`` runs an ONNX
+    model with, or None when no engine module offers one (``compiler`` "none" or "" for the framework alone)."""
+    wanted = compiler or "none"
+    for spec in all_engines():
+        if spec.framework == framework and wanted in spec.compilers and spec.image_engine is not None:
+            return spec.image_engine
+    return None
+
+
+__all__ = ["ENGINE_MODULES", "EngineSpec", "all_engines", "image_engine"]

@@ -95,7 +95,8 @@ class EngineSpec:
     """One engine, as its module declares it: everything else in appopt reads engines from these records.
 
     ``framework`` and ``compilers`` are catalog ids (optimiser/catalog/data); ``pip`` the wheels an image or a venv
-    needs and ``extra`` the pyproject extra that installs them (None: a core dependency); ``image_engine`` the value
+    needs and ``extra`` the pyproject extra that installs them (None: not a pip extra: a core dependency, or torch's CPU
+    wheel, which ``scripts/test`` installs); ``image_engine`` the value
     of ``python -m runtime run --engine`` an image runs it with (None: no image runner yet); ``backends`` builds the
     benchmark backends (one per configuration, e.g. optimisation level).
     """

@@ -1,7 +1,9 @@
 """Intel OpenVINO's CPU plugin (the seeds' nGraph's successor), run directly on the ONNX model.
 
 Catalog: compiler ``openvino`` over framework ``onnxruntime`` (the route "ONNX model, compiled by OpenVINO"), library
-``onednn`` (the CPU plugin's kernels). Installed by the ``openvino`` extra; no image runner yet.
+``onednn`` (the CPU plugin's kernels). Installed by the ``openvino`` extra; an image converts the model to IR in its
+build stage and runs it with ``python -m runtime run --engine openvino`` (``runtime.engine_openvino``, which also
+holds the plugin settings both use).
 
 On CPUs with AVX512-BF16 or AMX, OpenVINO runs bf16 unless told otherwise, so the fp32 backend sets
 ``INFERENCE_PRECISION_HINT: f32``; bf16 is a precision of its own, offered where the CPU has those instructions.
@@ -86,11 +88,9 @@ class OpenVinoBackend(Backend):
     def _prepare(self, model: onnx.ModelProto, threads: int, precision: str) -> Session:
         import openvino as ov
 
-        config = {
-            "INFERENCE_NUM_THREADS": threads,
-            "PERFORMANCE_HINT": "LATENCY",
-            "INFERENCE_PRECISION_HINT": {"fp32": "f32", "bf16": "bf16"}[precision],
-        }
+        from runtime.engine_openvino import compile_config
+
+        config = compile_config(threads, precision)
         started = time.perf_counter()
         try:
             core = ov.Core()
@@ -112,6 +112,6 @@ ENGINE = EngineSpec(
     compilers=("openvino",),
     pip=("openvino",),
     extra="openvino",
-    image_engine=None,
+    image_engine="openvino",
     backends=lambda: [OpenVinoBackend()],
 )

@@ -1,9 +1,11 @@
 """Apache TVM (Relax), untuned: the ONNX model imported, compiled for this CPU by LLVM, run on the Relax VM.
 
 Catalog: compiler ``tvm`` over framework ``onnxruntime`` (the route "ONNX model, compiled by TVM"), no library
-(TVM generates its own kernels). Installed by the ``tvm`` extra; no image runner yet. Untuned TVM is far slower
-than onnxruntime (the performance anchors: ResNet-18 1,889 ms against 34.5 ms); MetaSchedule tuning is not built
-here. Every session keeps its compile time (``compile_ms``), which the runner records beside the latency.
+(TVM generates its own kernels). Installed by the ``tvm`` extra. The import and compile live in
+``runtime.engine_tvm``, shared with the images: an image compiles the model to a shared library in its build stage
+and runs it with ``python -m runtime run --engine tvm``. Untuned TVM is far slower than onnxruntime (the performance
+anchors: ResNet-18 1,889 ms against 34.5 ms); MetaSchedule tuning is not built here. Every session keeps its compile
+time (``compile_ms``), which the runner records beside the latency.
 """
 
 from __future__ import annotations
@@ -32,14 +34,6 @@ class _TvmSession:
         return [np.asarray(out.numpy()) for out in outputs]
 
 
-def llvm_target(threads: int) -> Any:
-    """The LLVM target for this CPU (``mcpu`` as LLVM detects it) with ``threads`` cores; 0.27 refuses strings."""
-    import tvm
-    from tvm.target import codegen
-
-    return tvm.target.Target({"kind": "llvm", "mcpu": str(codegen.llvm_get_system_cpu()), "num-cores": threads})
-
-
 class TvmBackend(Backend):
     """TVM 0.27 Relax without tuning: ``from_onnx``, ``tvm.compile`` for the host's LLVM CPU, ``VirtualMachine``."""
 
@@ -56,21 +50,19 @@ class TvmBackend(Backend):
     def _prepare(self, model: onnx.ModelProto, threads: int, precision: str) -> Session:
         import tvm
         from tvm import relax
-        from tvm.relax.frontend.onnx import from_onnx
+
+        from runtime.engine_tvm import compile_model, set_threads
+        from runtime.errors import RuntimeModelError
 
         constant = {init.name for init in model.graph.initializer}
         input_names = [vi.name for vi in model.graph.input if vi.name not in constant]
         started = time.perf_counter()
         try:
-            module = from_onnx(model, keep_params_in_input=False)
-            executable = tvm.compile(module, target=llvm_target(threads))
-        except Exception as error:  # the importer raises OpNotImplemented/ValueError/TVMError… on what it cannot take
-            first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
-            raise BackendSkipped(f"tvm cannot compile the model: {type(error).__name__}: {first[:300]}") from None
+            executable = compile_model(model, threads)
+        except RuntimeModelError as error:
+            raise BackendSkipped(str(error)) from None
         compile_ms = (time.perf_counter() - started) * 1e3
-        configure = tvm.get_global_func("runtime.config_threadpool", allow_missing=True)
-        if configure is not None:
-            configure(0, threads)  # affinity mode 0 (big cores), this many worker threads
+        set_threads(threads)
         return _TvmSession(relax.VirtualMachine(executable, tvm.cpu()), input_names, compile_ms)
 
 
@@ -80,6 +72,6 @@ ENGINE = EngineSpec(
     compilers=("tvm",),
     pip=("apache-tvm",),
     extra="tvm",
-    image_engine=None,
+    image_engine="tvm",
     backends=lambda: [TvmBackend()],
 )

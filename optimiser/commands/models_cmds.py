@@ -1,4 +1,4 @@
-"""``appopt models fit|evaluate|show``: the performance models fitted from the benchmark database."""
+"""``appopt models fit|evaluate|show|literature``: the performance models fitted from the benchmark database."""
 
 from __future__ import annotations
 
@@ -176,6 +176,17 @@ def show_cmd(db: DbOption = None) -> None:
         typer.echo("kernel-unit models (learned from unit sweeps; train RMSPE per kind):")
         for line in described:
             typer.echo(line)
+
+
+@models_app.command("literature")
+@user_errors
+def literature_cmd(db: DbOption = None) -> None:
+    """The seeds' compiler speedups next to what the database measures for the same compiler on the suite."""
+    from optimiser.catalog import load_catalog
+    from optimiser.literature import literature_table
+
+    for line in literature_table(load_catalog(), _frame(db)):
+        typer.echo(line)
 
 
 def register(app: typer.Typer) -> None:

@@ -1,0 +1,84 @@
+"""OpenVINO's CPU plugin as a runner engine (``--engine openvino``), and its build-stage compile.
+
+``compile_to_dir`` converts the ONNX model to OpenVINO IR (``model.xml`` + ``model.bin``) with ``ov.save_model``:
+the conversion is done once, in the image's build stage. The device-specific compile (kernel selection for the CPU
+the image runs on) happens when the runner starts, so the image stays portable across x86 CPUs.
+
+On CPUs with AVX512-BF16 or AMX, OpenVINO runs bf16 unless told otherwise: ``compile_config`` always sets
+``INFERENCE_PRECISION_HINT`` from the route's precision (the image's ``APPOPT_PRECISION``; fp32 by default).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from runtime.engines import Signature, first_line, read_engine_dir, require, write_engine_dir
+from runtime.errors import RuntimeModelError
+
+#: appopt precision -> OpenVINO's inference precision hint.
+PRECISION_HINTS = {"fp32": "f32", "bf16": "bf16", "fp16": "f16"}
+IR_FILE = "model.xml"
+
+
+def compile_config(threads: int | None, precision: str) -> dict[str, Any]:
+    """The CPU plugin's settings: latency hint, the precision asked for (never the bf16 default), ``threads``."""
+    if precision not in PRECISION_HINTS:
+        raise RuntimeModelError(
+            f"openvino runs precision {', '.join(PRECISION_HINTS)}, not {precision!r} (APPOPT_PRECISION)"
+        )
+    config: dict[str, Any] = {"PERFORMANCE_HINT": "LATENCY", "INFERENCE_PRECISION_HINT": PRECISION_HINTS[precision]}
+    if threads:
+        config["INFERENCE_NUM_THREADS"] = threads
+    return config
+
+
+def compile_to_dir(model_path: str | os.PathLike[str], out_dir: str | os.PathLike[str]) -> dict[str, Any]:
+    """Convert ``model_path`` to OpenVINO IR in ``out_dir`` (with ``engine.json`` and ``io.onnx``)."""
+    ov = require("openvino", "openvino")
+    started = time.perf_counter()
+    try:
+        model = ov.Core().read_model(str(model_path))
+        ov.save_model(model, str(Path(out_dir) / IR_FILE), compress_to_fp16=False)  # the default halves weights
+    except Exception as exc:  # OpenVINO raises RuntimeError/OpConversionFailure/… on models it cannot take
+        raise RuntimeModelError(f"openvino cannot convert {str(model_path)!r}: {first_line(exc)}") from None
+    seconds = time.perf_counter() - started
+    return write_engine_dir(out_dir, "openvino", IR_FILE, Signature.of_file(model_path),
+                            {"openvino": str(ov.__version__), "convert_s": round(seconds, 3)})
+
+
+class OpenVinoRunner:
+    """An OpenVINO CPU compiled model (from IR written by ``compile_to_dir``, or an ONNX file)."""
+
+    def __init__(self, path: str | os.PathLike[str], threads: int | None = None, precision: str | None = None) -> None:
+        ov = require("openvino", "openvino")
+        path = Path(path)
+        if path.is_dir():
+            artifact, signature = read_engine_dir(path, "openvino")
+        else:
+            artifact, signature = path, Signature.of_file(path)
+        precision = precision or os.environ.get("APPOPT_PRECISION") or "fp32"
+        config = compile_config(threads, precision)
+        try:
+            core = ov.Core()
+            self.compiled = core.compile_model(core.read_model(str(artifact)), "CPU", config)
+        except Exception as exc:
+            raise RuntimeModelError(f"openvino cannot compile {str(path)!r}: {first_line(exc)}") from None
+        self._request = self.compiled.create_infer_request()
+        self._outputs = list(self.compiled.outputs)
+        self.inputs, self.input_names, self.output_names = (
+            signature.inputs, signature.input_names, signature.output_names)
+        if len(self._outputs) != len(self.output_names):
+            raise RuntimeModelError(
+                f"openvino compiled {len(self._outputs)} outputs where the model declares {self.output_names}")
+        self.describe = f"CPU, {config['INFERENCE_PRECISION_HINT']}"
+
+    def run(self, feeds: Mapping[str, Any]) -> dict[str, Any]:
+        results = self._request.infer({name: np.ascontiguousarray(value) for name, value in feeds.items()})
+        return {name: np.array(results[out], copy=True)
+                for name, out in zip(self.output_names, self._outputs, strict=True)}

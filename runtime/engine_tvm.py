@@ -1,0 +1,154 @@
+"""Apache TVM (Relax) as a runner engine (``--engine tvm``), and its build-stage compile.
+
+``compile_model`` imports the ONNX model (``relax.frontend.onnx.from_onnx``) and compiles it untuned for an LLVM
+CPU target; ``compile_to_dir`` exports that as a shared library (``model.so``) in the image's build stage, so the
+final stage only loads it (``tvm.runtime.load_module``) into the Relax VM. The target CPU is the build host's
+(``mcpu`` as LLVM detects it) unless ``APPOPT_TVM_MCPU`` names another: an image compiled on one CPU generation may
+use instructions an older one lacks.
+
+Linking the exported objects needs a linker: a C compiler on PATH when there is one (TVM's own default), else the
+``ziglang`` wheel's ``zig cc`` (so a slim image builds from the wheelhouse alone).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import onnx
+
+from runtime.engines import Signature, first_line, read_engine_dir, require, write_engine_dir
+from runtime.errors import RuntimeModelError
+
+LIBRARY_FILE = "model.so"
+
+
+def llvm_target(threads: int | None) -> Any:
+    """The LLVM target for this CPU (``mcpu`` as LLVM detects it, or ``APPOPT_TVM_MCPU``) with ``threads`` cores;
+    TVM 0.27 refuses target strings."""
+    tvm = require("tvm", "tvm")
+    from tvm.target import codegen
+
+    mcpu = os.environ.get("APPOPT_TVM_MCPU") or str(codegen.llvm_get_system_cpu())
+    target: dict[str, Any] = {"kind": "llvm", "mcpu": mcpu}
+    if threads:
+        target["num-cores"] = threads
+    return tvm.target.Target(target)
+
+
+def compile_model(model: onnx.ModelProto, threads: int | None) -> Any:
+    """The Relax executable of ``model``, untuned, for this CPU; RuntimeModelError naming what TVM refused."""
+    tvm = require("tvm", "tvm")
+    from tvm.relax.frontend.onnx import from_onnx
+
+    try:
+        module = from_onnx(model, keep_params_in_input=False)
+        return tvm.compile(module, target=llvm_target(threads))
+    except RuntimeModelError:
+        raise
+    except Exception as exc:  # the importer raises OpNotImplemented/ValueError/TVMError… on what it cannot take
+        raise RuntimeModelError(f"tvm cannot compile the model: {type(exc).__name__}: {first_line(exc)}") from None
+
+
+def set_threads(threads: int | None) -> None:
+    """Size TVM's thread pool (affinity mode 0, ``threads`` workers); None keeps TVM's default (TVM_NUM_THREADS,
+    OMP_NUM_THREADS, else the cores)."""
+    if not threads:
+        return
+    tvm = require("tvm", "tvm")
+    configure = tvm.get_global_func("runtime.config_threadpool", allow_missing=True)
+    if configure is not None:
+        configure(0, threads)
+
+
+def _zig_linker(output: str, objects: list[str], options: Any = None, **_: Any) -> None:
+    """TVM's ``fcompile`` hook: link ``objects`` into the shared library ``output`` with the ziglang wheel.
+
+    ``-nostdlib``: the library's few libc/libm calls resolve against the process that loads it (Python has both
+    loaded), as its TVM runtime calls do; linking zig's own glibc stubs instead costs about a minute on a cold cache.
+    """
+    argv = [sys.executable, "-m", "ziglang", "cc", "-shared", "-fPIC", "-nostdlib", "-o", output, *objects]
+    proc = subprocess.run(argv, capture_output=True, text=True, check=False)
+    if proc.returncode != 0:
+        raise RuntimeModelError(f"zig cc could not link the TVM library: {first_line(RuntimeError(proc.stderr))}")
+
+
+def linker() -> Any:
+    """TVM's ``fcompile`` for ``export_library``: None (TVM's C compiler) when one is on PATH, else zig's."""
+    require("tvm", "tvm")
+    from tvm.support import cc
+
+    if cc.get_cc() is not None:
+        return None
+    if importlib.util.find_spec("ziglang") is not None:
+        return _zig_linker
+    raise RuntimeModelError(
+        "--engine tvm: exporting the compiled model needs a linker: a C compiler on PATH (gcc, cc) or the ziglang "
+        "package"
+    )
+
+
+def compile_to_dir(model_path: str | os.PathLike[str], out_dir: str | os.PathLike[str]) -> dict[str, Any]:
+    """Compile ``model_path`` and export ``model.so`` in ``out_dir`` (with ``engine.json`` and ``io.onnx``)."""
+    tvm = require("tvm", "tvm")
+    signature = Signature.of_file(model_path)
+    try:
+        model = onnx.load(str(model_path))
+    except Exception as exc:
+        raise RuntimeModelError(f"cannot read the ONNX model {str(model_path)!r}: {exc}") from None
+    started = time.perf_counter()
+    executable = compile_model(model, None)
+    fcompile = linker()
+    try:
+        executable.export_library(str(Path(out_dir) / LIBRARY_FILE), fcompile=fcompile)
+    except RuntimeModelError:
+        raise
+    except Exception as exc:
+        raise RuntimeModelError(f"tvm cannot export the compiled model: {first_line(exc)}") from None
+    seconds = time.perf_counter() - started
+    target = llvm_target(None)
+    return write_engine_dir(out_dir, "tvm", LIBRARY_FILE, signature,
+                            {"tvm": str(tvm.__version__), "mcpu": str(target.mcpu), "compile_s": round(seconds, 3)})
+
+
+class TvmRunner:
+    """A Relax VM over a library exported by ``compile_to_dir`` (or an ONNX file compiled in-process)."""
+
+    def __init__(self, path: str | os.PathLike[str], threads: int | None = None) -> None:
+        tvm = require("tvm", "tvm")
+        from tvm import relax
+
+        path = Path(path)
+        if path.is_dir():
+            artifact, signature = read_engine_dir(path, "tvm")
+            try:
+                executable = tvm.runtime.load_module(str(artifact))
+            except Exception as exc:
+                raise RuntimeModelError(f"tvm cannot load {str(artifact)!r}: {first_line(exc)}") from None
+            self.describe = f"library {artifact.name}"
+        else:
+            signature = Signature.of_file(path)
+            executable = compile_model(onnx.load(str(path)), threads)
+            self.describe = "compiled now, untuned"
+        set_threads(threads)
+        self._tvm = tvm
+        self.vm = relax.VirtualMachine(executable, tvm.cpu())
+        self.inputs, self.input_names, self.output_names = (
+            signature.inputs, signature.input_names, signature.output_names)
+
+    def run(self, feeds: Mapping[str, Any]) -> dict[str, Any]:
+        return dict(zip(self.output_names, self.run_list(feeds), strict=True))
+
+    def run_list(self, feeds: Mapping[str, Any]) -> list[np.ndarray]:
+        """Outputs in graph order."""
+        args = [self._tvm.runtime.tensor(np.ascontiguousarray(feeds[name])) for name in self.input_names]
+        result = self.vm["main"](*args)
+        outputs = result if isinstance(result, (list, tuple)) or type(result).__name__ == "Array" else [result]
+        return [np.asarray(out.numpy()) for out in outputs]

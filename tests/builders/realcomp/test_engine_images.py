@@ -1,0 +1,99 @@
+"""Images of the graph-compiler routes, built for real and run: OpenVINO and TVM.
+
+The plan picks ``onnxruntime + openvino`` (or ``+ tvm``) for the digits MLP; the image installs the engine from a
+wheelhouse, compiles the model in its build stage (``python -m runtime compile --engine X``: OpenVINO IR, or a TVM
+shared library linked by the ziglang wheel since the Debian minbase has no C compiler), and runs it with ``python -m
+runtime run --engine X``. Its outputs on a fixed input are checked against onnxruntime's on this machine.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import re
+import subprocess
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+import pytest
+from typer.testing import Result
+
+from tests.builders.realcomp.conftest import REPO, plan_for, wheelhouse_for
+
+pytestmark = pytest.mark.slow
+
+SPEC = """\
+# the digits MLP compiled by {compiler}: the image compiles it in the build stage and runs it with --engine {compiler}
+name: digits-{compiler}
+application:
+  type: inference
+  model: {{onnx: digits_mlp.onnx}}
+  framework: onnxruntime
+target:
+  cpu: {{arch: x86_64, model: local}}
+  scheduler: none
+container:
+  formats: [docker]
+optimisation:
+  allow: {{compilers: [{compiler}], precisions: [fp32]}}
+  deny: {{compilers: [none]}}
+"""
+
+#: Run inside the image: the engine's runner on the compiled directory, a fixed input, the output as JSON.
+PROBE = """\
+import json, sys
+import numpy as np
+from runtime.engines import open_runner
+runner, text = open_runner(sys.argv[1], "/opt/app/compiled", 1)
+x = np.linspace(-1, 1, 128, dtype=np.float32).reshape(2, 64)
+print(json.dumps({"engine": text, "out": runner.run({"input": x})["probabilities"].tolist()}))
+"""
+
+#: What ``python -m runtime run`` prints for the digits MLP: its output tensor and a latency line.
+RUN_OUTPUT = re.compile(r"output probabilities: float32\[1, 10\].*latency over 20 run\(s\)", re.DOTALL)
+
+
+def _podman(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(["podman", *args], capture_output=True, text=True, timeout=300, check=False)
+
+
+def _reference(x: np.ndarray) -> np.ndarray:
+    import onnxruntime as ort
+
+    session = ort.InferenceSession(str(REPO / "examples" / "digits_mlp.onnx"), providers=["CPUExecutionProvider"])
+    return np.asarray(session.run(None, {"input": x})[0])
+
+
+@pytest.mark.parametrize(("compiler", "module", "artefact"), [("openvino", "openvino", "model.xml"),
+                                                              ("tvm", "tvm", "model.so")])
+def test_a_compiler_route_image_compiles_in_the_build_stage_and_runs_the_model(
+        compiler: str, module: str, artefact: str, debian_image: str, cache_dir: Path, tmp_path: Path,
+        appopt: Callable[..., Result]) -> None:
+    if importlib.util.find_spec(module) is None:
+        pytest.skip("extra not installed")
+    out = plan_for(SPEC.format(compiler=compiler), tmp_path)
+    plan = json.loads((out / "plan.json").read_text())
+    assert (plan["choice"]["framework"], plan["choice"]["compiler"]) == ("onnxruntime", compiler)
+    ref = f"localhost/appopt-test/digits-{compiler}:ci"
+    result = appopt("build", out, "--engine", "buildah", "--base-image", debian_image, "--wheelhouse",
+                    wheelhouse_for(out, cache_dir), "--tag", ref, "--quiet")
+    assert result.exit_code == 0, result.output[-3000:]
+    built = json.loads((out / "build.json").read_text())
+    log = (out / built["log"]).read_text()
+    assert "--no-index" in log  # the engine came from the wheelhouse
+    assert f"compiled -> /opt/app/compiled (engine: {compiler}, {artefact})" in log  # in the build stage
+
+    proc = _podman("run", "--rm", ref)
+    assert proc.returncode == 0, proc.stderr
+    assert f"engine: {compiler} (" in proc.stdout and RUN_OUTPUT.search(proc.stdout), proc.stdout
+
+    probe = _podman("run", "--rm", "--entrypoint", "python3", ref, "-c", PROBE, compiler)
+    assert probe.returncode == 0, probe.stderr
+    answer = json.loads(probe.stdout.strip().splitlines()[-1])
+    x = np.linspace(-1, 1, 128, dtype=np.float32).reshape(2, 64)
+    np.testing.assert_allclose(np.array(answer["out"], dtype=np.float32), _reference(x), rtol=1e-4, atol=1e-6)
+    if compiler == "openvino":
+        assert answer["engine"] == "openvino (CPU, f32)"  # fp32 forced, not the bf16 default of AMX CPUs
+    else:
+        assert answer["engine"] == "tvm (library model.so)"  # the build stage's library, not a compile at start

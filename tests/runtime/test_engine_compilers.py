@@ -1,0 +1,108 @@
+"""``python -m runtime compile|run --engine openvino|tvm``: the build-stage artefact and the runner an image uses."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from runtime import RuntimeModelError
+from runtime.engines import ENGINE_MANIFEST, SIGNATURE, compile_for_engine, open_runner
+from runtime.tools import compile_to_dir, format_compile, run_model
+
+ROOT = Path(__file__).resolve().parents[2]
+MLP = ROOT / "examples" / "digits_mlp.onnx"
+X = np.linspace(-1, 1, 3 * 64, dtype=np.float32).reshape(3, 64)
+
+
+def _needs(module: str) -> None:
+    if importlib.util.find_spec(module) is None:
+        pytest.skip("extra not installed")
+
+
+def _reference(x: np.ndarray) -> np.ndarray:
+    ort = pytest.importorskip("onnxruntime", reason="onnxruntime is the peer these tests compare with")
+    session = ort.InferenceSession(str(MLP), providers=["CPUExecutionProvider"])
+    return np.asarray(session.run(None, {"input": x})[0])
+
+
+@pytest.mark.parametrize(("engine", "artefact"), [("openvino", "model.xml"), ("tvm", "model.so")])
+def test_the_compiled_directory_runs_and_matches_onnxruntime(tmp_path: Path, engine: str, artefact: str) -> None:
+    _needs(engine)
+    manifest = compile_to_dir(MLP, tmp_path / "c", engine=engine)
+    assert manifest["engine"] == engine and (tmp_path / "c" / artefact).is_file()
+    assert (tmp_path / "c" / SIGNATURE).stat().st_size < 2000  # inputs/outputs only, no weights
+    assert format_compile(manifest, tmp_path / "c")[0] == f"compiled -> {tmp_path / 'c'} (engine: {engine}, {artefact})"
+    runner, text = open_runner(engine, tmp_path / "c", 1)
+    assert text.startswith(f"{engine} (") and runner.input_names == ["input"]
+    got = runner.run({"input": X})
+    assert list(got) == ["probabilities"]
+    np.testing.assert_allclose(got["probabilities"], _reference(X), rtol=1e-4, atol=1e-6)
+
+
+@pytest.mark.parametrize("engine", ["openvino", "tvm"])
+def test_an_onnx_file_runs_directly_and_the_cli_reports_the_engine(engine: str) -> None:
+    _needs(engine)
+    report = run_model(MLP, random=True, repeat=2, engine=engine, threads=1)
+    assert report.engine.startswith(f"{engine} (") and len(report.latencies_s) == 2
+    assert report.outputs[0].shape == [1, 10] and report.outputs[0].mean == pytest.approx(0.1, rel=1e-4)
+
+
+def test_openvino_runs_fp32_unless_the_route_says_bf16(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    _needs("openvino")
+    from runtime.engine_openvino import OpenVinoRunner
+
+    assert OpenVinoRunner(MLP).describe == "CPU, f32"  # never OpenVINO's bf16 default on AMX/AVX512-BF16 CPUs
+    monkeypatch.setenv("APPOPT_PRECISION", "int8")
+    with pytest.raises(RuntimeModelError, match="openvino runs precision fp32, bf16, fp16, not 'int8'"):
+        OpenVinoRunner(MLP)
+
+
+def test_tvm_links_with_zig_when_no_c_compiler_is_on_path(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    _needs("tvm")
+    _needs("ziglang")
+    from tvm.support import cc
+
+    monkeypatch.setattr(cc, "get_cc", lambda: None)  # as in a slim base image
+    compile_for_engine("tvm", MLP, tmp_path / "c")
+    runner, _ = open_runner("tvm", tmp_path / "c", 1)
+    np.testing.assert_allclose(runner.run({"input": X})["probabilities"], _reference(X), rtol=1e-4, atol=1e-6)
+
+
+def test_engine_errors_are_one_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    with pytest.raises(RuntimeModelError, match="--engine 'onnxruntime' has no compile step"):
+        compile_for_engine("onnxruntime", MLP, tmp_path / "x")
+    with pytest.raises(RuntimeModelError, match="--disable names this runtime's graph passes"):
+        compile_to_dir(MLP, tmp_path / "x", disable=["fuse"], engine="tvm")
+    (tmp_path / "other").mkdir()
+    (tmp_path / "other" / ENGINE_MANIFEST).write_text(json.dumps({"engine": "tvm", "artifact": "model.so"}))
+    monkeypatch.setitem(sys.modules, "openvino", None)  # as in an image without it
+    with pytest.raises(RuntimeModelError, match="--engine openvino: the openvino package is not installed"):
+        open_runner("openvino", tmp_path / "other", 1)
+    monkeypatch.delitem(sys.modules, "openvino")
+    if importlib.util.find_spec("openvino") is not None:
+        with pytest.raises(RuntimeModelError, match="was compiled for engine 'tvm', not 'openvino'"):
+            open_runner("openvino", tmp_path / "other", 1)
+        with pytest.raises(RuntimeModelError, match="is not a directory written by"):
+            open_runner("openvino", tmp_path, 1)
+
+
+def test_the_images_compile_command_takes_the_engine(tmp_path: Path) -> None:
+    _needs("openvino")
+    proc = subprocess.run(
+        [sys.executable, "-m", "runtime", "compile", str(MLP), "-o", str(tmp_path / "c"), "--engine", "openvino"],
+        cwd=ROOT, capture_output=True, text=True, check=False,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert "(engine: openvino, model.xml)" in proc.stdout
+    proc = subprocess.run(
+        [sys.executable, "-m", "runtime", "run", str(tmp_path / "c"), "--engine", "openvino", "--random"],
+        cwd=ROOT, capture_output=True, text=True, check=False,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert "engine: openvino (CPU, f32)" in proc.stdout
