@@ -194,7 +194,8 @@ def leave_one_architecture_out(
     predictions = pd.concat(parts, ignore_index=True)
     if predictions.empty:
         raise ValueError("no family could be held out: every route was measured on one family only")
-    predictions = predictions.join(route_errors_without_family(predictions))
+    if whole_weight is None:  # a weight asked for (``--whole-weight``) is scored as given, for every route
+        predictions = predictions.join(route_errors_without_family(predictions))
     predictions["predicted"] = _combined(predictions, whole_weight)
     weights = nested_weights(frame, data, by_units, ridge, share_routes) if nested and units else {}
     if weights:
