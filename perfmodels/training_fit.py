@@ -117,6 +117,8 @@ class TrainingGroupFit:
     train_rmspe: float
     #: Fitted on rows measured under load (the route had no quiet rows).
     under_load: bool = False
+    #: The trainer's graph compiler (``inductor`` for torch.compile; ``none`` for eager).
+    compiler: str = "none"
 
     def seconds(self, x: np.ndarray) -> float:
         return float(np.dot(self.coef, x))
@@ -142,6 +144,7 @@ def fit_group(rows: pd.DataFrame) -> TrainingGroupFit:
         backend=str(first["backend"]),
         framework=str(first.get("framework") or first["backend"]),
         precision=str(first.get("precision") or "fp32"),
+        compiler=first["compiler"] if isinstance(first.get("compiler"), str) and first["compiler"] else "none",
         coef=tuple(float(c) for c in coef),
         rows=len(rows),
         families=tuple(sorted(set(rows["family"].astype(str)))),
@@ -185,7 +188,15 @@ class TrainingFit:
         same = [g for g in self.groups.values() if g.framework == route.framework]
         if not same:
             return None
-        return min(same, key=lambda g: (g.precision != route.precision, g.backend != route.framework, -g.rows))
+        return min(
+            same,
+            key=lambda g: (
+                g.precision != route.precision,
+                g.compiler != route.compiler,
+                g.backend != route.framework,
+                -g.rows,
+            ),
+        )
 
     def predict(self, workload: Workload, route: Route, target: str, threads: int | None) -> Prediction | None:
         """Step time of ``workload`` on ``route`` at ``target`` with that target's measured peaks (None: no fit)."""
@@ -213,6 +224,8 @@ class TrainingFit:
         basis = f"fitted-training:{target} ({group.backend} {group.precision}, {group.rows} rows)"
         if group.precision != route.precision:
             basis += f"; {route.precision} not measured"
+        if group.compiler != route.compiler:
+            basis += f"; {route.compiler} not measured"
         if group.under_load:
             basis += " (rows measured under load)"
         return Prediction(
@@ -257,6 +270,8 @@ class TrainingFit:
         )
         if group.precision != route.precision:
             basis += f"; {route.precision} not measured"
+        if group.compiler != route.compiler:
+            basis += f"; {route.compiler} not measured"
         if device.count > 1:
             basis += f"; {device.count} devices scaled as the prior scales them"
         if group.under_load:

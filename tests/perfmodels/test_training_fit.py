@@ -129,3 +129,22 @@ def test_a_route_measured_only_under_load_still_predicts_and_says_so(tmp_path):
     bf16 = Route("appopt-runtime", "none", (), "bf16", "NCHW", 0.5)
     basis = model.predict(_workload(), bf16, cpu).basis
     assert basis.startswith("fitted-training:") and "under load" in basis and "bf16 not measured" in basis
+
+
+def test_a_compiled_training_route_is_predicted_from_its_own_rows():
+    """torch.compile (compiler ``inductor``) and eager PyTorch share a framework: each route takes the group measured
+    with its own compiler, and a compiler with no rows says it was not measured."""
+    from perfmodels.training_fit import TrainingGroupFit
+
+    def group(backend: str, compiler: str) -> TrainingGroupFit:
+        return TrainingGroupFit(backend, "pytorch", "fp32", (1.0,) * 5, 10, ("cnn",), ("t",), 0.1, compiler=compiler)
+
+    fit = TrainingFit(
+        groups={"torch|fp32": group("torch", "none"), "torch-compile|fp32": group("torch-compile", "inductor")}
+    )
+    route = Route("pytorch", "inductor", ("mkl",), "fp32", "NCHW", efficiency=0.5)
+    assert fit.group_for(route).backend == "torch-compile"  # type: ignore[union-attr]
+    eager = Route("pytorch", "none", ("mkl",), "fp32", "NCHW", efficiency=0.5)
+    assert fit.group_for(eager).backend == "torch"  # type: ignore[union-attr]
+    del fit.groups["torch-compile|fp32"]
+    assert fit.group_for(route).backend == "torch"  # type: ignore[union-attr]
