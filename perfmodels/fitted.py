@@ -477,16 +477,20 @@ class FittedModel:
             else f"fitted:{group.target}" + ("" if np.isnan(by_units) else " + kernel units")
         )
         if differs:
+            # a compiler this target never measured is not credited with its reported speed-up: measurements of
+            # the framework rank it, and it ties with the measured compiler (a claim must not outrank a benchmark)
             measured_route = replace(
                 route,
                 precision=group.route.precision,
                 layout=group.route.layout,
                 compiler=group.route.compiler,
-                compiler_speedup=1.0 if group.route.compiler == "none" else route.compiler_speedup,
                 layout_factor=layout_factor(device.kind, group.route.layout, group.route.precision),
             )
             step *= prior.step_seconds / self.prior.predict(workload, measured_route, device).step_seconds
-            basis += f" x prior({', '.join(differs)})"
+            scaled = [d for d in differs if d != "compiler"]
+            basis += f" x prior({', '.join(scaled)})" if scaled else ""
+            if "compiler" in differs:
+                basis += f" ({route.compiler} not measured here: its reported speed-up is not applied)"
         here = local_kernel_flags() if device.name in LOCAL_NAMES else ()
         if here and group.cpu_flags:  # (no flags readable here: nothing to compare)
             other_host = host_difference(group.cpu_flags, here)
