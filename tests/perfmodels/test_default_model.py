@@ -276,3 +276,30 @@ def test_a_model_below_every_fitted_range_is_predicted_from_its_kernel_units_and
     from optimiser.report import render_markdown
 
     assert "sum of the model's kernel units" in render_markdown(plan)
+
+
+def test_an_unmeasured_compiler_is_not_credited_with_its_reported_speedup(tmp_path, monkeypatch):
+    """TVM has no rows here: on a host where onnxruntime is measured, its routes are predicted as the measured
+    onnxruntime route they compile (the seeds' 1.2-3.8x would otherwise outrank every measurement), and say why."""
+    import perfmodels.fitted as fitted
+    from benchmarks.models.transformer import mlp
+    from optimiser.planner import make_plan
+    from optimiser.spec import parse_spec
+
+    target, cores = measured_target(read_results(DEFAULT_DB))
+    monkeypatch.setattr(fitted, "local_target_key", lambda: target)
+    monkeypatch.setattr(fitted, "usable_cores", lambda: cores)
+    onnx.save(mlp(sizes=(64, 128, 64, 10)), str(tmp_path / "digits.onnx"))
+    spec = parse_spec(SPEC.format(name="digits", file="digits.onnx", batch=1), base_dir=tmp_path)
+    plan = make_plan(spec, model=load_default_model())
+    tvm = [c for c in plan.candidates if c.route.compiler == "tvm" and c.route.framework == "onnxruntime"]
+    assert tvm, [c.route.key for c in plan.candidates]
+    plain = {
+        (c.route.layout, c.route.precision): c.prediction
+        for c in plan.candidates
+        if c.route.key.startswith("onnxruntime/none/")
+    }
+    for candidate in tvm:
+        assert "tvm not measured here" in candidate.prediction.basis
+        same = plain[(candidate.route.layout, candidate.route.precision)]
+        assert candidate.prediction.step_seconds == pytest.approx(same.step_seconds, rel=1e-9)
