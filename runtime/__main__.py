@@ -4,7 +4,7 @@
     python -m runtime train MODEL.onnx --data FILE.npz -o TRAINED.onnx [--epochs N] [--checkpoint DIR --resume]
                             [--engine appopt|torch] ...
     python -m runtime run MODEL_OR_OUT [--input name=file.npy ...] [--random] [--repeat N] [--threads N]
-                          [--profile] [--engine appopt|onnxruntime|openvino|tvm]
+                          [--profile] [--engine appopt|onnxruntime|openvino|tvm|jax]
 
 Only argparse and the runtime's own dependencies: this is what runs inside the built images.
 """

@@ -1,5 +1,5 @@
 """Engines ``python -m runtime run`` can run a model with: this runtime, onnxruntime, and the graph compilers
-OpenVINO and TVM, for the plans that chose them.
+OpenVINO, TVM and XLA (through JAX), for the plans that chose them.
 
 An image built for another engine's route carries this package too, so it runs the model the same way (inputs from
 files or seeded random data, output summaries, latency) with ``--engine X``. Each engine is a ``ModelRunner``:
@@ -25,7 +25,7 @@ from onnx import helper
 from runtime.errors import RuntimeModelError
 from runtime.ir import Value
 
-ENGINES = ("appopt", "onnxruntime", "openvino", "tvm")
+ENGINES = ("appopt", "onnxruntime", "openvino", "tvm", "jax")
 #: Engines whose ``compile`` writes their own artefact (OpenVINO IR, a TVM shared library) in the build stage.
 COMPILED_ENGINES = ("openvino", "tvm")
 #: What names a compiled engine directory, and the model's declared inputs/outputs inside it.
@@ -147,6 +147,11 @@ def open_runner(engine: str, model: str | os.PathLike[str], threads: int | None)
 
         tvm_runner = TvmRunner(model, threads)
         return tvm_runner, f"tvm ({tvm_runner.describe})"
+    if engine == "jax":
+        from runtime.engine_jax import JaxRunner
+
+        jax_runner = JaxRunner(model, threads)
+        return jax_runner, f"jax ({jax_runner.describe})"
     raise RuntimeModelError(f"--engine must be one of {', '.join(ENGINES)}, not {engine!r}")
 
 

@@ -57,9 +57,32 @@ def test_a_compiler_routes_image_compiles_in_the_build_stage_and_runs_with_the_e
     assert f"--engine {compiler}" in build_stage  # the compile runs in the build stage
 
 
+def test_the_xla_route_runs_the_onnx_file_with_jax_and_its_recipe_validates(tmp_path: Path) -> None:
+    """XLA compiles at the first run, for the CPU it runs on: no build-stage compile, the runner is ``--engine jax``."""
+    from builders.image_build import load_deployment
+    from builders.validate import check_deployment
+    from tests.builders.parsers import dockerfile_instructions
+
+    dep = _deployment(tmp_path, "xla")
+    assert dep["compile_argv"] is None
+    assert dep["run_argv"] == ["python3", "-m", "runtime", "run", "/opt/app/model.onnx", "--engine", "jax",
+                               "--random", "--repeat", "20"]
+    assert dep["app_files"] == ["runtime"]
+    names = {p.split("==")[0] for p in dep["pip_packages"]}
+    assert {"jax", "jaxlib", "onnxruntime", "numpy", "onnx"} <= names
+    assert "TF_XLA_FLAGS" not in dict(dep["env"])  # TensorFlow's auto-clustering flag is for the tensorflow route
+    deployment = load_deployment(tmp_path / "out")
+    assert deployment is not None
+    check_deployment(deployment)  # raises RenderError listing every problem
+    instructions = dockerfile_instructions((tmp_path / "out" / "Dockerfile").read_text())
+    entrypoint = [args for keyword, args in instructions if keyword == "ENTRYPOINT"]
+    assert len(entrypoint) == 1 and json.loads(entrypoint[0])[-5:] == ["--engine", "jax", "--random", "--repeat", "20"]
+
+
 def test_image_engines_come_from_the_engine_modules() -> None:
     assert image_engine("onnxruntime", "none") == "onnxruntime"
     assert image_engine("onnxruntime", "openvino") == "openvino"
     assert image_engine("onnxruntime", "tvm") == "tvm"
+    assert image_engine("onnxruntime", "xla") == "jax" and image_engine("tensorflow", "xla") is None
     assert image_engine("onnxruntime", "tensorrt") is None and image_engine("pytorch", "none") is None
     assert {spec.image_engine for spec in all_engines()} >= {"onnxruntime", "openvino", "tvm"}

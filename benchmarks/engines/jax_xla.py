@@ -1,0 +1,73 @@
+"""JAX on XLA: the suite's ONNX graphs translated to JAX code of our own (``runtime.engine_jax``) and compiled whole by
+``jax.jit``, one XLA executable per input shape.
+
+Catalog: compiler ``xla`` over framework ``onnxruntime`` (the route "ONNX model, compiled by XLA"), no library (XLA
+generates its own kernels and calls Eigen for convolutions and matrix products). Installed by the ``jax`` extra.
+An image runs the ONNX file with ``python -m runtime run MODEL --engine jax``: there is no build-stage compile, as
+XLA compiles at the first run for the CPU it runs on.
+
+Every session keeps its compile time (``compile_ms``: tracing, lowering and XLA's compile at batch 1, cold: jax's
+persistent compilation cache is off unless configured); another batch size compiles during the harness's warm-up
+queries. Threads: XLA's CPU pool has a thread per CPU of the process; ``threads=N`` confines its threads to N of
+those CPUs (``runtime.engine_jax.pin_pool``), so more threads than CPUs is skipped with the reason.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import TYPE_CHECKING
+
+import numpy as np
+import onnx
+
+from benchmarks.engines.base import Backend, BackendSkipped, EngineSpec, RouteInfo, Session, missing, version
+from benchmarks.engines.torch_compile import example_feeds
+
+if TYPE_CHECKING:
+    from runtime.engine_jax import JaxGraph
+
+
+class _JaxSession:
+    def __init__(self, graph: JaxGraph) -> None:
+        self._graph = graph
+        self.compile_ms = float(graph.compile_ms or 0.0)
+
+    def run(self, feeds: Mapping[str, np.ndarray]) -> list[np.ndarray]:
+        return self._graph.run_list(feeds)
+
+
+class JaxXlaBackend(Backend):
+    """``jax.jit`` (XLA CPU) of the ONNX graph's JAX translation, static shapes, fp32."""
+
+    name = "jax-xla"
+    route = RouteInfo("onnxruntime", compiler="xla", layout="NCHW")
+    records_error = True  # XLA fuses and reorders reductions: outputs drift from the reference by rounding
+
+    def unavailable_reason(self) -> str | None:
+        return missing("jax", extra="jax")
+
+    def versions(self) -> dict[str, str]:
+        return {"jax": version("jax"), "jaxlib": version("jaxlib"), "onnx": onnx.__version__,
+                "numpy": np.__version__}
+
+    def _prepare(self, model: onnx.ModelProto, threads: int, precision: str) -> Session:
+        from runtime.engine_jax import JaxGraph
+        from runtime.errors import RuntimeModelError
+
+        try:
+            graph = JaxGraph(model, threads)
+            graph.run_list(example_feeds(model))  # the cold compile at the declared shapes (batch 1)
+        except RuntimeModelError as error:
+            raise BackendSkipped(str(error)) from None
+        return _JaxSession(graph)
+
+
+ENGINE = EngineSpec(
+    name="jax-xla",
+    framework="onnxruntime",
+    compilers=("xla",),
+    pip=("jax", "jaxlib"),
+    extra="jax",
+    image_engine="jax",
+    backends=lambda: [JaxXlaBackend()],
+)
