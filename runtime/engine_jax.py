@@ -17,6 +17,7 @@ jax is imported lazily: an image carries it only for this engine's route.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import time
 from collections.abc import Mapping
@@ -139,11 +140,32 @@ class JaxGraph:
                 constants.update((o, np.asarray(v)) for o, v in zip(proto.output, outputs, strict=False) if o)
             else:
                 self.steps.append((node, names, list(proto.output)))
+        self._pack_weights(constants)
         self._run_op = run_op
         self.static = {k: v for k, v in constants.items() if v.size <= INLINE_LIMIT or not _is_float(v)}
         self.params = {k: jax.device_put(v) for k, v in constants.items() if k not in self.static}
         self._compiled: dict[tuple[Any, ...], Any] = {}
         self.compile_ms: float | None = None
+
+    def _pack_weights(self, constants: dict[str, Any]) -> None:
+        """Put constant weights in the layouts XLA's kernels read (``runtime.jax_ops.PACKERS``), once; then drop the
+        constants no step or output reads any more."""
+        from runtime.jax_ops import PACKERS
+
+        for index, (node, names, outputs) in enumerate(self.steps):
+            pack = PACKERS.get(node.op_type)
+            weight = constants.get(names[1]) if len(names) > 1 and names[1] else None
+            packed = pack(node, weight) if pack is not None and weight is not None else None
+            if packed is None:
+                continue
+            tag, value = packed
+            key = f"{names[1]}#{tag}#{node.attrs.get('group', 1)}"
+            constants.setdefault(key, value)
+            node = dataclasses.replace(node, attrs={**node.attrs, "_packed": tag})
+            self.steps[index] = (node, [names[0], key, *names[2:]], outputs)
+        read = {name for _, names, _ in self.steps for name in names} | set(self.output_names)
+        for name in [name for name in constants if name not in read]:
+            del constants[name]
 
     def _forward(self, params: dict[str, Any], *inputs: Any) -> tuple[Any, ...]:
         env: dict[str, Any] = {**self.static, **params}

@@ -19,7 +19,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from runtime.jax_ops import JaxNode, op, static_ints, static_value
+from runtime.jax_ops import PACKERS, JaxNode, op, static_ints, static_value
 
 # --- padding -------------------------------------------------------------------------------------------------------
 
@@ -56,22 +56,66 @@ def _bias(y: Any, b: Any) -> Any:
     return y if b is None else y + jnp.reshape(b, (1, -1) + (1,) * (y.ndim - 2))
 
 
+#: Spatial axis letters for lax's dimension-number strings, by spatial rank.
+_SPATIAL = {1: "W", 2: "HW", 3: "DHW"}
+
+
+def _to_hwio(w: np.ndarray) -> np.ndarray:
+    """(O, I, k...) -> (k..., I, O), contiguous: the kernel layout XLA's CPU convolution reads."""
+    return np.ascontiguousarray(np.moveaxis(w, (0, 1), (-1, -2)))
+
+
+def _conv_dims(rank: int, packed: bool) -> tuple[str, str, str] | None:
+    if not packed:
+        return None  # lax's default: NC..., OI..., NC...
+    letters = _SPATIAL[rank]
+    return f"NC{letters}", f"{letters}IO", f"NC{letters}"
+
+
+def _pack_conv(node: JaxNode, w: np.ndarray) -> tuple[str, np.ndarray] | None:
+    # Conv(x, W[O, I, kh, kw]) -> Conv(x, W[kh, kw, I, O])
+    return ("HWIO", _to_hwio(w)) if w.ndim - 2 in _SPATIAL else None
+
+
 @op("Conv")
 def _conv(node: JaxNode, x: Any, w: Any, b: Any = None) -> Any:
-    kernel = list(node.get("kernel_shape") or np.shape(w)[2:])
+    packed = bool(node.get("_packed"))
+    kernel = list(node.get("kernel_shape") or (np.shape(w)[:-2] if packed else np.shape(w)[2:]))
     strides, dilations, pads = _geometry(node, x, kernel)
     y = lax.conv_general_dilated(
         x, w, window_strides=strides, padding=pads, rhs_dilation=dilations,
-        feature_group_count=int(node.get("group", 1)), precision=lax.Precision.HIGHEST,
+        dimension_numbers=_conv_dims(len(kernel), packed), feature_group_count=int(node.get("group", 1)),
+        precision=lax.Precision.HIGHEST,
     )
     return _bias(y, b)
+
+
+def _transposed_kernel(m: Any, w: Any, group: int) -> Any:
+    """ConvTranspose's weight (C_in, C_out/group, k...) as the forward convolution's (C_out, C_in/group, k...),
+    window flipped."""
+    c_in, c_out_g, kernel = np.shape(w)[0], np.shape(w)[1], tuple(np.shape(w)[2:])
+    w = m.reshape(w, (group, c_in // group, c_out_g, *kernel))
+    w = m.swapaxes(w, 1, 2).reshape((group * c_out_g, c_in // group, *kernel))
+    return m.flip(w, axis=tuple(range(2, 2 + len(kernel))))
+
+
+def _pack_conv_transpose(node: JaxNode, w: np.ndarray) -> tuple[str, np.ndarray] | None:
+    # ConvTranspose(x, W[I, O/g, k...]) -> the flipped forward kernel, as (k..., I/g, O)
+    if w.ndim - 2 not in _SPATIAL:
+        return None
+    return "HWIO", _to_hwio(_transposed_kernel(np, w, int(node.get("group", 1))))
+
+
+PACKERS["Conv"] = _pack_conv
+PACKERS["ConvTranspose"] = _pack_conv_transpose
 
 
 @op("ConvTranspose")
 def _conv_transpose(node: JaxNode, x: Any, w: Any, b: Any = None) -> Any:
     """The gradient of a convolution: the input dilated by the strides, convolved with the flipped kernel."""
     group = int(node.get("group", 1))
-    kernel = list(node.get("kernel_shape") or np.shape(w)[2:])
+    packed = bool(node.get("_packed"))
+    kernel = list(node.get("kernel_shape") or (np.shape(w)[:-2] if packed else np.shape(w)[2:]))
     rank = len(kernel)
     strides = list(node.get("strides", [1] * rank))
     dilations = list(node.get("dilations", [1] * rank))
@@ -95,16 +139,13 @@ def _conv_transpose(node: JaxNode, x: Any, w: Any, b: Any = None) -> Any:
     else:
         flat = list(node.get("pads", [0] * 2 * rank))
         pads = [(int(flat[i]), int(flat[i + rank])) for i in range(rank)]
-    # ONNX's weight is (C_in, C_out/group, k...): regroup to (C_out, C_in/group, k...) and flip the window
-    c_in, c_out_g = np.shape(w)[0], np.shape(w)[1]
-    w = jnp.reshape(w, (group, c_in // group, c_out_g, *kernel))
-    w = jnp.swapaxes(w, 1, 2).reshape((group * c_out_g, c_in // group, *kernel))
-    w = jnp.flip(w, axis=tuple(range(2, 2 + rank)))
+    if not packed:
+        w = _transposed_kernel(jnp, w, group)
     padding = [((kernel[i] - 1) * dilations[i] - pads[i][0], (kernel[i] - 1) * dilations[i] - pads[i][1] + extra[i])
                for i in range(rank)]
     y = lax.conv_general_dilated(
         x, w, window_strides=[1] * rank, padding=padding, lhs_dilation=strides, rhs_dilation=dilations,
-        feature_group_count=group, precision=lax.Precision.HIGHEST,
+        dimension_numbers=_conv_dims(rank, packed), feature_group_count=group, precision=lax.Precision.HIGHEST,
     )
     return _bias(y, b)
 

@@ -59,6 +59,13 @@ OpFn = Callable[..., Any]
 OPS: dict[str, OpFn] = {}
 
 
+#: op type -> ``pack(node, weight)``: the op's constant weight (input 1) put once, at load, in the layout XLA's
+#: kernel reads, as (tag, array), or None to leave it. Weights are arguments of the compiled function, so a
+#: transpose XLA inserts for them would otherwise run on every call. The op sees ``node.attrs["_packed"] == tag``.
+PackFn = Callable[["JaxNode", np.ndarray], "tuple[str, np.ndarray] | None"]
+PACKERS: dict[str, PackFn] = {}
+
+
 def op(*names: str) -> Callable[[OpFn], OpFn]:
     def register(fn: OpFn) -> OpFn:
         for name in names:
@@ -296,12 +303,20 @@ def _matmul(node: JaxNode, a: Any, b: Any) -> Any:
 def _gemm(node: JaxNode, a: Any, b: Any, c: Any = None) -> Any:
     m = xp(a, b, c)
     a = a.T if node.get("transA", 0) else a
-    b = b.T if node.get("transB", 0) else b
+    b = b.T if node.get("transB", 0) and not node.get("_packed") else b
     y = m.matmul(a, b)
     alpha, beta = node.get("alpha", 1.0), node.get("beta", 1.0)
     if alpha != 1.0:
         y = y * alpha
     return y if c is None else y + (c * beta if beta != 1.0 else c)
+
+
+def _pack_gemm(node: JaxNode, b: np.ndarray) -> tuple[str, np.ndarray] | None:
+    # Gemm(a, B, transB=1) -> Gemm(a, B.T stored row-major)
+    return ("T", np.ascontiguousarray(b.T)) if node.get("transB", 0) and b.ndim == 2 else None
+
+
+PACKERS["Gemm"] = _pack_gemm
 
 
 @op("Einsum")

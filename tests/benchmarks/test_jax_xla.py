@@ -54,3 +54,14 @@ def test_more_threads_than_cpus_is_a_skip_with_the_reason() -> None:
 
     with pytest.raises(BackendSkipped, match="threads must be 1 to"):
         get_backend("jax-xla").prepare(get_model("mlp").model(), threads=len(allowed_cpus()) + 1)
+
+
+@pytest.mark.slow
+def test_every_op_of_the_suite_has_a_jax_translation() -> None:
+    """Builds every suite model (breadth too where torch is installed): a new op in the suite fails here first."""
+    from runtime.jax_ops import load_ops
+
+    table = load_ops()
+    missing = {(node.op_type, m.name) for m in [*suite("all"), *suite("breadth")] for node in m.model().graph.node
+               if node.op_type not in table}
+    assert not missing
