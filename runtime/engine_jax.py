@@ -204,6 +204,28 @@ class JaxGraph:
         return dict(zip(self.output_names, self.run_list(feeds), strict=True))
 
 
+#: Largest input (bytes) the runner makes to compile at load; past it, the first run compiles.
+WARMUP_BYTES = 1 << 28
+
+
+def declared_feeds(signature: Signature) -> dict[str, np.ndarray] | None:
+    """Zeros of each input's declared shape and dtype, symbolic dims as 1 (what ``--random`` feeds too); None when
+    an input is not a tensor of a known type or is too large to make just to compile."""
+    from onnx import helper
+
+    feeds = {}
+    for vi in signature.graph_inputs:
+        tensor = vi.type.tensor_type
+        if not vi.type.HasField("tensor_type") or not tensor.elem_type:
+            return None
+        shape = [d.dim_value if d.HasField("dim_value") and d.dim_value > 0 else 1 for d in tensor.shape.dim]
+        dtype = np.dtype(helper.tensor_dtype_to_np_dtype(tensor.elem_type))
+        if int(np.prod(shape, dtype=np.float64)) * dtype.itemsize > WARMUP_BYTES:
+            return None
+        feeds[vi.name] = np.zeros(shape, dtype=dtype)
+    return feeds
+
+
 def _is_float(value: np.ndarray) -> bool:
     return bool(np.issubdtype(value.dtype, np.floating))
 
@@ -234,6 +256,9 @@ class JaxRunner(JaxGraph):
         if os.path.isdir(path):
             raise RuntimeModelError(f"--engine jax runs an ONNX file; {str(path)!r} is a directory (it has no "
                                     "compile step: XLA compiles at the first run, for the CPU it runs on)")
-        Signature.of_file(path)  # a one-line error for what is not a model
+        signature = Signature.of_file(path)  # a one-line error for what is not a model
         super().__init__(onnx.load(str(path)), threads)
+        feeds = declared_feeds(signature)
+        if feeds is not None:
+            self.run_list(feeds)  # compile now, at the declared shapes: loading includes it
         self.describe = f"jax {self._jax.__version__}, XLA CPU, {threads or len(allowed_cpus())} CPUs"
