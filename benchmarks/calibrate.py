@@ -172,29 +172,43 @@ def calibrate(
         if time.monotonic() >= deadline:
             clock.spent = True
             break
-        hardware = hardware or (hardware_probe or measure_hardware)([threads])
+        if hardware is None:  # the full figures take seconds that a short run cannot spare
+            probe = hardware_probe or (measure_hardware if deadline - time.monotonic() > 60 else quick_hardware)
+            hardware = probe([threads])
         # the later backends' shares stay reserved; one that finishes early leaves its time to the next
         share = (deadline - time.monotonic()) / (len(backends) - index)
         own_deadline = deadline - share * (len(backends) - index - 1)
         clock.restart()
-        suite = run_kernel_suite(
-            _kernels(todo, built),
-            [backend],
-            [threads],
-            settings or sweep_settings(),
-            str(db),
-            retries_under_load=0,
-            hardware=hardware,
-            until=functools.partial(clock.next_fits, own_deadline),
-        )
-        for count, outcome in enumerate(suite, start=1):  # (its rows are in the store before they are yielded)
-            step(f"{backend}: {count}/{len(todo)} {outcome.kernel.name[:40]}")
-            yield outcome
+        count = 0
+        # a few units at a time: their models are made just before they are measured (a large unit's weights
+        # take a second to make), and the clock is asked before each unit
+        for start in range(0, len(todo), CHUNK):
+            if not clock.next_fits(own_deadline):
+                break
+            clock.restart()
+            suite = run_kernel_suite(
+                _kernels(todo[start : start + CHUNK], built),
+                [backend],
+                [threads],
+                settings or sweep_settings(),
+                str(db),
+                retries_under_load=0,
+                hardware=hardware,
+                until=functools.partial(clock.next_fits, own_deadline),
+            )
+            for outcome in suite:  # (its rows are in the store before they are yielded)
+                count += 1
+                step(f"{backend}: {count}/{len(todo)} {outcome.kernel.name[:40]}")
+                yield outcome
+
+
+#: Units measured per suite run (``calibrate``): made together, just before they are measured.
+CHUNK = 6
 
 
 #: Seconds the quick probe of ``appopt plan`` (a host without a calibration) may take by the wall clock, its
 #: backends' loading and the hardware figures included: a unit is started only when it is expected to end in time.
-QUICK_PROBE_BUDGET_S = 13.0
+QUICK_PROBE_BUDGET_S = 10.0
 
 
 #: The quick probe's runs: a unit's median over at least 5 queries and 0.05 s (at most 0.3 s), after a warm-up of at

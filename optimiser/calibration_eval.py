@@ -18,6 +18,9 @@ compared:
   more than 10%;
 * the share of measured medians inside their prediction's p10-p90.
 
+``--store-from-db DB -o STORE`` makes a store of ``DB``'s own rows of the calibration's units (quiet, where the
+recording was), and ``--measure-model ONNX`` times a model on each calibration backend here.
+
 Example::
 
     python -m optimiser.calibration_eval --drop-host benchmarks/results/default.csv -o /tmp/unseen.csv
@@ -209,6 +212,59 @@ def drop_host(db: Path, out: Path, host: str) -> int:
     return len(frame) - len(keep)
 
 
+def store_from_db(db: Path, out: Path, host: str, threads: int, quick: bool = False) -> int:
+    """Write to ``out`` a store made of ``db``'s rows of the calibration's units (the quick probe's with ``quick``)
+    measured on ``host`` at ``threads``: what ``appopt calibrate`` would have measured, taken from the recording
+    (quiet) instead of measured again. The number of rows written."""
+    from analysis.units import encode_units
+    from benchmarks.calibrate import CALIBRATE_BACKENDS, covering_units, quick_units
+    from perfmodels.results_db import frame_rows, read_results, write_rows
+
+    wanted = {encode_units([u]) for u in (quick_units() if quick else covering_units())}
+    frame = read_results(db, warn=False)
+    rows = frame[
+        (frame["family"] == "kernel-unit")
+        & frame["units"].isin(wanted)
+        & (frame["target"] == host)
+        & (frame["threads"].astype("Int64") == threads)
+        & (frame["precision"] == "fp32")
+        & frame["backend"].isin(CALIBRATE_BACKENDS)
+    ].drop_duplicates(subset=["backend", "units"])
+    write_rows(out, frame_rows(rows))
+    return len(rows)
+
+
+def measure_model(path: Path, threads: int, queries: int = 1000) -> list[str]:
+    """The median step of an ONNX model on each calibration backend here (``session.run`` back to back, after 50
+    warm-up runs): what the README's job measures on this machine."""
+    import time
+
+    import numpy as np
+    import onnx
+
+    from benchmarks.backends import get_backend
+    from benchmarks.calibrate import CALIBRATE_BACKENDS, installed_backends
+
+    model = onnx.load(path)
+    rng = np.random.default_rng(0)
+    feeds = {
+        i.name: rng.random([d.dim_value or 1 for d in i.type.tensor_type.shape.dim], dtype=np.float32)
+        for i in model.graph.input
+    }
+    lines = []
+    for name in installed_backends(CALIBRATE_BACKENDS):
+        session = get_backend(name).prepare(model, threads=threads)
+        for _ in range(50):
+            session.run(feeds)
+        times = []
+        for _ in range(queries):
+            start = time.perf_counter()
+            session.run(feeds)
+            times.append(time.perf_counter() - start)
+        lines.append(f"{name}: median {statistics.median(times) * 1e6:.1f} us over {queries} runs at {threads} threads")
+    return lines
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     from perfmodels.fitted import default_db_path
     from perfmodels.targets import local_target_key, usable_cores
@@ -220,9 +276,23 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--spec", type=Path, default=Path(__file__).parents[1] / "examples" / "onnx-mlp-local.yaml")
     parser.add_argument("--threads", type=int, default=None, help="thread count (default: the planner's)")
     parser.add_argument("--drop-host", type=Path, metavar="DB", help="write DB without this host's rows to -o")
-    parser.add_argument("-o", "--output", type=Path, help="where --drop-host writes")
+    parser.add_argument("--store-from-db", type=Path, metavar="DB", help="write to -o DB's calibration unit rows")
+    parser.add_argument("--quick", action="store_true", help="with --store-from-db: the quick probe's units")
+    parser.add_argument("--measure-model", type=Path, metavar="ONNX", help="time ONNX on each calibration backend")
+    parser.add_argument("-o", "--output", type=Path, help="where --drop-host and --store-from-db write")
     args = parser.parse_args(argv)
+    threads = args.threads or usable_cores()
     try:
+        if args.measure_model is not None:
+            print("\n".join(measure_model(args.measure_model, threads)))
+            return 0
+        if args.store_from_db is not None:
+            if args.output is None:
+                raise AppoptError("-o: --store-from-db needs an output path")
+            args.output.unlink(missing_ok=True)
+            written = store_from_db(args.store_from_db, args.output, local_target_key(), threads, args.quick)
+            print(f"wrote {args.output}: {written} rows")
+            return 0
         if args.drop_host is not None:
             if args.output is None:
                 raise AppoptError("-o: --drop-host needs an output path")
@@ -233,11 +303,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         for path, flag in ((db, "--db"), (args.truth or default_db_path(), "--truth"), (args.store, "--store")):
             if path is not None and not path.is_file():
                 raise AppoptError(f"{flag}: {path} is not a file")
-        decisions = evaluate(db, args.store, args.truth or default_db_path(), args.spec, args.threads or usable_cores())
+        decisions = evaluate(db, args.store, args.truth or default_db_path(), args.spec, threads)
     except AppoptError as error:
         print(f"error: {error}", file=sys.stderr)
         return 1
-    print(f"host {local_target_key()}, {args.threads or usable_cores()} threads; db {db}; store {args.store}")
+    print(f"host {local_target_key()}, {threads} threads; db {db}; store {args.store}")
     for line in summary(decisions):
         print(line)
     return 0

@@ -164,7 +164,7 @@ def test_a_probe_that_measures_nothing_leaves_no_store(monkeypatch: pytest.Monke
         assert len(calls) == expected_calls and not quick_store_path().exists()
         assert not list(quick_store_path().parent.glob("*"))
         assert [line for line in err.splitlines() if line.startswith("note:") and "quick probe" in line] == [
-            "note: quick probe measured nothing (13 unit(s) skipped or failed) (budget of 13 s spent); "
+            "note: quick probe measured nothing (13 unit(s) skipped or failed) (budget of 10 s spent); "
             "`appopt calibrate` (5 minutes) measures it, so plans use its figures"
         ]
 
