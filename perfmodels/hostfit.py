@@ -8,8 +8,8 @@ route with enough of those rows (``MIN_HOST_UNITS`` units and two no-op chains) 
 * the no-op chains give the route's cost per call and per node (a straight line, as ``unitfit.fit_unit_route``);
 * each kind's time over its roofline time (at this host's measured GEMM peak and bandwidth) is a log-linear function
   of the unit's FLOPs and bytes (standardised), ridge-shrunk towards the kind's mean (few sizes: a line, not a
-  boosted tree), and clipped to the range of ratios measured (± ``CLIP``), so that a size far outside the sample is not extrapolated
-  into nonsense; a kind the route did not measure takes the line of all its units (``pooled``);
+  boosted tree), and clipped to the range of ratios measured (± ``CLIP``), so that a size far outside the sample
+  is not extrapolated into nonsense; a kind the route did not measure takes the line of all its units (pooled);
 * a model's time is the call plus the sum of its units, as for the shipped unit models.
 
 Each route's held-out errors come from the same rows: every unit predicted by a fit without it (leave-one-unit-out).
