@@ -109,3 +109,34 @@ def test_a_plan_after_calibration_ranks_routes_by_their_measured_speeds(
     text = render_markdown(plan)  # type: ignore[arg-type]
     assert "this host's own measurements from `appopt calibrate`" in text
     assert "| p10-p90 |" in text and np.isfinite(a.detail["heldout_rmspe"])
+
+
+#: Schema v3's header (v4 added the LoadGen columns).
+_OLD_HEADER = HEADER_LINE.replace(",driver,verdict,verdict_reason,log_dir,flags", "")
+
+
+@pytest.mark.parametrize("content", ["garbage\n", _OLD_HEADER])
+def test_a_damaged_or_foreign_store_on_an_unseen_host_is_one_line_and_kept(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, content: str
+) -> None:
+    """Where the host fit is the only model (the database never saw this host), a store that is not this schema's
+    results database stops the plan with one line naming it, and is left as it was."""
+    from typer.testing import CliRunner
+
+    from optimiser.cli import app
+    from perfmodels.hoststore import host_store_path
+
+    db = tmp_path / "empty.csv"
+    db.write_text(HEADER_LINE, encoding="utf-8")
+    monkeypatch.setenv("APPOPT_RESULTS_DB", str(db))
+    monkeypatch.setenv("APPOPT_CACHE_DIR", str(tmp_path / "cache"))
+    store = host_store_path()
+    store.parent.mkdir(parents=True, exist_ok=True)
+    store.write_text(content, encoding="utf-8")
+    spec = Path(__file__).parents[2] / "examples" / "onnx-mlp-local.yaml"
+    result = CliRunner().invoke(app, ["plan", str(spec), "-o", str(tmp_path / "out")])
+    out = result.stdout + result.stderr
+    assert result.exit_code != 0 and "Traceback" not in out
+    errors = [line for line in out.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and str(store) in errors[0]
+    assert store.read_text(encoding="utf-8") == content
