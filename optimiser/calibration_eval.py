@@ -153,7 +153,10 @@ def evaluate(db: Path, store: Path | None, truth: Path, spec_path: Path, threads
     model = fit_model(read_results(db, warn=False), source=db.name, db=db, store=store)
     spec = load_spec(spec_path)
     decisions = []
+    seen_whole = _whole_models(store) if store is not None else set()
     for (name, batch), measured in measured_medians(truth, local_target_key(), threads).items():
+        if name in seen_whole:  # the host fit was scaled by its measurement: not held out
+            continue
         routes: dict[RouteKey, float] = measured["routes"]  # type: ignore[assignment]
         plan = make_plan(spec, model=model, workload=workload_of(measured["row"], name, batch))
         seen: dict[RouteKey, Compared] = {}
@@ -166,6 +169,14 @@ def evaluate(db: Path, store: Path | None, truth: Path, spec_path: Path, threads
             compared = tuple(sorted(seen.values(), key=lambda c: c.rank))
             decisions.append(Decision(compared, compared[0].rank == 1))
     return decisions
+
+
+def _whole_models(store: Path) -> set[str]:
+    """The models whose whole-model rows the store holds (plans of them are not scored)."""
+    from perfmodels.results_db import read_results
+
+    frame = read_results(store, warn=False)
+    return set(frame[frame["scenario"] == "SingleStream"]["model"].dropna().astype(str))
 
 
 def summary(decisions: Sequence[Decision]) -> list[str]:
@@ -212,7 +223,9 @@ def drop_host(db: Path, out: Path, host: str) -> int:
     return len(frame) - len(keep)
 
 
-def store_from_db(db: Path, out: Path, host: str, threads: int, quick: bool = False) -> int:
+def store_from_db(
+    db: Path, out: Path, host: str, threads: int, quick: bool = False, models: Sequence[str] = ()
+) -> int:
     """Write to ``out`` a store made of ``db``'s rows of the calibration's units (the quick probe's with ``quick``)
     measured on ``host`` at ``threads``: what ``appopt calibrate`` would have measured, taken from the recording
     (quiet) instead of measured again. The number of rows written."""
@@ -230,8 +243,17 @@ def store_from_db(db: Path, out: Path, host: str, threads: int, quick: bool = Fa
         & (frame["precision"] == "fp32")
         & frame["backend"].isin(CALIBRATE_BACKENDS)
     ].drop_duplicates(subset=["backend", "units"])
-    write_rows(out, frame_rows(rows))
-    return len(rows)
+    whole = frame[
+        (frame["source"] == "measured")
+        & (frame["scenario"] == "SingleStream")
+        & frame["model"].isin(list(models))
+        & (frame["target"] == host)
+        & (frame["threads"].astype("Int64") == threads)
+        & (frame["precision"] == "fp32")
+        & frame["backend"].isin(CALIBRATE_BACKENDS)
+    ]
+    write_rows(out, [*frame_rows(rows), *frame_rows(whole)])
+    return len(rows) + len(whole)
 
 
 def measure_model(path: Path, threads: int, queries: int = 1000) -> list[str]:
@@ -278,6 +300,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--drop-host", type=Path, metavar="DB", help="write DB without this host's rows to -o")
     parser.add_argument("--store-from-db", type=Path, metavar="DB", help="write to -o DB's calibration unit rows")
     parser.add_argument("--quick", action="store_true", help="with --store-from-db: the quick probe's units")
+    parser.add_argument("--whole", nargs="*", default=[], metavar="MODEL", help="with --store-from-db: whole models")
     parser.add_argument("--measure-model", type=Path, metavar="ONNX", help="time ONNX on each calibration backend")
     parser.add_argument("-o", "--output", type=Path, help="where --drop-host and --store-from-db write")
     args = parser.parse_args(argv)
@@ -290,7 +313,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             if args.output is None:
                 raise AppoptError("-o: --store-from-db needs an output path")
             args.output.unlink(missing_ok=True)
-            written = store_from_db(args.store_from_db, args.output, local_target_key(), threads, args.quick)
+            written = store_from_db(
+                args.store_from_db, args.output, local_target_key(), threads, args.quick, args.whole
+            )
             print(f"wrote {args.output}: {written} rows")
             return 0
         if args.drop_host is not None:

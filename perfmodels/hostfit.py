@@ -10,7 +10,9 @@ route with enough of those rows (``MIN_HOST_UNITS`` units and two no-op chains) 
   of the unit's FLOPs and bytes (standardised), ridge-shrunk towards the kind's mean (few sizes: a line, not a
   boosted tree), and clipped to the range of ratios measured (± ``CLIP``), so that a size far outside the sample
   is not extrapolated into nonsense; a kind the route did not measure takes the line of all its units (pooled);
-* a model's time is the call plus the sum of its units, as for the shipped unit models.
+* a model's time is the call plus the sum of its units, as for the shipped unit models, times the route's
+  ``whole_factor`` where the store also measured whole models on it (``appopt bench run --db STORE``): what a
+  model costs beyond its units measured alone.
 
 Each route's held-out errors come from the same rows: every unit predicted by a fit without it (leave-one-unit-out).
 Their p10 and p90 of measured / predicted bound the step, and their RMSPE is the model error the planner's band uses.
@@ -31,7 +33,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from analysis.units import KINDS, Unit, roofline_seconds, unit_features
+from analysis.units import KINDS, Unit, decode_units, roofline_seconds, unit_features
 from perfmodels.features import Route, Workload
 from perfmodels.fit import RouteKey
 from perfmodels.prediction import Prediction
@@ -100,6 +102,10 @@ class HostRoute:
     #: Units measured (no-op chains left out).
     units: int
     heldout_errors: tuple[float, ...] = ()
+    #: Measured / unit-sum time of the whole models the store holds of this route (geometric mean; 1 without),
+    #: and how many: what a model costs beyond its units measured alone.
+    whole_factor: float = 1.0
+    whole_models: int = 0
 
     def interval_ratios(self) -> tuple[float, float] | None:
         """(p10, p90) of measured / predicted over the held-out units (None with fewer than 5)."""
@@ -152,12 +158,14 @@ class HostFit:
         for unit, t in zip(units, times, strict=True):
             by_kind[unit.kind] = by_kind.get(unit.kind, 0.0) + unit.count * float(t)
         pooled = tuple(sorted({u.kind for u in units if host_route.model.kinds.get(u.kind, _REAL).rows == 0}))
-        return HostPrediction(sum(by_kind.values()), host_route, by_kind, pooled)
+        return HostPrediction(sum(by_kind.values()) * host_route.whole_factor, host_route, by_kind, pooled)
 
     def basis(self, prediction: HostPrediction) -> str:
         via = "" if self.via == "calibration" else f" via {self.via}"
         pooled = f"; {', '.join(prediction.pooled_kinds)} from all its units" if prediction.pooled_kinds else ""
-        return f"calibrated:{self.host}{via} (host fit of {prediction.route.units} units of this route{pooled})"
+        r = prediction.route
+        whole = f", scaled by {r.whole_models} whole model(s) x{r.whole_factor:.2f}" if r.whole_models else ""
+        return f"calibrated:{self.host}{via} (host fit of {r.units} units of this route{whole}{pooled})"
 
 
 _REAL = KindModel("", 1, None)
@@ -244,7 +252,37 @@ def host_fit(store: pd.DataFrame, host: str, via: str = "calibration") -> HostFi
         if fitted is not None:
             framework, compiler, layout, precision, threads = key
             routes[(str(framework), str(compiler), str(layout), str(precision), int(threads))] = fitted
-    return HostFit(host, via, routes) if routes else None
+    return HostFit(host, via, _with_whole_models(routes, store)) if routes else None
+
+
+def _with_whole_models(
+    routes: dict[tuple[str, str, str, str, int], HostRoute], store: pd.DataFrame
+) -> dict[tuple[str, str, str, str, int], HostRoute]:
+    """Each route scaled by the whole models the store measured on it (SingleStream rows with kernel units, from
+    ``appopt bench run --db STORE``): measured / unit-sum, a geometric mean over the models."""
+    if store.empty or "units" not in store:
+        return routes
+    rows = store[
+        (store["source"] == "measured") & (store["scenario"] == "SingleStream") & store["units"].notna()
+        & store["median_ms"].notna()
+    ]
+    logs: dict[tuple[str, str, str, str, int], dict[str, list[float]]] = {}
+    for row in rows.itertuples(index=False):
+        key = (str(row.framework), str(row.compiler or "none"), str(row.layout), str(row.precision), int(row.threads))
+        route = routes.get(key)
+        if route is None:
+            continue
+        times = route.model.unit_seconds(decode_units(str(row.units)), int(row.batch))
+        counts = [u.count for u in decode_units(str(row.units))]
+        predicted = route.model.call_s + float(np.sum(np.asarray(counts) * times))
+        if np.isfinite(predicted) and predicted > 0:
+            ratio = math.log(float(row.median_ms) / 1e3 / predicted)
+            logs.setdefault(key, {}).setdefault(str(row.model), []).append(ratio)
+    out = dict(routes)
+    for key, by_model in logs.items():
+        per_model = [float(np.median(v)) for v in by_model.values()]
+        out[key] = replace(routes[key], whole_factor=math.exp(float(np.mean(per_model))), whole_models=len(per_model))
+    return out
 
 
 def host_prediction(

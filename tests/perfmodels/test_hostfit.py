@@ -140,3 +140,29 @@ def test_a_damaged_or_foreign_store_on_an_unseen_host_is_one_line_and_kept(
     errors = [line for line in out.splitlines() if line.startswith("error:")]
     assert len(errors) == 1 and str(store) in errors[0]
     assert store.read_text(encoding="utf-8") == content
+
+
+def test_whole_models_in_the_store_scale_their_route_by_what_a_model_costs_beyond_its_units() -> None:
+    """A model measured whole at 1.5x its units' sum (``appopt bench run --db STORE``): the route's predictions take
+    the factor, and the basis names it."""
+    from analysis.units import encode_units
+    from perfmodels.results_db import make_row
+
+    units = sampled_gemms(8)
+    bare = host_fit(to_frame(_rows(units, 0.5)), "h")
+    assert bare is not None
+    model = sampled_gemms(3, seed=4)
+    unit_sum = bare.predict(model, 1, FW, 1)
+    assert unit_sum is not None
+    whole = make_row(
+        source="measured", target="h", backend="fw", framework="fw", compiler="none", layout="NCHW", threads=1,
+        precision="fp32", mode="inference", model="m", family="f", batch=1, scenario="SingleStream",
+        metric="latency", value=1.0, median_ms=1.5 * unit_sum.seconds * 1e3, units=encode_units(model),
+    )
+    fit = host_fit(to_frame([*_rows(units, 0.5), whole]), "h")
+    assert fit is not None
+    scaled = fit.predict(sampled_gemms(5, seed=5), 1, FW, 1)
+    plain = bare.predict(sampled_gemms(5, seed=5), 1, FW, 1)
+    assert scaled is not None and plain is not None
+    assert scaled.seconds == pytest.approx(1.5 * plain.seconds, rel=1e-6)
+    assert "scaled by 1 whole model(s) x1.50" in fit.basis(scaled)
