@@ -264,11 +264,12 @@ def _with_whole_models(
         return routes
     rows = store[
         (store["source"] == "measured") & (store["scenario"] == "SingleStream") & store["units"].notna()
-        & store["median_ms"].notna()
+        & store["median_ms"].notna() & store["batch"].notna() & store["threads"].notna()
     ]
     logs: dict[tuple[str, str, str, str, int], dict[str, list[float]]] = {}
     for row in rows.itertuples(index=False):
-        key = (str(row.framework), str(row.compiler or "none"), str(row.layout), str(row.precision), int(row.threads))
+        compiler = row.compiler if isinstance(row.compiler, str) and row.compiler else "none"
+        key = (str(row.framework), compiler, str(row.layout), str(row.precision), int(row.threads))
         route = routes.get(key)
         if route is None:
             continue
