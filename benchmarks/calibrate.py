@@ -3,9 +3,10 @@ within a time budget, appended to the host store.
 
 The units are the unit sweep's own samples (``benchmarks.unit_sweep``, seed 0, first round), so a calibrated unit
 is one the shipped database measured on its host too, and the ratio of the two times says how this host differs.
-The covering set is deterministic: per kind, the units of smallest, middle and largest FLOPs, ordered so that a
-budget cut keeps every kind (each kind's middle unit first, then the small ones, then the large), and the no-op
-chains (each engine's per-call and per-node overhead) before everything else.
+The covering set is deterministic: per kind, the pool's units ranked middle, smallest and largest FLOPs, then the
+quartiles and the rest, ordered so that a budget cut keeps every kind (each kind's first-ranked unit, then each
+kind's second, …), and the no-op chains (each engine's per-call and per-node overhead) before everything else. A
+host fit (``perfmodels.hostfit``) learns each kind from these few sizes.
 
 Example::
 
@@ -15,40 +16,63 @@ Example::
 
 from __future__ import annotations
 
+import functools
+import math
 import time
-from collections.abc import Callable, Generator, Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 from analysis.units import Unit, encode_units, unit_flops
+from benchmarks.harness import ScenarioSettings
 from benchmarks.kernels import (
+    CACHE_COPY_BYTES,
     HardwareFigures,
+    Kernel,
     KernelOutcome,
     measure_bandwidth,
     measure_gemm_peak,
     measure_hardware,
     run_kernel_suite,
 )
-from benchmarks.unit_sweep import SWEEP_ROUNDS, sample_units, sweep_settings, unit_kernels
+from benchmarks.unit_sweep import SWEEP_ROUNDS, sample_rounds, sweep_settings, unit_kernels
 
-#: Backends calibrated by default (the planner's CPU routes); ``--backends`` picks others.
-CALIBRATE_BACKENDS = ("onnxruntime", "onnxruntime-extended", "appopt-runtime")
+#: Backends calibrated by default (the planner's CPU routes for an ONNX model, those installed); ``--backends`` picks
+#: others.
+CALIBRATE_BACKENDS = ("onnxruntime", "onnxruntime-extended", "appopt-runtime", "openvino")
 #: Below this budget nothing useful can be measured (the probes alone take a few seconds on 2 cores).
 MIN_BUDGET_S = 10.0
-#: Samples per kind the covering set chooses from (the sweep's first ``POOL_PER_KIND`` of each kind).
+#: Samples per sampler the covering set chooses from (the sweep's first ``POOL_PER_KIND`` of each).
 POOL_PER_KIND = 6
+#: Samplers left out: units whose weights are computed in the graph matter to int8 routes only, which a
+#: calibration does not measure.
+SKIPPED_SAMPLERS = ("conv_computed", "gemm_computed")
 
 
-def covering_units(per_kind: int = 3) -> list[Unit]:
+def _pools() -> dict[str, list[Unit]]:
+    """Each sampler's first ``POOL_PER_KIND`` units of the full sweep (``sample_rounds``: the very units the shipped
+    database measured), by sampler name (``conv_large`` and ``conv_stem`` are convolutions of other sizes)."""
+    pools: dict[str, list[Unit]] = {}
+    for sizes, units in zip(SWEEP_ROUNDS, sample_rounds(), strict=True):
+        start = 0
+        for name, count in sizes.items():
+            pools[name] = units[start : start + count][: 4 if name == "noop" else POOL_PER_KIND]
+            start += count
+    return pools
+
+
+def covering_units(per_kind: int = POOL_PER_KIND) -> list[Unit]:
     """The sweep units to calibrate with, most informative first (see the module docstring)."""
-    pool = sample_units(POOL_PER_KIND)
-    noops = [u for u in pool if u.kind == "noop"]
+    pools = _pools()
+    noops = pools.pop("noop")
     ranked: list[list[Unit]] = []
-    for kind in (k for k in SWEEP_ROUNDS[0] if k != "noop"):
-        units = sorted((u for u in pool if u.kind == kind), key=unit_flops)
+    for name in (n for n in pools if n not in SKIPPED_SAMPLERS):
+        units = sorted(pools[name], key=unit_flops)
         if not units:
             continue
-        picks = [units[len(units) // 2], units[0], units[-1]]
+        n = len(units)
+        # the middle, the ends, the quartiles, then the rest: each rank spreads a sampler's sizes further
+        picks = [units[i] for i in (n // 2, 0, n - 1, n // 4, (3 * n) // 4, *range(n))]
         chosen: list[Unit] = []
         for unit in picks:
             if unit not in chosen:
@@ -80,6 +104,45 @@ def units_left(backends: tuple[str, ...], already: set[tuple[str, str]]) -> int:
     return sum((backend, encode_units([u])) not in already for backend in backends for u in covering_units())
 
 
+class UnitClock:
+    """A wall-clock budget measured unit by unit: the next unit starts only when it is expected to end before the
+    deadline (its cost taken as the dearest of the last few units, ``FIRST_UNIT_S`` before any)."""
+
+    #: Seconds a first unit is expected to take (the harness runs one for 0.1-1 s after a warm-up of up to 0.3 s).
+    FIRST_UNIT_S = 0.8
+
+    def __init__(self, deadline: float) -> None:
+        self.deadline = deadline
+        self._last: float | None = None
+        self._recent: list[float] = []
+        #: Whether a unit was refused for lack of time.
+        self.spent = False
+
+    def next_fits(self, deadline: float | None = None) -> bool:
+        """Called before each unit: whether it fits before ``deadline`` (default: the clock's own)."""
+        now = time.monotonic()
+        if self._last is not None:
+            self._recent = [*self._recent[-2:], now - self._last]
+        self._last = now
+        expected = max(self._recent, default=self.FIRST_UNIT_S)
+        fits = now + expected <= min(self.deadline, deadline if deadline is not None else math.inf)
+        self.spent = self.spent or not fits
+        return fits
+
+    def restart(self) -> None:
+        """A new backend: its first unit pays the backend's loading, so the gap before it is no unit's cost."""
+        self._last = None
+
+
+def _kernels(units: list[Unit], built: dict[str, Kernel]) -> list[Kernel]:
+    """``units`` as kernels, reusing those ``built`` for an earlier backend (and keeping the new ones there)."""
+    for unit in units:
+        key = encode_units([unit])
+        if key not in built:
+            built[key] = unit_kernels([unit])[0]
+    return [built[encode_units([unit])] for unit in units]
+
+
 def calibrate(
     db: Path,
     budget_s: float,
@@ -88,38 +151,79 @@ def calibrate(
     already: set[tuple[str, str]] | None = None,
     step: Callable[[str], None] = lambda _: None,
     units: list[Unit] | None = None,
+    clock: UnitClock | None = None,
+    settings: ScenarioSettings | None = None,
+    hardware_probe: Callable[[list[int]], HardwareFigures] | None = None,
 ) -> Iterator[KernelOutcome]:
-    """Measure the covering units (or ``units``) on each backend at ``threads`` until ``budget_s`` runs out,
+    """Measure the covering units (or ``units``) on each backend at ``threads`` until ``budget_s`` runs out by the
+    wall clock (``clock``, when given, holds the deadline and says afterwards whether it cut the run short),
     appending rows to ``db``; ``already`` holds (backend, encoded unit) pairs the store has, which are skipped (a
-    resumed run)."""
-    deadline = time.monotonic() + budget_s
+    resumed run). A unit is started only when it is expected to end within the budget."""
+    clock = clock or UnitClock(time.monotonic() + budget_s)
+    deadline = clock.deadline
     units = covering_units() if units is None else units
     done = already or set()
     hardware: HardwareFigures | None = None  # measured once, for every backend's rows
+    built: dict[str, Kernel] = {}  # each unit's kernel, made once for every backend (seconds for a few dozen)
     for index, backend in enumerate(backends):
         todo = [u for u in units if (backend, encode_units([u])) not in done]
         if not todo:
             continue
         if time.monotonic() >= deadline:
+            clock.spent = True
             break
-        hardware = hardware or measure_hardware([threads])
+        if hardware is None:  # the full figures take seconds that a short run cannot spare
+            probe = hardware_probe or (measure_hardware if deadline - time.monotonic() > 60 else quick_hardware)
+            hardware = probe([threads])
         # the later backends' shares stay reserved; one that finishes early leaves its time to the next
         share = (deadline - time.monotonic()) / (len(backends) - index)
         own_deadline = deadline - share * (len(backends) - index - 1)
-        suite: Generator[KernelOutcome, None, None] = run_kernel_suite(  # type: ignore[assignment]
-            unit_kernels(todo), [backend], [threads], sweep_settings(), str(db), retries_under_load=0, hardware=hardware
-        )
-        for count, outcome in enumerate(suite, start=1):
-            step(f"{backend}: {count}/{len(todo)} {outcome.kernel.name[:40]}")
-            yield outcome
-            if time.monotonic() >= own_deadline:
-                suite.close()
+        clock.restart()
+        count = 0
+        # a few units at a time: their models are made just before they are measured (a large unit's weights
+        # take a second to make), and the clock is asked before each unit
+        for start in range(0, len(todo), CHUNK):
+            if not clock.next_fits(own_deadline):
                 break
+            clock.restart()
+            suite = run_kernel_suite(
+                _kernels(todo[start : start + CHUNK], built),
+                [backend],
+                [threads],
+                settings or sweep_settings(),
+                str(db),
+                retries_under_load=0,
+                hardware=hardware,
+                until=functools.partial(clock.next_fits, own_deadline),
+            )
+            for outcome in suite:  # (its rows are in the store before they are yielded)
+                count += 1
+                step(f"{backend}: {count}/{len(todo)} {outcome.kernel.name[:40]}")
+                yield outcome
 
 
-#: Seconds the quick probe measures for (``appopt plan`` on a host without a calibration): the hardware figures and
-#: then units until it runs out; the plan's own second or two and the last unit's run come on top.
+#: Units measured per suite run (``calibrate``): made together, just before they are measured.
+CHUNK = 6
+
+
+#: Seconds the quick probe of ``appopt plan`` (a host without a calibration) may take by the wall clock, its
+#: backends' loading and the hardware figures included: a unit is started only when it is expected to end in time.
 QUICK_PROBE_BUDGET_S = 10.0
+
+
+#: The quick probe's runs: a unit's median over at least 5 queries and 0.05 s (at most 0.3 s), after a warm-up of at
+#: most 0.1 s; about half a sweep unit's time, so that each backend's share of the budget covers every kind.
+QUICK_SETTINGS = ScenarioSettings(
+    min_duration_s=0.05, min_queries=5, max_duration_s=0.3, warmup_queries=2, warmup_max_s=0.1
+)
+
+
+def quick_hardware(threads: list[int]) -> HardwareFigures:
+    """The hardware figures in a fraction of ``measure_hardware``'s time (6 s on a loaded 2-core machine, most of a
+    quick probe's budget): a 512³ GEMM, best of 3, and a 64 MiB copy, best of 2."""
+    bandwidth = measure_bandwidth(64 * 2**20, repeats=2) / 1e9
+    cache_bandwidth = measure_bandwidth(CACHE_COPY_BYTES, repeats=5) / 1e9
+    return HardwareFigures(bandwidth, cache_bandwidth, {t: measure_gemm_peak(t, 512, 3) for t in threads})
 
 
 def quick_units() -> list[Unit]:
@@ -137,13 +241,34 @@ def installed_backends(backends: tuple[str, ...] = CALIBRATE_BACKENDS) -> tuple[
     return tuple(name for name in backends if get_backend(name).unavailable_reason() is None)
 
 
+@dataclass(frozen=True)
+class ProbeCount:
+    """What a quick probe did: units measured, skipped or failed, and whether its budget ran out first."""
+
+    measured: int
+    skipped: int
+    budget_spent: bool = False
+
+    def cut_note(self, budget_s: float) -> str:
+        """`` (budget of N s spent: what was measured is kept)`` when the budget ended the probe, else ``""``."""
+        if not self.budget_spent:
+            return ""
+        return f" (budget of {budget_s:g} s spent{': what was measured is kept' if self.measured else ''})"
+
+
 def quick_probe(
     db: Path, threads: int, budget_s: float = QUICK_PROBE_BUDGET_S, step: Callable[[str], None] = lambda _: None
-) -> tuple[int, int]:
-    """Measure ``quick_units`` on the installed calibration backends at ``threads`` within ``budget_s``, appending
-    rows to ``db``: (units measured, units skipped or failed)."""
+) -> ProbeCount:
+    """Measure ``quick_units`` on the installed calibration backends at ``threads`` within ``budget_s`` of wall
+    clock (finding the backends included), appending rows to ``db``."""
+    clock = UnitClock(time.monotonic() + budget_s)
     measured = skipped = 0
-    for outcome in calibrate(db, budget_s, installed_backends(), threads, step=step, units=quick_units()):
+    units, backends = quick_units(), installed_backends()
+    run = calibrate(
+        db, budget_s, backends, threads, step=step, units=units, clock=clock, settings=QUICK_SETTINGS,
+        hardware_probe=quick_hardware,
+    )
+    for outcome in run:
         measured += outcome.status == "ok"
         skipped += outcome.status != "ok"
-    return measured, skipped
+    return ProbeCount(measured, skipped, clock.spent)

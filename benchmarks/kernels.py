@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import itertools
 import math
 import time
 from collections.abc import Callable, Iterator, Mapping
@@ -307,9 +308,10 @@ def run_kernel_suite(
     retries_under_load: int = RETRIES_UNDER_LOAD,
     quiet_wait_s: float = 30.0,
     hardware: HardwareFigures | None = None,
+    until: Callable[[], bool] | None = None,
 ) -> Iterator[KernelOutcome]:
     """Measure each kernel on each backend and thread count at ``precision``, appending rows to ``db_path`` when
-    given.
+    given; ``until``, asked before each kernel, ends the suite when it says False (a wall-clock budget).
 
     One kernel takes about 0.1 s, too short for the interference probe, so kernels are judged in stretches of
     ``MIN_PROBE_S``: a stretch during which other processes used more than ``BUSY_OTHER_CPU`` cores is measured again
@@ -337,7 +339,8 @@ def run_kernel_suite(
             todo = list(kernels)
             for attempt in range(retries_under_load + 1):
                 redo: list[Kernel] = []
-                measured = (suite.measure(backend, name, kernel, n_threads, peak) for kernel in todo)
+                allowed = itertools.takewhile(lambda _: until is None or until(), todo)
+                measured = (suite.measure(backend, name, kernel, n_threads, peak) for kernel in allowed)
                 for stretch, other_cpu in _stretches(measured):
                     if other_cpu is not None and other_cpu > BUSY_OTHER_CPU and attempt < retries_under_load:
                         redo.extend(o.kernel for o in stretch if o.row is not None)

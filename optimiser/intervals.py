@@ -13,6 +13,7 @@ Example::
 from __future__ import annotations
 
 from optimiser.planner import Plan
+from optimiser.ties import why_ordered
 from perfmodels.prediction import Prediction
 
 
@@ -35,6 +36,7 @@ def overlapping_intervals(plan: Plan, top: int | None = None) -> list[str]:
         lines.append(
             f"#{k + 1}-#{k + 2}: p10-p90 of {format_seconds(a[0])}-{format_seconds(a[1])} and "
             f"{format_seconds(b[0])}-{format_seconds(b[1])} overlap: within the model's error (held-out residuals of "
-            f"{shown[k].prediction.basis}), so their order is not certain; measure both (appopt bench run) to be sure"
+            f"{shown[k].prediction.basis}), so their order is not certain; ordered {why_ordered(plan, k)}; "
+            "measure both (appopt bench run) to be sure"
         )
     return lines

@@ -98,14 +98,16 @@ def make_plan(
     spec: AppSpec,
     catalog: Catalog | None = None,
     model: PerformanceModel | None = None,
+    workload: Workload | None = None,
 ) -> Plan:
-    """Rank every compatible route for ``spec``; raise PlanError listing why each failed if none fits."""
+    """Rank every compatible route for ``spec``; raise PlanError listing why each failed if none fits.
+    ``workload`` stands in for the spec's model (an evaluation plans measured models from their recorded costs)."""
     catalog = catalog or load_catalog()
     model = model or load_default_model()
     check_spec_ids(spec, catalog)
     check_spec_files(spec)
     target = resolve_target(spec.target, catalog)
-    workload = workload_for(spec, catalog)
+    workload = workload or workload_for(spec, catalog)
     enumerator = _Enumerator(spec, catalog, target, workload)
     routes = list(enumerator.routes())
     if not routes:
@@ -183,7 +185,7 @@ TIE_RULES: tuple[Rule, ...] = (
 )
 def measured_basis(p: Prediction) -> bool:
     """True when a prediction stands on measurements of this machine (not the prior alone)."""
-    return p.basis.startswith(("fitted", "kernel units"))
+    return p.basis.startswith(("fitted", "kernel units", "calibrated"))
 
 
 def tie_break_key(c: Candidate) -> tuple[Any, ...]:
@@ -208,6 +210,8 @@ PRIOR_ERROR = 0.25
 def model_error(p: Prediction) -> tuple[float, str]:
     """The relative error of a prediction's model and where the figure comes from."""
     rmspe = p.detail.get("heldout_rmspe")
+    if rmspe and p.basis.startswith("calibrated"):
+        return float(rmspe), "leave-one-unit-out RMSPE of this host's own fit"
     if rmspe:
         return float(rmspe), "held-out RMSPE of the fitted model"
     return PRIOR_ERROR, "assumed for the roofline prior, which no measurement checks here"

@@ -43,6 +43,12 @@ def _differences(a: Route, b: Route, layout_applies: bool = True) -> str:
 def _why_equal(plan: Plan, a: Candidate, b: Candidate) -> str:
     """Why the model cannot tell two routes apart (the first reason that applies)."""
     ra, rb = a.route, b.route
+    unmeasured = next((c for c in (a, b) if "not measured here" in c.prediction.basis), None)
+    if unmeasured is not None and ra.framework == rb.framework:
+        return (
+            f"{unmeasured.route.compiler_label} was not measured here, so it is predicted as its framework's "
+            "measured route (its reported speed-up is not applied)"
+        )
     peaks = plan.target.device.peak_flops
     if ra.precision != rb.precision and peaks.get(ra.precision) == peaks.get(rb.precision):
         return f"{ra.precision} and {rb.precision} have the same peak on {plan.target.hardware.id} (data sheet)"
@@ -91,6 +97,16 @@ def _band_rule(plan: Plan, k: int) -> str:
         what = _differences(a.route, b.route, plan.layout_applies)
         return f"#{k + 1} over #{k + 2} ({what}): {_BY_FIGURE}"
     return _step(plan, k) + f" (the same figure: {_why_equal(plan, a, b)})"
+
+
+def why_ordered(plan: Plan, k: int) -> str:
+    """How the ranked pair at 0-based index ``k`` was ordered: a band rule within the model's error of the fastest,
+    else the better figure, else (equal figures) the tie rule that decided."""
+    if k + 1 < plan.band:
+        return _band_rule(plan, k)
+    if _same(plan.objective(plan.candidates[k]), plan.objective(plan.candidates[k + 1])):
+        return _step(plan, k)
+    return f"#{k + 1} over #{k + 2}: {_BY_FIGURE}"
 
 
 def explain_ties(plan: Plan, top: int | None = None) -> list[str]:

@@ -38,9 +38,10 @@ import functools
 import hashlib
 import json
 import os
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -49,6 +50,7 @@ from perfmodels.digests import file_digest
 from perfmodels.evaluate import Evaluation, leave_one_architecture_out
 from perfmodels.features import Device, Route, Workload
 from perfmodels.fit import BYTE_FEATURES, FLOP_FEATURES, FitResult, GroupFit, fit, workload_features
+from perfmodels.hostfit import HostFit, host_fit, host_prediction
 from perfmodels.lazy import lazy_import
 from perfmodels.prediction import PerformanceModel, Prediction
 from perfmodels.priors import layout_factor
@@ -133,39 +135,48 @@ def write_evaluation_summary(db: Path, evaluation: Evaluation) -> Path:
     return out
 
 
-def read_evaluation_summary(db: Path) -> dict[str, HeldOutFigures] | None:
-    """The stored held-out figures of ``db``: ``""`` → overall, else by precision (None when missing or written for
-    another version of the file)."""
+RouteErrors = dict[tuple[str, ...], tuple[float, float]]
+
+
+@dataclass(frozen=True)
+class StoredEvaluation:
+    """What ``write_evaluation_summary`` kept next to a database, read back once: the held-out figures (``""`` →
+    overall, else by precision) and each route's held-out (unit sum, whole-model) errors (None: not stored)."""
+
+    figures: dict[str, HeldOutFigures]
+    route_errors: RouteErrors | None
+
+
+def read_evaluation(db: Path) -> StoredEvaluation | None:
+    """The evaluation summary stored next to ``db`` (None when missing, damaged or written for another version of
+    the file). The database is hashed once (``perfmodels.digests`` keeps the digest per version of the file)."""
     try:
         payload = json.loads(evaluation_path(db).read_text(encoding="utf-8"))
         if payload.get("db_sha256") != _digest(db):
             return None
         figures = {"": HeldOutFigures(**payload["fitted"])}
         figures.update({p: HeldOutFigures(**f) for p, f in payload.get("by_precision", {}).items()})
-        return figures
-    except (OSError, ValueError, TypeError, KeyError):
+        errors = payload.get("route_errors")
+        route_errors = (
+            None
+            if errors is None
+            else {tuple(k.split("|")): (float(v[0]), float(v[1])) for k, v in errors.items()}
+        )
+        return StoredEvaluation(figures, route_errors)
+    except (OSError, ValueError, TypeError, KeyError, IndexError, AttributeError):
         return None
 
 
-RouteErrors = dict[tuple[str, ...], tuple[float, float]]
+def read_evaluation_summary(db: Path) -> dict[str, HeldOutFigures] | None:
+    """The stored held-out figures of ``db``: ``""`` → overall, else by precision (``read_evaluation``)."""
+    stored = read_evaluation(db)
+    return None if stored is None else stored.figures
 
 
 def route_error_key(key: tuple[object, ...]) -> tuple[str, ...]:
     """An evaluation's route key (target, framework, compiler, layout, precision, threads) as text."""
     *route, threads = key
     return (*(str(k) for k in route), str(int(float(str(threads)))))
-
-
-def read_route_errors(db: Path) -> RouteErrors | None:
-    """The stored held-out (unit sum, whole-model) errors of each route of ``db``, keyed by the ``_GROUP`` values
-    as text (None when missing or written for another version of the file)."""
-    try:
-        payload = json.loads(evaluation_path(db).read_text(encoding="utf-8"))
-        if payload.get("db_sha256") != _digest(db) or "route_errors" not in payload:
-            return None
-        return {tuple(k.split("|")): (float(v[0]), float(v[1])) for k, v in payload["route_errors"].items()}
-    except (OSError, ValueError, TypeError, KeyError, IndexError):
-        return None
 
 
 class FittedModel:
@@ -192,6 +203,8 @@ class FittedModel:
         self._evaluation: Evaluation | None = None
         self._heldout: dict[str, HeldOutFigures] | None = None
         self._route_errors: RouteErrors | None = None
+        self._stored: StoredEvaluation | bool | None = False
+        self._host_fit: HostFit | bool | None = False
         self._units: UnitFit | None = None
         self._training: TrainingFit | None = None
 
@@ -244,12 +257,19 @@ class FittedModel:
         if self._calibration is False:
             self._calibration = None
             if self.store is not None and self.units() is not None:
-                self._calibration = self._cached_calibration(self.store)
+                self._calibration = self._from_store(self.store, "calibration", self._calibration_of)
         return self._calibration if isinstance(self._calibration, Calibration) else None
 
-    def _cached_calibration(self, store: Path) -> Calibration | None:
-        """The calibration of ``store``, kept beside the plan data keyed by the store's digest (so that a plan on
-        a calibrated host neither parses the store nor loads the unit models the calibration compared with)."""
+    def host_fit(self) -> HostFit | None:
+        """This host's own model from its store's rows alone (``perfmodels.hostfit``; None without a store or a
+        route with enough rows); ``hoststore.HostStoreError`` for a store that cannot be read."""
+        if self._host_fit is False:
+            self._host_fit = None if self.store is None else self._from_store(self.store, "hostfit", _host_fit_of)
+        return self._host_fit if isinstance(self._host_fit, HostFit) else None
+
+    def _from_store(self, store: Path, name: str, compute: Callable[[Path], object]) -> Any:
+        """``compute(store)``, kept beside the plan data keyed by the store's digest (so that a plan on a calibrated
+        host neither parses the store nor loads the unit models the calibration compared with)."""
         from perfmodels.hoststore import is_quick_store
 
         cache = None
@@ -258,16 +278,16 @@ class FittedModel:
             code = plan_file.stem.removeprefix("plan-data-")  # the fitting code's digest, as for the plan data
             try:
                 digest = file_digest(store)[:16]
-                cache = plan_file.with_name(f"calibration-{kind}-{digest}-{local_target_key()}-{code}.pkl")
+                cache = plan_file.with_name(f"{name}-{kind}-{digest}-{local_target_key()}-{code}.pkl")
             except OSError:  # unreadable: read_store below says so
                 cache = None
             kept = _read_pickle(cache) if cache is not None else None
-            if isinstance(kept, tuple) and len(kept) == 1 and isinstance(kept[0], Calibration | None):
+            if isinstance(kept, tuple) and len(kept) == 1:
                 return kept[0]
-        calibration = self._calibration_of(store)
+        value = compute(store)
         if cache is not None:
-            _write_pickle(cache, (calibration,))
-        return calibration
+            _write_pickle(cache, (value,))
+        return value
 
     def _calibration_of(self, store: Path) -> Calibration | None:
         from perfmodels.hoststore import is_quick_store, read_store
@@ -353,7 +373,8 @@ class FittedModel:
         stored next to the database when it matches, else computed (and kept beside the plan data, keyed by the
         database's digest, so that the next plan does not evaluate again)."""
         if self._heldout is None:
-            stored = read_evaluation_summary(self._db) if self._db is not None else None
+            summary = self.stored_evaluation()
+            stored = summary.figures if summary is not None else None
             plan_file = fit_cache_file(self._db) if stored is None and self._db is not None else None
             cache = plan_file.with_name(plan_file.name.replace("plan-data-", "heldout-")) if plan_file else None
             kept = _read_pickle(cache) if cache is not None else None
@@ -373,11 +394,18 @@ class FittedModel:
                 _write_pickle(cache, self._heldout)
         return self._heldout.get(precision or "", self._heldout.get(""))
 
+    def stored_evaluation(self) -> StoredEvaluation | None:
+        """The evaluation summary next to the database, read (and the database hashed) once per model."""
+        if self._stored is False:
+            self._stored = read_evaluation(self._db) if self._db is not None else None
+        return self._stored if isinstance(self._stored, StoredEvaluation) else None
+
     def route_errors(self, group: GroupFit) -> tuple[float, float] | None:
         """``group``'s route's held-out (unit sum, whole-model) log errors: stored next to the database when they
         match it, else from the evaluation (None without either)."""
         if self._route_errors is None:
-            stored = read_route_errors(self._db) if self._db is not None else None
+            summary = self.stored_evaluation()
+            stored = summary.route_errors if summary is not None else None
             if stored is None:
                 evaluation = self.evaluation()
                 stored = (
@@ -452,7 +480,7 @@ class FittedModel:
             )
         group = self.anchor(workload, route, device)
         if group is None:
-            return prior
+            return self._host_predicted(workload, route, device, prior) or prior
         x = workload_features(workload, group.route.precision)
         below = f" (below the fitted range of {group.target})" if group.below_range(x) else ""
         by_units = self.units_seconds(workload, group)
@@ -521,6 +549,18 @@ class FittedModel:
         )
         return self._calibrated(fitted, workload, route, group) if device.name in LOCAL_NAMES else fitted
 
+    def _host_predicted(self, workload: Workload, route: Route, device: Device, prior: Prediction) -> Prediction | None:
+        """On a ``local`` CPU that nothing shipped carries a prediction to: this host's own fit, where its store
+        has enough rows of the route (``perfmodels.hostfit``; None otherwise)."""
+        if device.name not in LOCAL_NAMES or device.kind != "cpu" or device.count != 1 or not workload.units:
+            return None
+        fit = self.host_fit() if workload.mode == "inference" else None
+        if fit is None:
+            return None
+        return host_prediction(
+            fit, workload, route, usable_cores(), prior, lambda r: self.prior.predict(workload, r, device)
+        )
+
     def describe(self) -> list[str]:
         """One line per fitted group."""
         return [
@@ -528,6 +568,15 @@ class FittedModel:
             f"train RMSPE {g.train_rmspe:.1%}" + ("" if g.usable else " (too little data: not used)")
             for g in self.result.groups
         ]
+
+
+def _host_fit_of(store: Path) -> HostFit | None:
+    """``store``'s host fit (``hoststore.HostStoreError`` when it cannot be read)."""
+    from perfmodels.hoststore import is_quick_store, read_store
+
+    frame = read_store(store)
+    via = "quick probe" if is_quick_store(store) else "calibration"
+    return None if frame is None else host_fit(frame, local_target_key(), via)
 
 
 def fit_model(frame: pd.DataFrame, source: str = "", db: Path | None = None, store: Path | None = None) -> FittedModel:
@@ -595,7 +644,8 @@ def _load(path: str, stamp: int, store: str = "", store_stamp: int = 0) -> Perfo
         model = fit_model(frame, source=db.name, db=db, store=store_path)
         data = model.plan_data()
         _write_fit_cache(db, data)
-    return model if model.result.groups or data.has_training_rows else RooflinePrior()
+    # a database with nothing fitted still carries this host's own store (``perfmodels.hostfit``)
+    return model if model.result.groups or data.has_training_rows or store_path else RooflinePrior()
 
 
 #: Modules whose code shapes a fitted model: their text is part of the cache key, so an edit refits.
@@ -611,6 +661,7 @@ _FIT_CODE = (
     "trees.py",
     "calibration.py",
     "hoststore.py",
+    "hostfit.py",
 )
 
 

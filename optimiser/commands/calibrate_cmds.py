@@ -5,13 +5,16 @@ from __future__ import annotations
 import os
 import time
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from optimiser.commands.errors import user_errors
 from optimiser.commands.progress import progress
 from optimiser.errors import AppoptError
+
+if TYPE_CHECKING:
+    from benchmarks.calibrate import ProbeCount  # (imported where used: plans without a probe never load it)
 
 
 def calibrate_cmd(
@@ -20,7 +23,8 @@ def calibrate_cmd(
         list[str] | None,
         typer.Option(
             "--backends",
-            help="Backends to calibrate (repeatable; default onnxruntime, onnxruntime-extended, appopt-runtime).",
+            help="Backends to calibrate (repeatable; default onnxruntime, onnxruntime-extended, appopt-runtime, "
+            "openvino).",
         ),
     ] = None,
     db: Annotated[
@@ -106,17 +110,21 @@ def probe_before_plan(no_probe: bool) -> tuple[list[str], bool]:
     except HostStoreError as error:
         return [f"quick probe skipped ({error}); this host is not calibrated: {_CALIBRATE_HINT}"], True
     try:
-        measured, skipped = _run_quick_probe(quick)
+        count = _run_quick_probe(quick)
+        measured, skipped = count.measured, count.skipped
         rows = check_header(quick) if measured else 0  # every row the probe appended (the last unit's included)
     except (OSError, HostStoreError) as error:  # the disk filled up, the directory went away
         reason = error.strerror if isinstance(error, OSError) and error.strerror else error
         return [f"quick probe failed ({quick}: {reason}); {_CALIBRATE_HINT}"], True
+    from benchmarks.calibrate import QUICK_PROBE_BUDGET_S
+
+    cut = count.cut_note(QUICK_PROBE_BUDGET_S)
     if measured == 0:
-        return [f"quick probe measured nothing ({skipped} unit(s) skipped or failed); {_CALIBRATE_HINT}"], True
-    return [f"this host was measured by a quick probe ({rows} rows, kept in {quick}); {_CALIBRATE_HINT}"], True
+        return [f"quick probe measured nothing ({skipped} unit(s) skipped or failed){cut}; {_CALIBRATE_HINT}"], True
+    return [f"this host was measured by a quick probe ({rows} rows, kept in {quick}){cut}; {_CALIBRATE_HINT}"], True
 
 
-def _run_quick_probe(quick: Path) -> tuple[int, int]:
+def _run_quick_probe(quick: Path) -> ProbeCount:
     """Probe into a file beside ``quick`` and move it into place when anything was measured (a killed or empty
     probe leaves no store behind, so the next plan probes again)."""
     from benchmarks.calibrate import QUICK_PROBE_BUDGET_S, quick_probe
@@ -125,12 +133,12 @@ def _run_quick_probe(quick: Path) -> tuple[int, int]:
     partial = quick.with_name(f"{quick.name}.{os.getpid()}.partial")
     try:
         with progress(f"quick probe of this host (about {QUICK_PROBE_BUDGET_S:.0f} s, once)") as step:
-            measured, skipped = quick_probe(partial, usable_cores(), step=step)
-        if measured:
+            count = quick_probe(partial, usable_cores(), step=step)
+        if count.measured:
             os.replace(partial, quick)
     finally:
         partial.unlink(missing_ok=True)
-    return measured, skipped
+    return count
 
 
 def register(app: typer.Typer) -> None:

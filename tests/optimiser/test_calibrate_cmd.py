@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from analysis.units import encode_units
-from benchmarks.calibrate import covering_units, units_left
+from analysis.units import KINDS, encode_units
+from benchmarks.calibrate import SKIPPED_SAMPLERS, covering_units, units_left
 from benchmarks.unit_sweep import SWEEP_ROUNDS
 from optimiser.cli import app
 from perfmodels.hoststore import host_store_path, read_store
@@ -26,10 +26,12 @@ def _invoke(*args: str) -> tuple[int, str]:
 def test_covering_units_are_deterministic_cover_every_kind_and_put_overheads_first() -> None:
     units = covering_units()
     assert [encode_units([u]) for u in units] == [encode_units([u]) for u in covering_units()]
-    assert {u.kind for u in units} == {k.split("_")[0] for k in SWEEP_ROUNDS[0]}
+    assert {u.kind for u in units} == set(KINDS)  # every kind a model is cut into
     assert units[0].kind == "noop"
-    first_pass = units[len([u for u in units if u.kind == "noop"]) :][: len(SWEEP_ROUNDS[0]) - 1]
-    assert len({u.kind for u in first_pass}) == len(first_pass)  # a budget cut keeps one unit of every kind
+    samplers = [name for sizes in SWEEP_ROUNDS for name in sizes if name not in ("noop", *SKIPPED_SAMPLERS)]
+    first_pass = units[len([u for u in units if u.kind == "noop"]) :][: len(samplers)]
+    assert {u.kind for u in first_pass} == set(KINDS) - {"noop"}  # a budget cut keeps one unit of every kind
+    assert len([u for u in units if u.kind == "conv"]) > len([u for u in units if u.kind == "lrn"])  # sizes too
 
 
 def test_host_store_lives_in_the_xdg_data_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -21,13 +21,19 @@ def _prediction(step: float, low: float | None = None, high: float | None = None
 
 def _plan(*predictions: Prediction) -> Any:
     candidates = [SimpleNamespace(prediction=p) for p in predictions]
-    return SimpleNamespace(candidates=candidates, spec=SimpleNamespace(optimisation=SimpleNamespace(top=5)))
+    return SimpleNamespace(
+        candidates=candidates,
+        spec=SimpleNamespace(optimisation=SimpleNamespace(top=5)),
+        band=1,
+        objective=lambda c: c.prediction.step_seconds,
+    )
 
 
 def test_only_overlapping_neighbours_are_named() -> None:
     plan = _plan(_prediction(1e-3, 0.8e-3, 1.3e-3), _prediction(1.2e-3, 1.0e-3, 1.5e-3), _prediction(5e-3, 4e-3, 6e-3))
     lines = overlapping_intervals(plan)
     assert len(lines) == 1 and lines[0].startswith("#1-#2: p10-p90 of") and "within the model's error" in lines[0]
+    assert "ordered #1 over #2: by the better predicted figure" in lines[0]  # why the overlap was ordered so
     assert overlapping_intervals(_plan(_prediction(1e-3), _prediction(1e-3))) == []  # no interval: nothing said
     assert interval(_prediction(1e-3)) is None
 

@@ -46,7 +46,7 @@ def fake_probe(monkeypatch: pytest.MonkeyPatch, shipped_unit_rows: pd.DataFrame)
     monkeypatch.delenv("APPOPT_NO_PROBE", raising=False)
     calls: list[Path] = []
 
-    def probe(db: Path, threads: int, budget_s: float = 0.0, step: object = None) -> tuple[int, int]:
+    def probe(db: Path, threads: int, budget_s: float = 0.0, step: object = None) -> calibrate.ProbeCount:
         calls.append(db)
         rows = shipped_unit_rows.assign(
             target=local_target_key(),
@@ -54,7 +54,7 @@ def fake_probe(monkeypatch: pytest.MonkeyPatch, shipped_unit_rows: pd.DataFrame)
             cpu_ms=shipped_unit_rows["cpu_ms"] * SLOWER,
         )
         write_rows(db, frame_rows(rows))
-        return len(rows), 0
+        return calibrate.ProbeCount(len(rows), 0)
 
     monkeypatch.setattr(calibrate, "quick_probe", probe)
     return calls
@@ -153,9 +153,9 @@ def test_a_probe_that_measures_nothing_leaves_no_store(monkeypatch: pytest.Monke
     monkeypatch.delenv("APPOPT_NO_PROBE", raising=False)
     calls: list[Path] = []
 
-    def probe(db: Path, threads: int, budget_s: float = 0.0, step: object = None) -> tuple[int, int]:
+    def probe(db: Path, threads: int, budget_s: float = 0.0, step: object = None) -> calibrate.ProbeCount:
         calls.append(db)
-        return 0, 13
+        return calibrate.ProbeCount(0, 13, budget_spent=True)
 
     monkeypatch.setattr(calibrate, "quick_probe", probe)
     for expected_calls in (1, 2):  # nothing kept, so the next plan probes again
@@ -164,7 +164,7 @@ def test_a_probe_that_measures_nothing_leaves_no_store(monkeypatch: pytest.Monke
         assert len(calls) == expected_calls and not quick_store_path().exists()
         assert not list(quick_store_path().parent.glob("*"))
         assert [line for line in err.splitlines() if line.startswith("note:") and "quick probe" in line] == [
-            "note: quick probe measured nothing (13 unit(s) skipped or failed); "
+            "note: quick probe measured nothing (13 unit(s) skipped or failed) (budget of 10 s spent); "
             "`appopt calibrate` (5 minutes) measures it, so plans use its figures"
         ]
 

@@ -460,3 +460,28 @@ def test_predictions_carry_the_held_out_figures_stored_next_to_the_database(tmp_
     with open(db, "a", encoding="utf-8") as handle:  # any change to the database invalidates the stored figures
         handle.write("\n")
     assert read_evaluation_summary(db) is None and evaluation_path(db).is_file()
+
+
+def test_a_model_reads_the_stored_evaluation_and_hashes_the_database_once(tmp_path, monkeypatch):
+    """Held-out figures and route errors come from one reading of the summary (the database hashed once per model,
+    where each reader hashed it before)."""
+    import perfmodels.fitted as fitted
+    from perfmodels.results_db import frame_rows, read_results, write_rows
+
+    db = tmp_path / "db.csv"
+    write_rows(db, frame_rows(synthetic_frame(noise=0.03)))
+    frame = read_results(db)
+    evaluation = leave_one_architecture_out(frame)
+    fitted.write_evaluation_summary(db, evaluation)
+    hashed = []
+    real = fitted._digest
+    monkeypatch.setattr(fitted, "_digest", lambda path: hashed.append(path) or real(path))
+    model = fit_model(frame, db=db)
+    assert model.heldout() is not None and model.heldout("fp32") is not None
+    group = next(g for g in model.result.groups if g.usable)
+    model.route_errors(group)
+    model.predict(workload("cnn_a"), route(), DEVICE)
+    assert hashed == [db]
+    stored = fitted.read_evaluation(db)
+    assert stored is not None and stored.figures[""].rmspe == pytest.approx(evaluation.fitted.rmspe)
+    assert stored.route_errors is not None and len(stored.route_errors) == len(evaluation.route_errors)

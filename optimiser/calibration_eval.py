@@ -1,0 +1,342 @@
+"""Score the planner on this host against what was measured here: plans of the suite's models, predicted from a
+database and a host store, next to the measured medians of the routes each plan ranks.
+
+This answers the issue's question ("do plans hold on a host the database never saw?") where the ``models
+evaluate`` figures answer another (held-out architectures on the recording host). To simulate an unseen host on the
+host that recorded the shipped data, give ``--db`` a copy of the database without this host's rows
+(``--drop-host`` writes one) and ``--store`` a store from ``appopt calibrate --db STORE`` (or a quick probe's, named
+``*.quick.csv``); the measured medians come from ``--truth`` (default: the shipped database), this host's
+SingleStream rows at the planner's thread count.
+
+Each suite model is planned with ``--spec``'s target and goal (the README's main job: an ONNX model on this CPU),
+its workload taken from the recorded row (costs and kernel units); the plan's routes that were measured are
+compared:
+
+* RMSPE of predicted over measured step times;
+* top-1 regret: the measured time of the first-ranked measured route over the fastest measured one;
+* ties: pairs of ranked routes predicted equal (relative difference below 1e-9) whose measured times differ by
+  more than 10%;
+* the share of measured medians inside their prediction's p10-p90.
+
+``--store-from-db DB -o STORE`` makes a store of ``DB``'s own rows of the calibration's units (quiet, where the
+recording was), and ``--measure-model ONNX`` times a model on each calibration backend here.
+
+Example::
+
+    python -m optimiser.calibration_eval --drop-host benchmarks/results/default.csv -o /tmp/unseen.csv
+    appopt calibrate --budget 300 --db /tmp/store.csv
+    python -m optimiser.calibration_eval --db /tmp/unseen.csv --store /tmp/store.csv
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import statistics
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from analysis.units import decode_units
+from optimiser.errors import AppoptError
+from optimiser.planner import make_plan
+from optimiser.spec import load_spec
+from perfmodels import Prediction, Workload
+
+#: Measured times further apart than this share are different speeds (a tie between them is an error).
+DIFFERENT = 0.10
+EXACT_TIE = 1e-9
+#: (framework, compiler, layout, precision)
+RouteKey = tuple[str, str, str, str]
+
+
+@dataclass(frozen=True)
+class Compared:
+    model: str
+    batch: int
+    rank: int
+    route: RouteKey
+    predicted: Prediction
+    measured_s: float
+
+    @property
+    def error(self) -> float:
+        return self.predicted.step_seconds / self.measured_s - 1.0
+
+    @property
+    def covered(self) -> bool | None:
+        low, high = self.predicted.detail.get("p10_step_s"), self.predicted.detail.get("p90_step_s")
+        return None if low is None or high is None else bool(low <= self.measured_s <= high)
+
+
+@dataclass(frozen=True)
+class Decision:
+    """One plan: its measured ranked routes, best-ranked first, and whether its #1 was measured."""
+
+    compared: tuple[Compared, ...]
+    first_measured: bool
+
+    @property
+    def regret(self) -> float:
+        return self.compared[0].measured_s / min(c.measured_s for c in self.compared)
+
+    def ties(self) -> list[tuple[Compared, Compared]]:
+        out = []
+        for i, a in enumerate(self.compared):
+            for b in self.compared[i + 1 :]:
+                pa, pb = a.predicted.step_seconds, b.predicted.step_seconds
+                same = abs(pa - pb) <= EXACT_TIE * max(pa, pb)
+                if same and max(a.measured_s, b.measured_s) > (1 + DIFFERENT) * min(a.measured_s, b.measured_s):
+                    out.append((a, b))
+        return out
+
+
+def measured_medians(truth: Path, host: str, threads: int) -> dict[tuple[str, int], dict[str, object]]:
+    """(model, batch) -> the workload row and route -> median step seconds, from ``truth``'s SingleStream rows of
+    ``host`` at ``threads``."""
+    import pandas as pd
+
+    from perfmodels.results_db import read_results
+
+    frame = read_results(truth, warn=False)
+    rows = frame[
+        (frame["source"] == "measured")
+        & (frame["scenario"] == "SingleStream")
+        & (frame["mode"].fillna("inference") == "inference")
+        & (frame["target"] == host)
+        & (frame["threads"].astype("Int64") == threads)
+        & frame["units"].notna()
+    ]
+    out: dict[tuple[str, int], dict[str, object]] = {}
+    for (model, batch), group in rows.groupby(["model", "batch"], sort=True):
+        routes: dict[RouteKey, float] = {}
+        for key, route_rows in group.groupby(["framework", "compiler", "layout", "precision"], sort=True):
+            framework, compiler, layout, precision = (str(k) for k in key)
+            routes[(framework, compiler or "none", layout, precision)] = float(
+                pd.to_numeric(route_rows["median_ms"]).median() / 1e3
+            )
+        out[(str(model), int(batch))] = {"row": group.iloc[0], "routes": routes}
+    return out
+
+
+def _json(value: object) -> dict[str, float]:
+    import json
+
+    if not isinstance(value, str) or not value:
+        return {}
+    return {str(k): float(v) for k, v in json.loads(value).items()}
+
+
+def workload_of(row: object, model: str, batch: int) -> Workload:
+    """The workload a plan of the recorded model sees: its costs and kernel units as the row recorded them."""
+    r = row  # a pandas row
+    return Workload(
+        flops_per_sample=float(r["flops_per_sample"]),  # type: ignore[index]
+        activation_bytes_per_sample=float(r["activation_bytes_per_sample"] or 0.0),  # type: ignore[index]
+        params=float(r["params"] or 0.0),  # type: ignore[index]
+        mode="inference",
+        batch_size=batch,
+        flops_by_class=_json(r["flops_by_class"]),  # type: ignore[index]
+        ops_by_class={k: int(v) for k, v in _json(r["ops_by_class"]).items()},  # type: ignore[index]
+        model_name=model,
+        units=tuple(decode_units(str(r["units"]))),  # type: ignore[index]
+    )
+
+
+def evaluate(db: Path, store: Path | None, truth: Path, spec_path: Path, threads: int) -> list[Decision]:
+    """Plan every measured suite model of this host with the model of ``db`` and ``store``."""
+    from perfmodels.fitted import fit_model
+    from perfmodels.results_db import read_results
+    from perfmodels.targets import local_target_key
+
+    model = fit_model(read_results(db, warn=False), source=db.name, db=db, store=store)
+    spec = load_spec(spec_path)
+    decisions = []
+    seen_whole = _whole_models(store) if store is not None else set()
+    for (name, batch), measured in measured_medians(truth, local_target_key(), threads).items():
+        if name in seen_whole:  # the host fit was scaled by its measurement: not held out
+            continue
+        routes: dict[RouteKey, float] = measured["routes"]  # type: ignore[assignment]
+        plan = make_plan(spec, model=model, workload=workload_of(measured["row"], name, batch))
+        seen: dict[RouteKey, Compared] = {}
+        for rank, c in enumerate(plan.candidates, start=1):
+            r = c.route
+            key = (r.framework, r.compiler, r.layout, r.precision)
+            if key in routes and key not in seen:
+                seen[key] = Compared(name, batch, rank, key, c.prediction, routes[key])
+        if len(seen) >= 1:
+            compared = tuple(sorted(seen.values(), key=lambda c: c.rank))
+            decisions.append(Decision(compared, compared[0].rank == 1))
+    return decisions
+
+
+def _whole_models(store: Path) -> set[str]:
+    """The models whose whole-model rows the store holds (plans of them are not scored)."""
+    from perfmodels.results_db import read_results
+
+    frame = read_results(store, warn=False)
+    return set(frame[frame["scenario"] == "SingleStream"]["model"].dropna().astype(str))
+
+
+def summary(decisions: Sequence[Decision]) -> list[str]:
+    """The figures, then one line per model."""
+    compared = [c for d in decisions for c in d.compared]
+    if not compared:
+        return ["nothing to compare: no measured route of this host is ranked by the plans"]
+    errors = [c.error for c in compared]
+    rmspe = math.sqrt(statistics.fmean(e * e for e in errors))
+    regrets = [d.regret for d in decisions if len(d.compared) > 1]
+    ties = [t for d in decisions for t in d.ties()]
+    covered = [c.covered for c in compared if c.covered is not None]
+    bases = sorted({c.predicted.basis.split(" (")[0] for c in compared})
+    lines = [
+        f"{len(decisions)} plans, {len(compared)} ranked measured routes; bases: {', '.join(bases)}",
+        f"RMSPE {rmspe:.1%}; within ±10% {statistics.fmean(abs(e) <= 0.1 for e in errors):.0%}; "
+        f"median error {statistics.median(errors):+.1%}",
+        f"top-1 regret mean {statistics.fmean(regrets):.3f} max {max(regrets):.3f} over {len(regrets)} plans "
+        f"with two or more measured routes; #1 measured in {sum(d.first_measured for d in decisions)}"
+        if regrets
+        else "top-1 regret: no plan ranks two measured routes",
+        f"ties between routes measured >{DIFFERENT:.0%} apart: {len(ties)}",
+        f"measured inside p10-p90: {statistics.fmean(covered):.0%} of {len(covered)}" if covered else "no intervals",
+    ]
+    for (a, b) in ties:
+        lines.append(f"  tie: {a.model} {'/'.join(a.route)} and {'/'.join(b.route)}: measured "
+                     f"{a.measured_s * 1e3:.3f} and {b.measured_s * 1e3:.3f} ms")
+    for d in decisions:
+        cells = "; ".join(
+            f"#{c.rank} {'/'.join(c.route[:3])} {c.predicted.step_seconds * 1e3:.3f}/{c.measured_s * 1e3:.3f}"
+            for c in d.compared
+        )
+        lines.append(f"  {d.compared[0].model} b{d.compared[0].batch}: predicted/measured ms: {cells}")
+    return lines
+
+
+def drop_host(db: Path, out: Path, host: str) -> int:
+    """Copy ``db`` to ``out`` without ``host``'s rows; the number of rows dropped."""
+    from perfmodels.results_db import frame_rows, read_results, write_rows
+
+    frame = read_results(db, warn=False)
+    keep = frame[frame["target"].fillna("") != host]
+    write_rows(out, frame_rows(keep))
+    return len(frame) - len(keep)
+
+
+def store_from_db(
+    db: Path, out: Path, host: str, threads: int, quick: bool = False, models: Sequence[str] = ()
+) -> int:
+    """Write to ``out`` a store made of ``db``'s rows of the calibration's units (the quick probe's with ``quick``)
+    measured on ``host`` at ``threads``: what ``appopt calibrate`` would have measured, taken from the recording
+    (quiet) instead of measured again. The number of rows written."""
+    from analysis.units import encode_units
+    from benchmarks.calibrate import CALIBRATE_BACKENDS, covering_units, quick_units
+    from perfmodels.results_db import frame_rows, read_results, write_rows
+
+    wanted = {encode_units([u]) for u in (quick_units() if quick else covering_units())}
+    frame = read_results(db, warn=False)
+    rows = frame[
+        (frame["family"] == "kernel-unit")
+        & frame["units"].isin(wanted)
+        & (frame["target"] == host)
+        & (frame["threads"].astype("Int64") == threads)
+        & (frame["precision"] == "fp32")
+        & frame["backend"].isin(CALIBRATE_BACKENDS)
+    ].drop_duplicates(subset=["backend", "units"])
+    whole = frame[
+        (frame["source"] == "measured")
+        & (frame["scenario"] == "SingleStream")
+        & frame["model"].isin(list(models))
+        & (frame["target"] == host)
+        & (frame["threads"].astype("Int64") == threads)
+        & (frame["precision"] == "fp32")
+        & frame["backend"].isin(CALIBRATE_BACKENDS)
+    ]
+    write_rows(out, [*frame_rows(rows), *frame_rows(whole)])
+    return len(rows) + len(whole)
+
+
+def measure_model(path: Path, threads: int, queries: int = 1000) -> list[str]:
+    """The median step of an ONNX model on each calibration backend here (``session.run`` back to back, after 50
+    warm-up runs): what the README's job measures on this machine."""
+    import time
+
+    import numpy as np
+    import onnx
+
+    from benchmarks.backends import get_backend
+    from benchmarks.calibrate import CALIBRATE_BACKENDS, installed_backends
+
+    model = onnx.load(path)
+    rng = np.random.default_rng(0)
+    feeds = {
+        i.name: rng.random([d.dim_value or 1 for d in i.type.tensor_type.shape.dim], dtype=np.float32)
+        for i in model.graph.input
+    }
+    lines = []
+    for name in installed_backends(CALIBRATE_BACKENDS):
+        session = get_backend(name).prepare(model, threads=threads)
+        for _ in range(50):
+            session.run(feeds)
+        times = []
+        for _ in range(queries):
+            start = time.perf_counter()
+            session.run(feeds)
+            times.append(time.perf_counter() - start)
+        lines.append(f"{name}: median {statistics.median(times) * 1e6:.1f} us over {queries} runs at {threads} threads")
+    return lines
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    from perfmodels.fitted import default_db_path
+    from perfmodels.targets import local_target_key, usable_cores
+
+    parser = argparse.ArgumentParser(prog="python -m optimiser.calibration_eval", description=__doc__.split("\n")[0])
+    parser.add_argument("--db", type=Path, help="database the plans predict from (default: the shipped one)")
+    parser.add_argument("--store", type=Path, help="host store (appopt calibrate --db, or a *.quick.csv)")
+    parser.add_argument("--truth", type=Path, help="database with this host's measured medians (default: shipped)")
+    parser.add_argument("--spec", type=Path, default=Path(__file__).parents[1] / "examples" / "onnx-mlp-local.yaml")
+    parser.add_argument("--threads", type=int, default=None, help="thread count (default: the planner's)")
+    parser.add_argument("--drop-host", type=Path, metavar="DB", help="write DB without this host's rows to -o")
+    parser.add_argument("--store-from-db", type=Path, metavar="DB", help="write to -o DB's calibration unit rows")
+    parser.add_argument("--quick", action="store_true", help="with --store-from-db: the quick probe's units")
+    parser.add_argument("--whole", nargs="*", default=[], metavar="MODEL", help="with --store-from-db: whole models")
+    parser.add_argument("--measure-model", type=Path, metavar="ONNX", help="time ONNX on each calibration backend")
+    parser.add_argument("-o", "--output", type=Path, help="where --drop-host and --store-from-db write")
+    args = parser.parse_args(argv)
+    threads = args.threads or usable_cores()
+    try:
+        if args.measure_model is not None:
+            print("\n".join(measure_model(args.measure_model, threads)))
+            return 0
+        if args.store_from_db is not None:
+            if args.output is None:
+                raise AppoptError("-o: --store-from-db needs an output path")
+            args.output.unlink(missing_ok=True)
+            written = store_from_db(
+                args.store_from_db, args.output, local_target_key(), threads, args.quick, args.whole
+            )
+            print(f"wrote {args.output}: {written} rows")
+            return 0
+        if args.drop_host is not None:
+            if args.output is None:
+                raise AppoptError("-o: --drop-host needs an output path")
+            dropped = drop_host(args.drop_host, args.output, local_target_key())
+            print(f"wrote {args.output} without {local_target_key()}'s {dropped} rows")
+            return 0
+        db = args.db or default_db_path()
+        for path, flag in ((db, "--db"), (args.truth or default_db_path(), "--truth"), (args.store, "--store")):
+            if path is not None and not path.is_file():
+                raise AppoptError(f"{flag}: {path} is not a file")
+        decisions = evaluate(db, args.store, args.truth or default_db_path(), args.spec, threads)
+    except AppoptError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 1
+    print(f"host {local_target_key()}, {threads} threads; db {db}; store {args.store}")
+    for line in summary(decisions):
+        print(line)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,74 @@
+"""The calibration's and the quick probe's budgets hold by the wall clock: a unit starts only when it is expected to
+end in time, what was measured is kept, and running out is reported."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+import benchmarks.calibrate as calibrate
+from analysis.units import unit_flops
+from benchmarks.calibrate import ProbeCount, UnitClock
+from benchmarks.kernels import HardwareFigures
+from perfmodels.results_db import read_results
+
+
+def test_the_clock_refuses_a_unit_that_would_end_after_the_deadline(monkeypatch: pytest.MonkeyPatch) -> None:
+    now = [100.0]
+    monkeypatch.setattr(calibrate.time, "monotonic", lambda: now[0])
+    clock = UnitClock(deadline=103.0)
+    assert clock.next_fits()  # 100 + the first unit's guess (0.8 s) <= 103
+    now[0] = 101.5  # that unit took 1.5 s: the next is expected to take as long
+    assert clock.next_fits() and not clock.spent  # 101.5 + 1.5 <= 103
+    now[0] = 102.0
+    assert not clock.next_fits() and clock.spent  # 102 + 1.5 > 103
+    clock.restart()
+    now[0] = 102.1
+    assert not clock.next_fits(deadline=102.5)  # a backend's own share ends sooner
+
+
+def test_a_budget_cut_is_said_and_keeps_what_was_measured() -> None:
+    assert ProbeCount(3, 0, budget_spent=True).cut_note(10.0) == " (budget of 10 s spent: what was measured is kept)"
+    assert ProbeCount(3, 0).cut_note(10.0) == ""
+
+
+def test_a_tiny_quick_probe_budget_is_kept_by_the_wall_clock(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A real probe on onnxruntime with a 2 s budget and more units than fit: it stops when the budget is spent, and
+    every unit it measured is in its store (the hardware figures, seconds of copying on a loaded machine, are
+    given)."""
+    figures = HardwareFigures(10.0, 50.0, {1: 50.0, 2: 100.0})
+    small = sorted(calibrate.covering_units(), key=unit_flops)[:40]  # quick to build: the budget is the limit
+    monkeypatch.setattr(calibrate, "quick_hardware", lambda threads: figures)
+    monkeypatch.setattr(calibrate, "installed_backends", lambda backends=(): ("onnxruntime",))
+    monkeypatch.setattr(calibrate, "quick_units", lambda: small)
+    db = tmp_path / "quick.csv"
+    started = time.monotonic()
+    count = calibrate.quick_probe(db, threads=1, budget_s=2.0)
+    took = time.monotonic() - started
+    assert count.budget_spent and 1 <= count.measured < len(small)
+    assert took < 2.0 + 1.0, f"the probe took {took:.1f} s of a 2 s budget"  # (a unit runs 0.3 s at most)
+    assert len(read_results(db, warn=False)) == count.measured  # every measured unit kept
+
+
+def test_calibrate_that_measures_nothing_in_its_budget_says_so_in_one_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The probes took the whole budget: one line, non-zero exit, no store left behind."""
+    from optimiser.cli import app
+
+    def slow_probes(threads: int) -> calibrate.Probes:
+        time.sleep(0.3)
+        return calibrate.Probes({1: 50.0}, 10.0)
+
+    monkeypatch.setattr(calibrate, "MIN_BUDGET_S", 0.1)
+    monkeypatch.setattr(calibrate, "measure_probes", slow_probes)
+    store = tmp_path / "store.csv"
+    result = CliRunner().invoke(app, ["calibrate", "--budget", "0.2", "--db", str(store)])
+    assert result.exit_code != 0
+    errors = [line for line in (result.stdout + result.stderr).splitlines() if line.startswith("error:")]
+    assert errors == ["error: --budget: nothing was measured in 0.2 s (0 unit(s) skipped or failed); "
+                      "give it more time or other --backends"]
+    assert not store.exists() or read_results(store, warn=False).empty
