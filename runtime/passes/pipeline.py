@@ -27,6 +27,7 @@ from runtime.passes import (
     identity_elimination,
     layout,
     matmul_fusion,
+    recurrent_outputs,
     shape_values,
     silu_fusion,
     squeeze_excite,
@@ -156,6 +157,12 @@ PIPELINE: tuple[Pass, ...] = (
         "dead_node_elimination",
         dead_nodes.run,
         "removes what the earlier passes orphaned (folded producers, unused initializers)",
+    ),
+    Pass(
+        "recurrent_outputs",
+        recurrent_outputs.run,
+        "after dead_node_elimination, once readers are final: a recurrent layer computes only what is read (Y "
+        "alone runs as one prebound call)",
     ),
     Pass(
         "memory_plan",
