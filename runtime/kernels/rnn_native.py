@@ -193,6 +193,15 @@ def _geometry(kernel: _Recurrent, x: np.ndarray, w: np.ndarray, r: np.ndarray, o
     return seq, batch, b, seq_lens, h0, c0, p
 
 
+def _rows(x: np.ndarray, layout: int) -> tuple[np.ndarray, bool]:
+    """``x`` as the projection's (rows, input) matrix, and whether its rows run over (step, batch). A view with its
+    first two axes swapped (PyTorch's batch_first export transposes the input) is read in place, in its memory
+    order; any other layout is copied."""
+    if not x.flags.c_contiguous and x.transpose(1, 0, 2).flags.c_contiguous:
+        return x.transpose(1, 0, 2).reshape(-1, x.shape[2]), layout == 1
+    return np.ascontiguousarray(x).reshape(-1, x.shape[2]), layout == 0
+
+
 def _lens(seq_lens: np.ndarray | None) -> tuple[np.ndarray | None, int]:
     """``sequence_lens`` as the loop reads it (int32 or int64, contiguous; clamped by the loop) and its int32 flag."""
     if seq_lens is None:
@@ -210,19 +219,20 @@ def _fill(
     batch: int,
     at: dict[str, int],
     lens_i32: int,
+    time_major: bool,
 ) -> None:
     """Write each direction's ``ap_rnn_seq`` block and the layer block. ``at`` holds the addresses (0 when
-    absent) of ``xp`` (the projection), ``y``, ``hn``, ``cn``, ``h0``, ``c0`` and ``lens``."""
+    absent) of ``xp`` (the projection), ``y``, ``hn``, ``cn``, ``h0``, ``c0`` and ``lens``; ``time_major``
+    says whether the projection's rows run over (step, batch) rather than (batch, step)."""
     layout = int(kernel.attrs["layout"])
     dirs, g = kernel.num_dir, kernel.gates
     hidden = packed.hidden
     ncol = dirs * g * hidden
+    xp_t, xp_b = (batch * ncol, ncol) if time_major else (ncol, seq * ncol)
     if layout == 0:
-        xp_t, xp_b = batch * ncol, ncol
         y_t, y_b, y_dir = dirs * batch * hidden, hidden, batch * hidden
         fin_b, fin_dir = hidden, batch * hidden
     else:
-        xp_t, xp_b = ncol, seq * ncol
         y_t, y_b, y_dir = dirs * hidden, seq * dirs * hidden, hidden
         fin_b, fin_dir = dirs * hidden, hidden
     acts = kernel.native_acts
@@ -288,7 +298,8 @@ def run(
     dirs, g, hidden = kernel.num_dir, kernel.gates, packed.hidden
     h0c, c0c = _state(h0), _state(c0)
     lens, lens_i32 = _lens(seq_lens)
-    xp = packed.projection(np.ascontiguousarray(x).reshape(-1, x.shape[2]))
+    rows, time_major = _rows(x, layout)
+    xp = packed.projection(rows)
     present = kernel.node.output_present or (True,) * kernel.node.n_outputs
     wanted = [i < len(present) and present[i] for i in range(3)]
     y_shape = (seq, dirs, batch, hidden) if layout == 0 else (batch, seq, dirs, hidden)
@@ -301,7 +312,7 @@ def run(
     blocks = _blocks(kernel._packed)
     at = {"xp": _addr(xp), "y": _opt_addr(y), "hn": _opt_addr(h_n), "cn": _opt_addr(c_n)}
     at.update(h0=_opt_addr(h0c), c0=_opt_addr(c0c), lens=_opt_addr(lens))
-    _fill(kernel, packed, blocks, seq, batch, at, lens_i32)
+    _fill(kernel, packed, blocks, seq, batch, at, lens_i32, time_major)
     lib.rnn_layer(blocks[2].ptr)
     outs = [y, h_n] + ([c_n] if g == 4 else [])
     return tuple(outs[: max(1, kernel.node.n_outputs)])  # type: ignore[arg-type]
@@ -320,11 +331,15 @@ def bind(
     lengths where they are now (the static plan keeps them there): the projection GEMM into a scratch buffer of
     its own, then every direction's loop. None where the loop does not handle these inputs."""
     geometry = _geometry(kernel, x, w, r, optional)
-    if geometry is None or not x.flags.c_contiguous or not out.flags.c_contiguous or out.dtype != np.float32:
+    if geometry is None or not out.flags.c_contiguous or out.dtype != np.float32:
         return None
+    layout = int(kernel.attrs["layout"])
+    rows, time_major = _rows(x, layout)
+    if not np.shares_memory(rows, x):
+        return None  # a copy would be taken now, and the bound call must read x where it lives
     seq, batch, b, seq_lens, h0, c0, p = geometry
     packed = _packed(kernel, lib, w, r, b, p)
-    layout, dirs, hidden = int(kernel.attrs["layout"]), kernel.num_dir, packed.hidden
+    dirs, hidden = kernel.num_dir, packed.hidden
     if out.shape != ((seq, dirs, batch, hidden) if layout == 0 else (batch, seq, dirs, hidden)):
         return None
     states = [s for s in (h0, c0) if s is not None]
@@ -333,7 +348,7 @@ def bind(
     if seq_lens is not None and (seq_lens.dtype not in (np.int32, np.int64) or not seq_lens.flags.c_contiguous):
         return None
     xp = np.empty((seq * batch, packed.projection.n), dtype=np.float32)
-    project = packed.projection.bind(x.reshape(-1, x.shape[2]), None, xp)
+    project = packed.projection.bind(rows, None, xp)
     if project is None:
         return None
     blocks = (Args(RN_NARGS), Args(RN_NARGS), Args(RL_NARGS))
@@ -341,7 +356,7 @@ def bind(
     blocks[2].keep += [blocks[0], blocks[1], packed, xp, x, out, *states, seq_lens]
     at = {"xp": _addr(xp), "y": _addr(out), "hn": 0, "cn": 0}
     at.update(h0=_opt_addr(h0), c0=_opt_addr(c0), lens=_opt_addr(seq_lens))
-    _fill(kernel, packed, blocks, seq, batch, at, int(seq_lens is not None and seq_lens.dtype == np.int32))
+    _fill(kernel, packed, blocks, seq, batch, at, int(seq_lens is not None and seq_lens.dtype == np.int32), time_major)
     layer = _bound(lib.rnn_layer, blocks[2])
     calls = (*native_calls(project), *native_calls(layer))  # type: ignore[misc]
 
