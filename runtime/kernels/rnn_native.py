@@ -163,7 +163,23 @@ def _pack(
 
 
 def _state(s: np.ndarray | None) -> np.ndarray | None:
-    return None if s is None else np.ascontiguousarray(s, dtype=np.float32)
+    """An initial state as the loop reads it: float32 with unit stride along the hidden axis (any other strides,
+    such as a transposed view, are read in place), else a copy."""
+    if s is None or _readable_state(s):
+        return s
+    return np.ascontiguousarray(s, dtype=np.float32)
+
+
+def _readable_state(s: np.ndarray) -> bool:
+    return s.dtype == np.float32 and s.strides[2] == 4 and all(k >= 0 and k % 4 == 0 for k in s.strides[:2])
+
+
+def _state_steps(s: np.ndarray | None, layout: int) -> tuple[int, int]:
+    """(row stride, direction offset) of a state in floats; (0, 0) when absent."""
+    if s is None:
+        return 0, 0
+    first, second = s.strides[0] // 4, s.strides[1] // 4
+    return (second, first) if layout == 0 else (first, second)
 
 
 def _geometry(kernel: _Recurrent, x: np.ndarray, w: np.ndarray, r: np.ndarray, optional: tuple[Any, ...]) -> Any:
@@ -217,12 +233,13 @@ def _fill(
     blocks: tuple[Args, Args, Args],
     seq: int,
     batch: int,
-    at: dict[str, int],
+    at: dict[str, Any],
     lens_i32: int,
     time_major: bool,
 ) -> None:
     """Write each direction's ``ap_rnn_seq`` block and the layer block. ``at`` holds the addresses (0 when
-    absent) of ``xp`` (the projection), ``y``, ``hn``, ``cn``, ``h0``, ``c0`` and ``lens``; ``time_major``
+    absent) of ``xp`` (the projection), ``y``, ``hn``, ``cn``, ``h0``, ``c0`` and ``lens``, and the states' (row
+    stride, direction offset) in ``h0_steps`` and ``c0_steps``; ``time_major``
     says whether the projection's rows run over (step, batch) rather than (batch, step)."""
     layout = int(kernel.attrs["layout"])
     dirs, g = kernel.num_dir, kernel.gates
@@ -244,7 +261,8 @@ def _fill(
     base[RN_SEQ], base[RN_BATCH], base[RN_HIDDEN] = seq, batch, hidden
     base[RN_LENS], base[RN_LENS_I32] = at["lens"], lens_i32
     base[RN_Y_T], base[RN_Y_B] = y_t, y_b
-    base[RN_HN_B] = base[RN_CN_B] = base[RN_H0_B] = base[RN_C0_B] = fin_b
+    base[RN_HN_B] = base[RN_CN_B] = fin_b
+    (base[RN_H0_B], h0_dir), (base[RN_C0_B], c0_dir) = at["h0_steps"], at["c0_steps"]
     base[RN_HAS_CLIP] = 0 if kernel.clip is None else 1
     base[RN_CLIP] = 0 if kernel.clip is None else Args.f32(kernel.clip)
     base[RN_LBR] = 1 if g == 3 and kernel.attrs.get("linear_before_reset") else 0
@@ -259,8 +277,8 @@ def _fill(
         blk = list(base)
         blk[RN_XP] = shifted("xp", d * g * hidden)
         blk[RN_RT] = packed.r_t_at[d]
-        blk[RN_H0] = shifted("h0", d * fin_dir)
-        blk[RN_C0] = shifted("c0", d * fin_dir)
+        blk[RN_H0] = shifted("h0", d * h0_dir)
+        blk[RN_C0] = shifted("c0", d * c0_dir)
         blk[RN_REVERSE] = 1 if reverse_all or d == 1 else 0
         blk[RN_Y] = shifted("y", d * y_dir)
         blk[RN_HN] = shifted("hn", d * fin_dir)
@@ -310,8 +328,9 @@ def run(
     h_n = np.empty(finals_shape, dtype=np.float32) if wanted[1] else None
     c_n = np.empty(finals_shape, dtype=np.float32) if wanted[2] and g == 4 else None
     blocks = _blocks(kernel._packed)
-    at = {"xp": _addr(xp), "y": _opt_addr(y), "hn": _opt_addr(h_n), "cn": _opt_addr(c_n)}
+    at: dict[str, Any] = {"xp": _addr(xp), "y": _opt_addr(y), "hn": _opt_addr(h_n), "cn": _opt_addr(c_n)}
     at.update(h0=_opt_addr(h0c), c0=_opt_addr(c0c), lens=_opt_addr(lens))
+    at.update(h0_steps=_state_steps(h0c, layout), c0_steps=_state_steps(c0c, layout))
     _fill(kernel, packed, blocks, seq, batch, at, lens_i32, time_major)
     lib.rnn_layer(blocks[2].ptr)
     outs = [y, h_n] + ([c_n] if g == 4 else [])
@@ -343,7 +362,7 @@ def bind(
     if out.shape != ((seq, dirs, batch, hidden) if layout == 0 else (batch, seq, dirs, hidden)):
         return None
     states = [s for s in (h0, c0) if s is not None]
-    if any(s.dtype != np.float32 or not s.flags.c_contiguous for s in states):
+    if not all(_readable_state(s) for s in states):
         return None
     if seq_lens is not None and (seq_lens.dtype not in (np.int32, np.int64) or not seq_lens.flags.c_contiguous):
         return None
@@ -354,8 +373,9 @@ def bind(
     blocks = (Args(RN_NARGS), Args(RN_NARGS), Args(RL_NARGS))
     blocks[2].block[RL_BLOCKS], blocks[2].block[RL_BLOCKS + 1] = blocks[0].ptr, blocks[1].ptr
     blocks[2].keep += [blocks[0], blocks[1], packed, xp, x, out, *states, seq_lens]
-    at = {"xp": _addr(xp), "y": _addr(out), "hn": 0, "cn": 0}
+    at: dict[str, Any] = {"xp": _addr(xp), "y": _addr(out), "hn": 0, "cn": 0}
     at.update(h0=_opt_addr(h0), c0=_opt_addr(c0), lens=_opt_addr(seq_lens))
+    at.update(h0_steps=_state_steps(h0, layout), c0_steps=_state_steps(c0, layout))
     _fill(kernel, packed, blocks, seq, batch, at, int(seq_lens is not None and seq_lens.dtype == np.int32), time_major)
     layer = _bound(lib.rnn_layer, blocks[2])
     calls = (*native_calls(project), *native_calls(layer))  # type: ignore[misc]
