@@ -441,8 +441,14 @@ RNN_API void ap_rnn_layer(const int64_t *a) {
   const long B = first[RN_BATCH], H = first[RN_HIDDEN], Hp = (H + RVL - 1) / RVL * RVL;
   const long G = first[RN_KIND] == 2 ? 4 : (first[RN_KIND] == 1 ? 3 : 1);
   /* chunks of the batch: only while every thread can keep the whole packed R^T in its own cache (past that,
-   * splitting each step's columns reads each weight once per step instead of once per thread) */
-  long chunks = G * Hp * H * (long)sizeof(float) <= RL_BATCH_SPLIT_BYTES ? threads / dirs : 1;
+   * splitting each step's columns reads each weight once per step instead of once per thread). At least one per
+   * thread, and down to four rows (a full register tile) each, so that a worker the OS deschedules holds up a
+   * small share: the others claim the tasks it has not started. */
+  long chunks = 1;
+  if (G * Hp * H * (long)sizeof(float) <= RL_BATCH_SPLIT_BYTES) {
+    chunks = threads / dirs;
+    if (chunks < B / 4) chunks = B / 4;
+  }
   if (chunks > B) chunks = B;
   if (chunks < 1) chunks = 1;
   if (threads > 1 && dirs * chunks > 1) {
