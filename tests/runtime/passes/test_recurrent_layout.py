@@ -100,3 +100,26 @@ def test_batch_first_layers_bind_past_batch_1() -> None:
     static = next(iter(exe.plan._static.values()))  # type: ignore[union-attr]
     _, steps, _, _ = static._state()
     assert [entry[0] for entry in steps if entry[2].node.op_type == "LSTM"] == ["bound", "bound"]
+
+
+@pytest.mark.skipif(native.lib() is None, reason=f"compiled kernels unavailable: {native.status()}")
+@pytest.mark.parametrize("name", ["lstm_tagger", "gru_lm", "bilstm_classifier", "seq2seq_gru"])
+def test_pytorch_exports_bind_every_recurrent_layer_and_match_onnxruntime(name: str) -> None:
+    """The breadth suite's PyTorch exports at batch 3: every recurrent layer a prebound call, outputs as
+    onnxruntime's."""
+    pytest.importorskip("torch", reason="extra not installed (torch exports the breadth models)")
+    ort = pytest.importorskip("onnxruntime", reason="extra not installed")
+    from benchmarks.models import get_model
+
+    suite_model = get_model(name)
+    proto, feeds = suite_model.model(), suite_model.feeds(3)
+    exe = compile_model(proto)
+    exe.run(dict(feeds))
+    ours = exe.run(dict(feeds))
+    session = ort.InferenceSession(proto.SerializeToString(), providers=["CPUExecutionProvider"])
+    for got, want in zip([ours[n] for n in exe.output_names], session.run(None, feeds), strict=True):
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
+    static = next(iter(exe.plan._static.values()))  # type: ignore[union-attr]
+    _, steps, _, _ = static._state()
+    kinds = [entry[0] for entry in steps if entry[2].node.op_type in ("LSTM", "GRU")]
+    assert kinds and set(kinds) == {"bound"}
