@@ -67,9 +67,9 @@ KIND = {1: 0, 3: 1, 4: 2}  # gates per unit -> recurrent.c's kind (RNN, GRU, LST
     RN_NARGS,
 ) = range(33)
 RL_DIRS, RL_BLOCKS, RL_NARGS = 0, 1, 3  # ap_rnn_layer's block: direction count, then each direction's block
-#: Recurrent multiply-adds per step from which a step's hidden units are split between the pool's threads. Each
-#: step ends in a join, and on a loaded machine a descheduled worker holds its share up: below ~2M (an LSTM of
-#: 512 units at batch 1) splitting measured slower here, at batch 8 it ran 1.7x faster (13.8 -> 8.1 ms).
+#: Recurrent multiply-adds per step from which a single sequence's step is split between the pool's threads (as
+#: is any step whose R^T outgrows one thread's cache, recurrent.c). Each step ends in a join, and on a loaded
+#: machine a descheduled worker holds its share up (docs/decisions.md).
 SERIAL_WORK = 1 << 21
 
 

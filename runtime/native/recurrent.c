@@ -311,7 +311,12 @@ static void rnn_step_task(const void *vctx, long task) {
   }
 }
 
-/* One direction's whole sequence; its steps are split between the pool's threads only when may_split. */
+/* Packed R^T up to this size stays in one thread's cache from step to step (half a 2 MiB L2). */
+#define RL_BATCH_SPLIT_BYTES (1L << 20)
+
+/* One direction's whole sequence; its steps are split between the pool's threads only when may_split, and then
+ * when a step is large (RN_SERIAL_WORK) or R^T does not fit one thread's cache: each thread then keeps its
+ * columns' share of R^T in its own cache instead of streaming all of it every step. */
 static void rnn_seq(const int64_t *a, int may_split) {
   const int kind = (int)a[RN_KIND];
   const float *xp = (const float *)a[RN_XP];
@@ -361,7 +366,8 @@ static void rnn_seq(const int64_t *a, int may_split) {
       .cs = cs, .gates = gates, .tmp = tmp, .yb = a[RN_Y_B],
   };
   long threads = may_split ? ap_get_threads() : 1;
-  cx.ntasks = G * H * Hp * B < a[RN_SERIAL_WORK] ? 1 : (threads < cx.hv ? threads : cx.hv);
+  const int small = G * H * Hp * B < a[RN_SERIAL_WORK] && G * Hp * H * (long)sizeof(float) <= RL_BATCH_SPLIT_BYTES;
+  cx.ntasks = small ? 1 : (threads < cx.hv ? threads : cx.hv);
   if (cx.ntasks < 1) cx.ntasks = 1;
   for (long s = 0; s < S; s++) {
     const long t = reverse ? S - 1 - s : s;
@@ -402,7 +408,6 @@ static void rnn_seq(const int64_t *a, int may_split) {
 
 /* Argument block of ap_rnn_layer: the number of directions (1 or 2), then each direction's ap_rnn_seq block. */
 enum { RL_DIRS, RL_BLOCKS, RL_NARGS = 3 }; /* two blocks: RL_BLOCKS, RL_BLOCKS + 1 */
-#define RL_BATCH_SPLIT_BYTES (1L << 20)
 
 typedef struct {
   const int64_t *a;
