@@ -1,7 +1,9 @@
 """Recurrent layers: RNN, LSTM, GRU (forward/reverse/bidirectional, layouts 0/1, sequence_lens, initial
 states, peepholes, custom activations with alpha/beta, clip, linear_before_reset, input_forget).
 
-The input projection ``X @ W^T`` for all time steps is one matmul; only the recurrence loops over time.
+The input projection ``X @ W^T`` for all time steps is one product; only the recurrence loops over time. Neither
+path calls BLAS (the compiled loop has its own GEMMs, the NumPy path contracts with ``np.einsum``), so a model
+with recurrent layers runs without the per-run BLAS thread cap.
 ``sequence_lens`` is handled with masks: a batch entry past its length keeps its state and emits zeros, and the
 reverse direction naturally starts at each entry's last valid step.
 """
@@ -13,10 +15,16 @@ from typing import Any, ClassVar
 
 import numpy as np
 
+from runtime.kernels import rnn_native
 from runtime.kernels.base import Kernel, register
 from runtime.kernels.rnn_native import PackCache
 
 Activation = Callable[[np.ndarray], np.ndarray]
+
+
+def _times_t(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """``a @ b.T`` over the last axis of ``a``, without BLAS (``np.einsum`` unoptimised never calls it)."""
+    return np.einsum("...k,nk->...n", a, b)
 
 
 def _sigmoid(x: np.ndarray) -> np.ndarray:
@@ -104,21 +112,40 @@ class _Recurrent(Kernel):
     def _clip(self, x: np.ndarray) -> np.ndarray:
         return x if self.clip is None else np.clip(x, -self.clip, self.clip)
 
+    def _native(self, x: np.ndarray) -> Any:
+        """The compiled kernels where the loop can take this call (native activations, float32), else None."""
+        if self.native_acts is None or x.dtype != np.float32 or x.ndim != 3 or not x.size:
+            return None
+        from runtime import native
+
+        return native.lib()
+
     def compute(self, x: np.ndarray, w: np.ndarray, r: np.ndarray, *optional: np.ndarray | None) -> Any:
-        if self.native_acts is not None and x.dtype == np.float32 and x.ndim == 3 and x.size:
-            from runtime import native
-
-            lib = native.lib()
-            if lib is not None:
-                from runtime.kernels import rnn_native
-
-                out = rnn_native.run(self, lib, x, w, r, optional)
-                if out is not None:
-                    return out
+        lib = self._native(x)
+        if lib is not None:
+            out = rnn_native.run(self, lib, x, w, r, optional)
+            if out is not None:
+                return out
         return self.compute_numpy(x, w, r, *optional)
 
+    def compute_into(self, out: np.ndarray, x: np.ndarray, w: np.ndarray, r: np.ndarray, *optional: Any) -> Any:
+        """``Y`` where it is the node's only output (memory-planned runs): written into ``out`` by the loop."""
+        lib = self._native(x)
+        if lib is not None and self.node.n_outputs == 1:
+            done = rnn_native.run(self, lib, x, w, r, optional, y_out=out)
+            if done is not None:
+                return done[0]
+        return self.compute(x, w, r, *optional)[0]
+
+    def bind(self, out: np.ndarray, x: np.ndarray, w: np.ndarray, r: np.ndarray, *optional: Any) -> Any:
+        """A prebound compiled call writing ``Y`` (the only output) into ``out``; None where the loop cannot."""
+        lib = self._native(x)
+        if lib is None or self.node.n_outputs != 1:
+            return None
+        return rnn_native.bind(self, lib, out, x, w, r, optional)
+
     def compute_numpy(self, x: np.ndarray, w: np.ndarray, r: np.ndarray, *optional: np.ndarray | None) -> Any:
-        """The NumPy reference: the same projection as one matmul, then one Python step per time step."""
+        """The NumPy reference: the same projection as one product, then one Python step per time step."""
         layout = int(self.attrs["layout"])
         dtype = x.dtype
         ct = np.float64 if dtype == np.float64 else np.float32
@@ -143,7 +170,7 @@ class _Recurrent(Kernel):
                 rb = np.zeros(g * hidden, dtype=ct)
             else:
                 wb, rb = b[d, : g * hidden].astype(ct), b[d, g * hidden :].astype(ct)
-            x_proj = np.matmul(x.astype(ct, copy=False), wd.T)  # (seq, batch, G*hidden)
+            x_proj = _times_t(x.astype(ct, copy=False), wd)  # (seq, batch, G*hidden)
             init = [np.zeros((batch, hidden), dtype=ct) if s is None else s[d].astype(ct) for s in states]
             reverse = self.attrs["direction"] == "reverse" or d == 1
             order = range(seq - 1, -1, -1) if reverse else range(seq)
@@ -196,7 +223,6 @@ class RNN(_Recurrent):
     """``H = f(X W^T + H R^T + Wb + Rb)``."""
 
     op_type = "RNN"
-    uses_blas = True
     since_version = 1
     gates = 1
     default_activations: ClassVar[list[str]] = ["Tanh"]
@@ -212,7 +238,7 @@ class RNN(_Recurrent):
         acts: list[Activation],
     ) -> list[np.ndarray]:
         (h,) = state
-        return [acts[0](self._clip(xw + h @ r.T + wb + rb))]
+        return [acts[0](self._clip(xw + _times_t(h, r) + wb + rb))]
 
 
 @register
@@ -220,7 +246,6 @@ class GRU(_Recurrent):
     """Gated recurrent unit, gate order (z, r, h); ``linear_before_reset`` applies R_h before the reset gate."""
 
     op_type = "GRU"
-    uses_blas = True
     since_version = 1
     gates = 3
     default_activations: ClassVar[list[str]] = ["Sigmoid", "Tanh"]
@@ -240,14 +265,14 @@ class GRU(_Recurrent):
         f, g = acts
         hid = h.shape[1]
         rz_r = r[: 2 * hid]
-        hr = h @ rz_r.T
+        hr = _times_t(h, rz_r)
         z = f(self._clip(xw[:, :hid] + hr[:, :hid] + wb[:hid] + rb[:hid]))
         reset = f(self._clip(xw[:, hid : 2 * hid] + hr[:, hid:] + wb[hid : 2 * hid] + rb[hid : 2 * hid]))
         r_h = r[2 * hid :]
         if self.attrs["linear_before_reset"]:
-            cand = xw[:, 2 * hid :] + reset * (h @ r_h.T + rb[2 * hid :]) + wb[2 * hid :]
+            cand = xw[:, 2 * hid :] + reset * (_times_t(h, r_h) + rb[2 * hid :]) + wb[2 * hid :]
         else:
-            cand = xw[:, 2 * hid :] + (reset * h) @ r_h.T + rb[2 * hid :] + wb[2 * hid :]
+            cand = xw[:, 2 * hid :] + _times_t(reset * h, r_h) + rb[2 * hid :] + wb[2 * hid :]
         h_tilde = g(self._clip(cand))
         return [(1 - z) * h_tilde + z * h]
 
@@ -257,7 +282,6 @@ class LSTM(_Recurrent):
     """Long short-term memory, gate order (i, o, f, c) with optional peepholes (i, o, f) and input_forget."""
 
     op_type = "LSTM"
-    uses_blas = True
     since_version = 1
     gates = 4
     default_activations: ClassVar[list[str]] = ["Sigmoid", "Tanh", "Tanh"]
@@ -286,7 +310,7 @@ class LSTM(_Recurrent):
         h, c = state
         f, g, hact = acts
         hid = h.shape[1]
-        pre = xw + h @ r.T + wb + rb
+        pre = xw + _times_t(h, r) + wb + rb
         pi, po, pf = params if params is not None else (0.0, 0.0, 0.0)
         i = f(self._clip(pre[:, :hid] + pi * c))
         coupled = bool(self.attrs["input_forget"])

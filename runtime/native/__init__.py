@@ -69,6 +69,7 @@ ENTRY_POINTS = (
     "ap_dwpw",
     "ap_lrn",
     "ap_rnn_seq",
+    "ap_rnn_layer",
     "ap_col2im_gather",
     "ap_attention",
     "ap_se",

@@ -14,6 +14,9 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#if defined(__AVX512F__)
+#include <immintrin.h>
+#endif
 
 #define RNN_API __attribute__((visibility("default")))
 #define RINLINE static inline __attribute__((always_inline))
@@ -30,9 +33,41 @@ RINLINE rv16 rmax(rv16 a, rv16 b) { return rblend((rvi16)(a < b), b, a); }
 RINLINE rv16 rmin(rv16 a, rv16 b) { return rblend((rvi16)(a > b), b, a); }
 RINLINE float rf32(int64_t bits) { union { int32_t i; float f; } u; u.i = (int32_t)bits; return u.f; }
 
+/* 1 / d for d > 0: the hardware estimate refined by one Newton step (~1 ulp) where AVX-512 has it, else a
+ * divide; and a clamp with single min/max instructions there. */
+#if defined(__AVX512F__)
+RINLINE rv16 rrecip(rv16 d) {
+  rv16 r = (rv16)_mm512_rcp14_ps((__m512)d);
+  return r * (2.0f - d * r);
+}
+RINLINE rv16 rclamp(rv16 x, float lo, float hi) {
+  /* MAXPS/MINPS return their second operand when one is NaN: x second, so a NaN stays NaN */
+  return (rv16)_mm512_min_ps((__m512)rsplat(hi), _mm512_max_ps((__m512)rsplat(lo), (__m512)x));
+}
+#else
+RINLINE rv16 rrecip(rv16 d) { return 1.0f / d; }
+RINLINE rv16 rclamp(rv16 x, float lo, float hi) { return rmin(rmax(x, rsplat(lo)), rsplat(hi)); }
+#endif
+/* tanh(x) as a rational function of x on [-7.905, 7.905] (past it tanh is 1 to float precision), with Eigen's
+ * and onnxruntime's (MLAS) coefficients: an odd degree-13 polynomial over an even degree-6 one, error a few ulp,
+ * no exponential and no branch. A NaN stays NaN (the clamp passes it through). */
+RINLINE rv16 rtanh(rv16 x) {
+  x = rclamp(x, -7.90531110763549805f, 7.90531110763549805f);
+  const rv16 x2 = x * x;
+  rv16 p = x2 * -2.76076847742355e-16f + 2.00018790482477e-13f;
+  p = p * x2 + -8.60467152213735e-11f;
+  p = p * x2 + 5.12229709037114e-08f;
+  p = p * x2 + 1.48572235717979e-05f;
+  p = p * x2 + 6.37261928875436e-04f;
+  p = p * x2 + 4.89352455891786e-03f;
+  rv16 q = x2 * 1.19825839466702e-06f + 1.18534705686654e-04f;
+  q = q * x2 + 2.26843463243900e-03f;
+  q = q * x2 + 4.89352518554385e-03f;
+  return x * p * rrecip(q);
+}
 /* exp(x), Cephes' expf polynomial after range reduction by ln 2; relative error ~1e-7 over the clamped range. */
 RINLINE rv16 rexp(rv16 x) {
-  x = rmin(rmax(x, rsplat(-87.0f)), rsplat(88.0f));
+  x = rclamp(x, -87.0f, 88.0f);
   const float magic = 12582912.0f; /* 1.5 * 2^23: adding it rounds to an integer held in the low mantissa bits */
   rv16 t = x * 1.44269504088896341f + magic;
   rv16 n = t - magic;
@@ -47,15 +82,10 @@ RINLINE rv16 rexp(rv16 x) {
   p = p * r * r + r + 1.0f;
   return (rv16)((rvi16)p + (ni << 23));
 }
-RINLINE rv16 rsigmoid(rv16 x) { return 1.0f / (1.0f + rexp(-x)); }
-RINLINE rv16 rtanh(rv16 x) {
-  rv16 ax = rblend((rvi16)(x < 0.0f), -x, x);
-  rv16 e = rexp(-2.0f * ax); /* in (0, 1]: no overflow */
-  rv16 small = ax * (1.0f - ax * ax * (1.0f / 3.0f)); /* |x| < 2^-7: the series, 1 - 2/(e+1) cancels there */
-  rv16 big = (1.0f - e) / (1.0f + e);
-  rv16 y = rblend((rvi16)(ax < 0.0078125f), small, big);
-  return rblend((rvi16)(x < 0.0f), -y, y);
-}
+/* sigmoid(x) = 1 / (1 + e^-x), relatively accurate at both ends: near 1 a GRU's 1 - z scales the candidate, where
+ * an error of two ulp already shows (the rational form of tanh(x / 2) fails the ONNX backend cases there). x is
+ * clamped at -87 so the result stays a normal float (a denormal slows every product it meets). */
+RINLINE rv16 rsigmoid(rv16 x) { return 1.0f / (1.0f + rexp(-rclamp(x, -87.0f, 88.0f))); }
 enum { RA_SIGMOID = 0, RA_TANH = 1, RA_RELU = 2 };
 RINLINE rv16 ract(rv16 x, int kind) {
   if (kind == RA_SIGMOID) return rsigmoid(x);
@@ -68,7 +98,7 @@ RINLINE rv16 rclip(rv16 x, int has_clip, float clip) {
 
 /* out[b][0:ncols] += h[b][0:H] @ RT[0:H, col0:col0+ncols] for rows b in [0, nrows), out rows ld ldo, h rows ld ldh.
  * RT is packed in panels of 16 columns, panel p holding RT[k, 16p:16p+16] at rt + (p*H + k)*16, so each panel is
- * one contiguous stream; col0 and ncols are multiples of 16. Up to 4 rows x 2 panels share each load. */
+ * one contiguous stream; col0 and ncols are multiples of 16. Up to 4 rows x 4 panels share each load. */
 /* One row (batch 1): eight panels at a time, so eight independent accumulators hide the FMA latency. */
 static void gemv_acc(const float *h, const float *rt, long H, long p0, long np, float *out) {
   long p = 0;
@@ -102,6 +132,38 @@ static void gemv_acc(const float *h, const float *rt, long H, long p0, long np, 
   }
 }
 
+/* Rows hr[0..NR) x panels [0, NP) of out (row stride ldo) += h @ RT, panels starting at w (panel stride ps):
+ * NR*NP accumulators stay in registers for the whole reduction; each weight load serves NR rows and each
+ * broadcast NP panels. NR and NP are constants at every call, so the loops unroll into registers. */
+RINLINE void gemm_tile(const float *const *hr, const float *w, long ps, long H, float *o, long ldo, int NR, int NP) {
+  rv16 acc[4][4];
+  for (int r = 0; r < NR; r++)
+    for (int q = 0; q < NP; q++) acc[r][q] = rload(o + r * ldo + q * RVL);
+  for (long k = 0; k < H; k++) {
+    rv16 wv[4];
+    for (int q = 0; q < NP; q++) wv[q] = rload(w + q * ps + k * RVL);
+    for (int r = 0; r < NR; r++) {
+      const rv16 s = rsplat(hr[r][k]);
+      for (int q = 0; q < NP; q++) acc[r][q] += s * wv[q];
+    }
+  }
+  for (int r = 0; r < NR; r++)
+    for (int q = 0; q < NP; q++) rstore(o + r * ldo + q * RVL, acc[r][q]);
+}
+
+/* NR rows (a constant) against every panel of [p0, p0 + np): four panels at a time, then two, then one. */
+RINLINE void gemm_rows(const float *const *hr, const float *rt, long H, long p0, long np, float *o, long ldo,
+                       int NR) {
+  const long ps = H * RVL;
+  long p = 0;
+  for (; p + 4 <= np; p += 4) gemm_tile(hr, rt + (p0 + p) * ps, ps, H, o + p * RVL, ldo, NR, 4);
+  if (p + 2 <= np) {
+    gemm_tile(hr, rt + (p0 + p) * ps, ps, H, o + p * RVL, ldo, NR, 2);
+    p += 2;
+  }
+  if (p < np) gemm_tile(hr, rt + (p0 + p) * ps, ps, H, o + p * RVL, ldo, NR, 1);
+}
+
 static void gemm_acc(const float *h, long ldh, long nrows, const float *rt, long H, long col0, long ncols, float *out,
                      long ldo) {
   const long p0 = col0 / RVL, np = ncols / RVL;
@@ -113,36 +175,11 @@ static void gemm_acc(const float *h, long ldh, long nrows, const float *rt, long
     const long nr = nrows - r0 < 4 ? nrows - r0 : 4;
     const float *hr[4];
     for (long r = 0; r < 4; r++) hr[r] = h + (r0 + (r < nr ? r : 0)) * ldh;
-    long p = 0;
-    for (; p + 2 <= np; p += 2) {
-      const float *w0 = rt + (p0 + p) * H * RVL, *w1 = w0 + H * RVL;
-      float *o = out + r0 * ldo + p * RVL;
-      rv16 a00 = rload(o), a01 = rload(o + RVL), a10 = {0}, a11 = {0}, a20 = {0}, a21 = {0}, a30 = {0}, a31 = {0};
-      if (nr > 1) { a10 = rload(o + ldo); a11 = rload(o + ldo + RVL); }
-      if (nr > 2) { a20 = rload(o + 2 * ldo); a21 = rload(o + 2 * ldo + RVL); }
-      if (nr > 3) { a30 = rload(o + 3 * ldo); a31 = rload(o + 3 * ldo + RVL); }
-      for (long k = 0; k < H; k++) {
-        rv16 v0 = rload(w0 + k * RVL), v1 = rload(w1 + k * RVL);
-        rv16 s0 = rsplat(hr[0][k]), s1 = rsplat(hr[1][k]), s2 = rsplat(hr[2][k]), s3 = rsplat(hr[3][k]);
-        a00 += s0 * v0; a01 += s0 * v1;
-        a10 += s1 * v0; a11 += s1 * v1;
-        a20 += s2 * v0; a21 += s2 * v1;
-        a30 += s3 * v0; a31 += s3 * v1;
-      }
-      rstore(o, a00); rstore(o + RVL, a01);
-      if (nr > 1) { rstore(o + ldo, a10); rstore(o + ldo + RVL, a11); }
-      if (nr > 2) { rstore(o + 2 * ldo, a20); rstore(o + 2 * ldo + RVL, a21); }
-      if (nr > 3) { rstore(o + 3 * ldo, a30); rstore(o + 3 * ldo + RVL, a31); }
-    }
-    for (; p < np; p++) {
-      const float *w0 = rt + (p0 + p) * H * RVL;
-      for (long r = 0; r < nr; r++) {
-        float *o = out + (r0 + r) * ldo + p * RVL;
-        rv16 a = rload(o);
-        for (long k = 0; k < H; k++) a += rsplat(hr[r][k]) * rload(w0 + k * RVL);
-        rstore(o, a);
-      }
-    }
+    float *o = out + r0 * ldo;
+    if (nr == 4) gemm_rows(hr, rt, H, p0, np, o, ldo, 4);
+    else if (nr == 3) gemm_rows(hr, rt, H, p0, np, o, ldo, 3);
+    else if (nr == 2) gemm_rows(hr, rt, H, p0, np, o, ldo, 2);
+    else gemv_acc(hr[0], rt, H, p0, np, o);
   }
 }
 
@@ -155,7 +192,8 @@ enum {
   RN_SEQ, RN_BATCH, RN_HIDDEN,
   RN_H0, RN_H0_B, /* float* initial h (row stride) or 0 */
   RN_C0, RN_C0_B, /* float* initial c (LSTM) or 0 */
-  RN_LENS,     /* int64* sequence lengths (clamped to [0, seq] by the caller) or 0 */
+  RN_LENS,     /* sequence lengths (int64*, or int32* when RN_LENS_I32) or 0; clamped to [0, seq] here */
+  RN_LENS_I32,
   RN_REVERSE,
   RN_Y, RN_Y_T, RN_Y_B, /* float* Y (this direction's slice) and its strides, or 0 */
   RN_HN, RN_HN_B, /* float* final h and its row stride, or 0 */
@@ -192,6 +230,17 @@ typedef struct {
   int phase; /* GRU without linear_before_reset: 1 (z, r and r*h), 2 (candidate and h) */
 } rnn_ctx;
 
+/* Gates [0, ng) over a task's units [j0, j1) of every row: out += h @ R^T. One product over all the gates' columns
+ * when the task has every unit (their segments are then contiguous), else one per gate. */
+static void gates_acc(const float *h, long B, const float *rt, long H, long Hp, long ng, long j0, long j1, float *out,
+                      long ldo) {
+  if (j0 == 0 && j1 == Hp) {
+    gemm_acc(h, Hp, B, rt, H, 0, ng * Hp, out, ldo);
+    return;
+  }
+  for (long g = 0; g < ng; g++) gemm_acc(h, Hp, B, rt, H, g * Hp + j0, j1 - j0, out + g * Hp + j0, ldo);
+}
+
 static void rnn_step_task(const void *vctx, long task) {
   const rnn_ctx *x = (const rnn_ctx *)vctx;
   const long j0 = task * x->hv / x->ntasks * RVL, j1 = (task + 1) * x->hv / x->ntasks * RVL;
@@ -202,8 +251,7 @@ static void rnn_step_task(const void *vctx, long task) {
   const float *rt = x->rt, *pp = x->pp;
   float *gates = x->gates, *tmp = x->tmp;
   if (x->kind == 1 && !x->lbr && x->phase == 1) {
-    gemm_acc(x->h_old, Hp, B, rt, H, j0, nc, gates + j0, ldr);
-    gemm_acc(x->h_old, Hp, B, rt, H, Hp + j0, nc, gates + Hp + j0, ldr);
+    gates_acc(x->h_old, B, rt, H, Hp, 2, j0, j1, gates, ldr);
     for (long b = 0; b < B; b++)
       for (long j = j0; j < j1; j += RVL) {
         rv16 r = ract(rclip(rload(gates + b * ldr + Hp + j), has_clip, clip), af);
@@ -213,12 +261,8 @@ static void rnn_step_task(const void *vctx, long task) {
   }
   if (x->kind == 1 && !x->lbr) {
     gemm_acc(tmp, Hp, B, rt, H, 2 * Hp + j0, nc, gates + 2 * Hp + j0, ldr);
-  } else if (x->kind == 1) {
-    for (long g = 0; g < 2; g++) gemm_acc(x->h_old, Hp, B, rt, H, g * Hp + j0, nc, gates + g * Hp + j0, ldr);
-    for (long b = 0; b < B; b++) memset(tmp + b * Hp + j0, 0, (size_t)nc * sizeof(float));
-    gemm_acc(x->h_old, Hp, B, rt, H, 2 * Hp + j0, nc, tmp + j0, Hp);
   } else {
-    for (long g = 0; g < x->G; g++) gemm_acc(x->h_old, Hp, B, rt, H, g * Hp + j0, nc, gates + g * Hp + j0, ldr);
+    gates_acc(x->h_old, B, rt, H, Hp, x->G, j0, j1, gates, ldr);
   }
   for (long b = 0; b < B; b++) {
     const float *ho = x->h_old + b * Hp;
@@ -248,11 +292,11 @@ static void rnn_step_task(const void *vctx, long task) {
         rstore(c + j, cn);
         rstore(h + j, o * ract(cn, ah));
       }
-    } else if (x->lbr) { /* GRU, h~ = g(x_h + r * (h R_h^T + Rb_h)) with Wb_h in x_h */
+    } else if (x->lbr) { /* GRU, h~ = g(x_h + r * (h R_h^T + Rb_h)): x_h (Wb_h in it) in tmp, Rb_h in the gate */
       for (long j = j0; j < j1; j += RVL) {
         rv16 z = ract(rclip(rload(gt + j), has_clip, clip), af);
         rv16 r = ract(rclip(rload(gt + Hp + j), has_clip, clip), af);
-        rv16 cand = rload(gt + 2 * Hp + j) + r * (rload(tmp + b * Hp + j) + rload(x->rbp + j));
+        rv16 cand = rload(tmp + b * Hp + j) + r * rload(gt + 2 * Hp + j);
         rv16 ht = ract(rclip(cand, has_clip, clip), ag);
         rstore(h + j, (1.0f - z) * ht + z * rload(ho + j));
       }
@@ -267,7 +311,13 @@ static void rnn_step_task(const void *vctx, long task) {
   }
 }
 
-RNN_API void ap_rnn_seq(const int64_t *a) {
+/* Packed R^T up to this size stays in one thread's cache from step to step (half a 2 MiB L2). */
+#define RL_BATCH_SPLIT_BYTES (1L << 20)
+
+/* One direction's whole sequence; its steps are split between the pool's threads only when may_split, and then
+ * when a step is large (RN_SERIAL_WORK) or R^T does not fit one thread's cache: each thread then keeps its
+ * columns' share of R^T in its own cache instead of streaming all of it every step. */
+static void rnn_seq(const int64_t *a, int may_split) {
   const int kind = (int)a[RN_KIND];
   const float *xp = (const float *)a[RN_XP];
   const long xpt = a[RN_XP_T], xpb = a[RN_XP_B];
@@ -281,7 +331,7 @@ RNN_API void ap_rnn_seq(const int64_t *a) {
   float *y = (float *)a[RN_Y];
 
   /* states h (two buffers), c (B, Hp); gates (B, G * Hp); GRU scratch (B, Hp); padded peepholes, Rb_h */
-  size_t nfl = (size_t)(3 * B * Hp + B * ldr + B * Hp + 3 * Hp + Hp);
+  size_t nfl = (size_t)(3 * B * Hp + B * ldr + B * Hp + 3 * Hp + Hp + 2 * B);
   float *buf = (float *)aligned_alloc(64, ((nfl * sizeof(float)) + 63) / 64 * 64);
   if (!buf) { /* out of memory: NaN, never a silently wrong result */
     for (long t = 0; y && t < S; t++)
@@ -292,6 +342,14 @@ RNN_API void ap_rnn_seq(const int64_t *a) {
   memset(buf, 0, nfl * sizeof(float));
   float *hs = buf, *hs2 = buf + B * Hp, *cs = hs2 + B * Hp, *gates = cs + B * Hp, *tmp = gates + B * ldr;
   float *pp = tmp + B * Hp, *rbp = pp + 3 * Hp;
+  int64_t *lens = NULL;
+  if (a[RN_LENS]) { /* read once, clamped: a graph input's values may be anything */
+    lens = (int64_t *)(rbp + Hp);
+    for (long b = 0; b < B; b++) {
+      int64_t n = a[RN_LENS_I32] ? ((const int32_t *)a[RN_LENS])[b] : ((const int64_t *)a[RN_LENS])[b];
+      lens[b] = n < 0 ? 0 : (n > S ? S : n);
+    }
+  }
   for (long b = 0; b < B; b++) {
     if (a[RN_H0]) memcpy(hs + b * Hp, (const float *)a[RN_H0] + b * a[RN_H0_B], (size_t)H * sizeof(float));
     if (a[RN_C0]) memcpy(cs + b * Hp, (const float *)a[RN_C0] + b * a[RN_C0_B], (size_t)H * sizeof(float));
@@ -304,17 +362,25 @@ RNN_API void ap_rnn_seq(const int64_t *a) {
       .kind = kind, .lbr = (int)a[RN_LBR], .input_forget = (int)a[RN_INPUT_FORGET],
       .has_clip = (int)a[RN_HAS_CLIP], .af = (int)a[RN_ACT_F], .ag = (int)a[RN_ACT_G], .ah = (int)a[RN_ACT_H],
       .clip = rf32(a[RN_CLIP]), .B = B, .H = H, .Hp = Hp, .G = G, .ldr = ldr, .hv = Hp / RVL,
-      .rt = (const float *)a[RN_RT], .pp = peep ? pp : NULL, .rbp = rbp, .lens = (const int64_t *)a[RN_LENS],
+      .rt = (const float *)a[RN_RT], .pp = peep ? pp : NULL, .rbp = rbp, .lens = lens,
       .cs = cs, .gates = gates, .tmp = tmp, .yb = a[RN_Y_B],
   };
-  long threads = ap_get_threads();
-  cx.ntasks = G * H * Hp * B < a[RN_SERIAL_WORK] ? 1 : (threads < cx.hv ? threads : cx.hv);
+  long threads = may_split ? ap_get_threads() : 1;
+  const int small = G * H * Hp * B < a[RN_SERIAL_WORK] && G * Hp * H * (long)sizeof(float) <= RL_BATCH_SPLIT_BYTES;
+  cx.ntasks = small ? 1 : (threads < cx.hv ? threads : cx.hv);
   if (cx.ntasks < 1) cx.ntasks = 1;
   for (long s = 0; s < S; s++) {
     const long t = reverse ? S - 1 - s : s;
     for (long b = 0; b < B; b++) {
       const float *xr = xp + t * xpt + b * xpb;
-      for (long g = 0; g < G; g++) memcpy(gates + b * ldr + g * Hp, xr + g * H, (size_t)H * sizeof(float));
+      float *gt = gates + b * ldr;
+      if (kind == 1 && cx.lbr) { /* x_h apart (scaled by r later), the h gate's product starts from Rb_h */
+        for (long g = 0; g < 2; g++) memcpy(gt + g * Hp, xr + g * H, (size_t)H * sizeof(float));
+        memcpy(tmp + b * Hp, xr + 2 * H, (size_t)H * sizeof(float));
+        memcpy(gt + 2 * Hp, rbp, (size_t)Hp * sizeof(float));
+      } else {
+        for (long g = 0; g < G; g++) memcpy(gt + g * Hp, xr + g * H, (size_t)H * sizeof(float));
+      }
     }
     cx.h_old = hs;
     cx.h_new = hs2;
@@ -338,3 +404,64 @@ RNN_API void ap_rnn_seq(const int64_t *a) {
   }
   free(buf);
 }
+
+
+/* Argument block of ap_rnn_layer: the number of directions (1 or 2), then each direction's ap_rnn_seq block. */
+enum { RL_DIRS, RL_BLOCKS, RL_NARGS = 3 }; /* two blocks: RL_BLOCKS, RL_BLOCKS + 1 */
+
+typedef struct {
+  const int64_t *a;
+  long chunks; /* batch chunks per direction */
+} rnn_layer_ctx;
+
+/* Task d * chunks + k: direction d over the k-th chunk of the batch, a loop of its own from the first step to
+ * the last (batch rows are independent), its steps never split. */
+static void rnn_layer_task(const void *vctx, long task) {
+  const rnn_layer_ctx *x = (const rnn_layer_ctx *)vctx;
+  const int64_t *src = (const int64_t *)(intptr_t)x->a[RL_BLOCKS + task / x->chunks];
+  const long k = task % x->chunks, B = src[RN_BATCH];
+  const long b0 = k * B / x->chunks, b1 = (k + 1) * B / x->chunks;
+  if (b1 <= b0) return;
+  int64_t blk[RN_NARGS];
+  memcpy(blk, src, sizeof(blk));
+  const int64_t f = (int64_t)sizeof(float);
+  blk[RN_BATCH] = b1 - b0;
+  blk[RN_XP] += b0 * src[RN_XP_B] * f;
+  if (blk[RN_H0]) blk[RN_H0] += b0 * src[RN_H0_B] * f;
+  if (blk[RN_C0]) blk[RN_C0] += b0 * src[RN_C0_B] * f;
+  if (blk[RN_LENS]) blk[RN_LENS] += b0 * (src[RN_LENS_I32] ? 4 : 8);
+  if (blk[RN_Y]) blk[RN_Y] += b0 * src[RN_Y_B] * f;
+  if (blk[RN_HN]) blk[RN_HN] += b0 * src[RN_HN_B] * f;
+  if (blk[RN_CN]) blk[RN_CN] += b0 * src[RN_CN_B] * f;
+  rnn_seq(blk, 0);
+}
+
+/* Every direction of one layer. With two threads or more, the directions and chunks of the batch run
+ * concurrently, each task a whole sequence on one thread (no join per step; a task nobody claims yet is taken by
+ * whoever is free, so a descheduled worker costs its share at most). A single sequence of one batch row instead
+ * splits each step's hidden units between the threads, where the step is large enough (RN_SERIAL_WORK). */
+RNN_API void ap_rnn_layer(const int64_t *a) {
+  const long dirs = a[RL_DIRS], threads = ap_get_threads();
+  const int64_t *first = (const int64_t *)(intptr_t)a[RL_BLOCKS];
+  const long B = first[RN_BATCH], H = first[RN_HIDDEN], Hp = (H + RVL - 1) / RVL * RVL;
+  const long G = first[RN_KIND] == 2 ? 4 : (first[RN_KIND] == 1 ? 3 : 1);
+  /* chunks of the batch: only while every thread can keep the whole packed R^T in its own cache (past that,
+   * splitting each step's columns reads each weight once per step instead of once per thread). At least one per
+   * thread, and down to four rows (a full register tile) each, so that a worker the OS deschedules holds up a
+   * small share: the others claim the tasks it has not started. */
+  long chunks = 1;
+  if (G * Hp * H * (long)sizeof(float) <= RL_BATCH_SPLIT_BYTES) {
+    chunks = threads / dirs;
+    if (chunks < B / 4) chunks = B / 4;
+  }
+  if (chunks > B) chunks = B;
+  if (chunks < 1) chunks = 1;
+  if (threads > 1 && dirs * chunks > 1) {
+    rnn_layer_ctx cx = {.a = a, .chunks = chunks};
+    ap_pool_for(dirs * chunks, rnn_layer_task, &cx);
+    return;
+  }
+  for (long d = 0; d < dirs; d++) rnn_seq((const int64_t *)(intptr_t)a[RL_BLOCKS + d], 1);
+}
+
+RNN_API void ap_rnn_seq(const int64_t *a) { rnn_seq(a, 1); }

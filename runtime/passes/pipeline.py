@@ -27,6 +27,8 @@ from runtime.passes import (
     identity_elimination,
     layout,
     matmul_fusion,
+    recurrent_layout,
+    recurrent_outputs,
     shape_values,
     silu_fusion,
     squeeze_excite,
@@ -156,6 +158,18 @@ PIPELINE: tuple[Pass, ...] = (
         "dead_node_elimination",
         dead_nodes.run,
         "removes what the earlier passes orphaned (folded producers, unused initializers)",
+    ),
+    Pass(
+        "recurrent_outputs",
+        recurrent_outputs.run,
+        "after dead_node_elimination, once readers are final: a recurrent layer computes only what is read (Y "
+        "alone runs as one prebound call)",
+    ),
+    Pass(
+        "recurrent_layout",
+        recurrent_layout.run,
+        "after recurrent_outputs (it takes layers whose only output is Y): PyTorch's batch-first transposes "
+        "become the layer's layout 1; the next round's dead_node_elimination drops what they leave",
     ),
     Pass(
         "memory_plan",

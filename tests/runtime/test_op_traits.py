@@ -36,6 +36,8 @@ OLD_WIDEST_TYPE_OPS = {"Add", "Sub", "Mul", "Div", "Sum", "Mean", "Max", "Min", 
 #: conv_nd), the NHWC ConvTranspose (its NCHW fallback calls BLAS) and the NHWC Resize (its output size follows the
 #: scales or sizes).
 ADDED_BLAS_OPS = {"SqueezeExcite", "NhwcConvTranspose"}
+#: Kernels that stopped calling BLAS: the recurrent layers (compiled GEMMs, and np.einsum on the NumPy path).
+REMOVED_BLAS_OPS = {"LSTM", "GRU", "RNN"}
 ADDED_SIZE_CREATING_OPS = {"NhwcResize"}
 OLD_EITHER_OPS = {
     "Relu", "LeakyRelu", "PRelu", "Elu", "Selu", "Sigmoid", "HardSigmoid", "Tanh", "HardSwish", "Abs", "Neg",
@@ -48,7 +50,10 @@ OLD_EITHER_OPS = {
     ("derived", "old"),
     [
         # kernels added since declare their own traits: FusedAttention's NumPy path calls BLAS
-        (op_traits.BLAS_OPS, (OLD_BLAS_OPS - {"MultiHeadAttention"}) | ADDED_BLAS_OPS | {"FusedAttention"}),
+        (
+            op_traits.BLAS_OPS,
+            (OLD_BLAS_OPS - {"MultiHeadAttention"} - REMOVED_BLAS_OPS) | ADDED_BLAS_OPS | {"FusedAttention"},
+        ),
         (op_traits.VIEW_OPS, OLD_VIEW_OPS),
         (op_traits.SIZE_CREATING_OPS, OLD_SIZE_CREATING_OPS | ADDED_SIZE_CREATING_OPS),
         (op_traits.NEVER_FOLD, OLD_NEVER_FOLD),

@@ -153,6 +153,8 @@ def test_passes_can_be_disabled_by_name_and_unknown_names_fail() -> None:
         "elementwise_chain",
         "transpose_reshape",
         "dead_node_elimination",
+        "recurrent_outputs",
+        "recurrent_layout",
         "memory_plan",
     ]
 
