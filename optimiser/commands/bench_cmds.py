@@ -256,16 +256,24 @@ _register_train()
 @bench_app.command("merge")
 @user_errors
 def merge_cmd(
-    shards: Annotated[list[Path], typer.Argument(help="Shard files (or directories of *.csv shards).")],
-    output: Annotated[Path, typer.Option("-o", "--output", help="Database to merge into (created if missing).")],
+    shards: Annotated[
+        list[Path], typer.Argument(help="Shard files, .csv or .csv.gz (or directories of such shards).")
+    ],
+    output: Annotated[
+        Path,
+        typer.Option("-o", "--output", help="Database to merge into, .csv or gzip .csv.gz (created if missing)."),
+    ],
 ) -> None:
-    """Merge result shards into one database (validated; duplicate rows dropped; atomic replace)."""
+    """Merge result shards into one database (validated; duplicate rows dropped; atomic replace).
+
+    The shipped database is gzip CSV: ``appopt bench merge new.csv -o benchmarks/results/default.csv.gz``.
+    """
     from perfmodels.results_db import ResultsSchemaError, merge
 
     files: list[Path] = []
     for shard in shards:
         if shard.is_dir():
-            files.extend(sorted(shard.glob("*.csv")))
+            files.extend(sorted([*shard.glob("*.csv"), *shard.glob("*.csv.gz")]))
         elif shard.is_file():
             files.append(shard)
         else:

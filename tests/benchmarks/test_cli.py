@@ -87,6 +87,23 @@ def test_bench_merge_and_schema(tmp_path):
     assert "| row_id |" in schema.output
 
 
+def test_bench_merge_into_a_gzip_database(tmp_path):
+    """What merging new rows into the shipped ``default.csv.gz`` does: CSV and gzip shards in, gzip CSV out."""
+    import gzip
+
+    from perfmodels.results_db import HEADER_LINE, read_results
+
+    row = dict(source="measured", target="t", backend="b", model="m", scenario="SingleStream", metric="x", value=1.0)
+    shards, out = tmp_path / "shards", tmp_path / "default.csv.gz"
+    append_rows(out, [make_row(**row)])
+    append_rows(shards / "new.csv", [make_row(**row)])
+    append_rows(shards / "more.csv.gz", [make_row(**row), make_row(**row)])
+    result = runner.invoke(app(), ["bench", "merge", str(shards), "-o", str(out)])
+    assert result.exit_code == 0, result.output
+    assert "merged 2 shard(s): 4 rows" in result.output
+    assert gzip.decompress(out.read_bytes()).decode().startswith(HEADER_LINE) and len(read_results(out)) == 4
+
+
 def test_bench_campaign_renders_and_rejects_other_schedulers(tmp_path):
     spec = tmp_path / "c.yaml"
     spec.write_text("name: c\nmodels: [mlp]\nbackends: [onnxruntime]\nthreads: [1, 2]\n")
@@ -143,11 +160,11 @@ def test_models_evaluate_save_stores_the_figures_plans_show(tmp_path):
     from perfmodels.fitted import read_evaluation_summary
     from perfmodels.results_db import DEFAULT_DB
 
-    db = tmp_path / "db.csv"
+    db = tmp_path / "db.csv.gz"
     shutil.copy(DEFAULT_DB, db)
     result = runner.invoke(app(), ["models", "evaluate", "--db", str(db), "--save"])
     assert result.exit_code == 0, result.output
-    assert "db.evaluation.json" in result.output and read_evaluation_summary(db) is not None
+    assert "db.csv.evaluation.json" in result.output and read_evaluation_summary(db) is not None
     refused = runner.invoke(app(), ["models", "evaluate", "--db", str(db), "--threads", "1", "--save"])
     assert refused.exit_code == 1 and "error: --save:" in refused.output
 
