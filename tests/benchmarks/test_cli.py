@@ -6,7 +6,8 @@ import typer
 from typer.testing import CliRunner
 
 from optimiser.commands import bench_cmds, models_cmds
-from perfmodels.results_db import append_rows, make_row, read_results
+from perfmodels.results_db import append_rows, read_results
+from tests.rows import measured_row
 
 runner = CliRunner()
 
@@ -67,17 +68,8 @@ def test_bench_run_user_errors_are_one_line(tmp_path):
 
 def test_bench_merge_and_schema(tmp_path):
     a, b, out = tmp_path / "shards" / "a.csv", tmp_path / "shards" / "b.csv", tmp_path / "all.csv"
-    row = dict(
-        source="measured",
-        target="t",
-        backend="onnxruntime",
-        model="mlp",
-        scenario="SingleStream",
-        metric="p90_latency_ms",
-        value=1.0,
-    )
-    append_rows(a, [make_row(**row)])
-    append_rows(b, [make_row(**row), make_row(**row)])
+    append_rows(a, [measured_row()])
+    append_rows(b, [measured_row(), measured_row()])
     result = runner.invoke(app(), ["bench", "merge", str(tmp_path / "shards"), "-o", str(out)])
     assert result.exit_code == 0, result.output
     assert "merged 2 shard(s): 3 rows" in result.output
@@ -93,11 +85,10 @@ def test_bench_merge_into_a_gzip_database(tmp_path):
 
     from perfmodels.results_db import HEADER_LINE, read_results
 
-    row = dict(source="measured", target="t", backend="b", model="m", scenario="SingleStream", metric="x", value=1.0)
     shards, out = tmp_path / "shards", tmp_path / "default.csv.gz"
-    append_rows(out, [make_row(**row)])
-    append_rows(shards / "new.csv", [make_row(**row)])
-    append_rows(shards / "more.csv.gz", [make_row(**row), make_row(**row)])
+    append_rows(out, [measured_row()])
+    append_rows(shards / "new.csv", [measured_row()])
+    append_rows(shards / "more.csv.gz", [measured_row(), measured_row()])
     result = runner.invoke(app(), ["bench", "merge", str(shards), "-o", str(out)])
     assert result.exit_code == 0, result.output
     assert "merged 2 shard(s): 4 rows" in result.output
@@ -185,17 +176,7 @@ def test_bench_refresh_features_updates_suite_rows(tmp_path):
     append_rows(
         db,
         [
-            make_row(
-                source="measured",
-                target="t-2c",
-                backend="onnxruntime",
-                model="mlp",
-                scenario="SingleStream",
-                metric="p90_latency_ms",
-                value=0.3,
-                flops_per_sample=1.0,
-                flops_by_class={"gemm": 1.0},
-            )
+            measured_row(value=0.3, flops_per_sample=1.0, flops_by_class={"gemm": 1.0})
         ],
     )
     result = runner.invoke(app(), ["bench", "refresh-features", "--db", str(db)])
