@@ -189,7 +189,7 @@ def multi_stream(sut: SUT, settings: ScenarioSettings, clock: Clock = time.perf_
 
 
 def _queries_back_to_back(
-    sut: SUT, settings: ScenarioSettings, clock: Clock, scenario: str, metric: str, samples_per_query: int
+    sut: SUT, settings: ScenarioSettings, clock: Clock, scenario: Scenario, metric: str, samples_per_query: int
 ) -> ScenarioResult:
     """Warm up, then time queries back to back (SingleStream, MultiStream); ``value`` is left for the caller."""
     _warm_up(sut, settings, clock)
