@@ -18,7 +18,7 @@ still measured under load. Then it adds the seeds' literature rows and replaces 
 
 Run it through the CLI (which supplies the model analyser and the catalog's literature figures)::
 
-    appopt bench record-default                 # or: python -m optimiser.commands.bench_cmds bench record-default
+    appopt bench record-default                 # or: python -m cli.bench_cmds bench record-default
 """
 
 from __future__ import annotations

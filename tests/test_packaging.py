@@ -36,7 +36,7 @@ def test_wheel_installs_and_plans_from_outside_the_checkout(tmp_path: Path) -> N
     env = {**os.environ, "PYTHONPATH": str(site)}
     code = (
         "import optimiser, sys; assert optimiser.__file__.startswith(sys.argv[1]), optimiser.__file__; "
-        "from optimiser.cli import main; sys.argv = ['appopt', 'plan', sys.argv[2], '-o', sys.argv[3]]; main()"
+        "from cli.main import main; sys.argv = ['appopt', 'plan', sys.argv[2], '-o', sys.argv[3]]; main()"
     )
     result = subprocess.run(
         [sys.executable, "-c", code, str(site), str(ROOT / "examples" / "onnx-mlp-local.yaml"), str(out)],

@@ -5,7 +5,7 @@ from __future__ import annotations
 import typer
 from typer.testing import CliRunner
 
-from optimiser.commands import bench_cmds, models_cmds
+from cli import bench_cmds, models_cmds
 from perfmodels.results_db import append_rows, read_results
 from tests.rows import measured_row
 

@@ -11,7 +11,7 @@ from typer.testing import CliRunner
 from analysis.units import encode_units
 from benchmarks.calibrate import covering_units, units_left
 from benchmarks.unit_sweep import SWEEP_ROUNDS
-from optimiser.cli import app
+from cli.main import app
 from perfmodels.hoststore import host_store_path, read_store
 from perfmodels.results_db import HEADER_LINE, write_rows
 from tests.rows import measured_row

@@ -10,7 +10,7 @@ import pytest
 from typer.testing import CliRunner
 
 from benchmarks.engines import all_engines, image_engine
-from optimiser.cli import app
+from cli.main import app
 from tests.compiler_routes import COMPILER_ROUTE_SPEC
 
 EXAMPLES = Path(__file__).parents[2] / "examples"

@@ -9,7 +9,7 @@ from typing import Annotated
 import typer
 from typer import core as typer_core
 
-from optimiser.commands.errors import user_errors
+from cli.errors import user_errors
 
 #: Placeholder per annotated type, as click writes them.
 _PLACEHOLDERS = {"str": "TEXT", "int": "INTEGER", "float": "NUMBER", "Path": "PATH"}
@@ -144,10 +144,10 @@ def plan(
     ] = False,
 ) -> None:
     """Rank every compatible route for SPEC and explain the choice; with -o also render the artifacts."""
+    from cli.calibrate_cmds import probe_before_plan
     from optimiser.app_files import check_app_files
     from optimiser.artifacts import deploy, render_files
     from optimiser.catalog import load_catalog
-    from optimiser.commands.calibrate_cmds import probe_before_plan
     from optimiser.errors import AppoptError
     from optimiser.planner import analyse, enumerate_routes, place, predict, rank
     from optimiser.report import render_table
@@ -197,8 +197,8 @@ def catalog(
 
 
 def _register_commands() -> None:
-    """Commands that live in optimiser/commands/, one module per area, each with ``register(app)``."""
-    from optimiser.commands import bench_cmds, build_cmds, calibrate_cmds, models_cmds, runtime_cmds, train_cmds
+    """Commands that live in cli/, one module per area, each with ``register(app)``."""
+    from cli import bench_cmds, build_cmds, calibrate_cmds, models_cmds, runtime_cmds, train_cmds
 
     for module in (runtime_cmds, train_cmds, build_cmds, bench_cmds, models_cmds, calibrate_cmds):
         module.register(app)
