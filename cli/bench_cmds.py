@@ -266,7 +266,7 @@ def merge_cmd(
 ) -> None:
     """Merge result shards into one database (validated; duplicate rows dropped; atomic replace).
 
-    The shipped database is gzip CSV: ``appopt bench merge new.csv -o benchmarks/results/default.csv.gz``.
+    The shipped database is gzip CSV: appopt bench merge NEW.csv -o benchmarks/results/default.csv.gz
     """
     from perfmodels.results_db import ResultsSchemaError, merge
 
