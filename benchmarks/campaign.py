@@ -78,7 +78,7 @@ class CampaignSpec(BaseModel):
     driver: Literal["auto", "loadgen", "harness"] = "auto"
     #: Where tasks write their shards (relative paths are relative to the spec file).
     shard_dir: str = "shards"
-    #: How tasks invoke appopt (e.g. ``python -m optimiser.cli`` where the console script is not on PATH).
+    #: How tasks invoke appopt (e.g. ``python -m cli`` where the console script is not on PATH).
     appopt_command: str = "appopt"
     slurm: SlurmOptions = Field(default_factory=SlurmOptions)
 

@@ -177,40 +177,35 @@ def _run_back_to_back(
 
 
 def single_stream(sut: SUT, settings: ScenarioSettings, clock: Clock = time.perf_counter) -> ScenarioResult:
-    _warm_up(sut, settings, clock)
-    latencies, wall, cpu = _run_back_to_back(sut, settings, clock)
-    result = ScenarioResult(
-        "SingleStream",
-        "p90_latency_ms",
-        0.0,
-        "ms",
-        tuple(latencies),
-        len(latencies),
-        settings.samples_per_query,
-        wall,
-        settings,
-        cpu_ms=tuple(cpu),
-    )
+    result = _queries_back_to_back(sut, settings, clock, "SingleStream", "p90_latency_ms", settings.samples_per_query)
     return replace(result, value=result.p90_ms)
 
 
 def multi_stream(sut: SUT, settings: ScenarioSettings, clock: Clock = time.perf_counter) -> ScenarioResult:
     """The SUT must process ``settings.multistream_samples_per_query`` samples per query (the caller prepares them)."""
+    samples = settings.multistream_samples_per_query
+    result = _queries_back_to_back(sut, settings, clock, "MultiStream", "p99_latency_ms", samples)
+    return replace(result, value=result.p99_ms)
+
+
+def _queries_back_to_back(
+    sut: SUT, settings: ScenarioSettings, clock: Clock, scenario: Scenario, metric: str, samples_per_query: int
+) -> ScenarioResult:
+    """Warm up, then time queries back to back (SingleStream, MultiStream); ``value`` is left for the caller."""
     _warm_up(sut, settings, clock)
     latencies, wall, cpu = _run_back_to_back(sut, settings, clock)
-    result = ScenarioResult(
-        "MultiStream",
-        "p99_latency_ms",
+    return ScenarioResult(
+        scenario,
+        metric,
         0.0,
         "ms",
         tuple(latencies),
         len(latencies),
-        settings.multistream_samples_per_query,
+        samples_per_query,
         wall,
         settings,
         cpu_ms=tuple(cpu),
     )
-    return replace(result, value=result.p99_ms)
 
 
 def offline(sut: SUT, settings: ScenarioSettings, clock: Clock = time.perf_counter) -> ScenarioResult:

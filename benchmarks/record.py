@@ -1,4 +1,4 @@
-"""Regenerate the shipped result database (``benchmarks/results/default.csv``) from scratch on this machine.
+"""Regenerate the shipped result database (``benchmarks/results/default.csv.gz``) from scratch on this machine.
 
 What it measures (see ``default_requests``), in about 57 minutes on 2 cores (``RECORD_BUDGET_S`` is the limit):
 
@@ -13,12 +13,12 @@ What it measures (see ``default_requests``), in about 57 minutes on 2 cores (``R
 Each measurement stops at ``min_queries`` and ``min_duration_s``, or at ``max_duration_s`` with at least three queries
 for slow configurations. Other processes' CPU use is measured around every measurement (``other_cpu``); one that ran
 under load is repeated once after a pause, and the fit uses wall time only for rows measured quietly. A side file
-(``default.record.json``) records how long the run took, how quiet the machine was before it and how many rows were
+(``default.csv.record.json``) records how long the run took, how quiet the machine was before it and how many rows were
 still measured under load. Then it adds the seeds' literature rows and replaces the database atomically.
 
 Run it through the CLI (which supplies the model analyser and the catalog's literature figures)::
 
-    appopt bench record-default                 # or: python -m optimiser.commands.bench_cmds bench record-default
+    appopt bench record-default                 # or: python -m cli.bench_cmds bench record-default
 """
 
 from __future__ import annotations
@@ -167,7 +167,9 @@ def _store_evaluation(db: Path, progress: Callable[[str], None]) -> None:
 
 
 def summary_path(db: Path) -> Path:
-    """Where ``record_default`` writes its summary for ``db`` (``default.csv`` → ``default.record.json``)."""
+    """Where ``record_default`` writes its summary for ``db``: its name with the last suffix replaced, as for the
+    evaluation beside it (``default.csv`` → ``default.record.json``; ``default.csv.gz`` → ``default.csv.record.json``).
+    """
     return db.with_suffix(".record.json")
 
 

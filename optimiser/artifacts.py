@@ -30,8 +30,8 @@ from optimiser.catalog import load_catalog
 from optimiser.catalog.models import Catalog, Install
 from optimiser.errors import AppoptError, SpecError
 from optimiser.output_dir import exclusive_output_dir
-from optimiser.planner import Plan
 from optimiser.report import appopt_version, plan_to_dict, render_markdown, spec_digest
+from optimiser.stages import Deployed, Plan
 from runtime.engines import COMPILED_ENGINES
 
 #: Where the model lives inside images.
@@ -187,6 +187,12 @@ def _training_argv(plan: Plan, model: str) -> tuple[str, ...]:
     return (*argv, "--checkpoint", CHECKPOINTS, "--resume")
 
 
+def deploy(plan: Plan, catalog: Catalog | None = None) -> Deployed:
+    """Stage ``deployment``: what ``plan``'s image runs and where, with the notes about it added to the plan."""
+    dep = deployment_from_plan(plan, catalog)
+    return Deployed(plan=with_deployment_notes(plan, dep), deployment=dep)
+
+
 def with_deployment_notes(plan: Plan, dep: Deployment | None = None, catalog: Catalog | None = None) -> Plan:
     """``plan`` with the notes about what its image will run (``_entrypoint_notes``) added once."""
     dep = dep or deployment_from_plan(plan, catalog)
@@ -305,10 +311,14 @@ def write_plan_outputs(
     ``allow_outside_spec_dir`` lets ``application.code`` and ``data.path`` name files outside the spec's directory.
     """
     shipped = check_app_files(plan.spec, allow_outside_spec_dir)  # before anything is written
-    dep = deployment_from_plan(plan, catalog)
-    plan = with_deployment_notes(plan, dep)
+    return render_files(deploy(plan, catalog), out_dir, shipped, force=force)
+
+
+def render_files(deployed: Deployed, out_dir: Path, shipped: ShippedFiles, *, force: bool = False) -> list[Path]:
+    """Stage ``files``: write ``deployed``'s plan and artifacts with the ``shipped`` application files (checked by
+    ``check_app_files``) into ``out_dir``; return the top-level entries written (see ``write_plan_outputs``)."""
     with exclusive_output_dir(out_dir, force=force) as staging:
-        written = _write_plan_files(plan, dep, shipped, staging)
+        written = _write_plan_files(deployed.plan, deployed.deployment, shipped, staging)
     return [out_dir / path.relative_to(staging) for path in written]
 
 

@@ -1,5 +1,8 @@
 """The planner: enumerate every compatible route for a spec, rank it with a performance model, explain the rest.
 
+Its stages (``optimiser.stages`` defines the data between them): ``place`` (spec → target), ``analyse`` (→ workload),
+``enumerate_routes`` (→ candidates), ``predict`` (→ predictions) and ``rank`` (→ plan); ``make_plan`` runs them.
+
 A route is framework × compiler × one library per role (dnn, blas) × precision × layout. Rules come from the catalog
 (modes, CPU archs, accelerators, the framework × compiler T/I matrix, status); the user's allow/deny lists and pins
 come from the spec. Every route that is not ranked is listed in ``Plan.excluded`` with its reason.
@@ -16,13 +19,26 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
 from optimiser.catalog import load_catalog
 from optimiser.catalog.models import Catalog, Compiler, Framework, Hardware, Library
 from optimiser.errors import PlanError, SpecError
 from optimiser.spec import AppSpec, Selection, check_spec_files
+from optimiser.stages import (
+    DENIED,
+    NOT_ALLOWED,
+    Analysed,
+    Candidate,
+    Enumerated,
+    Exclusion,
+    Plan,
+    Predicted,
+    RouteOption,
+    Targeted,
+    next_stage,
+    objective,
+)
 from optimiser.suggest import unknown_id_message
 from optimiser.target import ResolvedTarget, resolve_target
 from optimiser.workload import workload_for
@@ -44,56 +60,6 @@ NO_COMPILER = "none"
 _AUTO_PRECISIONS = ("bf16", "fp16", "fp32")
 
 
-@dataclass(frozen=True)
-class Candidate:
-    """A ranked route with its prediction and what it needs in a container."""
-
-    route: Route
-    prediction: Prediction
-    base_image: str
-    notes: tuple[str, ...] = ()
-
-
-@dataclass(frozen=True)
-class Exclusion:
-    """A route (or a whole family of routes) that was not ranked, and why."""
-
-    what: dict[str, str]
-    reason: str
-
-    def describe(self) -> str:
-        parts = ", ".join(f"{k}={v}" for k, v in self.what.items())
-        return f"{parts}: {self.reason}"
-
-
-@dataclass(frozen=True)
-class Plan:
-    spec: AppSpec
-    target: ResolvedTarget
-    workload: Workload
-    candidates: tuple[Candidate, ...]
-    excluded: tuple[Exclusion, ...]
-    model_name: str
-    notes: tuple[str, ...] = field(default_factory=tuple)
-    #: False when the model has no convolutions: every layout runs it the same, so one is kept and not shown.
-    layout_applies: bool = True
-    #: How many leading candidates lie within the model's error of the fastest (ordered by ``BAND_RULES``).
-    band: int = 1
-
-    @property
-    def choice(self) -> Candidate:
-        return self.candidates[0]
-
-    def objective(self, candidate: Candidate) -> float:
-        """The figure candidates are ranked by (lower is better)."""
-        return _objective(self.spec, candidate.prediction)
-
-    @property
-    def removed_by_selection(self) -> tuple[Exclusion, ...]:
-        """What the spec's optimisation.allow / optimisation.deny lists removed."""
-        return tuple(e for e in self.excluded if e.reason.startswith(SELECTION_REASONS))
-
-
 def make_plan(
     spec: AppSpec,
     catalog: Catalog | None = None,
@@ -102,45 +68,69 @@ def make_plan(
 ) -> Plan:
     """Rank every compatible route for ``spec``; raise PlanError listing why each failed if none fits.
     ``workload`` stands in for the spec's model (an evaluation plans measured models from their recorded costs)."""
-    catalog = catalog or load_catalog()
-    model = model or load_default_model()
+    targeted = place(spec, catalog or load_catalog())
+    return rank(predict(enumerate_routes(analyse(targeted, workload)), model or load_default_model()))
+
+
+def place(spec: AppSpec, catalog: Catalog) -> Targeted:
+    """Stage ``target``: check the spec's catalog ids and files (SpecError), then resolve its target."""
     check_spec_ids(spec, catalog)
     check_spec_files(spec)
-    target = resolve_target(spec.target, catalog)
-    workload = workload or workload_for(spec, catalog)
-    enumerator = _Enumerator(spec, catalog, target, workload)
-    routes = list(enumerator.routes())
-    if not routes:
+    return Targeted(spec=spec, catalog=catalog, target=resolve_target(spec.target, catalog))
+
+
+def analyse(targeted: Targeted, workload: Workload | None = None) -> Analysed:
+    """Stage ``workload``: what one step of the spec's model computes (``workload``, when given, stands in for it)."""
+    return next_stage(targeted, Analysed, workload=workload or workload_for(targeted.spec, targeted.catalog))
+
+
+def enumerate_routes(analysed: Analysed) -> Enumerated:
+    """Stage ``candidates``: every route the catalog and spec allow; PlanError listing the exclusions if none is."""
+    enumerator = _Enumerator(analysed.spec, analysed.catalog, analysed.target, analysed.workload)
+    options = tuple(enumerator.routes())
+    if not options:
         raise PlanError(
             "no route satisfies the spec:", *(f"  {e.describe()}" for e in enumerator.excluded), exit_code=3
         )
-    candidates = [
+    return next_stage(analysed, Enumerated, options=options, excluded=tuple(enumerator.excluded))
+
+
+def predict(enumerated: Enumerated, model: PerformanceModel) -> Predicted:
+    """Stage ``predictions``: the model's figures for every route (with its setup time, e.g. tuning)."""
+    device = enumerated.target.device
+    candidates = tuple(
         Candidate(
-            route=r,
-            prediction=model.predict(workload, r, target.device).with_setup(r.setup_seconds),
-            base_image=img,
-            notes=notes,
+            route=o.route,
+            prediction=model.predict(enumerated.workload, o.route, device).with_setup(o.route.setup_seconds),
+            base_image=o.base_image,
+            notes=o.notes,
         )
-        for r, img, notes in routes
-    ]
+        for o in enumerated.options
+    )
+    return next_stage(enumerated, Predicted, candidates=candidates, model_name=model.name)
+
+
+def rank(predicted: Predicted) -> Plan:
+    """Stage ``plan``: the candidates ranked by the goal's figure, the model's error band ordered by its rules."""
+    spec = predicted.spec
     # Ranked by the goal's figure; equal figures (routes the model cannot tell apart) by the tie rules. The routes
     # within the model's error of the fastest are then ordered by the band rules (measured over prior, no compiler)
     # before their figures: the model cannot separate them, so the measured, simpler route is taken.
     # ``explain_ties`` states which rule decided each.
-    candidates.sort(key=lambda c: (_objective(spec, c.prediction), *tie_break_key(c)))
+    candidates = sorted(predicted.candidates, key=lambda c: (objective(spec, c.prediction), *tie_break_key(c)))
     band = error_band(spec, candidates)
     candidates[:band] = sorted(
-        candidates[:band], key=lambda c: (*band_key(c), _objective(spec, c.prediction), *tie_break_key(c))
+        candidates[:band], key=lambda c: (*band_key(c), objective(spec, c.prediction), *tie_break_key(c))
     )
     return Plan(
         spec=spec,
-        target=target,
-        workload=workload,
+        target=predicted.target,
+        workload=predicted.workload,
         candidates=tuple(candidates),
-        excluded=tuple(enumerator.excluded),
-        model_name=model.name,
-        notes=(*target.notes, *_unshipped_command_files(spec)),
-        layout_applies=has_convolutions(workload),
+        excluded=predicted.excluded,
+        model_name=predicted.model_name,
+        notes=(*predicted.target.notes, *_unshipped_command_files(spec)),
+        layout_applies=has_convolutions(predicted.workload),
         band=band,
     )
 
@@ -198,9 +188,9 @@ def band_key(c: Candidate) -> tuple[Any, ...]:
 
 def error_band(spec: AppSpec, ranked: Sequence[Candidate]) -> int:
     """How many of the ``ranked`` candidates (fastest first) lie within the fastest one's model error of it."""
-    best = _objective(spec, ranked[0].prediction)
+    best = objective(spec, ranked[0].prediction)
     error, _ = model_error(ranked[0].prediction)
-    return sum(1 for c in ranked if abs(_objective(spec, c.prediction) - best) <= error * abs(best) * (1 + 1e-12))
+    return sum(1 for c in ranked if abs(objective(spec, c.prediction) - best) <= error * abs(best) * (1 + 1e-12))
 
 
 #: The error assumed for a prediction whose model has no measured error (the roofline prior's), as a share.
@@ -215,15 +205,6 @@ def model_error(p: Prediction) -> tuple[float, str]:
     if rmspe:
         return float(rmspe), "held-out RMSPE of the fitted model"
     return PRIOR_ERROR, "assumed for the roofline prior, which no measurement checks here"
-
-
-def _objective(spec: AppSpec, p: Prediction) -> float:
-    goal = spec.optimisation.goal
-    if goal == "throughput":
-        return -p.samples_per_second
-    if goal == "time_to_solution" and p.total_seconds is not None:
-        return p.total_seconds
-    return p.step_seconds
 
 
 class _Enumerator:
@@ -241,7 +222,7 @@ class _Enumerator:
     def _exclude(self, reason: str, **what: str) -> None:
         self.excluded.append(Exclusion(what=what, reason=reason))
 
-    def routes(self) -> Iterable[tuple[Route, str, tuple[str, ...]]]:
+    def routes(self) -> Iterable[RouteOption]:
         for fw in self.catalog.frameworks.values():
             if not self._framework_ok(fw):
                 continue
@@ -256,7 +237,7 @@ class _Enumerator:
                 continue
             for (comp, variant), libs, prec, layout in itertools.product(compilers, libraries, precisions, layouts):
                 route = self._route(fw, comp, variant, libs, prec, layout)
-                yield route, base_image, self._notes(fw, comp, route)
+                yield RouteOption(route, base_image, self._notes(fw, comp, route))
 
     # --- frameworks ---------------------------------------------------------------------------------------------
 
@@ -552,12 +533,6 @@ def _successor(successor: str | None) -> str:
     return f" (successor: {successor})" if successor else ""
 
 
-#: How an exclusion by the spec's allow/deny lists starts (``Plan.removed_by_selection`` finds them by it).
-DENIED = "denied by optimisation.deny."
-NOT_ALLOWED = "not in optimisation.allow."
-SELECTION_REASONS = (DENIED, NOT_ALLOWED)
-
-
 def _selection_checks(category: str, item: str, allow: Selection, deny: Selection) -> list[tuple[bool, str]]:
     allowed: Sequence[str] | None = getattr(allow, category)
     denied: Sequence[str] | None = getattr(deny, category)
@@ -611,4 +586,16 @@ def check_spec_ids(spec: AppSpec, catalog: Catalog) -> None:
         raise SpecError(*problems)
 
 
-__all__ = ["Candidate", "Exclusion", "Hardware", "Plan", "compiler_speedup", "make_plan"]
+__all__ = [
+    "Candidate",
+    "Exclusion",
+    "Hardware",
+    "Plan",
+    "analyse",
+    "compiler_speedup",
+    "enumerate_routes",
+    "make_plan",
+    "place",
+    "predict",
+    "rank",
+]

@@ -9,7 +9,7 @@ from importlib import metadata
 from typing import Any
 
 from optimiser.intervals import overlapping_intervals
-from optimiser.planner import Candidate, Plan
+from optimiser.stages import Candidate, Plan
 from optimiser.ties import explain_ties
 from perfmodels import Prediction
 

@@ -1,13 +1,13 @@
 """Content digests of data files (the keys of every cache fitted from them), hashed once per file version.
 
 A plan needs the shipped database's digest several times (the unit models' cache directory, the fitted model's
-cache, the stored held-out figures). Hashing 22 MB costs tens of milliseconds each time, so the digest is kept per
-process, keyed by what ``stat`` says of the file (size, modification and change times, inode): any write to the
-file changes one of them, and the file is hashed again.
+cache, the stored held-out figures). Hashing it costs milliseconds each time, so the digest is kept per process,
+keyed by what ``stat`` says of the file (size, modification and change times, inode): any write to the file changes
+one of them, and the file is hashed again.
 
 Example::
 
-    >>> file_digest(Path("benchmarks/results/default.csv"))[:16]      # doctest: +SKIP
+    >>> file_digest(Path("benchmarks/results/default.csv.gz"))[:16]      # doctest: +SKIP
     'c2a74d06451f420c'
 """
 

@@ -11,16 +11,26 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-import numpy as np
 import onnx
 
 from runtime.errors import KernelError, ModelCheckError, RuntimeModelError
 from runtime.functions import expand_graph
 from runtime.ir import Graph, Node, Value
-from runtime.kernels.base import Kernel, NodeContext, SubgraphFn
+from runtime.kernels.base import Kernel, SubgraphFn
 from runtime.op_traits import SIZE_CREATING_OPS
 from runtime.static_plan import MAX_STATIC_PLANS, _meta, _Replan, _shape_of, _signature, _StaticPlan
-from runtime.steps import _check_graph, _guard_size, _reads, _recording, _Shared, _Step, has_kernel, resolve_kernel
+from runtime.steps import (
+    _check_graph,
+    _guard_size,
+    _reads,
+    _recording,
+    _Shared,
+    _Step,
+    has_kernel,
+    node_context,
+    resolve_kernel,
+    store_results,
+)
 
 
 class Plan:
@@ -102,17 +112,7 @@ class Plan:
 
     def _instantiate(self, node: Node) -> Kernel:
         cls = resolve_kernel(node)
-        ctx = NodeContext(
-            name=node.name,
-            op_type=node.op_type,
-            domain=node.domain,
-            opset=node.opset or 1,
-            n_inputs=len(node.inputs),
-            n_outputs=len(node.outputs),
-            input_present=tuple(bool(i) for i in node.inputs),
-            output_present=tuple(bool(o) for o in node.outputs),
-            compile_subgraph=self.compile_subgraph,
-        )
+        ctx = node_context(node, self.compile_subgraph)
         try:
             return cls(ctx, dict(node.attrs))
         except RuntimeModelError:
@@ -226,14 +226,7 @@ class Plan:
                     started = time.perf_counter()
                     results = step.kernel.run(*args)
                     profile.add(step.node.name or step.node.label(), step.node.op_type, time.perf_counter() - started)
-                outputs = step.outputs
-                if len(results) < len(outputs) and any(outputs[len(results) :]):
-                    raise KernelError(
-                        f"{step.node.label()}: kernel returned {len(results)} outputs, {len(outputs)} expected"
-                    )
-                for name, value in zip(outputs, results, strict=False):
-                    if name:
-                        env[name] = np.asarray(value) if isinstance(value, np.generic) else value
+                store_results(step, results, env)
                 if record is not None:
                     record.append((tuple(_shape_of(a) for a in args), _meta(results[0] if results else None)))
                 for name in step.free_after:

@@ -26,7 +26,7 @@ from runtime.native import Args
 from runtime.native.abi import _bound, native_calls
 from runtime.op_traits import BLAS_OPS, VIEW_OPS
 from runtime.profiling import COPY_OUTPUTS, STAGE_INPUTS, Profile
-from runtime.steps import _guard_size, _read_position, _reads, _recording, _Step
+from runtime.steps import _guard_size, _read_position, _reads, _recording, _Step, store_results
 
 if TYPE_CHECKING:
     from runtime.passes.memory_plan import MemoryPlan
@@ -270,15 +270,7 @@ class _StaticPlan:
                     args = [env[name] if name else None for name in step.inputs]
                     if step.guard_size:
                         _guard_size(step, args, limit)
-                    results = step.kernel.run(*args)
-                    outputs = step.outputs
-                    if len(results) < len(outputs) and any(outputs[len(results) :]):
-                        raise KernelError(
-                            f"{step.node.label()}: kernel returned {len(results)} outputs, {len(outputs)} expected"
-                        )
-                    for name, value in zip(outputs, results, strict=False):
-                        if name:
-                            env[name] = np.asarray(value) if isinstance(value, np.generic) else value
+                    store_results(step, step.kernel.run(*args), env)
                 if profile is not None:
                     profile.add(step.node.name or step.node.label(), step.node.op_type, time.perf_counter() - started)
             if profile is None:

@@ -3,10 +3,11 @@ interpreter (``runtime.plan``) and memory-planned execution (``runtime.static_pl
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
 import onnx
 
 from runtime import kernels
@@ -21,10 +22,10 @@ from runtime.check import (
     check_windows,
     topological_order,
 )
-from runtime.errors import ModelCheckError, UnsupportedOpError
+from runtime.errors import KernelError, ModelCheckError, UnsupportedOpError
 from runtime.functions import ExpansionStats, FunctionKey
 from runtime.ir import Graph, Node, Value, graph_free_names
-from runtime.kernels.base import Kernel
+from runtime.kernels.base import Kernel, NodeContext, SubgraphFn
 from runtime.profiling import Profile
 from runtime.shapes import estimate_output_elements
 
@@ -55,6 +56,32 @@ class CompileOptions:
 
 def resolve_kernel(node: Node) -> type[Kernel]:
     return kernels.resolve(node.op_type, node.domain, node.opset or 10_000)
+
+
+def node_context(node: Node, compile_subgraph: Callable[[Any], SubgraphFn] | None = None) -> NodeContext:
+    """What a kernel built for ``node`` knows of it besides its attributes (the executor's and constant folding's)."""
+    return NodeContext(
+        name=node.name,
+        op_type=node.op_type,
+        domain=node.domain,
+        opset=node.opset or 1,
+        n_inputs=len(node.inputs),
+        n_outputs=len(node.outputs),
+        input_present=tuple(bool(i) for i in node.inputs),
+        output_present=tuple(bool(o) for o in node.outputs),
+        compile_subgraph=compile_subgraph,
+    )
+
+
+def store_results(step: _Step, results: Sequence[Any], env: dict[str, Any]) -> None:
+    """Bind a kernel's ``results`` to ``step``'s output names in ``env`` (NumPy scalars as 0-d arrays); a kernel
+    that returned fewer outputs than the node wants is a KernelError."""
+    outputs = step.outputs
+    if len(results) < len(outputs) and any(outputs[len(results) :]):
+        raise KernelError(f"{step.node.label()}: kernel returned {len(results)} outputs, {len(outputs)} expected")
+    for name, value in zip(outputs, results, strict=False):
+        if name:
+            env[name] = np.asarray(value) if isinstance(value, np.generic) else value
 
 
 def has_kernel(node: Node) -> bool:

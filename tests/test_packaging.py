@@ -25,7 +25,7 @@ def test_wheel_installs_and_plans_from_outside_the_checkout(tmp_path: Path) -> N
     names = zipfile.ZipFile(wheel).namelist()
     for needed in ("templates/Dockerfile.j2", "templates/plan.md.j2", "optimiser/catalog/data/frameworks.yaml",
                    "runtime/kernels/base.py", "runtime/__main__.py", "runtime/native/kernels.c",
-                   "benchmarks/results/default.csv"):
+                   "benchmarks/results/default.csv.gz"):
         assert needed in names, needed
     assert not [n for n in names if n.startswith("tests/")]
 
@@ -36,7 +36,7 @@ def test_wheel_installs_and_plans_from_outside_the_checkout(tmp_path: Path) -> N
     env = {**os.environ, "PYTHONPATH": str(site)}
     code = (
         "import optimiser, sys; assert optimiser.__file__.startswith(sys.argv[1]), optimiser.__file__; "
-        "from optimiser.cli import main; sys.argv = ['appopt', 'plan', sys.argv[2], '-o', sys.argv[3]]; main()"
+        "from cli.main import main; sys.argv = ['appopt', 'plan', sys.argv[2], '-o', sys.argv[3]]; main()"
     )
     result = subprocess.run(
         [sys.executable, "-c", code, str(site), str(ROOT / "examples" / "onnx-mlp-local.yaml"), str(out)],

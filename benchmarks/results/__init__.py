@@ -1,1 +1,1 @@
-"""The shipped benchmark results (``default.csv``, read by ``perfmodels.results_db``) and provenance."""
+"""The shipped benchmark results (``default.csv.gz``, gzip CSV, read by ``perfmodels.results_db``) and provenance."""

@@ -12,16 +12,19 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from runtime.kernels.base import Kernel, register
+from runtime.kernels.base import Kernel, define_kernel, register
 from runtime.kernels.cast import to_dtype, to_work
 from runtime.kernels.elementwise import erf
 
 
 class _Activation(Kernel):
-    """``y = self.apply(x)`` on the work dtype, returned as ``x``'s dtype."""
+    """``y = self.apply(x)`` on the work dtype, returned as ``x``'s dtype; ``apply`` is ``fn`` for an activation
+    without attributes."""
+
+    fn: ClassVar[Any]
 
     def apply(self, x: np.ndarray) -> Any:
-        raise NotImplementedError
+        return type(self).fn(x)
 
     def compute(self, x: np.ndarray) -> np.ndarray:
         with np.errstate(all="ignore"):
@@ -41,13 +44,29 @@ def softplus(x: np.ndarray) -> np.ndarray:
     return np.logaddexp(x, x.dtype.type(0))
 
 
-@register
-class Relu(_Activation):
-    op_type = "Relu"
-    amp_class = "either"
+def _relu(x: np.ndarray) -> Any:
+    return np.maximum(x, x.dtype.type(0))
 
-    def apply(self, x: np.ndarray) -> Any:
-        return np.maximum(x, x.dtype.type(0))
+
+def _hard_swish(x: np.ndarray) -> Any:
+    return x * np.clip(x / 6 + 0.5, 0, 1)
+
+
+def _softsign(x: np.ndarray) -> Any:
+    return x / (1 + np.abs(x))
+
+
+def _mish(x: np.ndarray) -> Any:
+    return x * np.tanh(softplus(x))
+
+
+# The activations without attributes, one line each; those with attributes are classes below.
+Relu = define_kernel(_Activation, "Relu", _relu, amp_class="either")
+Sigmoid = define_kernel(_Activation, "Sigmoid", sigmoid, amp_class="either")
+HardSwish = define_kernel(_Activation, "HardSwish", _hard_swish, amp_class="either", since_version=14)
+Softplus = define_kernel(_Activation, "Softplus", softplus, amp_class="fp32")
+Softsign = define_kernel(_Activation, "Softsign", _softsign)
+Mish = define_kernel(_Activation, "Mish", _mish, since_version=18)
 
 
 @register
@@ -125,15 +144,6 @@ class PReluLegacy(PRelu):
 
 
 @register
-class Sigmoid(_Activation):
-    op_type = "Sigmoid"
-    amp_class = "either"
-
-    def apply(self, x: np.ndarray) -> Any:
-        return sigmoid(x)
-
-
-@register
 class HardSigmoid(_Activation):
     op_type = "HardSigmoid"
     amp_class = "either"
@@ -141,33 +151,6 @@ class HardSigmoid(_Activation):
 
     def apply(self, x: np.ndarray) -> Any:
         return np.clip(x * self.attrs["alpha"] + self.attrs["beta"], 0, 1)
-
-
-@register
-class HardSwish(_Activation):
-    op_type = "HardSwish"
-    amp_class = "either"
-    since_version = 14
-
-    def apply(self, x: np.ndarray) -> Any:
-        return x * np.clip(x / 6 + 0.5, 0, 1)
-
-
-@register
-class Softplus(_Activation):
-    op_type = "Softplus"
-    amp_class = "fp32"
-
-    def apply(self, x: np.ndarray) -> Any:
-        return softplus(x)
-
-
-@register
-class Softsign(_Activation):
-    op_type = "Softsign"
-
-    def apply(self, x: np.ndarray) -> Any:
-        return x / (1 + np.abs(x))
 
 
 @register
@@ -211,15 +194,6 @@ class Gelu(_Activation):
             inner = math.sqrt(2 / math.pi) * (x + 0.044715 * x**3)
             return 0.5 * x * (1 + np.tanh(inner))
         return 0.5 * x * (1 + erf(x / math.sqrt(2)))
-
-
-@register
-class Mish(_Activation):
-    op_type = "Mish"
-    since_version = 18
-
-    def apply(self, x: np.ndarray) -> Any:
-        return x * np.tanh(softplus(x))
 
 
 @register

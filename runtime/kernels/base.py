@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Literal
+from typing import Any, ClassVar, Literal, TypeVar, cast
 
 import numpy as np
 
@@ -120,6 +120,39 @@ def register(cls: type[Kernel]) -> type[Kernel]:
         raise TypeError(f"{cls.op_type} v{cls.since_version} registered twice: {versions[cls.since_version]}, {cls}")
     versions[cls.since_version] = cls
     return cls
+
+
+K = TypeVar("K", bound=Kernel)
+
+
+def define_kernel(
+    base: type[K], op_type: str, fn: Callable[..., Any] | None = None, doc: str = "", name: str = "", **traits: Any
+) -> type[K]:
+    """Register one kernel of a table-driven family: a subclass of ``base`` that differs from its siblings only in
+    ``fn`` (the function its ``compute`` applies) and class attributes (``since_version``, ``amp_class``…).
+
+    Assign it to a module-level name equal to its class name, ``name`` or else ``op_type`` (pickled kernels find
+    their class by that name)::
+
+        Abs = define_kernel(_Unary, "Abs", np.abs, amp_class="either")
+    """
+    unknown = [name for name in traits if not hasattr(base, name)]
+    if unknown:
+        raise TypeError(f"{op_type}: {base.__name__} has no attribute {', '.join(unknown)}")
+    name = name or op_type
+    namespace: dict[str, Any] = {"op_type": op_type, "__module__": base.__module__, "__qualname__": name, **traits}
+    if fn is not None:
+        namespace["fn"] = staticmethod(fn)
+    namespace["__doc__"] = doc or base.__doc__
+    return cast(type[K], register(type(name, (base,), namespace)))
+
+
+def define_legacy(legacy: type[Kernel], current: type[K], since_version: int = 1) -> type[K]:
+    """Register ``<current>Legacy``: ``current`` with the older opsets' behaviour that ``legacy`` adds (e.g. the
+    opset 1–6 ``broadcast``/``axis`` attributes), from ``since_version``."""
+    name = f"{current.__name__}Legacy"
+    namespace = {"since_version": since_version, "__module__": current.__module__, "__qualname__": name}
+    return cast(type[K], register(type(name, (legacy, current), namespace)))
 
 
 def resolve(op_type: str, domain: str = "", opset: int = 10_000) -> type[Kernel]:

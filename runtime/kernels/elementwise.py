@@ -12,7 +12,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from runtime.kernels.base import Kernel, register
+from runtime.kernels.base import Kernel, define_kernel, define_legacy, register
 from runtime.kernels.cast import is_float, is_integer, to_dtype, to_work
 from runtime.kernels.special import erf
 
@@ -33,166 +33,31 @@ def _reciprocal(x: np.ndarray) -> np.ndarray:
     return np.divide(1, x, dtype=x.dtype if x.dtype.kind == "f" else np.float64)
 
 
-@register
-class Abs(_Unary):
-    op_type = "Abs"
-    amp_class = "either"
-    fn = staticmethod(np.abs)
-
-
-@register
-class Neg(_Unary):
-    op_type = "Neg"
-    amp_class = "either"
-    fn = staticmethod(np.negative)
-
-
-@register
-class Reciprocal(_Unary):
-    op_type = "Reciprocal"
-    amp_class = "fp32"
-    fn = staticmethod(_reciprocal)
-
-
-@register
-class Floor(_Unary):
-    op_type = "Floor"
-    fn = staticmethod(np.floor)
-
-
-@register
-class Ceil(_Unary):
-    op_type = "Ceil"
-    fn = staticmethod(np.ceil)
-
-
-@register
-class Round(_Unary):
-    """Round half to even, as ONNX specifies (NumPy's rounding)."""
-
-    op_type = "Round"
-    since_version = 11
-    fn = staticmethod(np.round)
-
-
-@register
-class Sqrt(_Unary):
-    op_type = "Sqrt"
-    amp_class = "fp32"
-    fn = staticmethod(np.sqrt)
-
-
-@register
-class Exp(_Unary):
-    op_type = "Exp"
-    amp_class = "fp32"
-    fn = staticmethod(np.exp)
-
-
-@register
-class Log(_Unary):
-    op_type = "Log"
-    amp_class = "fp32"
-    fn = staticmethod(np.log)
-
-
-@register
-class Sin(_Unary):
-    op_type = "Sin"
-    since_version = 7
-    fn = staticmethod(np.sin)
-
-
-@register
-class Cos(_Unary):
-    op_type = "Cos"
-    since_version = 7
-    fn = staticmethod(np.cos)
-
-
-@register
-class Tan(_Unary):
-    op_type = "Tan"
-    since_version = 7
-    fn = staticmethod(np.tan)
-
-
-@register
-class Asin(_Unary):
-    op_type = "Asin"
-    since_version = 7
-    fn = staticmethod(np.arcsin)
-
-
-@register
-class Acos(_Unary):
-    op_type = "Acos"
-    since_version = 7
-    fn = staticmethod(np.arccos)
-
-
-@register
-class Atan(_Unary):
-    op_type = "Atan"
-    since_version = 7
-    fn = staticmethod(np.arctan)
-
-
-@register
-class Sinh(_Unary):
-    op_type = "Sinh"
-    since_version = 9
-    fn = staticmethod(np.sinh)
-
-
-@register
-class Cosh(_Unary):
-    op_type = "Cosh"
-    since_version = 9
-    fn = staticmethod(np.cosh)
-
-
-@register
-class Asinh(_Unary):
-    op_type = "Asinh"
-    since_version = 9
-    fn = staticmethod(np.arcsinh)
-
-
-@register
-class Acosh(_Unary):
-    op_type = "Acosh"
-    since_version = 9
-    fn = staticmethod(np.arccosh)
-
-
-@register
-class Atanh(_Unary):
-    op_type = "Atanh"
-    since_version = 9
-    fn = staticmethod(np.arctanh)
-
-
-@register
-class Tanh(_Unary):
-    op_type = "Tanh"
-    amp_class = "either"
-    fn = staticmethod(np.tanh)
-
-
-@register
-class Erf(_Unary):
-    op_type = "Erf"
-    amp_class = "fp32"
-    since_version = 9
-    fn = staticmethod(erf)
-
-
-@register
-class Sign(_Unary):
-    op_type = "Sign"
-    since_version = 9
-    fn = staticmethod(np.sign)
+# One line per op: (class name = op type, function, traits). Opset versions are where the op's current form begins.
+Abs = define_kernel(_Unary, "Abs", np.abs, amp_class="either")
+Neg = define_kernel(_Unary, "Neg", np.negative, amp_class="either")
+Reciprocal = define_kernel(_Unary, "Reciprocal", _reciprocal, amp_class="fp32")
+Floor = define_kernel(_Unary, "Floor", np.floor)
+Ceil = define_kernel(_Unary, "Ceil", np.ceil)
+Round = define_kernel(_Unary, "Round", np.round, "Round half to even, as ONNX specifies (NumPy's rounding).",
+                      since_version=11)
+Sqrt = define_kernel(_Unary, "Sqrt", np.sqrt, amp_class="fp32")
+Exp = define_kernel(_Unary, "Exp", np.exp, amp_class="fp32")
+Log = define_kernel(_Unary, "Log", np.log, amp_class="fp32")
+Sin = define_kernel(_Unary, "Sin", np.sin, since_version=7)
+Cos = define_kernel(_Unary, "Cos", np.cos, since_version=7)
+Tan = define_kernel(_Unary, "Tan", np.tan, since_version=7)
+Asin = define_kernel(_Unary, "Asin", np.arcsin, since_version=7)
+Acos = define_kernel(_Unary, "Acos", np.arccos, since_version=7)
+Atan = define_kernel(_Unary, "Atan", np.arctan, since_version=7)
+Sinh = define_kernel(_Unary, "Sinh", np.sinh, since_version=9)
+Cosh = define_kernel(_Unary, "Cosh", np.cosh, since_version=9)
+Asinh = define_kernel(_Unary, "Asinh", np.arcsinh, since_version=9)
+Acosh = define_kernel(_Unary, "Acosh", np.arccosh, since_version=9)
+Atanh = define_kernel(_Unary, "Atanh", np.arctanh, since_version=9)
+Tanh = define_kernel(_Unary, "Tanh", np.tanh, amp_class="either")
+Erf = define_kernel(_Unary, "Erf", erf, amp_class="fp32", since_version=9)
+Sign = define_kernel(_Unary, "Sign", np.sign, since_version=9)
 
 
 # --------------------------------------------------------------------------------------------- binary
@@ -250,71 +115,20 @@ def _power(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return np.power(a, b)
 
 
-@register
-class Add(_Binary):
-    op_type = "Add"
-    amp_class = "widest"
-    since_version = 7
-    fn = staticmethod(np.add)
-
-
-@register
-class AddLegacy(_LegacyBinary, Add):
-    since_version = 1
-
-
-@register
-class Sub(_Binary):
-    op_type = "Sub"
-    amp_class = "widest"
-    since_version = 7
-    fn = staticmethod(np.subtract)
-
-
-@register
-class SubLegacy(_LegacyBinary, Sub):
-    since_version = 1
-
-
-@register
-class Mul(_Binary):
-    op_type = "Mul"
-    amp_class = "widest"
-    since_version = 7
-    fn = staticmethod(np.multiply)
-
-
-@register
-class MulLegacy(_LegacyBinary, Mul):
-    since_version = 1
-
-
-@register
-class Div(_Binary):
-    op_type = "Div"
-    amp_class = "widest"
-    since_version = 7
-    fn = staticmethod(_divide)
-
-
-@register
-class DivLegacy(_LegacyBinary, Div):
-    since_version = 1
-
-
-@register
-class Pow(_Binary):
-    """``X ** Y``; Y may have another numeric type (opset 12+), the output has X's type."""
-
-    op_type = "Pow"
-    amp_class = "fp32"
-    since_version = 7
-    fn = staticmethod(_power)
-
-
-@register
-class PowLegacy(_LegacyBinary, Pow):
-    since_version = 1
+# Opset 7 gave these NumPy broadcasting; the ``*Legacy`` forms keep opset 1–6's ``broadcast``/``axis``.
+Add = define_kernel(_Binary, "Add", np.add, amp_class="widest", since_version=7)
+AddLegacy = define_legacy(_LegacyBinary, Add)
+Sub = define_kernel(_Binary, "Sub", np.subtract, amp_class="widest", since_version=7)
+SubLegacy = define_legacy(_LegacyBinary, Sub)
+Mul = define_kernel(_Binary, "Mul", np.multiply, amp_class="widest", since_version=7)
+MulLegacy = define_legacy(_LegacyBinary, Mul)
+Div = define_kernel(_Binary, "Div", _divide, amp_class="widest", since_version=7)
+DivLegacy = define_legacy(_LegacyBinary, Div)
+Pow = define_kernel(
+    _Binary, "Pow", _power, "``X ** Y``; Y may have another numeric type (opset 12+), the output has X's type.",
+    amp_class="fp32", since_version=7,
+)
+PowLegacy = define_legacy(_LegacyBinary, Pow)
 
 
 @register
@@ -348,33 +162,10 @@ class BitShift(Kernel):
         return to_dtype(self.shift(x, amount.astype(x.dtype, copy=False)), x.dtype)
 
 
-class _Bitwise(_Binary):
-    since_version = 18
-
-
-@register
-class BitwiseAnd(_Bitwise):
-    op_type = "BitwiseAnd"
-    fn = staticmethod(np.bitwise_and)
-
-
-@register
-class BitwiseOr(_Bitwise):
-    op_type = "BitwiseOr"
-    fn = staticmethod(np.bitwise_or)
-
-
-@register
-class BitwiseXor(_Bitwise):
-    op_type = "BitwiseXor"
-    fn = staticmethod(np.bitwise_xor)
-
-
-@register
-class BitwiseNot(_Unary):
-    op_type = "BitwiseNot"
-    since_version = 18
-    fn = staticmethod(np.invert)
+BitwiseAnd = define_kernel(_Binary, "BitwiseAnd", np.bitwise_and, since_version=18)
+BitwiseOr = define_kernel(_Binary, "BitwiseOr", np.bitwise_or, since_version=18)
+BitwiseXor = define_kernel(_Binary, "BitwiseXor", np.bitwise_xor, since_version=18)
+BitwiseNot = define_kernel(_Unary, "BitwiseNot", np.invert, since_version=18)
 
 
 # --------------------------------------------------------------------------------------------- variadic
@@ -397,29 +188,9 @@ class _Variadic(Kernel):
         return to_dtype(out if len(inputs) > 1 else out.copy(), inputs[0].dtype)
 
 
-@register
-class Max(_Variadic):
-    """Element-wise maximum; NaN propagates."""
-
-    op_type = "Max"
-    amp_class = "widest"
-    fn = staticmethod(np.maximum)
-
-
-@register
-class Min(_Variadic):
-    """Element-wise minimum; NaN propagates."""
-
-    op_type = "Min"
-    amp_class = "widest"
-    fn = staticmethod(np.minimum)
-
-
-@register
-class Sum(_Variadic):
-    op_type = "Sum"
-    amp_class = "widest"
-    fn = staticmethod(np.add)
+Max = define_kernel(_Variadic, "Max", np.maximum, "Element-wise maximum; NaN propagates.", amp_class="widest")
+Min = define_kernel(_Variadic, "Min", np.minimum, "Element-wise minimum; NaN propagates.", amp_class="widest")
+Sum = define_kernel(_Variadic, "Sum", np.add, amp_class="widest")
 
 
 @register

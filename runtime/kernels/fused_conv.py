@@ -255,72 +255,65 @@ class NhwcDwPwConv(Kernel):
         return np.ascontiguousarray(y.transpose(0, 2, 3, 1))
 
 
+class _LayoutCopy(Kernel):
+    """A contiguous copy between NCHW and NHWC: the transpose of the last two axes of a 3-D view ``(N, rows, cols)``,
+    which the compiled kernel does for float32; a reshape when ``rows`` or ``cols`` is 1."""
+
+    domain = DOMAIN
+    since_version = 1
+    #: The NumPy transpose from input to output.
+    axes: ClassVar[tuple[int, int, int, int]]
+    #: The input's channels come first (NCHW): the view is ``(N, C, H*W)``, else ``(N, H*W, C)``.
+    channels_first: ClassVar[bool]
+
+    def _view(self, x: np.ndarray) -> tuple[int, int, int]:
+        n, a, b, d = x.shape
+        return (n, a, b * d) if self.channels_first else (n, a * b, d)
+
+    def compute(self, x: np.ndarray) -> np.ndarray:
+        n, rows, cols = self._view(x)
+        out_shape = tuple(x.shape[i] for i in self.axes)
+        if rows == 1 or cols == 1:
+            return np.ascontiguousarray(x).reshape(out_shape)
+        lib = native.lib()
+        if lib is not None and x.dtype == np.float32:
+            return ops.transpose_last2(lib, x.reshape(n, rows, cols)).reshape(out_shape)
+        return np.ascontiguousarray(x.transpose(self.axes))
+
+    def compute_into(self, out: np.ndarray, x: np.ndarray) -> np.ndarray:
+        n, rows, cols = self._view(x)
+        lib = native.lib()
+        if lib is not None and x.dtype == np.float32 and rows > 1 and cols > 1:
+            view = np.ascontiguousarray(x).reshape(n, rows, cols)
+            ops.transpose_last2(lib, view, out=out.reshape(n, cols, rows))
+        else:
+            np.copyto(out, x.transpose(self.axes))
+        return out
+
+    def bind(self, out: np.ndarray, x: np.ndarray) -> ops.Bound | None:
+        lib = native.lib()
+        n, rows, cols = self._view(x)
+        if lib is None or rows == 1 or cols == 1 or out.shape != tuple(x.shape[i] for i in self.axes):
+            return None
+        return ops.bind_rows(lib, "transpose", x, out, (n, rows, cols))
+
+
 @register
-class ToNhwc(Kernel):
-    """``[N, C, H, W] -> [N, H, W, C]`` (a contiguous copy)."""
+class ToNhwc(_LayoutCopy):
+    """``[N, C, H, W] -> [N, H, W, C]`` (a contiguous copy; a reshape when C or H*W is 1)."""
 
     op_type = "ToNhwc"
-    domain = DOMAIN
-    since_version = 1
-
-    def compute(self, x: np.ndarray) -> np.ndarray:
-        n, c, h, w = x.shape
-        lib = native.lib()
-        if c == 1 or h * w == 1:
-            return np.ascontiguousarray(x).reshape(n, h, w, c)
-        if lib is not None and x.dtype == np.float32:
-            return ops.transpose_last2(lib, x.reshape(n, c, h * w)).reshape(n, h, w, c)
-        return np.ascontiguousarray(x.transpose(0, 2, 3, 1))
-
-    def compute_into(self, out: np.ndarray, x: np.ndarray) -> np.ndarray:
-        n, c, h, w = x.shape
-        lib = native.lib()
-        if lib is not None and x.dtype == np.float32 and c > 1 and h * w > 1:
-            ops.transpose_last2(lib, np.ascontiguousarray(x).reshape(n, c, h * w), out=out.reshape(n, h * w, c))
-        else:
-            np.copyto(out, x.transpose(0, 2, 3, 1))
-        return out
-
-    def bind(self, out: np.ndarray, x: np.ndarray) -> ops.Bound | None:
-        lib = native.lib()
-        n, c, h, w = x.shape
-        if lib is None or c == 1 or h * w == 1 or out.shape != (n, h, w, c):
-            return None
-        return ops.bind_rows(lib, "transpose", x, out, (n, c, h * w))
+    axes = (0, 2, 3, 1)
+    channels_first = True
 
 
 @register
-class ToNchw(Kernel):
-    """``[N, H, W, C] -> [N, C, H, W]`` (a contiguous copy; a reshape when H*W == 1)."""
+class ToNchw(_LayoutCopy):
+    """``[N, H, W, C] -> [N, C, H, W]`` (a contiguous copy; a reshape when C or H*W is 1)."""
 
     op_type = "ToNchw"
-    domain = DOMAIN
-    since_version = 1
-
-    def compute(self, x: np.ndarray) -> np.ndarray:
-        n, h, w, c = x.shape
-        if c == 1 or h * w == 1:
-            return np.ascontiguousarray(x).reshape(n, c, h, w)
-        lib = native.lib()
-        if lib is not None and x.dtype == np.float32:
-            return ops.transpose_last2(lib, x.reshape(n, h * w, c)).reshape(n, c, h, w)
-        return np.ascontiguousarray(x.transpose(0, 3, 1, 2))
-
-    def compute_into(self, out: np.ndarray, x: np.ndarray) -> np.ndarray:
-        n, h, w, c = x.shape
-        lib = native.lib()
-        if lib is not None and x.dtype == np.float32 and c > 1 and h * w > 1:
-            ops.transpose_last2(lib, np.ascontiguousarray(x).reshape(n, h * w, c), out=out.reshape(n, c, h * w))
-        else:
-            np.copyto(out, x.transpose(0, 3, 1, 2))
-        return out
-
-    def bind(self, out: np.ndarray, x: np.ndarray) -> ops.Bound | None:
-        lib = native.lib()
-        n, h, w, c = x.shape
-        if lib is None or c == 1 or h * w == 1 or out.shape != (n, c, h, w):
-            return None
-        return ops.bind_rows(lib, "transpose", x, out, (n, h * w, c))
+    axes = (0, 3, 1, 2)
+    channels_first = False
 
 
 class _NhwcPool(Kernel):

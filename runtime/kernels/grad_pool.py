@@ -25,10 +25,12 @@ from runtime.kernels.grad_base import (
     wide,
     window_view,
 )
+from runtime.kernels.pool import PoolGeometry
 
 
-class _Geometry:
-    """Padding and output size of a forward pool, ``ceil_mode`` overhang included (kept out of the counts)."""
+class _Geometry(PoolGeometry):
+    """Padding and output size of a forward pool, ``ceil_mode`` overhang included (kept out of the counts). Built
+    without the forward op's checks; the gradient's pads refuse cropping (``grad_base.resolve_pads``)."""
 
     def __init__(self, attrs: dict[str, Any], in_shape: Sequence[int]) -> None:
         self.kernel = [int(k) for k in attrs["kernel_shape"]]
@@ -37,49 +39,12 @@ class _Geometry:
         self.strides = list(attrs.get("strides") or [1] * nd)
         self.dilations = list(attrs.get("dilations") or [1] * nd)
         auto_pad = attrs.get("auto_pad", "NOTSET")
-        ceil_mode = bool(attrs.get("ceil_mode", 0)) and auto_pad not in ("SAME_UPPER", "SAME_LOWER")
         self.pads = resolve_pads(auto_pad, attrs.get("pads"), self.in_shape, self.kernel, self.strides, self.dilations)
-        self.out: list[int] = []
-        self.extra: list[int] = []
-        for i in range(nd):
-            span = (self.kernel[i] - 1) * self.dilations[i] + 1
-            padded = self.in_shape[i] + self.pads[i] + self.pads[i + nd]
-            if ceil_mode:
-                out = -(-(padded - span) // self.strides[i]) + 1
-                if (out - 1) * self.strides[i] >= self.in_shape[i] + self.pads[i]:
-                    out -= 1
-            else:
-                out = (padded - span) // self.strides[i] + 1
-            self.out.append(out)
-            self.extra.append(max(0, (out - 1) * self.strides[i] + span - padded))
-
-    @property
-    def nd(self) -> int:
-        return len(self.kernel)
-
-    def full_pads(self) -> list[int]:
-        nd = self.nd
-        return self.pads[:nd] + [self.pads[nd + i] + self.extra[i] for i in range(nd)]
+        self.fit_windows(bool(attrs.get("ceil_mode", 0)) and auto_pad not in ("SAME_UPPER", "SAME_LOWER"))
 
     def padded_shape(self) -> list[int]:
         pads = self.full_pads()
         return [self.in_shape[i] + pads[i] + pads[i + self.nd] for i in range(self.nd)]
-
-    def counts(self, include_pad: bool) -> np.ndarray:
-        """Elements each window averages over, shaped ``(*out)``."""
-        total: np.ndarray = np.ones((), dtype=np.int64)
-        nd = self.nd
-        for i in range(nd):
-            size = self.in_shape[i] + self.pads[i] + self.pads[nd + i] + self.extra[i]
-            mask = np.zeros(size, dtype=np.int64)
-            if include_pad:
-                mask[: self.in_shape[i] + self.pads[i] + self.pads[nd + i]] = 1
-            else:
-                mask[self.pads[i] : self.pads[i] + self.in_shape[i]] = 1
-            starts = np.arange(self.out[i]) * self.strides[i]
-            taps = np.arange(self.kernel[i]) * self.dilations[i]
-            total = np.multiply.outer(total, mask[starts[:, None] + taps[None, :]].sum(axis=1))
-        return total
 
     def scatter(self, per_offset: Any, batch: Sequence[int], dtype: np.dtype[Any]) -> np.ndarray:
         """Sum ``per_offset(offset)`` (an ``(N, C, *out)`` array) into the padded input, then crop the pads."""

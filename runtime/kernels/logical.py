@@ -10,7 +10,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from runtime.kernels.base import Kernel, register
+from runtime.kernels.base import Kernel, define_kernel, define_legacy, register
 from runtime.kernels.cast import is_float, to_work
 from runtime.kernels.elementwise import legacy_broadcast
 
@@ -35,39 +35,6 @@ class _LegacyPredicate(_Predicate):
         return super().compute(a, legacy_broadcast(a, b, self.attrs))
 
 
-@register
-class And(_Predicate):
-    op_type = "And"
-    fn = staticmethod(np.logical_and)
-
-
-@register
-class AndLegacy(_LegacyPredicate, And):
-    pass
-
-
-@register
-class Or(_Predicate):
-    op_type = "Or"
-    fn = staticmethod(np.logical_or)
-
-
-@register
-class OrLegacy(_LegacyPredicate, Or):
-    pass
-
-
-@register
-class Xor(_Predicate):
-    op_type = "Xor"
-    fn = staticmethod(np.logical_xor)
-
-
-@register
-class XorLegacy(_LegacyPredicate, Xor):
-    pass
-
-
 def _equal(a: np.ndarray, b: np.ndarray) -> Any:
     """Element-wise ``==``; object (string) tensors compare by value."""
     if a.dtype == np.dtype(object) or b.dtype == np.dtype(object):
@@ -75,51 +42,21 @@ def _equal(a: np.ndarray, b: np.ndarray) -> Any:
     return np.equal(a, b)
 
 
-@register
-class Equal(_Predicate):
-    op_type = "Equal"
-    fn = staticmethod(_equal)
-
-
-@register
-class EqualLegacy(_LegacyPredicate, Equal):
-    pass
-
-
-@register
-class Less(_Predicate):
-    op_type = "Less"
-    fn = staticmethod(np.less)
-
-
-@register
-class LessLegacy(_LegacyPredicate, Less):
-    pass
-
-
-@register
-class Greater(_Predicate):
-    op_type = "Greater"
-    fn = staticmethod(np.greater)
-
-
-@register
-class GreaterLegacy(_LegacyPredicate, Greater):
-    pass
-
-
-@register
-class LessOrEqual(_Predicate):
-    op_type = "LessOrEqual"
-    since_version = 12
-    fn = staticmethod(np.less_equal)
-
-
-@register
-class GreaterOrEqual(_Predicate):
-    op_type = "GreaterOrEqual"
-    since_version = 12
-    fn = staticmethod(np.greater_equal)
+# Opset 7 gave these NumPy broadcasting; the ``*Legacy`` forms keep opset 1's ``broadcast``/``axis``.
+And = define_kernel(_Predicate, "And", np.logical_and)
+AndLegacy = define_legacy(_LegacyPredicate, And)
+Or = define_kernel(_Predicate, "Or", np.logical_or)
+OrLegacy = define_legacy(_LegacyPredicate, Or)
+Xor = define_kernel(_Predicate, "Xor", np.logical_xor)
+XorLegacy = define_legacy(_LegacyPredicate, Xor)
+Equal = define_kernel(_Predicate, "Equal", _equal)
+EqualLegacy = define_legacy(_LegacyPredicate, Equal)
+Less = define_kernel(_Predicate, "Less", np.less)
+LessLegacy = define_legacy(_LegacyPredicate, Less)
+Greater = define_kernel(_Predicate, "Greater", np.greater)
+GreaterLegacy = define_legacy(_LegacyPredicate, Greater)
+LessOrEqual = define_kernel(_Predicate, "LessOrEqual", np.less_equal, since_version=12)
+GreaterOrEqual = define_kernel(_Predicate, "GreaterOrEqual", np.greater_equal, since_version=12)
 
 
 @register

@@ -20,6 +20,11 @@ from runtime.kernels.conv import compute_dtype, pad_spatial, resolve_pads, windo
 class PoolGeometry:
     """Output shape and padding of a windowed pool, including ``ceil_mode`` overhang."""
 
+    #: Windows per spatial axis.
+    out: list[int]
+    #: Overhang past the end pad (ceil mode), never counted as padding.
+    extra: list[int]
+
     def __init__(self, attrs: dict[str, Any], in_shape: Sequence[int], batch_channels: int = 1) -> None:
         problem = window_attr_problem("MaxPool", attrs, len(in_shape))
         if problem:
@@ -37,24 +42,28 @@ class PoolGeometry:
         else:
             pads = resolve_pads(auto_pad, attrs.get("pads"), in_shape, self.kernel, self.strides, self.dilations)
         self.pads = pads
-        self.out: list[int] = []
-        self.extra: list[int] = []  # overhang past the end pad (ceil mode), never counted as padding
-        for i in range(nd):
-            span = (self.kernel[i] - 1) * self.dilations[i] + 1
-            padded = in_shape[i] + pads[i] + pads[i + nd]
-            if ceil_mode and auto_pad not in ("SAME_UPPER", "SAME_LOWER"):
-                out = -(-(padded - span) // self.strides[i]) + 1
-                if (out - 1) * self.strides[i] >= in_shape[i] + pads[i]:
-                    out -= 1  # the last window must start inside the image or its begin pad
-            else:
-                out = (padded - span) // self.strides[i] + 1
-            self.out.append(out)
-            self.extra.append(max(0, (out - 1) * self.strides[i] + span - padded))
+        self.fit_windows(ceil_mode and auto_pad not in ("SAME_UPPER", "SAME_LOWER"))
         problem = window_output_problem(in_shape, self.kernel, self.strides, self.dilations, pads) or (
             pool_work_problem(batch_channels, self.out, self.kernel)
         )
         if problem:
             raise ValueError(problem)
+
+    def fit_windows(self, ceil_mode: bool) -> None:
+        """Set ``out`` and ``extra`` from the kernel, strides, dilations, pads and input shape."""
+        nd = self.nd
+        self.out, self.extra = [], []
+        for i in range(nd):
+            span = (self.kernel[i] - 1) * self.dilations[i] + 1
+            padded = self.in_shape[i] + self.pads[i] + self.pads[i + nd]
+            if ceil_mode:
+                out = -(-(padded - span) // self.strides[i]) + 1
+                if (out - 1) * self.strides[i] >= self.in_shape[i] + self.pads[i]:
+                    out -= 1  # the last window must start inside the image or its begin pad
+            else:
+                out = (padded - span) // self.strides[i] + 1
+            self.out.append(out)
+            self.extra.append(max(0, (out - 1) * self.strides[i] + span - padded))
 
     @property
     def nd(self) -> int:

@@ -288,31 +288,37 @@ def _channel_param(value: np.ndarray | None, ndim: int) -> np.ndarray | int:
     return v.reshape(()) if v.size == 1 else v
 
 
-@register
-class ConvInteger(Kernel):
-    """Integer convolution of ``(x - x_zero_point)`` with ``(w - w_zero_point)``; int32 output."""
+class _IntegerConv(Kernel):
+    """Convolution of ``(x - x_zero_point)`` with ``(w - w_zero_point)`` in integers (int64 accumulators)."""
 
-    op_type = "ConvInteger"
     uses_blas = True
     since_version = 10
     attr_defaults: ClassVar[dict[str, Any]] = {"auto_pad": "NOTSET", "group": 1}
+
+    def accumulate(
+        self, x: np.ndarray, w: np.ndarray, x_zero: np.ndarray | None, w_zero: np.ndarray | None
+    ) -> np.ndarray:
+        x_zp = 0 if x_zero is None else to_work(x_zero)
+        return conv_integer_nd(_centered(x, x_zp), _centered(w, _channel_param(w_zero, w.ndim)), self.attrs)
+
+
+@register
+class ConvInteger(_IntegerConv):
+    """Integer convolution of ``(x - x_zero_point)`` with ``(w - w_zero_point)``; int32 output."""
+
+    op_type = "ConvInteger"
 
     def compute(
         self, x: np.ndarray, w: np.ndarray, x_zero: np.ndarray | None = None, w_zero: np.ndarray | None = None
     ) -> np.ndarray:
-        x_zp = 0 if x_zero is None else to_work(x_zero)
-        acc = conv_integer_nd(_centered(x, x_zp), _centered(w, _channel_param(w_zero, w.ndim)), self.attrs)
-        return acc.astype(np.int32)
+        return self.accumulate(x, w, x_zero, w_zero).astype(np.int32)
 
 
 @register
-class QLinearConv(Kernel):
+class QLinearConv(_IntegerConv):
     """Quantized Conv: integer convolution (+ int32 bias), rescaled by ``x_scale*w_scale/y_scale``."""
 
     op_type = "QLinearConv"
-    uses_blas = True
-    since_version = 10
-    attr_defaults: ClassVar[dict[str, Any]] = {"auto_pad": "NOTSET", "group": 1}
 
     def compute(
         self,
@@ -326,8 +332,7 @@ class QLinearConv(Kernel):
         y_zero: np.ndarray | None = None,
         bias: np.ndarray | None = None,
     ) -> np.ndarray:
-        x_zp = 0 if x_zero is None else to_work(x_zero)
-        acc = conv_integer_nd(_centered(x, x_zp), _centered(w, _channel_param(w_zero, w.ndim)), self.attrs)
+        acc = self.accumulate(x, w, x_zero, w_zero)
         if bias is not None:
             acc = acc + bias.astype(np.int64).reshape((-1,) + (1,) * (acc.ndim - 2))
         w_scale_shaped = _channel_param(w_scale, acc.ndim - 1)  # [M, 1, ...] over [N, M, *out]

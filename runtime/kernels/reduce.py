@@ -11,7 +11,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from runtime.kernels.base import Kernel, register
+from runtime.kernels.base import Kernel, define_kernel, register
 from runtime.kernels.cast import to_dtype, to_work
 
 Axes = tuple[int, ...] | None  # None: every axis
@@ -52,18 +52,45 @@ def reduce_log_sum_exp(x: np.ndarray, axes: Axes, keepdims: bool) -> np.ndarray:
     return out
 
 
+def _sum(x: np.ndarray, axes: Axes, keepdims: bool) -> Any:
+    return np.sum(x, axis=axes, keepdims=keepdims, dtype=x.dtype)
+
+
+def _mean(x: np.ndarray, axes: Axes, keepdims: bool) -> Any:
+    return np.mean(x, axis=axes, keepdims=keepdims)
+
+
+def _prod(x: np.ndarray, axes: Axes, keepdims: bool) -> Any:
+    return np.prod(x, axis=axes, keepdims=keepdims, dtype=x.dtype)
+
+
+def _l1(x: np.ndarray, axes: Axes, keepdims: bool) -> Any:
+    return _sum(np.abs(x), axes, keepdims)
+
+
+def _l2(x: np.ndarray, axes: Axes, keepdims: bool) -> Any:
+    return np.sqrt(_sum(np.square(x), axes, keepdims))
+
+
+def _log_sum(x: np.ndarray, axes: Axes, keepdims: bool) -> Any:
+    return np.log(_sum(x, axes, keepdims))
+
+
+def _sum_square(x: np.ndarray, axes: Axes, keepdims: bool) -> Any:
+    return _sum(np.square(x), axes, keepdims)
+
+
 class _Reduce(Kernel):
-    """Attribute form (opset 1 up to the input form): ``axes`` and ``keepdims`` attributes."""
+    """Attribute form (opset 1 up to the input form): ``axes`` and ``keepdims`` attributes; ``fn(x, axes,
+    keepdims)`` reduces in the work dtype."""
 
     since_version = 1
     attr_defaults: ClassVar[dict[str, Any]] = {"keepdims": 1}
-
-    def reduce(self, x: np.ndarray, axes: Axes, keepdims: bool) -> Any:
-        raise NotImplementedError
+    fn: ClassVar[Any]
 
     def run_reduce(self, x: np.ndarray, axes: Axes) -> np.ndarray:
         with np.errstate(all="ignore"):
-            out = self.reduce(to_work(x), axes, bool(self.attrs["keepdims"]))
+            out = type(self).fn(to_work(x), axes, bool(self.attrs["keepdims"]))
         return to_dtype(out, x.dtype)
 
     def compute(self, x: np.ndarray) -> np.ndarray:
@@ -83,183 +110,26 @@ class _ReduceInputAxes(_Reduce):
         return self.run_reduce(x, tuple(int(a) for a in np.asarray(axes).ravel()))
 
 
-class _SumReduce(_Reduce):
-    op_type = "ReduceSum"
-    amp_class = "fp32"
-
-    def reduce(self, x: np.ndarray, axes: Axes, keepdims: bool) -> Any:
-        return np.sum(x, axis=axes, keepdims=keepdims, dtype=x.dtype)
-
-
-@register
-class ReduceSumAttributes(_SumReduce):
-    pass
-
-
-@register
-class ReduceSum(_ReduceInputAxes, _SumReduce):
-    since_version = 13
-
-
-class _MeanReduce(_Reduce):
-    op_type = "ReduceMean"
-    amp_class = "fp32"
-
-    def reduce(self, x: np.ndarray, axes: Axes, keepdims: bool) -> Any:
-        return np.mean(x, axis=axes, keepdims=keepdims)
-
-
-@register
-class ReduceMeanAttributes(_MeanReduce):
-    pass
-
-
-@register
-class ReduceMean(_ReduceInputAxes, _MeanReduce):
-    pass
-
-
-class _MaxReduce(_Reduce):
-    op_type = "ReduceMax"
-
-    def reduce(self, x: np.ndarray, axes: Axes, keepdims: bool) -> Any:
-        return reduce_max(x, axes, keepdims)
-
-
-@register
-class ReduceMaxAttributes(_MaxReduce):
-    pass
-
-
-@register
-class ReduceMax(_ReduceInputAxes, _MaxReduce):
-    pass
-
-
-class _MinReduce(_Reduce):
-    op_type = "ReduceMin"
-
-    def reduce(self, x: np.ndarray, axes: Axes, keepdims: bool) -> Any:
-        return reduce_min(x, axes, keepdims)
-
-
-@register
-class ReduceMinAttributes(_MinReduce):
-    pass
-
-
-@register
-class ReduceMin(_ReduceInputAxes, _MinReduce):
-    pass
-
-
-class _ProdReduce(_Reduce):
-    op_type = "ReduceProd"
-    amp_class = "fp32"
-
-    def reduce(self, x: np.ndarray, axes: Axes, keepdims: bool) -> Any:
-        return np.prod(x, axis=axes, keepdims=keepdims, dtype=x.dtype)
-
-
-@register
-class ReduceProdAttributes(_ProdReduce):
-    pass
-
-
-@register
-class ReduceProd(_ReduceInputAxes, _ProdReduce):
-    pass
-
-
-class _L1Reduce(_Reduce):
-    op_type = "ReduceL1"
-    amp_class = "fp32"
-
-    def reduce(self, x: np.ndarray, axes: Axes, keepdims: bool) -> Any:
-        return np.sum(np.abs(x), axis=axes, keepdims=keepdims, dtype=x.dtype)
-
-
-@register
-class ReduceL1Attributes(_L1Reduce):
-    pass
-
-
-@register
-class ReduceL1(_ReduceInputAxes, _L1Reduce):
-    pass
-
-
-class _L2Reduce(_Reduce):
-    op_type = "ReduceL2"
-    amp_class = "fp32"
-
-    def reduce(self, x: np.ndarray, axes: Axes, keepdims: bool) -> Any:
-        squares = np.sum(np.square(x), axis=axes, keepdims=keepdims, dtype=x.dtype)
-        return np.sqrt(squares)
-
-
-@register
-class ReduceL2Attributes(_L2Reduce):
-    pass
-
-
-@register
-class ReduceL2(_ReduceInputAxes, _L2Reduce):
-    pass
-
-
-class _LogSumReduce(_Reduce):
-    op_type = "ReduceLogSum"
-    amp_class = "fp32"
-
-    def reduce(self, x: np.ndarray, axes: Axes, keepdims: bool) -> Any:
-        return np.log(np.sum(x, axis=axes, keepdims=keepdims, dtype=x.dtype))
-
-
-@register
-class ReduceLogSumAttributes(_LogSumReduce):
-    pass
-
-
-@register
-class ReduceLogSum(_ReduceInputAxes, _LogSumReduce):
-    pass
-
-
-class _LogSumExpReduce(_Reduce):
-    op_type = "ReduceLogSumExp"
-    amp_class = "fp32"
-
-    def reduce(self, x: np.ndarray, axes: Axes, keepdims: bool) -> Any:
-        return reduce_log_sum_exp(x, axes, keepdims)
-
-
-@register
-class ReduceLogSumExpAttributes(_LogSumExpReduce):
-    pass
-
-
-@register
-class ReduceLogSumExp(_ReduceInputAxes, _LogSumExpReduce):
-    pass
-
-
-class _SumSquareReduce(_Reduce):
-    op_type = "ReduceSumSquare"
-    amp_class = "fp32"
-
-    def reduce(self, x: np.ndarray, axes: Axes, keepdims: bool) -> Any:
-        return np.sum(np.square(x), axis=axes, keepdims=keepdims, dtype=x.dtype)
-
-
-@register
-class ReduceSumSquareAttributes(_SumSquareReduce):
-    pass
-
-
-@register
-class ReduceSumSquare(_ReduceInputAxes, _SumSquareReduce):
-    pass
+def _reduction(
+    op_type: str, fn: Any, amp_class: Any = None, axes_input_since: int = 18
+) -> tuple[type[_Reduce], type[_ReduceInputAxes]]:
+    """Register both forms of a Reduce op: ``<op>Attributes`` (opset 1) and ``<op>`` (axes as an input)."""
+    return (
+        define_kernel(_Reduce, op_type, fn, name=f"{op_type}Attributes", amp_class=amp_class),
+        define_kernel(_ReduceInputAxes, op_type, fn, amp_class=amp_class, since_version=axes_input_since),
+    )
+
+
+ReduceSumAttributes, ReduceSum = _reduction("ReduceSum", _sum, "fp32", axes_input_since=13)
+ReduceMeanAttributes, ReduceMean = _reduction("ReduceMean", _mean, "fp32")
+ReduceMaxAttributes, ReduceMax = _reduction("ReduceMax", reduce_max)
+ReduceMinAttributes, ReduceMin = _reduction("ReduceMin", reduce_min)
+ReduceProdAttributes, ReduceProd = _reduction("ReduceProd", _prod, "fp32")
+ReduceL1Attributes, ReduceL1 = _reduction("ReduceL1", _l1, "fp32")
+ReduceL2Attributes, ReduceL2 = _reduction("ReduceL2", _l2, "fp32")
+ReduceLogSumAttributes, ReduceLogSum = _reduction("ReduceLogSum", _log_sum, "fp32")
+ReduceLogSumExpAttributes, ReduceLogSumExp = _reduction("ReduceLogSumExp", reduce_log_sum_exp, "fp32")
+ReduceSumSquareAttributes, ReduceSumSquare = _reduction("ReduceSumSquare", _sum_square, "fp32")
 
 
 # --------------------------------------------------------------------------------------------- ArgMax/ArgMin

@@ -108,19 +108,60 @@ def saturate_to(values: np.ndarray, dtype: np.dtype[Any]) -> np.ndarray:
     return values.astype(dtype)
 
 
+@dataclass(frozen=True)
+class AxisSampling:
+    """Where the outputs of one resized axis read: source coordinates, then the nearest source index of each
+    (``nearest``) or an ``out x in`` weight matrix (``linear``, ``cubic``)."""
+
+    coords: np.ndarray
+    nearest: np.ndarray | None = None
+    weights: np.ndarray | None = None
+
+
+def axis_sampling(
+    opts: dict[str, Any], in_len: int, out_len: int, scale: float, roi: tuple[float, float] | None
+) -> AxisSampling:
+    """The sampling of one axis for a Resize node's attributes ``opts`` (shared by the NumPy and compiled paths)."""
+    x = source_coords(opts["coordinate_transformation_mode"], out_len, in_len, scale, roi)
+    if opts["mode"] == "nearest":
+        return AxisSampling(x, nearest=nearest_indices(x, opts["nearest_mode"], in_len, scale))
+    if opts["mode"] in ("linear", "cubic"):
+        weights = interpolation_weights(
+            x,
+            in_len,
+            scale,
+            opts["mode"],
+            float(opts["cubic_coeff_a"]),
+            bool(opts["antialias"]),
+            bool(opts["exclude_outside"]),
+        )
+        return AxisSampling(x, weights=weights)
+    raise ValueError(f"unknown resize mode {opts['mode']!r}")
+
+
+def tap_count(w: np.ndarray) -> int:
+    """The most nonzero weights any output position of ``w`` (out_len, in_len) has."""
+    return int((w != 0).sum(axis=1).max()) if w.size else 0
+
+
+def sparse_taps(w: np.ndarray, taps: int) -> tuple[np.ndarray, np.ndarray]:
+    """Per output position, the input indices of its nonzero weights first (padded with zero weights) and those
+    weights, each ``(out_len, taps)``."""
+    order = np.argsort(w == 0, axis=1, kind="stable")[:, :taps]
+    return order, np.take_along_axis(w, order, axis=1)
+
+
 def _apply_taps(data: np.ndarray, axis: int, w: np.ndarray) -> np.ndarray:
     """``w`` (out_len, in_len) applied along ``axis``: a weighted sum of a few gathered slabs where each output
     reads few inputs (linear: 2, cubic: 4), else one dense product. float32 data is computed in float32 (as
     onnxruntime does), any other dtype in float64."""
     ct = np.float32 if data.dtype == np.float32 else np.float64
-    nonzero = w != 0
-    taps = int(nonzero.sum(axis=1).max()) if w.size else 0
+    taps = tap_count(w)
     if taps == 0 or 2 * taps >= w.shape[1]:
         moved = np.moveaxis(data, axis, 0).astype(ct)
         return np.moveaxis(np.tensordot(w.astype(ct), moved, axes=1), 0, axis)
-    # per output position, the input indices of its nonzero weights first (padded with index 0, weight 0)
-    order = np.argsort(~nonzero, axis=1, kind="stable")[:, :taps]
-    weights = np.take_along_axis(w, order, axis=1).astype(ct)
+    order, weights = sparse_taps(w, taps)
+    weights = weights.astype(ct)
     shape = [1] * data.ndim
     shape[axis] = w.shape[0]
     src = data if data.dtype == ct else data.astype(ct)
@@ -135,23 +176,14 @@ def resize_axis(
 ) -> np.ndarray:
     """Resize ``data`` along one axis; linear/cubic results of non-float32 data stay float64 until the final cast."""
     in_len = data.shape[axis]
-    x = source_coords(opts["coordinate_transformation_mode"], out_len, in_len, scale, roi)
-    if opts["mode"] == "nearest":
-        out = np.take(data, nearest_indices(x, opts["nearest_mode"], in_len, scale), axis=axis)
-    elif opts["mode"] in ("linear", "cubic"):
-        w = interpolation_weights(
-            x,
-            in_len,
-            scale,
-            opts["mode"],
-            float(opts["cubic_coeff_a"]),
-            bool(opts["antialias"]),
-            bool(opts["exclude_outside"]),
-        )
-        out = _apply_taps(data, axis, w)
+    sampling = axis_sampling(opts, in_len, out_len, scale, roi)
+    if sampling.nearest is not None:
+        out = np.take(data, sampling.nearest, axis=axis)
     else:
-        raise ValueError(f"unknown resize mode {opts['mode']!r}")
+        assert sampling.weights is not None
+        out = _apply_taps(data, axis, sampling.weights)
     if opts["coordinate_transformation_mode"] == "tf_crop_and_resize":
+        x = sampling.coords
         outside = (x < 0) | (x > in_len - 1)
         if outside.any():
             mask = outside.reshape((out_len,) + (1,) * (data.ndim - axis - 1))

@@ -19,14 +19,7 @@ import numpy as np
 from runtime import native
 from runtime.kernels.base import register
 from runtime.kernels.fused import DOMAIN
-from runtime.kernels.resize import (
-    Resize11,
-    ResizePlan,
-    interpolation_weights,
-    nearest_indices,
-    resize,
-    source_coords,
-)
+from runtime.kernels.resize import Resize11, ResizePlan, axis_sampling, resize, sparse_taps, tap_count
 from runtime.native.upsample import ResizeTaps, bind_resize
 
 #: Tap tables kept per kernel (input shapes x output sizes); more means shapes change every run.
@@ -37,22 +30,11 @@ def axis_taps(opts: dict[str, Any], in_len: int, out_len: int, scale: float) -> 
     """Source indices and weights, each ``(out_len, taps)``, of one resized axis (not ``tf_crop_and_resize``)."""
     if out_len == in_len and math.isclose(scale, 1.0):  # resize() leaves such an axis alone
         return np.arange(out_len)[:, None], np.ones((out_len, 1))
-    x = source_coords(opts["coordinate_transformation_mode"], out_len, in_len, scale, None)
-    if opts["mode"] == "nearest":
-        return nearest_indices(x, opts["nearest_mode"], in_len, scale)[:, None], np.ones((out_len, 1))
-    w = interpolation_weights(
-        x,
-        in_len,
-        scale,
-        opts["mode"],
-        float(opts["cubic_coeff_a"]),
-        bool(opts["antialias"]),
-        bool(opts["exclude_outside"]),
-    )
-    nonzero = w != 0
-    taps = max(1, int(nonzero.sum(axis=1).max())) if w.size else 1
-    order = np.argsort(~nonzero, axis=1, kind="stable")[:, :taps]
-    return order, np.take_along_axis(w, order, axis=1)
+    sampling = axis_sampling(opts, in_len, out_len, scale, None)
+    if sampling.nearest is not None:
+        return sampling.nearest[:, None], np.ones((out_len, 1))
+    assert sampling.weights is not None
+    return sparse_taps(sampling.weights, max(1, tap_count(sampling.weights)))
 
 
 def _spatial_sizes(p: ResizePlan, nchw: tuple[int, ...]) -> tuple[list[int], list[float]] | None:

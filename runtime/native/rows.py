@@ -96,18 +96,7 @@ def bind_rows(native: NativeLib, kind: str, x: np.ndarray, out: np.ndarray, *ext
         return _bound(native.softmax, a, x, out)
     if kind == "layernorm" and out.shape == x.shape and x.ndim:
         gamma, beta, eps = extra
-        a = Args(RW_NARGS)
-        n = x.shape[-1]
-        a.block[:RW_NARGS] = (
-            addr(x),
-            addr(out),
-            x.size // n,
-            n,
-            addr(gamma),
-            0 if beta is None else addr(beta),
-            Args.f32(eps),
-        )
-        return _bound(native.layernorm, a, x, out, gamma, beta)
+        return _bound(native.layernorm, _layernorm_args(x, out, gamma, beta, eps), x, out, gamma, beta)
     if kind == "gelu" and out.shape == x.shape:
         a = Args(GL_NARGS)
         a.block[:GL_NARGS] = (addr(x), addr(out), x.size)
@@ -184,19 +173,17 @@ def layernorm_rows(
     """Layer normalisation over the last axis; ``gamma``/``beta`` float32 of that length, contiguous."""
     if out is None:
         out = np.empty_like(x)
+    native.layernorm(_layernorm_args(x, out, gamma, beta, eps).ptr)
+    return out
+
+
+def _layernorm_args(x: np.ndarray, out: np.ndarray, gamma: np.ndarray, beta: np.ndarray | None, eps: float) -> Args:
+    """The row kernels' argument block of a layer normalisation of ``x``'s last axis into ``out``."""
     n = x.shape[-1]
     a = Args(RW_NARGS)
-    a.block[:RW_NARGS] = (
-        addr(x),
-        addr(out),
-        x.size // n,
-        n,
-        addr(gamma),
-        0 if beta is None else addr(beta),
-        Args.f32(eps),
-    )
-    native.layernorm(a.ptr)
-    return out
+    beta_addr = 0 if beta is None else addr(beta)
+    a.block[:RW_NARGS] = (addr(x), addr(out), x.size // n, n, addr(gamma), beta_addr, Args.f32(eps))
+    return a
 
 
 def _lrn_args(x: np.ndarray, out: np.ndarray, size: int, alpha: float, beta: float, bias: float) -> Args:

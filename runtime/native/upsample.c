@@ -21,6 +21,41 @@ enum {
   CG_NARGS
 };
 
+/* The taps of a transposed convolution along one axis, shared by both col2im kernels: output position o reads
+ * kernel tap k from input position t = (o + head - k * dil) / stride where that is whole and inside [0, len);
+ * off[o * K + n] = t * tstride + k * kstride for its n-th such tap, cnt[o] = n. */
+static void col2im_axis(long out_len, long K, long head, long dil, long stride, long len, long tstride, long kstride,
+                        long *off, long *cnt) {
+  for (long o = 0; o < out_len; o++) {
+    long n = 0;
+    for (long k = 0; k < K; k++) {
+      long t = o + head - k * dil;
+      if (t < 0 || t % stride) continue;
+      t /= stride;
+      if (t < len) off[o * K + n++] = t * tstride + k * kstride;
+    }
+    cnt[o] = n;
+  }
+}
+
+/* Both axes' tap tables (col2im_axis), or all NULL when memory runs out; col2im_free releases them. */
+typedef struct { long *hoff, *hcnt, *woff, *wcnt; } Col2imTaps;
+
+static int col2im_alloc(Col2imTaps *t, long OH, long KH, long OW, long KW) {
+  t->wcnt = (long *)malloc((size_t)(OW + 1) * sizeof(long));
+  t->woff = (long *)malloc((size_t)(OW * KW + 1) * sizeof(long));
+  t->hoff = (long *)malloc((size_t)(OH * KH + 1) * sizeof(long));
+  t->hcnt = (long *)malloc((size_t)(OH + 1) * sizeof(long));
+  return t->wcnt && t->woff && t->hoff && t->hcnt;
+}
+
+static void col2im_free(Col2imTaps *t) {
+  free(t->wcnt);
+  free(t->woff);
+  free(t->hoff);
+  free(t->hcnt);
+}
+
 UP_API void ap_col2im_gather(const int64_t *a) {
   const float *cols = (const float *)a[CG_COLS];
   float *out = (float *)a[CG_OUT];
@@ -30,34 +65,14 @@ UP_API void ap_col2im_gather(const int64_t *a) {
   const long HH = a[CG_HEADH], HW = a[CG_HEADW];
   const long plane = H * W;
   /* per output column, the column offsets (tap kw, input column iw) that reach it: the same for every row */
-  long *wcnt = (long *)malloc((size_t)(OW + 1) * sizeof(long));
-  long *woff = (long *)malloc((size_t)(OW * KW + 1) * sizeof(long));
-  long *hoff = (long *)malloc((size_t)(OH * KH + 1) * sizeof(long));
-  long *hcnt = (long *)malloc((size_t)(OH + 1) * sizeof(long));
-  if (!wcnt || !woff || !hoff || !hcnt) { /* out of memory: NaN, never a silently wrong result */
+  Col2imTaps taps;
+  if (!col2im_alloc(&taps, OH, KH, OW, KW)) { /* out of memory: NaN, never a silently wrong result */
     for (long i = 0; i < N * M * OH * OW; i++) out[i] = __builtin_nanf("");
     goto done;
   }
-  for (long ow = 0; ow < OW; ow++) {
-    long nk = 0;
-    for (long kw = 0; kw < KW; kw++) {
-      long t = ow + HW - kw * DW;
-      if (t < 0 || t % SW) continue;
-      t /= SW;
-      if (t < W) woff[ow * KW + nk++] = kw * plane + t;
-    }
-    wcnt[ow] = nk;
-  }
-  for (long oh = 0; oh < OH; oh++) {
-    long nk = 0;
-    for (long kh = 0; kh < KH; kh++) {
-      long t = oh + HH - kh * DH;
-      if (t < 0 || t % SH) continue;
-      t /= SH;
-      if (t < H) hoff[oh * KH + nk++] = kh * KW * plane + t * W;
-    }
-    hcnt[oh] = nk;
-  }
+  col2im_axis(OW, KW, HW, DW, SW, W, 1, plane, taps.woff, taps.wcnt);
+  col2im_axis(OH, KH, HH, DH, SH, H, W, KW * plane, taps.hoff, taps.hcnt);
+  const long *hoff = taps.hoff, *hcnt = taps.hcnt, *woff = taps.woff, *wcnt = taps.wcnt;
   for (long nm = 0; nm < N * M; nm++) {
     const float *c = cols + nm * KH * KW * plane;
     float *o = out + nm * OH * OW;
@@ -79,10 +94,7 @@ UP_API void ap_col2im_gather(const int64_t *a) {
     }
   }
 done:
-  free(wcnt);
-  free(woff);
-  free(hoff);
-  free(hcnt);
+  col2im_free(&taps);
 }
 
 /* ---------------------------------------------------------------------------------------------------------- */
@@ -178,46 +190,22 @@ UP_API void ap_col2im_nhwc(const int64_t *args) {
   const long OH = a[CN_OH], OW = a[CN_OW], SH = a[CN_SH], SW = a[CN_SW], DH = a[CN_DH], DW = a[CN_DW];
   const long HH = a[CN_HEADH], HW = a[CN_HEADW];
   const long K = KH * KW;
-  long *wcnt = (long *)malloc((size_t)(OW + 1) * sizeof(long));
-  long *woff = (long *)malloc((size_t)(OW * KW + 1) * sizeof(long));
-  long *hoff = (long *)malloc((size_t)(OH * KH + 1) * sizeof(long));
-  long *hcnt = (long *)malloc((size_t)(OH + 1) * sizeof(long));
-  if (!wcnt || !woff || !hoff || !hcnt) { /* out of memory: NaN, never a silently wrong result */
+  Col2imTaps taps;
+  if (!col2im_alloc(&taps, OH, KH, OW, KW)) { /* out of memory: NaN, never a silently wrong result */
     float *out = (float *)a[CN_OUT];
     for (long p = 0; p < N * OH * OW; p++)
       for (long m = 0; m < M; m++) out[p * a[CN_OPX] + m] = __builtin_nanf("");
     goto done;
   }
-  for (long ow = 0; ow < OW; ow++) {
-    long nk = 0;
-    for (long kw = 0; kw < KW; kw++) {
-      long t = ow + HW - kw * DW;
-      if (t < 0 || t % SW) continue;
-      t /= SW;
-      if (t < W) woff[ow * KW + nk++] = (t * K + kw) * M;
-    }
-    wcnt[ow] = nk;
-  }
-  for (long oh = 0; oh < OH; oh++) {
-    long nk = 0;
-    for (long kh = 0; kh < KH; kh++) {
-      long t = oh + HH - kh * DH;
-      if (t < 0 || t % SH) continue;
-      t /= SH;
-      if (t < H) hoff[oh * KH + nk++] = t * W * K * M + kh * KW * M;
-    }
-    hcnt[oh] = nk;
-  }
-  a[CN_HOFF] = (int64_t)hoff;
-  a[CN_HCNT] = (int64_t)hcnt;
-  a[CN_WOFF] = (int64_t)woff;
-  a[CN_WCNT] = (int64_t)wcnt;
+  col2im_axis(OW, KW, HW, DW, SW, W, K * M, M, taps.woff, taps.wcnt);
+  col2im_axis(OH, KH, HH, DH, SH, H, W * K * M, KW * M, taps.hoff, taps.hcnt);
+  a[CN_HOFF] = (int64_t)taps.hoff;
+  a[CN_HCNT] = (int64_t)taps.hcnt;
+  a[CN_WOFF] = (int64_t)taps.woff;
+  a[CN_WCNT] = (int64_t)taps.wcnt;
   up_parallel_rows(a, N * OH, (double)OW * M * (K < 4 ? K : 4), 0, col2im_nhwc_row);
 done:
-  free(wcnt);
-  free(woff);
-  free(hoff);
-  free(hcnt);
+  col2im_free(&taps);
 }
 
 /* ---------------------------------------------------------------------------------------------------------- */

@@ -21,8 +21,9 @@ from runtime import kernels
 from runtime.check import _constant_attr
 from runtime.errors import RuntimeModelError
 from runtime.ir import Graph, Node, value_of_array
-from runtime.kernels.base import Kernel, NodeContext
+from runtime.kernels.base import Kernel
 from runtime.op_traits import NEVER_FOLD
+from runtime.steps import node_context
 
 if TYPE_CHECKING:
     from runtime.passes.pipeline import PassContext
@@ -42,16 +43,7 @@ def _kernel(node: Node) -> Kernel | None:
         cls = kernels.resolve(node.op_type, node.domain, node.opset or 10_000)
     except RuntimeModelError:
         return None
-    context = NodeContext(
-        name=node.name,
-        op_type=node.op_type,
-        domain=node.domain,
-        opset=node.opset or 1,
-        n_inputs=len(node.inputs),
-        n_outputs=len(node.outputs),
-        input_present=tuple(bool(i) for i in node.inputs),
-        output_present=tuple(bool(o) for o in node.outputs),
-    )
+    context = node_context(node)
     try:
         return cls(context, dict(node.attrs))
     except Exception:

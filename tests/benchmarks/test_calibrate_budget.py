@@ -57,7 +57,7 @@ def test_calibrate_that_measures_nothing_in_its_budget_says_so_in_one_line(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The probes took the whole budget: one line, non-zero exit, no store left behind."""
-    from optimiser.cli import app
+    from cli.main import app
 
     def slow_probes(threads: int) -> calibrate.Probes:
         time.sleep(0.3)

@@ -1,7 +1,7 @@
 """A benchmark campaign as a real Slurm job array on localhost: every task writes a shard, the shards merge.
 
 Uses the platform's one-node Slurm fixture (tests/builders/realcomp). The tasks run appopt from this checkout
-(``python -m optimiser.commands.bench_cmds``) rather than inside an image: the image path is covered by the
+(``python -m cli.bench_cmds``) rather than inside an image: the image path is covered by the
 rendered-script tests and the builders' own Slurm tests.
 """
 
@@ -52,7 +52,7 @@ def test_campaign_array_writes_one_shard_per_task_and_they_merge(
         "threads: [1]\n"
         "settings: {min_duration_s: 0.0, min_queries: 3}\n"
         "shard_dir: shards\n"
-        f"appopt_command: {sys.executable} -m optimiser.commands.bench_cmds\n"
+        f"appopt_command: {sys.executable} -m cli.bench_cmds\n"
         "slurm: {tasks: 2, time: '00:10:00', cpus_per_task: 1}\n"
     )
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]))

@@ -5,8 +5,9 @@ from __future__ import annotations
 import typer
 from typer.testing import CliRunner
 
-from optimiser.commands import bench_cmds, models_cmds
-from perfmodels.results_db import append_rows, make_row, read_results
+from cli import bench_cmds, models_cmds
+from perfmodels.results_db import append_rows, read_results
+from tests.rows import measured_row
 
 runner = CliRunner()
 
@@ -67,17 +68,8 @@ def test_bench_run_user_errors_are_one_line(tmp_path):
 
 def test_bench_merge_and_schema(tmp_path):
     a, b, out = tmp_path / "shards" / "a.csv", tmp_path / "shards" / "b.csv", tmp_path / "all.csv"
-    row = dict(
-        source="measured",
-        target="t",
-        backend="onnxruntime",
-        model="mlp",
-        scenario="SingleStream",
-        metric="p90_latency_ms",
-        value=1.0,
-    )
-    append_rows(a, [make_row(**row)])
-    append_rows(b, [make_row(**row), make_row(**row)])
+    append_rows(a, [measured_row()])
+    append_rows(b, [measured_row(), measured_row()])
     result = runner.invoke(app(), ["bench", "merge", str(tmp_path / "shards"), "-o", str(out)])
     assert result.exit_code == 0, result.output
     assert "merged 2 shard(s): 3 rows" in result.output
@@ -85,6 +77,22 @@ def test_bench_merge_and_schema(tmp_path):
     assert missing.exit_code == 1 and "no such shard" in missing.output
     schema = runner.invoke(app(), ["bench", "schema"])
     assert "| row_id |" in schema.output
+
+
+def test_bench_merge_into_a_gzip_database(tmp_path):
+    """What merging new rows into the shipped ``default.csv.gz`` does: CSV and gzip shards in, gzip CSV out."""
+    import gzip
+
+    from perfmodels.results_db import HEADER_LINE, read_results
+
+    shards, out = tmp_path / "shards", tmp_path / "default.csv.gz"
+    append_rows(out, [measured_row()])
+    append_rows(shards / "new.csv", [measured_row()])
+    append_rows(shards / "more.csv.gz", [measured_row(), measured_row()])
+    result = runner.invoke(app(), ["bench", "merge", str(shards), "-o", str(out)])
+    assert result.exit_code == 0, result.output
+    assert "merged 2 shard(s): 4 rows" in result.output
+    assert gzip.decompress(out.read_bytes()).decode().startswith(HEADER_LINE) and len(read_results(out)) == 4
 
 
 def test_bench_campaign_renders_and_rejects_other_schedulers(tmp_path):
@@ -143,11 +151,11 @@ def test_models_evaluate_save_stores_the_figures_plans_show(tmp_path):
     from perfmodels.fitted import read_evaluation_summary
     from perfmodels.results_db import DEFAULT_DB
 
-    db = tmp_path / "db.csv"
+    db = tmp_path / "db.csv.gz"
     shutil.copy(DEFAULT_DB, db)
     result = runner.invoke(app(), ["models", "evaluate", "--db", str(db), "--save"])
     assert result.exit_code == 0, result.output
-    assert "db.evaluation.json" in result.output and read_evaluation_summary(db) is not None
+    assert "db.csv.evaluation.json" in result.output and read_evaluation_summary(db) is not None
     refused = runner.invoke(app(), ["models", "evaluate", "--db", str(db), "--threads", "1", "--save"])
     assert refused.exit_code == 1 and "error: --save:" in refused.output
 
@@ -168,17 +176,7 @@ def test_bench_refresh_features_updates_suite_rows(tmp_path):
     append_rows(
         db,
         [
-            make_row(
-                source="measured",
-                target="t-2c",
-                backend="onnxruntime",
-                model="mlp",
-                scenario="SingleStream",
-                metric="p90_latency_ms",
-                value=0.3,
-                flops_per_sample=1.0,
-                flops_by_class={"gemm": 1.0},
-            )
+            measured_row(value=0.3, flops_per_sample=1.0, flops_by_class={"gemm": 1.0})
         ],
     )
     result = runner.invoke(app(), ["bench", "refresh-features", "--db", str(db)])

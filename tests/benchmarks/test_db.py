@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import gzip
 import io
 import multiprocessing
 import os
@@ -21,6 +22,7 @@ import pytest
 from perfmodels.results_db import (
     COLUMN_NAMES,
     COLUMNS,
+    DEFAULT_DB,
     HEADER_LINE,
     ResultsSchemaError,
     append_rows,
@@ -34,6 +36,8 @@ from perfmodels.results_db import (
 )
 
 REPO = Path(__file__).resolve().parents[2]
+#: Every reader and writer takes plain CSV and gzip CSV alike.
+SUFFIXES = pytest.mark.parametrize("suffix", [".csv", ".csv.gz"])
 
 
 def row(**overrides):
@@ -57,8 +61,9 @@ def row(**overrides):
     return make_row(**fields)
 
 
-def test_round_trip_keeps_values_and_types(tmp_path):
-    path = tmp_path / "db.csv"
+@SUFFIXES
+def test_round_trip_keeps_values_and_types(tmp_path, suffix):
+    path = tmp_path / f"db{suffix}"
     rows = [row(), row(model="bert", value=7.25, median_ms=None)]
     assert append_rows(path, rows) == 2
     frame = read_results(path)
@@ -210,8 +215,9 @@ def test_killing_concurrent_writers_never_corrupts_the_file(tmp_path):
     assert read_results(path, warn=False)["model"].iloc[-1] == "after"
 
 
-def test_merge_combines_shards_drops_duplicates_and_replaces_atomically(tmp_path):
-    a, b, out = tmp_path / "a.csv", tmp_path / "b.csv", tmp_path / "merged.csv"
+@SUFFIXES
+def test_merge_combines_shards_drops_duplicates_and_replaces_atomically(tmp_path, suffix):
+    a, b, out = tmp_path / "a.csv", tmp_path / f"b{suffix}", tmp_path / f"merged{suffix}"
     shared = row(model="shared")
     append_rows(a, [row(model="a1"), shared])
     append_rows(b, [shared, row(model="b1")])
@@ -230,6 +236,47 @@ def test_write_rows_replaces_the_file(tmp_path):
     write_rows(path, [row(model="y"), row(model="z")])
     assert read_results(path)["model"].tolist() == ["y", "z"]
     assert path.read_text().startswith(HEADER_LINE)
+
+
+def test_a_gzip_database_holds_the_csv_text_and_appends_as_a_new_member(tmp_path):
+    plain, packed = tmp_path / "db.csv", tmp_path / "db.csv.gz"
+    rows = [row(model="a"), row(model="b")]
+    write_rows(plain, rows)
+    write_rows(packed, rows)
+    assert gzip.decompress(packed.read_bytes()) == plain.read_bytes()  # same text, same schema
+    inode = packed.stat().st_ino
+    before = packed.read_bytes()
+    append_rows(packed, [row(model="c")])
+    after = packed.read_bytes()
+    assert after.startswith(before) and packed.stat().st_ino != inode  # old bytes kept; replaced, never torn
+    unzipped = subprocess.run(["gzip", "-dc", str(packed)], capture_output=True, check=True).stdout.decode()
+    assert unzipped.count("\n") == 4 and ",c," in unzipped.splitlines()[-1]  # gzip itself reads every member
+    assert read_results(packed)["model"].tolist() == ["a", "b", "c"]
+
+
+def test_the_same_rows_give_the_same_gzip_bytes(tmp_path):
+    """Cached fits are keyed by the database file's digest: rewriting unchanged rows must not change it."""
+    rows = [row(model="a"), row(model="b")]
+    write_rows(tmp_path / "one.csv.gz", rows)
+    write_rows(tmp_path / "two.csv.gz", rows)
+    assert (tmp_path / "one.csv.gz").read_bytes() == (tmp_path / "two.csv.gz").read_bytes()
+
+
+@pytest.mark.parametrize("damage", [lambda b: b[: len(b) // 2], lambda b: b"not gzip" + b])
+def test_a_damaged_gzip_database_is_one_schema_error(tmp_path, damage):
+    path = tmp_path / "db.csv.gz"
+    write_rows(path, [row(model="a")])
+    path.write_bytes(damage(path.read_bytes()))
+    with pytest.raises(ResultsSchemaError, match=r"db\.csv\.gz: not a readable gzip file"):
+        read_results(path)
+    with pytest.raises(ResultsSchemaError, match=r"db\.csv\.gz"):
+        append_rows(path, [row(model="b")])
+
+
+def test_the_shipped_database_is_gzip_csv():
+    assert DEFAULT_DB.name == "default.csv.gz"
+    with gzip.open(DEFAULT_DB, "rt", encoding="utf-8") as handle:
+        assert handle.readline() == HEADER_LINE
 
 
 def test_schema_is_documented_for_every_column():
@@ -283,10 +330,12 @@ def _merge_repeatedly(path: str, shard: str, stop) -> None:
         rewrite_rows(path, lambda rows: list(rows))  # what `bench refresh-features` does, changing nothing
 
 
-def test_concurrent_appends_merges_and_rewrites_lose_no_row(tmp_path):
+@SUFFIXES
+def test_concurrent_appends_merges_and_rewrites_lose_no_row(tmp_path, suffix):
     """Two appenders and a process that merges a shard into the database and rewrites it in a loop: without one
-    lock shared by every writer, rows appended while a merge reads are lost when it replaces the file."""
-    db, shard = tmp_path / "db.csv", tmp_path / "shard.csv"
+    lock shared by every writer, rows appended while a merge reads are lost when it replaces the file (a gzip
+    database's appends replace it too)."""
+    db, shard = tmp_path / f"db{suffix}", tmp_path / "shard.csv"
     append_rows(shard, [row(model="shard0")])
     append_rows(db, [row(model="first")])
     context = multiprocessing.get_context("spawn")

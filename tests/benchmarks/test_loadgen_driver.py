@@ -135,7 +135,7 @@ def test_lower_precisions_are_checked_by_top1_agreement_only_where_outputs_are_c
 
 
 def test_bench_show_prints_a_runs_summary_by_row_id_or_directory(measured):
-    from optimiser.commands import bench_cmds
+    from cli import bench_cmds
 
     db, _, frame = measured
     app = _app(bench_cmds)
@@ -183,7 +183,7 @@ def test_the_harness_is_the_fallback_when_loadgen_cannot_be_imported(without_loa
 
 
 def test_bench_run_names_the_driver_and_refuses_loadgen_when_missing(without_loadgen, tmp_path):
-    from optimiser.commands import bench_cmds
+    from cli import bench_cmds
 
     result = CliRunner().invoke(
         _app(bench_cmds), ["bench", "run", "--suite", "tiny_lenet5", "--backend", "onnxruntime", "--driver", "loadgen"]
@@ -201,7 +201,7 @@ def test_bench_run_names_the_driver_and_refuses_loadgen_when_missing(without_loa
 
 
 def test_a_run_on_a_busy_machine_is_flagged_and_warned_about(monkeypatch, tmp_path):
-    from optimiser.commands import bench_cmds
+    from cli import bench_cmds
 
     @contextlib.contextmanager
     def busy():
@@ -227,7 +227,7 @@ def test_a_run_on_a_busy_machine_is_flagged_and_warned_about(monkeypatch, tmp_pa
 
 def test_campaign_slices_use_loadgen_and_keep_their_logs_next_to_the_shard(tmp_path):
     from benchmarks.campaign import load_campaign
-    from optimiser.commands import bench_cmds
+    from cli import bench_cmds
 
     spec = tmp_path / "c.yaml"
     spec.write_text(

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import importlib.util
-import json
 
 import numpy as np
 import pytest
@@ -11,14 +10,10 @@ from onnx import TensorProto, helper
 
 from benchmarks.backends import BackendSkipped, boundary_ms, get_backend
 from benchmarks.engines.openvino import cpu_has_bf16
-from benchmarks.harness import ScenarioSettings
-from benchmarks.models import get_model, suite
-from benchmarks.runner import BenchRequest, run_benchmarks
+from benchmarks.models import get_model
+from tests.benchmarks.compiled_backends import mlp_row, unrunnable_model
 
 pytestmark = pytest.mark.skipif(importlib.util.find_spec("openvino") is None, reason="extra not installed")
-
-TINY = ScenarioSettings(min_duration_s=0.0, min_queries=3, warmup_queries=1)
-
 
 def test_fp32_matches_onnxruntime_and_keeps_compile_time():
     model = get_model("mlp")
@@ -70,21 +65,6 @@ def test_bf16_is_its_own_precision_where_the_cpu_has_it():
 
 
 def test_rows_carry_compile_time_and_max_error_and_unrunnable_models_are_skipped():
-    bad = helper.make_model(
-        helper.make_graph(
-            [helper.make_node("NoSuchOp", ["x"], ["y"], domain="com.example")],
-            "g",
-            [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])],
-            [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2])],
-        )
-    )
     with pytest.raises(BackendSkipped, match="openvino cannot compile"):
-        get_backend("openvino").prepare(bad)
-    request = BenchRequest(models=suite("mlp"), backends=("openvino",), settings=TINY)
-    (outcome,) = list(run_benchmarks(request, None))
-    assert outcome.status == "ok" and outcome.row is not None
-    row = outcome.row
-    assert row["compiler"] == "openvino" and row["framework"] == "onnxruntime"
-    assert json.loads(row["settings"])["compile_ms"] > 0
-    assert 0 <= row["max_abs_error"] < 1e-4
-    assert "vs onnxruntime" in row["notes"]
+        get_backend("openvino").prepare(unrunnable_model())
+    assert "vs onnxruntime" in mlp_row("openvino", "onnxruntime", "openvino")["notes"]

@@ -22,6 +22,7 @@ from benchmarks.results import provenance
 from benchmarks.results.provenance import ProbeWindow, interference, wait_until_quiet
 from benchmarks.runner import ModelFeatures, plan_jobs
 from perfmodels.results_db import BUSY_OTHER_CPU, append_rows, make_row, read_results
+from tests.rows import measured_row
 
 
 def features(model) -> ModelFeatures:
@@ -173,29 +174,10 @@ def test_record_default_writes_rows_with_their_quietness_and_a_summary(tmp_path,
 
 def test_refresh_features_rewrites_suite_rows_and_leaves_the_measurements(tmp_path):
     db = tmp_path / "db.csv"
-    measured = make_row(
-        source="measured",
-        target="t-2c",
-        backend="onnxruntime",
-        model="mlp",
-        scenario="SingleStream",
-        metric="p90_latency_ms",
-        value=0.3,
-        median_ms=0.25,
-        flops_per_sample=1.0,
-        flops_by_class={"gemm": 1.0},
-        ops_by_class={"gemm": 1},
+    measured = measured_row(
+        value=0.3, median_ms=0.25, flops_per_sample=1.0, flops_by_class={"gemm": 1.0}, ops_by_class={"gemm": 1}
     )
-    kernel = make_row(
-        source="measured",
-        target="t-2c",
-        backend="onnxruntime",
-        model="gemm_1x1",
-        scenario="kernel",
-        metric="gflops",
-        value=1.0,
-        flops_per_sample=2.0,
-    )
+    kernel = measured_row(model="gemm_1x1", scenario="kernel", metric="gflops", flops_per_sample=2.0)
     append_rows(db, [measured, kernel])
     assert refresh_features(features, db) == 1
     frame = read_results(db).set_index("model")

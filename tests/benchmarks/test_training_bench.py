@@ -10,7 +10,7 @@ import pytest
 from typer.testing import CliRunner
 
 from benchmarks.training_bench import TrainingRun, batches, summarise
-from optimiser.cli import app
+from cli.main import app
 from perfmodels.results_db import read_results
 
 needs_torch = pytest.mark.skipif(importlib.util.find_spec("torch") is None, reason="extra not installed")

@@ -3,21 +3,15 @@
 from __future__ import annotations
 
 import importlib.util
-import json
 
 import numpy as np
 import pytest
-from onnx import TensorProto, helper
 
 from benchmarks.backends import BackendSkipped, get_backend
-from benchmarks.harness import ScenarioSettings
-from benchmarks.models import get_model, suite
-from benchmarks.runner import BenchRequest, run_benchmarks
+from benchmarks.models import get_model
+from tests.benchmarks.compiled_backends import mlp_row, unrunnable_model
 
 pytestmark = pytest.mark.skipif(importlib.util.find_spec("tvm") is None, reason="extra not installed")
-
-TINY = ScenarioSettings(min_duration_s=0.0, min_queries=3, warmup_queries=1)
-
 
 @pytest.mark.parametrize("batch", [1, 4])
 def test_untuned_tvm_matches_onnxruntime_and_keeps_compile_time(batch):
@@ -30,20 +24,6 @@ def test_untuned_tvm_matches_onnxruntime_and_keeps_compile_time(batch):
 
 
 def test_rows_carry_compile_time_and_max_error_and_unrunnable_models_are_skipped():
-    bad = helper.make_model(
-        helper.make_graph(
-            [helper.make_node("NoSuchOp", ["x"], ["y"], domain="com.example")],
-            "g",
-            [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])],
-            [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2])],
-        )
-    )
     with pytest.raises(BackendSkipped, match="tvm cannot compile"):
-        get_backend("tvm").prepare(bad)
-    request = BenchRequest(models=suite("mlp"), backends=("tvm",), settings=TINY)
-    (outcome,) = list(run_benchmarks(request, None))
-    assert outcome.status == "ok" and outcome.row is not None
-    row = outcome.row
-    assert row["compiler"] == "tvm" and row["framework"] == "onnxruntime"
-    assert json.loads(row["settings"])["compile_ms"] > 0
-    assert 0 <= row["max_abs_error"] < 1e-4
+        get_backend("tvm").prepare(unrunnable_model())
+    mlp_row("tvm", "onnxruntime", "tvm")

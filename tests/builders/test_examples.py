@@ -29,7 +29,7 @@ NAMED = {
 
 def plan(example: str, out: Path) -> dict[str, object]:
     """``appopt plan examples/EXAMPLE -o OUT``; returns deployment.json."""
-    from optimiser.cli import app
+    from cli.main import app
 
     result = CliRunner().invoke(app, ["plan", str(EXAMPLES / example), "-o", str(out)])
     assert result.exit_code == 0, result.output

@@ -16,7 +16,7 @@ from builders.engines import EngineError, get_engine, validate_platform
 from builders.image_build import load_deployment, prepare_build, rebase_dockerfile, save_deployment
 from builders.render import render_artifacts
 from builders.wheelhouse import python_version_of, wheel_platforms
-from optimiser.commands import build_cmds
+from cli import build_cmds
 
 DEP = Deployment(
     app_name="demo",

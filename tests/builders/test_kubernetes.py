@@ -176,7 +176,7 @@ def test_without_the_extra_the_check_says_so(monkeypatch: pytest.MonkeyPatch) ->
 
 def test_validate_strict_checks_the_rendered_job() -> None:
     pytest.importorskip("kubernetes_validate", reason="extra not installed")
-    from optimiser.cli import app
+    from cli.main import app
 
     result = CliRunner().invoke(app, ["validate", "--strict", str(EXAMPLES / "bert-inference-k8s.yaml")])
     assert result.exit_code == 0, result.output
@@ -184,7 +184,7 @@ def test_validate_strict_checks_the_rendered_job() -> None:
 
 
 def test_validate_strict_without_the_extra_is_one_line(monkeypatch: pytest.MonkeyPatch) -> None:
-    from optimiser.cli import app
+    from cli.main import app
 
     monkeypatch.setitem(sys.modules, "kubernetes_validate", None)
     result = CliRunner().invoke(app, ["validate", "--strict", str(EXAMPLES / "bert-inference-k8s.yaml")])
@@ -207,7 +207,7 @@ container: {formats: [docker], registry: registry.example.org/nlp/bert}
 
 
 def test_spec_sizes_and_overrides_reach_the_manifest(tmp_path: Path) -> None:
-    from optimiser.cli import app
+    from cli.main import app
 
     (tmp_path / "default.yaml").write_text(SPEC % "{image_pull_secret: regcred}")
     (tmp_path / "override.yaml").write_text(SPEC % "{cpu: 30, memory_gib: 100, image_pull_secret: regcred}")
@@ -226,7 +226,7 @@ def test_spec_sizes_and_overrides_reach_the_manifest(tmp_path: Path) -> None:
 
 
 def test_an_override_beyond_the_node_is_one_error_line(tmp_path: Path) -> None:
-    from optimiser.cli import app
+    from cli.main import app
 
     (tmp_path / "app.yaml").write_text(SPEC % "{cpu: 56}")
     result = CliRunner().invoke(app, ["plan", str(tmp_path / "app.yaml"), "-o", str(tmp_path / "out")])

@@ -17,7 +17,7 @@ from builders.schedulers import (
     find_job_script,
     get_scheduler,
 )
-from optimiser.commands import build_cmds
+from cli import build_cmds
 
 
 def _app() -> typer.Typer:

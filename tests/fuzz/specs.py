@@ -35,7 +35,7 @@ import yaml
 from hypothesis import strategies as st
 from typer.testing import CliRunner
 
-from optimiser.cli import app
+from cli.main import app
 from optimiser.errors import MAX_LINE_CHARS
 
 EXAMPLES = Path(__file__).parents[2] / "examples"

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from optimiser.cli import app
+from cli.main import app
 
 EXAMPLES = Path(__file__).parents[2] / "examples"
 
@@ -153,6 +153,16 @@ def test_a_model_appopt_cannot_run_itself_says_the_image_needs_a_command(tmp_pat
     assert "the image starts a bare python3" in (out / "plan.md").read_text()
 
 
+def _run_job_here(out: Path, tmp_path: Path) -> tuple[Path, subprocess.CompletedProcess[str]]:
+    """Run the plan's ``run.sh`` without a container in a fresh job directory; (that directory, the run)."""
+    job_dir = tmp_path / "job"
+    job_dir.mkdir()
+    env = {**os.environ, "APPOPT_CONTAINER": "none", "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"}
+    done = subprocess.run(["bash", str(out / "run.sh")], cwd=job_dir, env=env, capture_output=True, text=True,
+                          timeout=300, check=False)
+    return job_dir, done
+
+
 TRAIN_SPEC = """\
 name: digits-train
 application:
@@ -183,11 +193,7 @@ def test_a_training_plan_trains_and_its_job_runs_without_a_container(tmp_path: P
         "--batch-size", "16", "--precision", "fp32", "--epochs", "2", "--checkpoint", "checkpoints", "--resume",
     ]
     # the job itself, here without a container: it trains in its working directory
-    job_dir = tmp_path / "job"
-    job_dir.mkdir()
-    env = {**os.environ, "APPOPT_CONTAINER": "none", "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"}
-    done = subprocess.run(["bash", str(out / "run.sh")], cwd=job_dir, env=env, capture_output=True, text=True,
-                          timeout=300, check=False)
+    job_dir, done = _run_job_here(out, tmp_path)
     assert done.returncode == 0, done.stderr
     assert "epoch 2/2" in done.stdout and (job_dir / "trained.onnx").exists()
     assert (job_dir / "checkpoints").is_dir()
@@ -304,11 +310,7 @@ def test_relative_training_data_is_shipped_and_the_job_finds_it(
     assert "data" in deployment["app_files"]
     argv = deployment["run_argv"]
     assert argv[argv.index("--data") + 1] == "/opt/app/data/points.npz"
-    job_dir = tmp_path / "job"
-    job_dir.mkdir()
-    env = {**os.environ, "APPOPT_CONTAINER": "none", "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"}
-    done = subprocess.run(["bash", str(out / "run.sh")], cwd=job_dir, env=env, capture_output=True, text=True,
-                          timeout=300, check=False)
+    job_dir, done = _run_job_here(out, tmp_path)
     assert done.returncode == 0, done.stderr
     assert (job_dir / "trained.onnx").exists()
 

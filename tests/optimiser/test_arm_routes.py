@@ -7,8 +7,8 @@ from pathlib import Path
 
 from typer.testing import CliRunner
 
+from cli.main import app
 from optimiser.catalog import load_catalog
-from optimiser.cli import app
 
 SPEC = """\
 name: a64fx-armcl

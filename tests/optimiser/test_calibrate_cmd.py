@@ -11,9 +11,10 @@ from typer.testing import CliRunner
 from analysis.units import KINDS, encode_units
 from benchmarks.calibrate import SKIPPED_SAMPLERS, covering_units, units_left
 from benchmarks.unit_sweep import SWEEP_ROUNDS
-from optimiser.cli import app
+from cli.main import app
 from perfmodels.hoststore import host_store_path, read_store
-from perfmodels.results_db import HEADER_LINE, make_row, write_rows
+from perfmodels.results_db import HEADER_LINE, write_rows
+from tests.rows import measured_row
 
 runner = CliRunner()
 
@@ -85,15 +86,7 @@ def test_an_unknown_backend_is_named(tmp_path: Path) -> None:
 
 def test_read_store_keeps_rows_and_drops_only_damaged_lines(tmp_path: Path) -> None:
     store = tmp_path / "store.csv"
-    row = make_row(
-        source="measured",
-        target="t-2c",
-        backend="onnxruntime",
-        model="m",
-        scenario="kernel",
-        metric="gflops",
-        value=1.0,
-    )
+    row = measured_row(model="m", scenario="kernel", metric="gflops")
     write_rows(store, [row])
     with open(store, "a", encoding="utf-8") as handle:
         handle.write("torn,row\n")

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from optimiser.cli import app
+from cli.main import app
 
 EXAMPLES = Path(__file__).parents[2] / "examples"
 runner = CliRunner()

@@ -13,8 +13,8 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
-from optimiser.cli import app
-from optimiser.commands import bench_cmds, models_cmds, progress
+from cli import bench_cmds, models_cmds, progress
+from cli.main import app
 from optimiser.errors import AppoptError
 from optimiser.suggest import unknown_id_message
 

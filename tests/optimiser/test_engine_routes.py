@@ -10,30 +10,15 @@ import pytest
 from typer.testing import CliRunner
 
 from benchmarks.engines import all_engines, image_engine
-from optimiser.cli import app
+from cli.main import app
+from tests.compiler_routes import COMPILER_ROUTE_SPEC
 
 EXAMPLES = Path(__file__).parents[2] / "examples"
-
-SPEC = """\
-name: digits-{compiler}
-application:
-  type: inference
-  model: {{onnx: digits_mlp.onnx}}
-  framework: onnxruntime
-target:
-  cpu: {{arch: x86_64, model: local}}
-  scheduler: none
-container:
-  formats: [docker]
-optimisation:
-  allow: {{compilers: [{compiler}], precisions: [fp32]}}
-  deny: {{compilers: [none]}}
-"""
 
 
 def _deployment(tmp_path: Path, compiler: str) -> dict:
     shutil.copy2(EXAMPLES / "digits_mlp.onnx", tmp_path / "digits_mlp.onnx")
-    (tmp_path / "app.yaml").write_text(SPEC.format(compiler=compiler))
+    (tmp_path / "app.yaml").write_text(COMPILER_ROUTE_SPEC.format(compiler=compiler))
     result = CliRunner().invoke(app, ["plan", str(tmp_path / "app.yaml"), "-o", str(tmp_path / "out")])
     assert result.exit_code == 0, result.output
     plan = json.loads((tmp_path / "out" / "plan.json").read_text())

@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
+from cli.main import app
 from optimiser.catalog import load_catalog
-from optimiser.cli import app
 from optimiser.literature import claim_checks, default_backends, format_checks, measure_compiler
 from perfmodels.results_db import make_row, to_frame, write_rows
 

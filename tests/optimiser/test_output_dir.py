@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
+from cli.main import app
 from optimiser import artifacts, output_dir
-from optimiser.cli import app
 
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLES = REPO / "examples"
@@ -171,7 +171,7 @@ _RACER = textwrap.dedent(
     """
     import sys, time
     from pathlib import Path
-    from optimiser.cli import app
+    from cli.main import app
     go = Path(sys.argv[1])
     while not go.exists():
         time.sleep(0.001)
@@ -284,7 +284,7 @@ def test_a_build_records_the_plans_digest_and_push_accepts_it(tmp_path: Path) ->
     without running one stands in for podman here; the real build is in tests/builders/realcomp)."""
     from builders.engines import BuildRequest, BuildResult, Engine
     from builders.image_build import build_plan_image
-    from optimiser.commands.build_cmds import PushError, check_build_matches_plan
+    from cli.build_cmds import PushError, check_build_matches_plan
 
     class Recorder(Engine):
         name = "recorder"

@@ -71,7 +71,7 @@ def test_five_appopt_plan_processes_write_identical_figures(tmp_path: Path) -> N
     for i in range(5):
         out = tmp_path / f"plan{i}"
         subprocess.run(
-            [sys.executable, "-m", "optimiser.cli", "plan", str(EXAMPLES / "onnx-mlp-local.yaml"), "-o", str(out)],
+            [sys.executable, "-m", "cli", "plan", str(EXAMPLES / "onnx-mlp-local.yaml"), "-o", str(out)],
             check=True, env=env, capture_output=True, timeout=300,
         )
         figures.append(_figures(json.loads((out / "plan.json").read_text())))

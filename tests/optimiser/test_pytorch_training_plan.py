@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from optimiser.cli import app
+from cli.main import app
 from tests.runtime.training.test_runtime_train_cli import _separable_npz
 
 EXAMPLES = Path(__file__).parents[2] / "examples"

@@ -14,7 +14,7 @@ from typer.testing import CliRunner
 
 import benchmarks.calibrate as calibrate
 from analysis.units import encode_units
-from optimiser.cli import app
+from cli.main import app
 from perfmodels.hoststore import host_store_path, quick_store_path, read_store
 from perfmodels.results_db import DEFAULT_DB, frame_rows, read_results, write_rows
 

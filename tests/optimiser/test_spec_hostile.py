@@ -11,8 +11,8 @@ import pytest
 from typer.testing import CliRunner
 
 import apperrors
+from cli.main import app
 from optimiser import spec_yaml
-from optimiser.cli import app
 from optimiser.errors import MAX_LINE_CHARS, AppoptError, SpecError
 from optimiser.spec import load_spec, parse_spec
 from optimiser.spec_yaml import MAX_SPEC_CHARS

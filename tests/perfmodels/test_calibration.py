@@ -56,7 +56,7 @@ def test_a_plan_after_a_real_calibration_ranks_nchwc_before_nchw_and_names_its_b
     from typer.testing import CliRunner
 
     from benchmarks.models.tiny import mobilenet_v1
-    from optimiser.cli import app
+    from cli.main import app
     from optimiser.planner import make_plan
     from optimiser.spec import load_spec
 

@@ -229,10 +229,8 @@ def test_the_local_plan_picks_the_backend_that_measures_fastest(shipped, tmp_pat
     assert sum(regrets) / len(regrets) <= 1.10, regrets
 
 
-def test_a_tiny_model_gets_fitted_microsecond_predictions_in_the_right_order(tmp_path, monkeypatch):
-    """A 64-128-64-10 MLP (the README's digits example) is far smaller than the core models: the tiny suite models
-    put it inside the fitted range, so it is predicted from per-query and per-node overheads, not the prior's
-    200 µs, and onnxruntime (about 7 µs here) ranks before our runtime (about 45 µs)."""
+def _plan_mlp_on_the_measured_host(sizes: tuple[int, ...], name: str, tmp_path, monkeypatch):
+    """The plan of an MLP of ``sizes`` (batch 1) on the host the shipped database measured, and that host's key."""
     import perfmodels.fitted as fitted
     from benchmarks.models.transformer import mlp
     from optimiser.planner import make_plan
@@ -241,9 +239,16 @@ def test_a_tiny_model_gets_fitted_microsecond_predictions_in_the_right_order(tmp
     target, cores = measured_target(read_results(DEFAULT_DB))
     monkeypatch.setattr(fitted, "local_target_key", lambda: target)
     monkeypatch.setattr(fitted, "usable_cores", lambda: cores)
-    onnx.save(mlp(sizes=(64, 128, 64, 10)), str(tmp_path / "digits.onnx"))
-    spec = parse_spec(SPEC.format(name="digits", file="digits.onnx", batch=1), base_dir=tmp_path)
-    plan = make_plan(spec, model=load_default_model())
+    onnx.save(mlp(sizes=sizes), str(tmp_path / f"{name}.onnx"))
+    spec = parse_spec(SPEC.format(name=name, file=f"{name}.onnx", batch=1), base_dir=tmp_path)
+    return make_plan(spec, model=load_default_model()), target
+
+
+def test_a_tiny_model_gets_fitted_microsecond_predictions_in_the_right_order(tmp_path, monkeypatch):
+    """A 64-128-64-10 MLP (the README's digits example) is far smaller than the core models: the tiny suite models
+    put it inside the fitted range, so it is predicted from per-query and per-node overheads, not the prior's
+    200 µs, and onnxruntime (about 7 µs here) ranks before our runtime (about 45 µs)."""
+    plan, target = _plan_mlp_on_the_measured_host((64, 128, 64, 10), "digits", tmp_path, monkeypatch)
     by_framework = {c.route.framework: c.prediction for c in plan.candidates if c.route.compiler == "none"}
     ort, ours = by_framework["onnxruntime"], by_framework["appopt-runtime"]
     assert ort.basis.startswith(f"fitted:{target}") and ours.basis.startswith(f"fitted:{target}")
@@ -255,17 +260,7 @@ def test_a_model_below_every_fitted_range_is_predicted_from_its_kernel_units_and
     """A 4-8-2 MLP is far below the smallest measured model: the prior (about 200 µs, all routes alike) stands in for
     the whole-model fit, and the kernel units, which measured such kernels, carry the estimate and the ranking
     (measured ad hoc on an AMD EPYC at two threads: onnxruntime 4.2 µs, our runtime 7.2 µs)."""
-    import perfmodels.fitted as fitted
-    from benchmarks.models.transformer import mlp
-    from optimiser.planner import make_plan
-    from optimiser.spec import parse_spec
-
-    target, cores = measured_target(read_results(DEFAULT_DB))
-    monkeypatch.setattr(fitted, "local_target_key", lambda: target)
-    monkeypatch.setattr(fitted, "usable_cores", lambda: cores)
-    onnx.save(mlp(sizes=(4, 8, 2)), str(tmp_path / "minute.onnx"))
-    spec = parse_spec(SPEC.format(name="minute", file="minute.onnx", batch=1), base_dir=tmp_path)
-    plan = make_plan(spec, model=load_default_model())
+    plan, target = _plan_mlp_on_the_measured_host((4, 8, 2), "minute", tmp_path, monkeypatch)
     by_framework = {c.route.framework: c.prediction for c in plan.candidates if c.route.compiler == "none"}
     ort, ours = by_framework["onnxruntime"], by_framework["appopt-runtime"]
     for prediction in (ort, ours):
@@ -281,17 +276,7 @@ def test_a_model_below_every_fitted_range_is_predicted_from_its_kernel_units_and
 def test_an_unmeasured_compiler_is_not_credited_with_its_reported_speedup(tmp_path, monkeypatch):
     """TVM has no rows here: on a host where onnxruntime is measured, its routes are predicted as the measured
     onnxruntime route they compile (the seeds' 1.2-3.8x would otherwise outrank every measurement), and say why."""
-    import perfmodels.fitted as fitted
-    from benchmarks.models.transformer import mlp
-    from optimiser.planner import make_plan
-    from optimiser.spec import parse_spec
-
-    target, cores = measured_target(read_results(DEFAULT_DB))
-    monkeypatch.setattr(fitted, "local_target_key", lambda: target)
-    monkeypatch.setattr(fitted, "usable_cores", lambda: cores)
-    onnx.save(mlp(sizes=(64, 128, 64, 10)), str(tmp_path / "digits.onnx"))
-    spec = parse_spec(SPEC.format(name="digits", file="digits.onnx", batch=1), base_dir=tmp_path)
-    plan = make_plan(spec, model=load_default_model())
+    plan, _ = _plan_mlp_on_the_measured_host((64, 128, 64, 10), "digits", tmp_path, monkeypatch)
     tvm = [c for c in plan.candidates if c.route.compiler == "tvm" and c.route.framework == "onnxruntime"]
     assert tvm, [c.route.key for c in plan.candidates]
     plain = {

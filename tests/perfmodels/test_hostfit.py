@@ -123,7 +123,7 @@ def test_a_damaged_or_foreign_store_on_an_unseen_host_is_one_line_and_kept(
     results database stops the plan with one line naming it, and is left as it was."""
     from typer.testing import CliRunner
 
-    from optimiser.cli import app
+    from cli.main import app
     from perfmodels.hoststore import host_store_path
 
     db = tmp_path / "empty.csv"

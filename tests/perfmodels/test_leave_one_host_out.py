@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from optimiser.cli import app
+from cli.main import app
 from perfmodels.evaluate import leave_one_host_out
 from perfmodels.results_db import DEFAULT_DB, frame_rows, read_results, to_frame, write_rows
 

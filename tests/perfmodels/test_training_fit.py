@@ -108,7 +108,7 @@ def test_the_fit_recovers_the_generating_coefficients(tmp_path):
 def test_models_evaluate_mode_training_prints_held_out_figures(tmp_path):
     from typer.testing import CliRunner
 
-    from optimiser.cli import app
+    from cli.main import app
 
     path = tmp_path / "t.csv"
     write_rows(path, _rows(noise=0.02, tta=True))

@@ -66,7 +66,7 @@ def _example(tmp_path: Path, *, cpu_only: bool, local: bool = False) -> Path:
 
 
 def _plan(spec: Path, db: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[dict, str]:
-    from optimiser.cli import app
+    from cli.main import app
 
     monkeypatch.setenv("APPOPT_RESULTS_DB", str(db))
     out = spec.parent / "out"

@@ -12,7 +12,7 @@ import typer
 from onnx import AttributeProto, helper
 from typer.testing import CliRunner
 
-from optimiser.commands.runtime_cmds import register
+from cli.runtime_cmds import register
 from runtime import RuntimeModelError, compile_model
 from runtime.artifact import is_artifact_dir, load_artifact, save_artifact
 from runtime.kernels.base import REGISTRY

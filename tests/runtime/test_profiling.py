@@ -13,7 +13,7 @@ import typer
 from onnx import helper
 from typer.testing import CliRunner
 
-from optimiser.commands.runtime_cmds import register
+from cli.runtime_cmds import register
 from runtime import compile_model
 from runtime.profiling import COPY_OUTPUTS, STAGE_INPUTS
 from tests.runtime.graphs import const, model, vi

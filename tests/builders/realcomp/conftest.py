@@ -386,8 +386,8 @@ def _sinfo(conf: Path) -> str:
 
 def appopt_app() -> typer.Typer:
     """The ``appopt`` typer app, with build/push/submit/status (wired by cli.py, else registered on a copy)."""
-    from optimiser.cli import app
-    from optimiser.commands import build_cmds
+    from cli import build_cmds
+    from cli.main import app
 
     if any(command.name == "build" for command in app.registered_commands):
         return app
@@ -446,7 +446,7 @@ def runtime_plan(tmp_path_factory: pytest.TempPathFactory) -> Path:
     (spec_dir / "app.yaml").write_text(SPEC)
     (spec_dir / "classify.py").write_text(CLASSIFY)
     out = spec_dir / "out"
-    from optimiser.cli import app
+    from cli.main import app
 
     result = CliRunner().invoke(app, ["plan", str(spec_dir / "app.yaml"), "-o", str(out)])
     assert result.exit_code == 0, result.output
@@ -457,7 +457,7 @@ def plan_for(spec_text: str, directory: Path) -> Path:
     """``appopt plan`` output (the real CLI) for a spec next to a copy of the digits MLP."""
     shutil.copy2(REPO / "examples" / "digits_mlp.onnx", directory / "digits_mlp.onnx")
     (directory / "app.yaml").write_text(spec_text)
-    from optimiser.cli import app
+    from cli.main import app
 
     result = CliRunner().invoke(app, ["plan", str(directory / "app.yaml"), "-o", str(directory / "out")])
     assert result.exit_code == 0, result.output

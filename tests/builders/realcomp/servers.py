@@ -22,6 +22,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
+from tests.builders.fake_registry import QuietHandler
+
 
 def free_port() -> int:
     """A TCP port free on 127.0.0.1 right now."""
@@ -182,15 +184,9 @@ class FaultProxy:
     def running(self) -> Iterator[FaultProxy]:
         proxy = self
 
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-
-            def log_message(self, format: str, *args: object) -> None:
-                pass
-
+        class Handler(QuietHandler):
             def _handle(self) -> None:
-                length = int(self.headers.get("Content-Length") or 0)
-                body = self.rfile.read(length) if length else b""
+                body = self.read_body()
                 proxy.seen.append(f"{self.command} {self.path}")
                 fault = proxy._take_fault(self.command, self.path)
                 if fault is not None and fault.status is None:

@@ -32,7 +32,7 @@ SMALL = ["--samples", "0", "--batches", "1", "--batch-size", "1", "--image-size"
 @pytest.fixture(scope="session")
 def a64fx_image(containers: Containers, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """``appopt plan examples/a64fx-pbs.yaml`` then ``appopt build OUT --platform linux/arm64`` (the real CLI)."""
-    from optimiser.cli import app
+    from cli.main import app
 
     _require_tools()
     out = tmp_path_factory.mktemp("a64fx") / "out"

@@ -20,25 +20,10 @@ import pytest
 from typer.testing import Result
 
 from tests.builders.realcomp.conftest import REPO, plan_for, wheelhouse_for
+from tests.compiler_routes import COMPILER_ROUTE_SPEC
 
 pytestmark = pytest.mark.slow
 
-SPEC = """\
-# the digits MLP compiled by {compiler}: the image compiles it in the build stage and runs it with --engine {compiler}
-name: digits-{compiler}
-application:
-  type: inference
-  model: {{onnx: digits_mlp.onnx}}
-  framework: onnxruntime
-target:
-  cpu: {{arch: x86_64, model: local}}
-  scheduler: none
-container:
-  formats: [docker]
-optimisation:
-  allow: {{compilers: [{compiler}], precisions: [fp32]}}
-  deny: {{compilers: [none]}}
-"""
 
 #: Run inside the image: the engine's runner on the compiled directory, a fixed input, the output as JSON.
 PROBE = """\
@@ -72,7 +57,7 @@ def test_a_compiler_route_image_compiles_in_the_build_stage_and_runs_the_model(
         appopt: Callable[..., Result]) -> None:
     if importlib.util.find_spec(module) is None:
         pytest.skip("extra not installed")
-    out = plan_for(SPEC.format(compiler=compiler), tmp_path)
+    out = plan_for(COMPILER_ROUTE_SPEC.format(compiler=compiler), tmp_path)
     plan = json.loads((out / "plan.json").read_text())
     assert (plan["choice"]["framework"], plan["choice"]["compiler"]) == ("onnxruntime", compiler)
     ref = f"localhost/appopt-test/digits-{compiler}:ci"

@@ -29,7 +29,7 @@ BERT_REF = "localhost/appopt-test/bert-serving:ci"
 
 
 def _plan(example: str, out: Path) -> Path:
-    from optimiser.cli import app
+    from cli.main import app
 
     result = CliRunner().invoke(app, ["plan", str(REPO / "examples" / example), "-o", str(out)])
     assert result.exit_code == 0, result.output

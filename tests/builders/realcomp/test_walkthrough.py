@@ -42,7 +42,7 @@ def test_readme_walkthrough_runs_end_to_end(containers: Containers, debian_image
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     shim = bin_dir / "appopt"
-    shim.write_text(f'#!/bin/sh\nexec "{sys.executable}" -m optimiser.cli "$@"\n')
+    shim.write_text(f'#!/bin/sh\nexec "{sys.executable}" -m cli "$@"\n')
     shim.chmod(0o755)
     work = tmp_path / "fresh"
     work.mkdir()

@@ -11,15 +11,12 @@ from hypothesis.extra import numpy as hnp
 from onnx import TensorProto
 
 from runtime.errors import KernelError
+from tests.runtime.kernels.backend_cases import backend_cases_test
 
 OPS = ["Cast", "CastLike", "BitCast"]
 
 
-@pytest.mark.parametrize("op", OPS)
-def test_backend_cases_pass(op: str, backend_failures) -> None:
-    count, failures = backend_failures(op)
-    assert count > 0, f"no backend cases found for {op}"
-    assert not failures, "\n".join(failures)
+test_backend_cases_pass = backend_cases_test(OPS)
 
 
 SPECIAL = np.array([np.inf, -np.inf, np.nan, 1e6, -1e6, 0.3], dtype=np.float32)

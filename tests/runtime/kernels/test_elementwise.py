@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
 from runtime.errors import KernelError
+from tests.runtime.kernels.backend_cases import backend_cases_test
 
 OPS = [
     "Abs", "Neg", "Reciprocal", "Floor", "Ceil", "Round", "Sqrt", "Exp", "Log", "Sin", "Cos", "Tan", "Asin",
@@ -22,11 +23,7 @@ OPS = [
 NUMERIC_DTYPES = [np.int8, np.uint8, np.int32, np.int64, np.float16, np.float32, np.float64]
 
 
-@pytest.mark.parametrize("op", OPS)
-def test_backend_cases_pass(op: str, backend_failures) -> None:
-    count, failures = backend_failures(op)
-    assert count > 0, f"no backend cases found for {op}"
-    assert not failures, "\n".join(failures)
+test_backend_cases_pass = backend_cases_test(OPS)
 
 
 @st.composite

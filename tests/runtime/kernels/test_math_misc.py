@@ -5,14 +5,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from tests.runtime.kernels.backend_cases import backend_cases_test
+
 OPS = ["Einsum", "Det", "Trilu"]
 
 
-@pytest.mark.parametrize("op", OPS)
-def test_backend_cases_pass(op: str, backend_failures) -> None:
-    count, failures = backend_failures(op)
-    assert count > 0, f"no backend cases found for {op}"
-    assert not failures, "\n".join(failures)
+test_backend_cases_pass = backend_cases_test(OPS)
 
 
 def test_einsum_batched_matmul_and_spaces(make_kernel) -> None:

@@ -7,16 +7,13 @@ from typing import Any
 import numpy as np
 import pytest
 
+from tests.runtime.kernels.backend_cases import backend_cases_test
 from tests.runtime.kernels.ort_compare import assert_matches_ort, rand
 
 OPS = ["AveragePool", "MaxPool", "LpPool", "GlobalAveragePool", "GlobalMaxPool", "MaxUnpool"]
 
 
-@pytest.mark.parametrize("op", OPS)
-def test_backend_cases_pass(op: str, backend_failures) -> None:
-    count, failures = backend_failures(op)
-    assert count > 0, f"no backend cases found for {op}"
-    assert not failures, "\n".join(failures)
+test_backend_cases_pass = backend_cases_test(OPS)
 
 
 WINDOWS: list[tuple[tuple[int, ...], dict[str, Any]]] = [

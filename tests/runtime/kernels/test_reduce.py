@@ -8,6 +8,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
+from tests.runtime.kernels.backend_cases import backend_cases_test
+
 OPS = [
     "ReduceSum", "ReduceMean", "ReduceMax", "ReduceMin", "ReduceProd", "ReduceL1", "ReduceL2", "ReduceLogSum",
     "ReduceLogSumExp", "ReduceSumSquare", "ArgMax", "ArgMin", "CumSum", "CumProd",
@@ -29,11 +31,7 @@ FORMULAS = {
 INPUT_AXES_SINCE = {op: 13 if op == "ReduceSum" else 18 for op in FORMULAS}
 
 
-@pytest.mark.parametrize("op", OPS)
-def test_backend_cases_pass(op: str, backend_failures) -> None:
-    count, failures = backend_failures(op)
-    assert count > 0, f"no backend cases found for {op}"
-    assert not failures, "\n".join(failures)
+test_backend_cases_pass = backend_cases_test(OPS)
 
 
 @st.composite

@@ -15,18 +15,13 @@ from runtime import native
 from runtime.kernels import NodeContext, resize_native, resolve
 from runtime.kernels.base import Kernel
 from tests.runtime.graphs import model, vi
+from tests.runtime.kernels.test_resize import MODES as NUMPY_MODES
 
 pytestmark = pytest.mark.skipif(native.lib() is None, reason=f"compiled kernels unavailable: {native.status()}")
 
+#: The NumPy path's modes, and cubic with exclude_outside at align_corners.
 MODES: list[dict[str, Any]] = [
-    {"mode": "nearest", "coordinate_transformation_mode": "asymmetric", "nearest_mode": "floor"},
-    {"mode": "nearest", "coordinate_transformation_mode": "half_pixel", "nearest_mode": "round_prefer_floor"},
-    {"mode": "nearest", "coordinate_transformation_mode": "align_corners", "nearest_mode": "round_prefer_ceil"},
-    {"mode": "linear", "coordinate_transformation_mode": "half_pixel"},
-    {"mode": "linear", "coordinate_transformation_mode": "pytorch_half_pixel"},
-    {"mode": "linear", "coordinate_transformation_mode": "align_corners"},
-    {"mode": "linear", "coordinate_transformation_mode": "asymmetric"},
-    {"mode": "cubic", "coordinate_transformation_mode": "half_pixel"},
+    *NUMPY_MODES,
     {"mode": "cubic", "coordinate_transformation_mode": "align_corners", "exclude_outside": 1},
 ]
 #: (NCHW input shape, output H, W): odd sizes, up and down, one axis unchanged, batch > 1.

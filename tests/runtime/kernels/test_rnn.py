@@ -8,17 +8,14 @@ from typing import Any
 import numpy as np
 import pytest
 
+from tests.runtime.kernels.backend_cases import backend_cases_test
 from tests.runtime.kernels.ort_compare import assert_matches_ort, one_node_model, rand, run_ours
 
 SEQ, BATCH, INPUT, HIDDEN = 5, 3, 4, 6
 GATES = {"RNN": 1, "GRU": 3, "LSTM": 4}
 
 
-@pytest.mark.parametrize("op", ["RNN", "GRU", "LSTM"])
-def test_backend_cases_pass(op: str, backend_failures) -> None:
-    count, failures = backend_failures(op)
-    assert count > 0, f"no backend cases found for {op}"
-    assert not failures, "\n".join(failures)
+test_backend_cases_pass = backend_cases_test(["RNN", "GRU", "LSTM"])
 
 
 def recurrent_inputs(op: str, direction: str, layout: int, *, lens: bool, states: bool, peep: bool) -> dict:

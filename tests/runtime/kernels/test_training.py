@@ -7,13 +7,9 @@ import pytest
 
 from runtime.kernels import NodeContext, resolve
 from runtime.kernels.training import TRAINING_DOMAIN
+from tests.runtime.kernels.backend_cases import backend_cases_test
 
-
-@pytest.mark.parametrize("op", ["Adam", "Adagrad", "Momentum"])
-def test_backend_cases_pass(op: str, backend_failures) -> None:
-    count, failures = backend_failures(op)
-    assert count > 0, f"no backend cases found for {op}"
-    assert not failures, "\n".join(failures)
+test_backend_cases_pass = backend_cases_test(["Adam", "Adagrad", "Momentum"])
 
 
 def test_two_tensors_update_independently_like_two_single_updates() -> None:

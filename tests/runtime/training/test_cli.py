@@ -10,7 +10,7 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
-from optimiser.commands import train_cmds
+from cli import train_cmds
 from runtime import compile_model
 from tests.runtime.training.helpers import mlp
 

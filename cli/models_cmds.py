@@ -8,8 +8,8 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from optimiser.commands.errors import user_errors
-from optimiser.commands.progress import progress
+from cli.errors import user_errors
+from cli.progress import progress
 from optimiser.errors import AppoptError
 
 if TYPE_CHECKING:
@@ -194,7 +194,7 @@ def register(app: typer.Typer) -> None:
     app.add_typer(models_app, name="models")
 
 
-if __name__ == "__main__":  # ``python -m optimiser.commands.models_cmds models ...`` works like ``appopt models ...``
+if __name__ == "__main__":  # ``python -m cli.models_cmds models ...`` works like ``appopt models ...``
     _root = typer.Typer(add_completion=False)
 
     @_root.callback()

@@ -213,7 +213,7 @@ def status_cmd(
 
 def register(app: typer.Typer) -> None:
     """Add build, push, submit and status to the ``appopt`` app (errors through the CLI's ``user_errors``)."""
-    from optimiser.commands.errors import user_errors
+    from cli.errors import user_errors
 
     app.command("build")(user_errors(build_cmd))
     app.command("push")(user_errors(push_cmd))

@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from optimiser.commands.errors import user_errors
+from cli.errors import user_errors
 
 
 def train_cmd(

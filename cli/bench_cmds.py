@@ -11,7 +11,7 @@ from typing import Annotated, Any
 
 import typer
 
-from optimiser.commands.errors import user_errors
+from cli.errors import user_errors
 from optimiser.errors import AppoptError
 
 bench_app = typer.Typer(
@@ -181,7 +181,7 @@ def kernels_cmd(
     run (NumPy's 1024x1024 GEMM before and after, or any backend's GEMM kernel)."""
     from benchmarks.backends import all_backends
     from benchmarks.kernels import kernel_suite, measure_gemm_peak, reference_rates, run_kernel_suite
-    from optimiser.commands.progress import progress
+    from cli.progress import progress
 
     backends = backend or ["onnxruntime", "appopt-runtime"]
     _check_choices("--backend", backends, list(all_backends()))
@@ -245,7 +245,7 @@ def units_cmd(
 
 
 def _register_train() -> None:
-    from optimiser.commands.train_bench_cmd import train_bench_cmd
+    from cli.train_bench_cmd import train_bench_cmd
 
     bench_app.command("train")(user_errors(train_bench_cmd))
 
@@ -256,16 +256,24 @@ _register_train()
 @bench_app.command("merge")
 @user_errors
 def merge_cmd(
-    shards: Annotated[list[Path], typer.Argument(help="Shard files (or directories of *.csv shards).")],
-    output: Annotated[Path, typer.Option("-o", "--output", help="Database to merge into (created if missing).")],
+    shards: Annotated[
+        list[Path], typer.Argument(help="Shard files, .csv or .csv.gz (or directories of such shards).")
+    ],
+    output: Annotated[
+        Path,
+        typer.Option("-o", "--output", help="Database to merge into, .csv or gzip .csv.gz (created if missing)."),
+    ],
 ) -> None:
-    """Merge result shards into one database (validated; duplicate rows dropped; atomic replace)."""
+    """Merge result shards into one database (validated; duplicate rows dropped; atomic replace).
+
+    The shipped database is gzip CSV: appopt bench merge NEW.csv -o benchmarks/results/default.csv.gz
+    """
     from perfmodels.results_db import ResultsSchemaError, merge
 
     files: list[Path] = []
     for shard in shards:
         if shard.is_dir():
-            files.extend(sorted(shard.glob("*.csv")))
+            files.extend(sorted([*shard.glob("*.csv"), *shard.glob("*.csv.gz")]))
         elif shard.is_file():
             files.append(shard)
         else:
@@ -424,7 +432,7 @@ def register(app: typer.Typer) -> None:
     app.add_typer(bench_app, name="bench")
 
 
-if __name__ == "__main__":  # ``python -m optimiser.commands.bench_cmds bench ...`` works like ``appopt bench ...``
+if __name__ == "__main__":  # ``python -m cli.bench_cmds bench ...`` works like ``appopt bench ...``
     _root = typer.Typer(add_completion=False)
 
     @_root.callback()

@@ -9,8 +9,8 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from optimiser.commands.errors import user_errors
-from optimiser.commands.progress import progress
+from cli.errors import user_errors
+from cli.progress import progress
 from optimiser.errors import AppoptError
 
 if TYPE_CHECKING:

@@ -9,7 +9,7 @@ from typing import Annotated
 import typer
 from typer import core as typer_core
 
-from optimiser.commands.errors import user_errors
+from cli.errors import user_errors
 
 #: Placeholder per annotated type, as click writes them.
 _PLACEHOLDERS = {"str": "TEXT", "int": "INTEGER", "float": "NUMBER", "Path": "PATH"}
@@ -144,42 +144,42 @@ def plan(
     ] = False,
 ) -> None:
     """Rank every compatible route for SPEC and explain the choice; with -o also render the artifacts."""
+    from cli.calibrate_cmds import probe_before_plan
     from optimiser.app_files import check_app_files
-    from optimiser.artifacts import with_deployment_notes, write_plan_outputs
+    from optimiser.artifacts import deploy, render_files
     from optimiser.catalog import load_catalog
-    from optimiser.commands.calibrate_cmds import probe_before_plan
     from optimiser.errors import AppoptError
-    from optimiser.planner import make_plan
+    from optimiser.planner import analyse, enumerate_routes, place, predict, rank
     from optimiser.report import render_table
     from optimiser.spec import load_spec
-    from optimiser.target import resolve_target
     from perfmodels.fitted import load_default_model
     from perfmodels.hoststore import HostStoreError
 
+    # The stages of optimiser.stages, in order: spec -> target -> workload -> candidates -> predictions -> plan
+    # -> deployment -> files.
     app_spec = load_spec(spec)
-    check_app_files(app_spec, allow_outside_spec_dir)
+    shipped = check_app_files(app_spec, allow_outside_spec_dir)
     if top is not None:
         app_spec = app_spec.model_copy(
             update={"optimisation": app_spec.optimisation.model_copy(update={"top": top})}
         )
-    try:
-        hardware = resolve_target(app_spec.target, load_catalog()).hardware
-        on_this_cpu = hardware.id == "local" and hardware.kind == "cpu"
-    except AppoptError:  # make_plan reports it, after the checks that come first
-        on_this_cpu = False
+    targeted = place(app_spec, load_catalog())
+    hardware = targeted.target.hardware
     # (a training plan is not carried over by calibration: nothing to probe for)
     skip_probe = no_probe or app_spec.application.type != "inference"
+    on_this_cpu = hardware.id == "local" and hardware.kind == "cpu"
     host_notes, host_store = probe_before_plan(skip_probe) if on_this_cpu else ([], True)
+    enumerated = enumerate_routes(analyse(targeted))
     try:
-        planned = make_plan(app_spec, model=load_default_model(host_store=host_store))
+        predicted = predict(enumerated, load_default_model(host_store=host_store))
     except HostStoreError as error:  # this host's calibration store (appopt calibrate) is damaged or foreign
         raise AppoptError(f"host store: {error}") from None
-    result = with_deployment_notes(planned)
-    typer.echo(render_table(result))
-    for note in (*result.notes, *host_notes):
+    deployed = deploy(rank(predicted))
+    typer.echo(render_table(deployed.plan))
+    for note in (*deployed.plan.notes, *host_notes):
         typer.echo(f"note: {note}", err=True)
     if out is not None:
-        for path in write_plan_outputs(result, out, force=force, allow_outside_spec_dir=allow_outside_spec_dir):
+        for path in render_files(deployed, out, shipped, force=force):
             typer.echo(f"wrote {path}")
 
 
@@ -197,8 +197,8 @@ def catalog(
 
 
 def _register_commands() -> None:
-    """Commands that live in optimiser/commands/, one module per area, each with ``register(app)``."""
-    from optimiser.commands import bench_cmds, build_cmds, calibrate_cmds, models_cmds, runtime_cmds, train_cmds
+    """Commands that live in cli/, one module per area, each with ``register(app)``."""
+    from cli import bench_cmds, build_cmds, calibrate_cmds, models_cmds, runtime_cmds, train_cmds
 
     for module in (runtime_cmds, train_cmds, build_cmds, bench_cmds, models_cmds, calibrate_cmds):
         module.register(app)
