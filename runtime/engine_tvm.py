@@ -65,7 +65,12 @@ def set_threads(threads: int | None) -> None:
     tvm = require("tvm", "tvm")
     configure = tvm.get_global_func("runtime.config_threadpool", allow_missing=True)
     if configure is not None:
+        # TVM pins the calling thread (its worker 0) to one core: give it back its mask, or the rest of the process
+        # (other backends, the host key of every later result row) would run as if on a 1-core machine
+        mask = os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else None
         configure(0, threads)
+        if mask is not None:
+            os.sched_setaffinity(0, mask)
 
 
 def _zig_linker(output: str, objects: list[str], options: Any = None, **_: Any) -> None:

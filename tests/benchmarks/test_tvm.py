@@ -27,3 +27,15 @@ def test_rows_carry_compile_time_and_max_error_and_unrunnable_models_are_skipped
     with pytest.raises(BackendSkipped, match="tvm cannot compile"):
         get_backend("tvm").prepare(unrunnable_model())
     mlp_row("tvm", "onnxruntime", "tvm")
+
+
+@pytest.mark.skipif(not hasattr(__import__("os"), "sched_getaffinity"), reason="affinity masks are Linux-only")
+def test_sizing_tvm_threads_leaves_the_process_cores_alone():
+    """TVM pins its calling thread to one core; result rows measured after it were keyed as a 1-core host."""
+    import os
+
+    from runtime.engine_tvm import set_threads
+
+    before = os.sched_getaffinity(0)
+    set_threads(1)
+    assert os.sched_getaffinity(0) == before
