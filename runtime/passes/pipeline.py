@@ -32,6 +32,7 @@ from runtime.passes import (
     squeeze_excite,
     transpose_layout,
     transpose_reshape,
+    view_chain,
 )
 from runtime.passes.util import APPOPT_DOMAIN
 
@@ -76,6 +77,12 @@ PIPELINE: tuple[Pass, ...] = (
         shape_values.run,
         "after constant folding, which then (next round) folds the shape arithmetic reading the static dims it "
         "writes; Reshapes get constant targets before the fusions look at them",
+    ),
+    Pass(
+        "view_chain",
+        view_chain.run,
+        "after shape_values (Reshape targets are constants by then), before the fusions: head splits become one "
+        "Reshape, Transpose and Gather, the form attention_fusion reads in place",
     ),
     Pass(
         "conv1d_lift",

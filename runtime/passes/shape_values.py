@@ -181,9 +181,9 @@ def _reshape_target(node: Node, graph: Graph, index: GraphIndex) -> np.ndarray |
     computed from shapes when no element is -1 or 0 already (then the -1 infers exactly that element)."""
     if len(node.inputs) != 2 or int(node.attrs.get("allowzero", 0)) or index.constant(node.inputs[1]) is not None:
         return None
-    src = shape_of(graph, node.inputs[0])
+    src = shape_of(graph, node.inputs[0]) or ()
     elements = _elements(node.inputs[1], graph, index)
-    if src is None or elements is None:
+    if elements is None:
         return None
     target = []
     inferred = 0
