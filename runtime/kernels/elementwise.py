@@ -28,6 +28,15 @@ class _Unary(Kernel):
         with np.errstate(all="ignore"):
             return to_dtype(type(self).fn(to_work(x)), x.dtype)
 
+    def compute_into(self, out: np.ndarray | None, x: np.ndarray) -> np.ndarray:
+        """The result in ``out`` (a buffer of the static plan): the op after it then reads a fixed address and can
+        run as a prebound compiled call (a decoder's ConvTranspose after a LeakyRelu)."""
+        y = self.compute(x)
+        if out is None or out.shape != y.shape or out.dtype != y.dtype:
+            return y
+        np.copyto(out, y)
+        return out
+
 
 def _reciprocal(x: np.ndarray) -> np.ndarray:
     return np.divide(1, x, dtype=x.dtype if x.dtype.kind == "f" else np.float64)
