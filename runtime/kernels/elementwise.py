@@ -226,6 +226,22 @@ class _Binary(Kernel):
         with np.errstate(all="ignore"):
             return to_dtype(type(self).fn(to_work(a), to_work(b)), a.dtype)
 
+    def compute_into(self, out: np.ndarray | None, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+        """The result in ``out`` (a buffer of the static plan), so that the op after it can run prebound; float32
+        operands of one dtype go straight through the ufunc, anything else is computed, then copied."""
+        fn = type(self).fn
+        direct = isinstance(fn, np.ufunc) and type(self).compute is _Binary.compute
+        same = out is not None and a.dtype == b.dtype == out.dtype == np.float32
+        if same and direct and out is not None and np.broadcast_shapes(a.shape, b.shape) == out.shape:
+            with np.errstate(all="ignore"):
+                fn(a, b, out=out)
+            return out
+        y = self.compute(a, b)
+        if out is None or out.shape != y.shape or out.dtype != y.dtype:
+            return y
+        np.copyto(out, y)
+        return out
+
 
 class _LegacyBinary(_Binary):
     """The opset 1–6 form: ``broadcast`` and ``axis`` attributes."""

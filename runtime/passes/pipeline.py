@@ -27,6 +27,7 @@ from runtime.passes import (
     identity_elimination,
     layout,
     matmul_fusion,
+    pad_fusion,
     shape_values,
     silu_fusion,
     squeeze_excite,
@@ -83,6 +84,12 @@ PIPELINE: tuple[Pass, ...] = (
         view_chain.run,
         "after shape_values (Reshape targets are constants by then), before the fusions: head splits become one "
         "Reshape, Transpose and Gather, the form attention_fusion reads in place",
+    ),
+    Pass(
+        "pad_fusion",
+        pad_fusion.run,
+        "before conv1d_lift and the layout pass: a causal conv's zero Pad becomes the Conv's own padding, so no "
+        "NCHW op is left between NHWC convolutions",
     ),
     Pass(
         "conv1d_lift",
