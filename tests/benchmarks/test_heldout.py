@@ -46,3 +46,16 @@ def test_heldout_models_run_and_agree_with_onnxruntime(name: str) -> None:
 def test_without_torch_the_heldout_suite_is_empty(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(breadth, "available", lambda: False)
     assert suite("heldout") == []
+
+
+@torch_needed
+def test_cpu_time_peers_prints_a_ratio_per_batch_and_their_geomean(capsys: pytest.CaptureFixture[str]) -> None:
+    pytest.importorskip("onnxruntime", reason="extra not installed")
+    from benchmarks import cpu_time_peers
+
+    assert cpu_time_peers.main(["--models", "dlrm_bags", "--batch", "1", "2"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    row = lines[0].split()
+    assert row[0] == "dlrm_bags" and row[1] == "b1"
+    assert float(row[4]) == pytest.approx(float(row[2]) / float(row[3]), rel=0.05)  # ms printed to 3 decimals
+    assert lines[-1].startswith("geomean ours/ORT (1 thread, CPU time, batch 2): ")
