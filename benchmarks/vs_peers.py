@@ -269,7 +269,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--models",
         default="all",
-        help="suite name (all, core, zoo, tiny, quick, breadth) or comma-separated models",
+        help="suite name (all, core, zoo, tiny, quick, breadth, heldout) or comma-separated models",
     )
     parser.add_argument("--rounds", type=int, default=9, help="timed samples per backend (median reported)")
     parser.add_argument("--no-torch", action="store_true", help="skip PyTorch even when installed")

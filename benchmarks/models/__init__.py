@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import onnx
 
-from benchmarks.models import breadth
+from benchmarks.models import breadth, heldout
 from benchmarks.models.convnets import mobilenet_v2, resnet18, resnet50
 from benchmarks.models.tiny import bert_tiny, ds_cnn, fc_autoencoder, lenet5, mobilenet_v1, resnet8
 from benchmarks.models.transformer import VOCAB, bert_encoder, mlp
@@ -185,8 +185,58 @@ _BREADTH: tuple[SuiteModel, ...] = tuple(
     )
 )
 
-#: Suite names accepted by ``suite()``; ``breadth`` (PyTorch exports, empty without torch) is not part of ``all``.
-SUITES = ("all", "core", "zoo", "tiny", "quick", "breadth")
+_IMG32, _IMG64 = (InputSpec("input", (3, 32, 32)),), (InputSpec("input", (3, 64, 64)),)
+_HELDOUT: tuple[SuiteModel, ...] = tuple(
+    SuiteModel(
+        name,
+        family,
+        functools.partial(heldout.build, name),
+        inputs,
+        source="torch.onnx",
+        description=description,
+        tags=("heldout",),
+    )
+    for name, family, inputs, description in (
+        (
+            "prenorm_encoder",
+            "transformer",
+            (InputSpec("ids", (48,), "int64", 0, heldout.VOCAB),),
+            "nn.TransformerEncoder, norm_first, GELU, 2 layers, dim 128, seq 48",
+        ),
+        (
+            "transformer_seq2seq",
+            "seq2seq",
+            (InputSpec("src", (20,), "int64", 0, heldout.VOCAB), InputSpec("tgt", (16,), "int64", 0, heldout.VOCAB)),
+            "nn.Transformer encoder-decoder (nn.MultiheadAttention), causal target mask",
+        ),
+        ("vit_patch4", "vit", _IMG32, "ViT, 4x4 patches, cls token, split Q/K/V, dim 128"),
+        (
+            "distilbert_padmask",
+            "bert-masked",
+            (InputSpec("ids", (96,), "int64", 0, heldout.VOCAB), InputSpec("keep", (96,), "int64", 0, 2)),
+            "DistilBERT-like, 6 heads, hidden 192, masked_fill padding mask",
+        ),
+        ("mlp_mixer", "vit", _IMG64, "MLP-Mixer, 64 tokens, dim 96, 3 blocks"),
+        ("swin_window", "vit", _IMG32, "Swin-like 4x4 window attention with relative-position bias"),
+        ("yolo_silu", "yolo", (InputSpec("input", (3, 128, 128)),), "YOLO-like: SiLU, x2 and x4 nearest Resize"),
+        ("efficientnet_b0_like", "efficientnet", (InputSpec("input", (3, 96, 96)),), "MBConv6, Swish, SE 1/4 of input"),
+        ("convnext_cf", "convnext", _IMG64, "ConvNeXt 32/64/128, channels-first LayerNorm written out, layer scale"),
+        ("unet_bilinear", "unet", _IMG64, "U-Net, bilinear Resize align_corners True and False, BN"),
+        ("vae_decoder", "autoencoder", (InputSpec("z", (32,)),), "VAE decoder: ConvTranspose k4 s2, LeakyReLU"),
+        ("wavenet_like", "audio-conv1d", (InputSpec("input", (1, 4000)),), "WaveNet-like gated dilated causal conv"),
+        ("tcn_classifier", "audio-conv1d", (InputSpec("input", (40, 200)),), "TCN on 40 features, dilations 1-8"),
+        (
+            "dlrm_bags",
+            "recsys",
+            (InputSpec("dense", (16,)), InputSpec("ids", (6, 5), "int64", 0, heldout.VOCAB)),
+            "DLRM-like: nn.EmbeddingBag sum and mean, dot interaction",
+        ),
+    )
+)
+
+#: Suite names accepted by ``suite()``; ``breadth`` and ``heldout`` (PyTorch exports, empty without torch) are not
+#: part of ``all``.
+SUITES = ("all", "core", "zoo", "tiny", "quick", "breadth", "heldout")
 #: A fast subset for smoke tests and CI.
 _QUICK = ("mlp", "bert", "zoo_squeezenet")
 
@@ -197,8 +247,8 @@ def _all_models() -> tuple[SuiteModel, ...]:
 
 
 def suite(which: str = "all") -> list[SuiteModel]:
-    """The models of a named suite (``all``, ``core``, ``zoo``, ``tiny``, ``quick``, ``breadth``) or of suites and
-    model names joined by commas (``core,tiny_lenet5``), each model once, in order."""
+    """The models of a named suite (``all``, ``core``, ``zoo``, ``tiny``, ``quick``, ``breadth``, ``heldout``) or of
+    suites and model names joined by commas (``core,tiny_lenet5``), each model once, in order."""
     parts = [part.strip() for part in which.split(",") if part.strip()]
     if len(parts) > 1:
         chosen: dict[str, SuiteModel] = {}
@@ -209,12 +259,14 @@ def suite(which: str = "all") -> list[SuiteModel]:
     models = _all_models()
     if which == "breadth":
         return list(_BREADTH) if breadth.available() else []
+    if which == "heldout":
+        return list(_HELDOUT) if breadth.available() else []
     if which == "all":
         return list(models)
     if which in ("core", "zoo", "tiny"):
         return [m for m in models if which in m.tags]
     names = _QUICK if which == "quick" else tuple(n.strip() for n in which.split(",") if n.strip())
-    by_name = {m.name: m for m in (*models, *_BREADTH)}
+    by_name = {m.name: m for m in (*models, *_BREADTH, *_HELDOUT)}
     unknown = [n for n in names if n not in by_name]
     if unknown:
         raise KeyError(
@@ -230,7 +282,7 @@ def get_model(name: str) -> SuiteModel:
 
 @functools.lru_cache(maxsize=4)
 def _cached_model(name: str) -> onnx.ModelProto:
-    by_name = {m.name: m for m in (*_all_models(), *_BREADTH)}
+    by_name = {m.name: m for m in (*_all_models(), *_BREADTH, *_HELDOUT)}
     return by_name[name].builder()
 
 

@@ -33,7 +33,7 @@ def available() -> bool:
     return True
 
 
-def _export(module: Any, example: tuple[Any, ...], names: list[str]) -> onnx.ModelProto:
+def export_module(module: Any, example: tuple[Any, ...], names: list[str]) -> onnx.ModelProto:
     """``module`` exported with a dynamic batch axis on every input and the output."""
     import torch
 
@@ -327,4 +327,4 @@ def build(name: str) -> onnx.ModelProto:
 
     torch.manual_seed(0)
     module, example, names = _modules()[name]()
-    return _export(module, example, names)
+    return export_module(module, example, names)

@@ -30,6 +30,15 @@ class _Activation(Kernel):
         with np.errstate(all="ignore"):
             return to_dtype(self.apply(to_work(x)), x.dtype)
 
+    def compute_into(self, out: np.ndarray | None, x: np.ndarray) -> np.ndarray:
+        """The result in ``out`` (a buffer of the static plan): the op after it then reads a fixed address and can
+        run as a prebound compiled call (a decoder's ConvTranspose after a LeakyRelu)."""
+        y = self.compute(x)
+        if out is None or out.shape != y.shape or out.dtype != y.dtype:
+            return y
+        np.copyto(out, y)
+        return out
+
 
 def sigmoid(x: np.ndarray) -> np.ndarray:
     """Logistic function; ``exp(-x)`` overflowing to Inf for very negative ``x`` correctly gives 0."""

@@ -28,6 +28,15 @@ class _Unary(Kernel):
         with np.errstate(all="ignore"):
             return to_dtype(type(self).fn(to_work(x)), x.dtype)
 
+    def compute_into(self, out: np.ndarray | None, x: np.ndarray) -> np.ndarray:
+        """The result in ``out`` (a buffer of the static plan): the op after it then reads a fixed address and can
+        run as a prebound compiled call (a decoder's ConvTranspose after a LeakyRelu)."""
+        y = self.compute(x)
+        if out is None or out.shape != y.shape or out.dtype != y.dtype:
+            return y
+        np.copyto(out, y)
+        return out
+
 
 def _reciprocal(x: np.ndarray) -> np.ndarray:
     return np.divide(1, x, dtype=x.dtype if x.dtype.kind == "f" else np.float64)
@@ -81,6 +90,22 @@ class _Binary(Kernel):
     def compute(self, a: np.ndarray, b: np.ndarray) -> np.ndarray:
         with np.errstate(all="ignore"):
             return to_dtype(type(self).fn(to_work(a), to_work(b)), a.dtype)
+
+    def compute_into(self, out: np.ndarray | None, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+        """The result in ``out`` (a buffer of the static plan), so that the op after it can run prebound; float32
+        operands of one dtype go straight through the ufunc, anything else is computed, then copied."""
+        fn = type(self).fn
+        direct = isinstance(fn, np.ufunc) and type(self).compute is _Binary.compute
+        same = out is not None and a.dtype == b.dtype == out.dtype == np.float32
+        if same and direct and out is not None and np.broadcast_shapes(a.shape, b.shape) == out.shape:
+            with np.errstate(all="ignore"):
+                fn(a, b, out=out)
+            return out
+        y = self.compute(a, b)
+        if out is None or out.shape != y.shape or out.dtype != y.dtype:
+            return y
+        np.copyto(out, y)
+        return out
 
 
 class _LegacyBinary(_Binary):

@@ -32,6 +32,7 @@ ACTIVATIONS = {
     "HardSigmoid": 6,
     "HardSwish": 7,
     "Gelu": 8,
+    "Tanh": 9,
 }
 
 # argument block layouts (see kernels.c)
@@ -213,8 +214,8 @@ class Epilogue:
 
 
 def apply_activation(y: np.ndarray, activation: str, lo: float, hi: float) -> np.ndarray:
-    """Silu, Sigmoid, HardSigmoid, HardSwish and Gelu in NumPy, with the arithmetic of the unfused ops' kernels (so a
-    fused graph on the NumPy path gives the bits of the unfused one); other activations: ``y`` unchanged."""
+    """Silu, Sigmoid, HardSigmoid, HardSwish, Gelu and Tanh in NumPy, with the arithmetic of the unfused ops'
+    kernels (so a fused graph on the NumPy path gives the bits of the unfused one); others: ``y`` unchanged."""
     t = y.dtype.type
     if activation in ("Silu", "Sigmoid"):
         with np.errstate(over="ignore"):
@@ -226,6 +227,8 @@ def apply_activation(y: np.ndarray, activation: str, lo: float, hi: float) -> np
         return np.clip(y * lo + hi, 0, 1).astype(y.dtype, copy=False)
     if activation == "HardSwish":
         return y * np.clip(y / 6 + 0.5, 0, 1)
+    if activation == "Tanh":
+        return np.tanh(y)
     if activation == "Gelu":  # the Gelu kernel's form 1, (x * (erf(x / div) + 1)) * half: PyTorch's export
         from runtime.kernels.special import erf
 

@@ -285,13 +285,15 @@ class NhwcConv2d:
         args, out_shape = self.geometry(x.shape)
         if out is None:
             out = np.empty(out_shape, dtype=np.float32)
+        # held in a local until the call returns: a copy made here would otherwise be freed before the kernel reads it
+        r = None if res is None else _contiguous(res, out_shape)
         if self.depthwise:
             args[DW_X], args[DW_Y] = addr(x), addr(out)
-            args[DW_RES] = 0 if res is None else addr(_contiguous(res, out_shape))
+            args[DW_RES] = 0 if r is None else addr(r)
             self.native.dwconv(args.ptr)
         else:
             args[CV_X], args[CV_Y] = addr(x), addr(out)
-            args[CV_RES] = 0 if res is None else addr(_contiguous(res, out_shape))
+            args[CV_RES] = 0 if r is None else addr(r)
             if args.block[CV_IH]:
                 self.native.conv2d(args.ptr)
             else:

@@ -103,9 +103,10 @@ INLINE v16 verf(v16 x) {
 
 /* Activations shared by every epilogue: 0 none, 1 relu, 2 clip(lo, hi), 3 leaky relu (slope lo), 4 silu
  * (x * sigmoid(x)), 5 sigmoid, 6 hard sigmoid (clip(lo * x + hi, 0, 1)), 7 hard swish (x * clip(x / 6 + 0.5, 0, 1)),
- * 8 gelu (0.5 * x * (1 + erf(x / sqrt 2)), as ap_gelu). */
+ * 8 gelu (0.5 * x * (1 + erf(x / sqrt 2)), as ap_gelu), 9 tanh (2 sigmoid(2x) - 1; an odd series below 0.05, where
+ * that difference would cancel). */
 enum { ACT_NONE = 0, ACT_RELU = 1, ACT_CLIP = 2, ACT_LEAKY = 3, ACT_SILU = 4, ACT_SIGMOID = 5, ACT_HARDSIGMOID = 6,
-       ACT_HARDSWISH = 7, ACT_GELU = 8 };
+       ACT_HARDSWISH = 7, ACT_GELU = 8, ACT_TANH = 9 };
 INLINE v16 activate(v16 v, int act, float lo, float hi) {
   if (act == ACT_RELU) return vblend((vi16)(v < 0.0f), vsplat(0.0f), v);
   if (act == ACT_CLIP) return vmin(vmax(v, vsplat(lo)), vsplat(hi));
@@ -115,6 +116,12 @@ INLINE v16 activate(v16 v, int act, float lo, float hi) {
   if (act == ACT_HARDSIGMOID) return vmin(vmax(v * lo + hi, vsplat(0.0f)), vsplat(1.0f));
   if (act == ACT_HARDSWISH) return v * vmin(vmax(v * (1.0f / 6.0f) + 0.5f, vsplat(0.0f)), vsplat(1.0f));
   if (act == ACT_GELU) return 0.5f * v * (1.0f + verf(v * 0.70710678118654752f));
+  if (act == ACT_TANH) {
+    v16 big = 2.0f / (1.0f + vexp(-2.0f * v)) - 1.0f, v2 = v * v;
+    v16 small = v * (1.0f - v2 * (1.0f / 3.0f - v2 * (2.0f / 15.0f)));
+    v16 av = vmax(v, -v);
+    return vblend((vi16)(av < 0.05f), small, big);
+  }
   return v;
 }
 /* The same activations over n contiguous floats in place, for kernels compiled from the other sources. */

@@ -121,8 +121,10 @@ class PackedMatMul:
         out_shape = (*lead, self.n)
         if out is None:
             out = np.empty(out_shape, dtype=np.float32)
+        # held in a local until the call returns: a copy made here would otherwise be freed before the kernel reads it
+        r = None if res is None else _contiguous(res, out_shape)
         args[CV_X], args[CV_Y] = addr(a2), addr(out)
-        args[CV_RES] = 0 if res is None else addr(_contiguous(res, out_shape))
+        args[CV_RES] = 0 if r is None else addr(r)
         self.native.conv(args.ptr)
         return out
 

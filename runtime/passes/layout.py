@@ -380,11 +380,16 @@ def run(graph: Graph, ctx: PassContext) -> int:
 
         if native.lib() is None:
             return 0
+    from runtime.passes.layout_upsample import seed_conv_transpose
+
     index = GraphIndex(graph)
     rewrites = 0
     for node in list(graph.nodes):
         found = _convertible_conv(node, graph, index)
         if found is None:
+            if node.op_type == "ConvTranspose" and seed_conv_transpose(node, graph, index):
+                index.refresh()
+                rewrites += 1
             continue
         pads, w = found
         if ctx.layout == "auto" and not _nhwc_wins(node, pads, w, graph, ctx):

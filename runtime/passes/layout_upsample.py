@@ -3,6 +3,9 @@ and detection-head decoders stay NHWC from one convolution to the next. Both mov
 convolution made): alone between graph edges, the layout changes around them would cost more than they save.
 
     # ConvTranspose(ToNchw(t), W, B) -> ToNchw(NhwcConvTranspose(t, W, B))     2-d, float32, group 1, constant W, B
+    # ConvTranspose(x, W, B) -> ToNchw(NhwcConvTranspose(ToNhwc(x), W, B))    x from no convolution, and the
+    #     result (through activations) feeds another ConvTranspose or Conv: the layout pass seeds NHWC here as
+    #     at a convolution (a decoder of ConvTransposes alone: VAE, DCGAN); a lone one stays NCHW
     # Resize(ToNchw(t), roi, scales, sizes) -> ToNchw(NhwcResize(t, roi, scales, sizes))     opset >= 11, 4-d
 
 ``NhwcResize`` keeps Resize's inputs and attributes as they are (they still name NCHW axes), so any Resize moves;
@@ -36,10 +39,11 @@ def _from_nhwc(name: str, index: GraphIndex) -> str | None:
     return producer.inputs[0]
 
 
-def _convertible_conv_transpose(node: Node, graph: Graph, index: GraphIndex) -> bool:
+def _convertible_conv_transpose(node: Node, graph: Graph, index: GraphIndex, seed: bool = False) -> bool:
+    """A ConvTranspose the NHWC kernel takes, reading a ToNchw result (or, to ``seed`` NHWC, anything else)."""
     if node.op_type != "ConvTranspose" or node.domain or len(node.inputs) < 2 or not node.outputs[0]:
         return False
-    if _from_nhwc(node.inputs[0], index) is None or len([o for o in node.outputs if o]) != 1:
+    if (_from_nhwc(node.inputs[0], index) is None) != seed or len([o for o in node.outputs if o]) != 1:
         return False
     if not is_float32(graph, node.inputs[0]) or not is_float32(graph, node.outputs[0]):
         return False
@@ -63,16 +67,52 @@ def sink_conv_transpose(node: Node, graph: Graph, index: GraphIndex) -> bool:
     x = _from_nhwc(node.inputs[0], index)
     if x is None:
         return False
+    _to_nhwc_conv_transpose(node, x, graph, [])
+    return True
+
+
+def seed_conv_transpose(node: Node, graph: Graph, index: GraphIndex) -> bool:
+    """ConvTranspose of an NCHW tensor no convolution made -> NhwcConvTranspose between layout changes (as the
+    layout pass converts a convolution); False (graph unchanged) when it does not qualify."""
+    if not _convertible_conv_transpose(node, graph, index, seed=True) or not _feeds_a_convolution(node, index):
+        return False
+    x = node.inputs[0]
+    x_nhwc = graph.unique_name(f"{x}_nhwc")
+    set_value(graph, x_nhwc, FLOAT, nhwc_shape(shape_of(graph, x)))
+    to_nhwc = make_node(graph, "ToNhwc", [x], [x_nhwc], f"{node.name}_to_nhwc")
+    _to_nhwc_conv_transpose(node, x_nhwc, graph, [to_nhwc])
+    return True
+
+
+#: Ops a decoder puts between its upsampling layers (they all move to NHWC with the layout pass).
+_BETWEEN = ("Relu", "LeakyRelu", "Sigmoid", "Tanh", "Elu", "Clip", "BatchNormalization")
+
+
+def _feeds_a_convolution(node: Node, index: GraphIndex) -> bool:
+    """Whether ``node``'s result reaches a Conv or ConvTranspose through at most a few activations."""
+    name = node.outputs[0]
+    for _ in range(4):
+        reader = index.sole_consumer(name)
+        if reader is None or reader.domain or not reader.outputs:
+            return False
+        if reader.op_type in ("Conv", "ConvTranspose") and reader.inputs[0] == name:
+            return True
+        if reader.op_type not in _BETWEEN or reader.inputs[0] != name:
+            return False
+        name = reader.outputs[0]
+    return False
+
+
+def _to_nhwc_conv_transpose(node: Node, x_nhwc: str, graph: Graph, before: list[Node]) -> None:
     y = node.outputs[0]
     y_nhwc = graph.unique_name(f"{y}_nhwc")
     set_value(graph, y_nhwc, FLOAT, nhwc_shape(shape_of(graph, y)))
-    inputs = [x, *node.inputs[1:3]]
+    inputs = [x_nhwc, *node.inputs[1:3]]
     while inputs and not inputs[-1]:
         inputs.pop()
     conv = make_node(graph, "NhwcConvTranspose", inputs, [y_nhwc], f"{node.name}_nhwc", attributes=plain_attrs(node))
     back = make_node(graph, "ToNchw", [y_nhwc], [y], f"{node.name}_to_nchw")
-    replace_node(graph, node, [conv, back])
-    return True
+    replace_node(graph, node, [*before, conv, back])
 
 
 def sink_resize(node: Node, graph: Graph, index: GraphIndex) -> bool:

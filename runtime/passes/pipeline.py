@@ -27,6 +27,7 @@ from runtime.passes import (
     identity_elimination,
     layout,
     matmul_fusion,
+    pad_fusion,
     recurrent_layout,
     recurrent_outputs,
     shape_values,
@@ -34,6 +35,7 @@ from runtime.passes import (
     squeeze_excite,
     transpose_layout,
     transpose_reshape,
+    view_chain,
 )
 from runtime.passes.util import APPOPT_DOMAIN
 
@@ -78,6 +80,18 @@ PIPELINE: tuple[Pass, ...] = (
         shape_values.run,
         "after constant folding, which then (next round) folds the shape arithmetic reading the static dims it "
         "writes; Reshapes get constant targets before the fusions look at them",
+    ),
+    Pass(
+        "view_chain",
+        view_chain.run,
+        "after shape_values (Reshape targets are constants by then), before the fusions: head splits become one "
+        "Reshape, Transpose and Gather, the form attention_fusion reads in place",
+    ),
+    Pass(
+        "pad_fusion",
+        pad_fusion.run,
+        "before conv1d_lift and the layout pass: a causal conv's zero Pad becomes the Conv's own padding, so no "
+        "NCHW op is left between NHWC convolutions",
     ),
     Pass(
         "conv1d_lift",

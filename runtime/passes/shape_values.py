@@ -4,6 +4,8 @@
     # Gather(Shape(x), i) -> constant            the dims it picks are static (i a constant); Slice likewise
     # Reshape(x, s) -> Reshape(x, [d|0, ...])   s computed from shapes at run time: each element a known int d,
     #     or a dim symbol that x has at the same place (0 copies it)
+    # Reshape(x, s) -> Reshape(x, [..., -1, ...])  as above, but one element computed from shapes at run time
+    #     and unknown here (b * heads, a moved dim symbol): the Reshape itself infers it
     # Reshape(x, s) -> y with y's shape read off s where inference left it unknown (later Shapes of y then fold)
 
 Exporters write ``x.reshape(b, n, heads, d)`` as Shape -> Gather -> Unsqueeze -> Concat -> Reshape with a dynamic
@@ -15,7 +17,9 @@ The pass folds what it made constant itself (with ``constant_folding.run``, even
 name), sweeping to a fixed point, so that later passes of the same round see the shape arithmetic settled.
 
 The rewrite trusts the inferred shapes (a dim symbol stands for one value throughout the graph), as every pass
-reading ``shape_of`` does; a target fed from anything but shapes and constants is left alone.
+reading ``shape_of`` does; a target fed from anything but shapes and constants is left alone. The -1 form needs
+every other element known and non-zero (``nn.MultiheadAttention`` writes ``view(n, b * heads, d)``), so the size
+it infers is the one the run-time target names.
 """
 
 from __future__ import annotations
@@ -82,13 +86,21 @@ def _constant_value(node: Node, graph: Graph, index: GraphIndex) -> np.ndarray |
 
 #: Ops a shape vector passes through unchanged, element for element (Cast only between integer types).
 _PASS_THROUGH = ("Unsqueeze", "Squeeze", "Identity", "Cast")
+#: Integer arithmetic on shape elements: known when both operands are, else an element computed from shapes.
+_ARITHMETIC = {
+    "Mul": lambda a, b: a * b,
+    "Add": lambda a, b: a + b,
+    "Sub": lambda a, b: a - b,
+    "Div": lambda a, b: a // b if b and a * b >= 0 else None,
+}
 #: How deep the walk back from a Reshape target goes.
 _MAX_DEPTH = 12
 
 
-def _elements(name: str, graph: Graph, index: GraphIndex, depth: int = 0) -> list[int | str] | None:
-    """A 1-D integer shape vector element by element: a known int, or the symbol of a dim shape inference names
-    (read through Shape, Gather, Concat, Unsqueeze, Squeeze, integer Cast); None when any element is neither."""
+def _elements(name: str, graph: Graph, index: GraphIndex, depth: int = 0) -> list[int | str | None] | None:
+    """A 1-D integer shape vector element by element: a known int, the symbol of a dim shape inference names, or
+    None for a value computed from those by integer Mul/Add/Sub/Div (read through Shape, Gather, Concat,
+    Unsqueeze, Squeeze, integer Cast); None for the whole vector when any element is none of these."""
     const = index.constant(name)
     if const is not None:
         return [int(v) for v in const.reshape(-1)] if const.dtype.kind in "iu" and const.ndim <= 1 else None
@@ -117,10 +129,30 @@ def _elements(name: str, graph: Graph, index: GraphIndex, depth: int = 0) -> lis
         if node.op_type == "Cast" and not (_is_integer(graph, node.inputs[0]) and _is_integer(graph, name)):
             return None
         return _elements(node.inputs[0], graph, index, depth + 1)
+    if node.op_type in _ARITHMETIC and len(node.inputs) == 2 and _is_integer(graph, name):
+        return _combined(node, graph, index, depth)
     return None
 
 
-def _sliced(node: Node, graph: Graph, index: GraphIndex, depth: int) -> list[int | str] | None:
+def _combined(node: Node, graph: Graph, index: GraphIndex, depth: int) -> list[int | str | None] | None:
+    """Elementwise integer arithmetic of two shape vectors (one may be a single element, broadcast)."""
+    a, b = (_elements(i, graph, index, depth + 1) for i in node.inputs)
+    if a is None or b is None or (len(a) != len(b) and 1 not in (len(a), len(b))):
+        return None
+    n = max(len(a), len(b))
+    a, b = (v * n if len(v) == 1 else v for v in (a, b))
+    out: list[int | str | None] = []
+    for x, y in zip(a, b, strict=True):
+        if isinstance(x, int) and isinstance(y, int):
+            out.append(_ARITHMETIC[node.op_type](x, y))
+        elif node.op_type == "Mul" and 1 in (x, y):
+            out.append(y if x == 1 else x)
+        else:
+            out.append(None)
+    return out
+
+
+def _sliced(node: Node, graph: Graph, index: GraphIndex, depth: int) -> list[int | str | None] | None:
     """``Slice(v, starts, ends[, axes[, steps]])`` of a shape vector, with constant bounds."""
     base = _elements(node.inputs[0], graph, index, depth + 1)
     bounds = [index.constant(i) if i else None for i in node.inputs[1:]]
@@ -144,22 +176,27 @@ def _is_integer(graph: Graph, name: str) -> bool:
 
 
 def _reshape_target(node: Node, graph: Graph, index: GraphIndex) -> np.ndarray | None:
-    """A constant target equal, element for element, to a Reshape's run-time one: its known ints, and 0 (the
-    input's dim at that place) for a dim symbol the input has at the same place."""
+    """A constant target equal, element for element, to a Reshape's run-time one: its known ints, 0 (the input's
+    dim at that place) for a dim symbol the input has at the same place, and -1 for at most one other element
+    computed from shapes when no element is -1 or 0 already (then the -1 infers exactly that element)."""
     if len(node.inputs) != 2 or int(node.attrs.get("allowzero", 0)) or index.constant(node.inputs[1]) is not None:
         return None
-    src = shape_of(graph, node.inputs[0])
+    src = shape_of(graph, node.inputs[0]) or ()
     elements = _elements(node.inputs[1], graph, index)
-    if src is None or elements is None:
+    if elements is None:
         return None
     target = []
+    inferred = 0
     for i, element in enumerate(elements):
         if isinstance(element, int):
             target.append(element)
-        elif i < len(src) and src[i] == element:
+        elif element is not None and i < len(src) and src[i] == element:
             target.append(0)
         else:
-            return None
+            target.append(-1)
+            inferred += 1
+    if inferred > 1 or (inferred == 1 and any(isinstance(e, int) and e <= 0 for e in elements)):
+        return None
     return np.asarray(target, dtype=np.int64)
 
 

@@ -126,7 +126,7 @@ def attr(node: Node, name: str, default: Any = None) -> Any:
 
 def activation_of(node: Node, index: GraphIndex) -> tuple[str, float, float] | None:
     """``(name, lo, hi)`` when ``node`` is an activation a fused kernel can apply (float Relu, Clip with constant
-    bounds, LeakyRelu, Sigmoid, HardSigmoid, HardSwish, and the Gelu of gelu_fusion in PyTorch's form;
+    bounds, LeakyRelu, Sigmoid, Tanh, HardSigmoid, HardSwish, and the Gelu of gelu_fusion in PyTorch's form;
     ``runtime.native.abi.ACTIVATIONS``)."""
     if node.domain == APPOPT_DOMAIN and node.op_type == "Gelu":
         a = node.attrs
@@ -141,6 +141,8 @@ def activation_of(node: Node, index: GraphIndex) -> tuple[str, float, float] | N
         return ("LeakyRelu", float(node.attrs.get("alpha", 0.01)), 0.0)
     if node.op_type == "Sigmoid" and node.opset >= 6:
         return ("Sigmoid", 0.0, 0.0)
+    if node.op_type == "Tanh" and node.opset >= 6:
+        return ("Tanh", 0.0, 0.0)
     if node.op_type == "HardSigmoid" and node.opset >= 6:
         return ("HardSigmoid", float(node.attrs.get("alpha", 0.2)), float(node.attrs.get("beta", 0.5)))
     if node.op_type == "HardSwish" and node.opset >= 14:

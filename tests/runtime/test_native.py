@@ -212,6 +212,49 @@ def test_packed_matmul_with_bias_and_relu(lib: native.NativeLib, m: int, k: int,
     assert pm(a.reshape(1, m, k)).shape == (1, m, n)
 
 
+def test_the_tanh_epilogue_matches_numpy_near_zero_and_in_saturation(lib: native.NativeLib) -> None:
+    rng = np.random.default_rng(6)
+    a = rng.standard_normal((33, 20)).astype(np.float32)
+    b = (rng.standard_normal((20, 40)) * np.logspace(-6, 1, 40)).astype(np.float32)  # tiny to saturating outputs
+    y = ops.PackedMatMul(lib, b, None, ops.Epilogue("Tanh"))(a)
+    np.testing.assert_allclose(y, np.tanh(a.astype(np.float64) @ b), rtol=2e-5, atol=1e-7)
+
+
+def test_a_conv_followed_by_tanh_fuses_it() -> None:
+    from onnx import helper
+
+    from runtime import compile_model
+    from tests.runtime.graphs import const, model, vi
+
+    nodes = [helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1]), helper.make_node("Tanh", ["c"], ["y"])]
+    w = np.random.default_rng(7).standard_normal((8, 4, 3)).astype(np.float32)
+    m = model(nodes, [vi("x", shape=[2, 4, 50])], [vi("y", shape=[2, 8, 50])], [const("w", w)])
+    exe = compile_model(m)
+    assert "Tanh" not in [n.op_type for n in exe.model.graph.nodes]
+    x = np.random.default_rng(8).standard_normal((2, 4, 50)).astype(np.float32)
+    ref = compile_model(m, passes=[]).run({"x": x})["y"]
+    np.testing.assert_allclose(exe.run({"x": x})["y"], ref, rtol=1e-5, atol=1e-6)
+
+
+def test_a_residual_that_must_be_copied_stays_alive_through_the_call(lib: native.NativeLib) -> None:
+    """A transposed (non-contiguous) residual is copied before the compiled call; the copy must outlive it (an
+    MLP-Mixer's ``x + mlp(x)`` after a token-mixing transpose read freed memory)."""
+    rng = np.random.default_rng(4)
+    a = rng.standard_normal((2, 64, 96)).astype(np.float32)
+    b = rng.standard_normal((96, 384)).astype(np.float32)
+    for _ in range(3):  # freed memory gets reused by the next allocations: repeat to meet it
+        res = np.swapaxes(rng.standard_normal((2, 384, 64)).astype(np.float32), 1, 2)
+        y = ops.PackedMatMul(lib, b, None, ops.Epilogue())(a, res)
+        np.testing.assert_allclose(y, a @ b + res, rtol=1e-4, atol=1e-3)
+        x = rng.standard_normal((1, 6, 6, 8)).astype(np.float32)
+        w = rng.standard_normal((8, 8, 3, 3)).astype(np.float32)
+        for group in (1, 8):
+            conv = ops.NhwcConv2d(lib, w[:, : 8 // group], None, group, (1, 1), (1, 1), (1, 1, 1, 1), ops.Epilogue())
+            r = np.swapaxes(rng.standard_normal((1, 6, 6, 8)).astype(np.float32), 1, 2)
+            ref = _reference_conv(x, w[:, : 8 // group], None, group, (1, 1), (1, 1), (1, 1, 1, 1), "", r)
+            np.testing.assert_allclose(conv(x, r), ref, rtol=1e-4, atol=1e-3)
+
+
 def test_dynamic_matmul_on_transposed_views_and_broadcast_batches(lib: native.NativeLib) -> None:
     rng = np.random.default_rng(4)
     q = rng.standard_normal((2, 5, 4, 8)).astype(np.float32).transpose(0, 2, 1, 3)  # [2, 4, 5, 8] view

@@ -137,6 +137,8 @@ def test_passes_can_be_disabled_by_name_and_unknown_names_fail() -> None:
         "identity_elimination",
         "constant_folding",
         "shape_values",
+        "view_chain",
+        "pad_fusion",
         "conv1d_lift",
         "conv_bn_fusion",
         "embedding_bag",

@@ -86,3 +86,43 @@ def test_a_mul_that_is_not_per_channel_stays() -> None:
     ]
     m = model(nodes, *IO, [const("w", W), const("b", B), const("s", rng.standard_normal((4, 8, 8)))])
     assert ops_of(compare(m, X, passes=["conv_bn_fusion"])) == ["Conv", "Mul"]
+
+
+def _transposed_bn_model(group: int, bias: bool, weights_input: bool = False) -> tuple[onnx.ModelProto, dict]:
+    """ConvTranspose (kernel 4, stride 2, padding 1: a DCGAN/VAE decoder's upsampling) then BatchNormalization."""
+    cin, per_group = 4, 3
+    m = per_group * group
+    w = rng.standard_normal((cin, per_group, 4, 4)).astype(np.float32)
+    feeds = {"x": rng.standard_normal((2, cin, 5, 5)).astype(np.float32)}
+    inputs = [vi("x", shape=[2, cin, 5, 5])]
+    inits = [
+        const("b", rng.standard_normal(m).astype(np.float32)),
+        const("scale", rng.uniform(0.5, 2, m)),
+        const("shift", rng.standard_normal(m)),
+        const("mean", rng.standard_normal(m)),
+        const("var", rng.uniform(0.5, 2, m)),
+    ]
+    if weights_input:
+        inputs.append(vi("w", shape=list(w.shape)))
+        feeds["w"] = w
+    else:
+        inits.append(const("w", w))
+    conv_in = ["x", "w", "b"] if bias else ["x", "w"]
+    nodes = [
+        helper.make_node("ConvTranspose", conv_in, ["c"], strides=[2, 2], pads=[1, 1, 1, 1], group=group),
+        helper.make_node("BatchNormalization", ["c", "scale", "shift", "mean", "var"], ["y"]),
+    ]
+    return model(nodes, inputs, [vi("y", shape=[2, m, 10, 10])], inits), feeds
+
+
+def test_batchnorm_after_conv_transpose_folds_into_its_output_channels() -> None:
+    for group, bias in ((1, True), (1, False), (2, True)):
+        m, feeds = _transposed_bn_model(group, bias)
+        exe = compare(m, feeds, passes=["conv_bn_fusion"], rtol=1e-5)
+        assert ops_of(exe) == ["ConvTranspose"], (group, bias)
+
+
+def test_a_conv_transpose_with_run_time_weights_keeps_its_batchnorm() -> None:
+    m, feeds = _transposed_bn_model(1, True, weights_input=True)
+    exe = compare(m, feeds, passes=["conv_bn_fusion"], rtol=1e-5)
+    assert ops_of(exe) == ["ConvTranspose", "BatchNormalization"]

@@ -172,3 +172,23 @@ def test_a_lone_convtranspose_or_resize_keeps_nchw() -> None:
     m = model(nodes, [vi("x", shape=[1, 3, 5, 5])], [vi("y", shape=[1, 4, 20, 20])], init)
     exe = compile_model(m, layout="nhwc")
     assert [n.op_type for n in exe.model.graph.nodes] == ["ConvTranspose", "Resize"]
+
+
+@needs_native
+@pytest.mark.parametrize("batch", [1, 2])
+def test_a_decoder_of_conv_transposes_alone_seeds_nhwc(batch: int) -> None:
+    """A VAE/DCGAN decoder: no convolution before its first ConvTranspose, activations between them."""
+    nodes = [
+        helper.make_node("ConvTranspose", ["x", "w1", "b1"], ["a"], strides=[2, 2], pads=[1, 1, 1, 1]),
+        helper.make_node("LeakyRelu", ["a"], ["r"], alpha=0.2),
+        helper.make_node("ConvTranspose", ["r", "w2"], ["t"], strides=[2, 2], pads=[1, 1, 1, 1]),
+        helper.make_node("Tanh", ["t"], ["y"]),
+    ]
+    init = [
+        const("w1", rng.standard_normal((8, 6, 4, 4)) * 0.2),
+        const("b1", rng.standard_normal(6)),
+        const("w2", rng.standard_normal((6, 3, 4, 4)) * 0.2),
+    ]
+    m = model(nodes, [vi("x", shape=[batch, 8, 4, 4])], [vi("y", shape=[batch, 3, 16, 16])], init)
+    ops = _layout_ops(m)
+    assert ops["ToNhwc"] == 1 and ops["ToNchw"] == 1 and ops["NhwcConvTranspose"] == 2 and not ops["ConvTranspose"]

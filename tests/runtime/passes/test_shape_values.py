@@ -138,3 +138,47 @@ def test_a_reshape_output_shape_read_from_its_target_lets_a_later_shape_fold() -
     m = model(nodes, [vi("x", shape=["batch", 24])], [vi("y", shape=None)], inits)
     exe = compare(m, {"x": rng.standard_normal((2, 24)).astype(np.float32)}, passes=PASSES, exact=True)
     assert ops_of(exe) == ["Reshape", "Div"]
+
+
+def _merge_batch_heads(scale_input: str = "heads", minus1: bool = False) -> onnx.ModelProto:
+    """``x.view(n, b * heads, d)`` of an ``[n, b, heads * d]`` tensor, as ``nn.MultiheadAttention`` exports it: the
+    middle element is computed (``b * heads``) from the run-time batch, so no constant names it."""
+    nodes = [
+        helper.make_node("Shape", ["x"], ["shape"]),
+        helper.make_node("Gather", ["shape", "one"], ["b"], axis=0),
+        helper.make_node("Mul", ["b", scale_input], ["bh"]),
+        helper.make_node("Unsqueeze", ["bh", "axes"], ["bh1"]),
+        helper.make_node("Concat", ["n1", "bh1", "minus1" if minus1 else "d1"], ["target"], axis=0),
+        helper.make_node("Reshape", ["x", "target"], ["y"]),
+    ]
+    inits = [
+        const("one", 1, np.int64),
+        const("heads", 3, np.int64),
+        const("axes", [0], np.int64),
+        const("n1", [5], np.int64),
+        const("d1", [4], np.int64),
+        const("minus1", [-1], np.int64),
+    ]
+    inputs = [vi("x", shape=[5, "batch", 12])]
+    if scale_input == "h":
+        inputs.append(vi("h", I64, []))
+    return model(nodes, inputs, [vi("y", shape=None)], inits)
+
+
+def test_a_computed_batch_times_heads_element_becomes_minus_one() -> None:
+    m = _merge_batch_heads()
+    for batch in (1, 3):
+        x = rng.standard_normal((5, batch, 12)).astype(np.float32)
+        exe = compare(m, {"x": x}, passes=PASSES, exact=True)
+        assert ops_of(exe) == ["Reshape"]
+        assert list(exe.model.graph.initializers[exe.model.graph.nodes[0].inputs[1]]) == [5, -1, 4]
+        np.testing.assert_array_equal(exe.run({"x": x})["y"], x.reshape(5, batch * 3, 4))
+
+
+def test_a_computed_element_beside_a_minus_one_or_from_an_input_value_is_left_alone() -> None:
+    x = rng.standard_normal((5, 2, 12)).astype(np.float32)
+    exe = compare(_merge_batch_heads(minus1=True), {"x": x}, passes=PASSES, exact=True)
+    assert "Concat" in ops_of(exe)  # two unknown elements: the -1 could not say which is which
+    feeds = {"x": x, "h": np.array(3, dtype=np.int64)}
+    exe = compare(_merge_batch_heads(scale_input="h"), feeds, passes=PASSES, exact=True)
+    assert "Concat" in ops_of(exe)  # b * h with h a graph input: not a shape
