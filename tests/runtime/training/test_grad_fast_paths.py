@@ -1,13 +1,14 @@
 """The gradient kernels' fast paths against their general paths (the yardsticks): ConvGrad on flat planes (2-D,
-stride 1, one group) and MaxPoolGrad for windows that tile the plane."""
+stride 1, one group) and MaxPoolGrad for windows that tile the plane (in NumPy and compiled)."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
+from runtime import native
 from runtime.kernels.grad_conv import _conv_grad_chunk, _flat_conv_grad
-from runtime.kernels.grad_pool import _tiled_max_pool_grad
+from runtime.kernels.grad_pool import _native_tiled_max_pool_grad, _tiled_max_pool_grad
 
 
 @pytest.mark.parametrize(
@@ -54,3 +55,17 @@ def test_tiled_max_pool_grad_sends_each_gradient_to_the_first_maximum(k: int) ->
     x = rng.integers(0, 3, size=(2, 3, 2 * k * 2, 3 * k)).astype(np.float32)  # many ties
     dy = rng.standard_normal((2, 3, 4, 3)).astype(np.float32)
     np.testing.assert_allclose(_tiled_max_pool_grad(dy, x, [k, k]), _max_pool_grad_by_windows(dy, x, k))
+
+
+@pytest.mark.skipif(native.lib() is None, reason=f"compiled kernels unavailable: {native.status()}")
+@pytest.mark.parametrize(("k", "shape"), [(2, (3, 5, 8, 16)), (2, (2, 3, 6, 10)), (3, (2, 4, 6, 9)), (2, (1, 2, 4, 8))])
+def test_the_compiled_tiled_max_pool_grad_is_numpys(k: int, shape: tuple[int, int, int, int]) -> None:
+    rng = np.random.default_rng(3)
+    x = rng.integers(0, 3, size=shape).astype(np.float32)  # many ties: the first maximum must win
+    x[0, 0, 0, 1] = np.nan  # a NaN counts as a maximum, as argmax has it
+    x[-1, -1, -1, -1] = -0.0
+    dy = rng.standard_normal((shape[0], shape[1], shape[2] // k, shape[3] // k)).astype(np.float32)
+    got = _native_tiled_max_pool_grad(dy, x, [k, k])
+    assert got is not None
+    np.testing.assert_array_equal(got, _tiled_max_pool_grad(dy, x, [k, k]))
+    np.testing.assert_array_equal(got, _max_pool_grad_by_windows(dy, x, k))
