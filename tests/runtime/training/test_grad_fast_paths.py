@@ -69,3 +69,24 @@ def test_the_compiled_tiled_max_pool_grad_is_numpys(k: int, shape: tuple[int, in
     assert got is not None
     np.testing.assert_array_equal(got, _tiled_max_pool_grad(dy, x, [k, k]))
     np.testing.assert_array_equal(got, _max_pool_grad_by_windows(dy, x, k))
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.float16])
+def test_relu_grad_is_dy_where_y_is_positive_even_for_non_finite_dy(dtype: type) -> None:
+    from runtime import compile_model
+    from runtime.kernels.grad_base import GRAD_DOMAIN
+    from tests.runtime.training.helpers import op_model
+
+    rng = np.random.default_rng(4)
+    y = np.maximum(rng.standard_normal((4, 3, 5, 5)), 0).astype(dtype)
+    dy = rng.standard_normal(y.shape).astype(dtype)
+    model = op_model(
+        "ReluGrad", {"dy": dy, "r": y}, domain=GRAD_DOMAIN, extra_opsets=[(GRAD_DOMAIN, 1)], outputs=["dx"]
+    )
+    exe = compile_model(model, 1)
+    np.testing.assert_array_equal(exe.run({"dy": dy, "r": y})["dx"], np.where(y > 0, dy, 0).astype(dtype))
+    y[0, 0, 0, :2], y[0, 0, 0, 2:4] = 0, 1
+    dy[0, 0, 0, :4] = [np.inf, np.nan, -np.inf, np.nan]  # an fp16 overflow: only where Y > 0 may it pass through
+    got = exe.run({"dy": dy, "r": y})["dx"]
+    np.testing.assert_array_equal(got, np.where(y > 0, dy, 0).astype(dtype))
+    assert got[0, 0, 0, 0] == 0 and got[0, 0, 0, 1] == 0
