@@ -79,6 +79,7 @@ ENTRY_POINTS = (
     "ap_concat_last",
     "ap_run_program",
     "ap_maxpool_grad_tiled",
+    "ap_maxpool_2x2",
 )
 
 _lock = threading.Lock()

@@ -99,3 +99,59 @@ TR_API void ap_maxpool_grad_tiled(const int64_t *a) {
   }
   ap_pool_for(tasks, maxpool_grad_planes, a);
 }
+
+/* Max pool 2x2/2 (no pads or dilation) over NCHW planes whose width is a multiple of 8, such as the digits CNN's
+ * 8x8: the general NCHW pool (kernels.c) pays a row's setup per four outputs there. Per pair of input rows, a max
+ * of the rows then of neighbouring lanes, eight columns a vector; a pair holding a NaN takes a scalar loop that
+ * propagates it, as np.maximum does. */
+enum { MQ_X, MQ_Y, MQ_PAIRS, MQ_W, MQ_NARGS };
+#define MQ_PAIRS_PER_TASK 256
+typedef float tr_f4 __attribute__((vector_size(16), aligned(4), may_alias));
+
+static void maxpool_2x2_pairs(const void *ctx, long task) {
+  const int64_t *a = (const int64_t *)ctx;
+  const float *x = (const float *)(intptr_t)a[MQ_X];
+  float *y = (float *)(intptr_t)a[MQ_Y];
+  const long w = a[MQ_W], pairs = a[MQ_PAIRS];
+  const long q0 = task * MQ_PAIRS_PER_TASK;
+  const long q1 = q0 + MQ_PAIRS_PER_TASK < pairs ? q0 + MQ_PAIRS_PER_TASK : pairs;
+  for (long q = q0; q < q1; q++) {
+    const float *x0 = x + q * 2 * w, *x1 = x0 + w;
+    float *out = y + q * (w / 2);
+    tr_i8 nan = {0};
+    for (long k = 0; k < w; k += 8) {
+      const tr_f8 v0 = *(const tr_f8 *)(x0 + k), v1 = *(const tr_f8 *)(x1 + k);
+      nan |= (v0 != v0) | (v1 != v1);
+    }
+    int any = 0;
+    for (int l = 0; l < 8; l++) any |= nan[l] != 0;
+    if (any) {
+      for (long j = 0; j < w / 2; j++) {
+        const float v[4] = {x0[2 * j], x0[2 * j + 1], x1[2 * j], x1[2 * j + 1]};
+        float m = v[0];
+        for (int t = 1; t < 4; t++) m = isnan(m) ? m : (isnan(v[t]) || v[t] > m ? v[t] : m);
+        out[j] = m;
+      }
+      continue;
+    }
+    for (long k = 0; k < w; k += 8) {
+      const tr_f8 v0 = *(const tr_f8 *)(x0 + k), v1 = *(const tr_f8 *)(x1 + k);
+      const tr_i8 up = v0 >= v1;
+      const tr_f8 vm = (tr_f8)(((tr_i8)v0 & up) | ((tr_i8)v1 & ~up));
+      const tr_f8 vs = __builtin_shufflevector(vm, vm, 1, 0, 3, 2, 5, 4, 7, 6);
+      const tr_i8 left = vm >= vs;
+      const tr_f8 m = (tr_f8)(((tr_i8)vm & left) | ((tr_i8)vs & ~left));
+      *(tr_f4 *)(out + k / 2) = __builtin_shufflevector(m, m, 0, 2, 4, 6);
+    }
+  }
+}
+
+TR_API void ap_maxpool_2x2(const int64_t *a) {
+  const long pairs = a[MQ_PAIRS];
+  const long tasks = (pairs + MQ_PAIRS_PER_TASK - 1) / MQ_PAIRS_PER_TASK;
+  if (pairs * 2 * a[MQ_W] < MG_SERIAL) {
+    for (long t = 0; t < tasks; t++) maxpool_2x2_pairs(a, t);
+    return;
+  }
+  ap_pool_for(tasks, maxpool_2x2_pairs, a);
+}
