@@ -32,6 +32,7 @@ from optimiser.errors import AppoptError, SpecError
 from optimiser.output_dir import exclusive_output_dir
 from optimiser.report import appopt_version, plan_to_dict, render_markdown, spec_digest
 from optimiser.stages import Deployed, Plan
+from runtime.architectures import ARCHITECTURES
 from runtime.engines import COMPILED_ENGINES
 
 #: Where the model lives inside images.
@@ -76,7 +77,7 @@ def deployment_from_plan(plan: Plan, catalog: Catalog | None = None) -> Deployme
     env.setdefault("OMP_NUM_THREADS", str(max(cores // tasks, 1)))
     env["APPOPT_PRECISION"] = route.precision
     env["APPOPT_LAYOUT"] = route.layout
-    compile_argv, run_argv = _commands(plan, model_file, trainer)
+    compile_argv, run_argv = _commands(plan, model_file, trainer, catalog)
     return Deployment(
         app_name=spec.name,
         base_image=choice.base_image,
@@ -135,14 +136,16 @@ def _in_app_dir(argv: list[str], shipped: set[str]) -> tuple[str, ...]:
 
 
 def _commands(
-    plan: Plan, model_file: str | None, trainer: str | None = None
+    plan: Plan, model_file: str | None, trainer: str | None = None, catalog: Catalog | None = None
 ) -> tuple[tuple[str, ...] | None, tuple[str, ...]]:
     """(build-stage compile argv, entrypoint argv) for the chosen route; ``trainer`` is its ``_training_engine``."""
     command = plan.spec.application.command
     user = _in_app_dir(command, {p.name for p in plan.spec.application.code}) if command else None
     framework = plan.choice.route.framework
-    if framework == OUR_RUNTIME and model_file is not None and plan.spec.application.type == "training":
-        return None, tuple(user) if user else _training_argv(plan, f"{IMAGE_APP_DIR}/{model_file}")
+    built_in = _built_in_architecture(plan, catalog or load_catalog())
+    source = (f"{IMAGE_APP_DIR}/{model_file}",) if model_file is not None else built_in
+    if framework == OUR_RUNTIME and source is not None and plan.spec.application.type == "training":
+        return None, tuple(user) if user else _training_argv(plan, source)
     if framework == OUR_RUNTIME and model_file is not None:
         compiled = f"{IMAGE_APP_DIR}/compiled"
         compile_argv = ("python3", "-m", "runtime", "compile", f"{IMAGE_APP_DIR}/{model_file}", "-o", compiled)
@@ -150,8 +153,8 @@ def _commands(
         return compile_argv, run_argv
     if user:
         return None, tuple(user)
-    if trainer is not None:
-        return None, (*_training_argv(plan, f"{IMAGE_APP_DIR}/{model_file}"), "--engine", trainer)
+    if trainer is not None and source is not None:
+        return None, (*_training_argv(plan, source), "--engine", trainer)
     engine = runner_engine(plan)
     if engine is not None and model_file is not None:
         model = f"{IMAGE_APP_DIR}/{model_file}"
@@ -169,16 +172,23 @@ TRAINED_MODEL = "trained.onnx"
 CHECKPOINTS = "checkpoints"
 
 
-def _training_argv(plan: Plan, model: str) -> tuple[str, ...]:
-    """``python -m runtime train`` on the spec's data, resuming from the job directory's checkpoints when a
-    previous (preempted) run left some."""
+#: Batches of seeded synthetic samples a built-in architecture trains on when the spec names no data file.
+SYNTHETIC_BATCHES = 4
+
+
+def _training_argv(plan: Plan, source: tuple[str, ...]) -> tuple[str, ...]:
+    """``python -m runtime train`` of ``source`` (the model file, or ``--arch`` words) on the spec's data (seeded
+    synthetic samples for a built-in architecture without a data file), resuming from the job directory's
+    checkpoints when a previous (preempted) run left some."""
     app = plan.spec.application
-    argv = ["python3", "-m", "runtime", "train", model]
+    argv = ["python3", "-m", "runtime", "train", *source]
     shipped = shipped_data(plan.spec)
     if shipped is not None:  # shipped with the plan (optimiser.app_files)
         argv += ["--data", f"{IMAGE_APP_DIR}/{shipped}"]
     elif app.data is not None and app.data.path:
         argv += ["--data", app.data.path]
+    elif source[0] == "--arch":
+        argv += ["--synthetic", str(SYNTHETIC_BATCHES * app.batch_size)]
     argv += ["-o", TRAINED_MODEL, "--batch-size", str(app.batch_size), "--precision", plan.choice.route.precision]
     if app.data is not None:
         if not math.isfinite(app.data.epochs):  # the spec should refuse it first; never an OverflowError here
@@ -213,6 +223,13 @@ def _entrypoint_notes(plan: Plan, dep: Deployment) -> list[str]:
         return []
     if dep.run_argv[3:4] == ("train",):
         path = app.data.path if app.data is not None else None
+        if "--synthetic" in dep.run_argv:
+            samples = dep.run_argv[dep.run_argv.index("--synthetic") + 1]
+            return [
+                f"the image trains {dep.run_argv[5]} (built in, random initial weights) on {samples} seeded synthetic "
+                "samples: a smoke and throughput run; set application.data.path to an .npz file (x/y arrays) to "
+                "train on real data"
+            ]
         if not path:
             return [
                 "the image trains with `python -m runtime train`, which needs the data: set application.data.path "
@@ -245,12 +262,25 @@ def ships_runtime_runner(plan: Plan, model_file: str | None, trainer: str | None
 
 
 def _training_engine(plan: Plan, catalog: Catalog, model_file: str | None) -> str | None:
-    """The ``runtime train --engine`` of a training plan for an ONNX model with no command, on a framework whose
-    catalog entry names one (``trains_onnx``: PyTorch); None otherwise."""
+    """The ``runtime train --engine`` of a training plan for an ONNX model or a built-in architecture with no
+    command, on a framework whose catalog entry names one (``trains_onnx``: PyTorch); None otherwise."""
     app = plan.spec.application
-    if app.type != "training" or model_file is None or app.command:
+    if app.type != "training" or app.command or (model_file is None and _built_in_architecture(plan, catalog) is None):
         return None
     return catalog.frameworks[plan.choice.route.framework].trains_onnx
+
+
+def _built_in_architecture(plan: Plan, catalog: Catalog) -> tuple[str, ...] | None:
+    """``--arch ID --image-size S`` for a training plan of a named architecture that ``runtime.architectures``
+    builds, when the spec gives no command; None otherwise."""
+    app = plan.spec.application
+    name = app.model.architecture
+    if app.type != "training" or app.command or name is None:
+        return None
+    arch = catalog.get_architecture(name)
+    if arch.id not in ARCHITECTURES:
+        return None
+    return ("--arch", arch.id, "--image-size", str(arch.input_shape[-1]))
 
 
 def _runner_requirements(catalog: Catalog, key: str, installs: list[Install]) -> Install:

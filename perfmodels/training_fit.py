@@ -13,9 +13,12 @@ non-negative sum of costs, each a feature in seconds on the measuring host times
 
 ``peak`` (GEMM GFLOP/s) and ``bandwidth`` are the host's, measured at the row's thread count and stored in the row,
 so coefficients carry across hosts and thread counts: a measured host is predicted with its own peaks, and another
-host transfers through its peaks (the calibration path). The fit minimises relative error (non-negative least
-squares on rows scaled by 1/measured), so RMSPE is what it optimises. Below ``ROWS_PER_COEFFICIENT`` rows per
-coefficient only one scale of the first three terms is fitted. Rows measured under load
+host transfers through its peaks (the calibration path). The fit minimises relative error, so RMSPE is what it
+optimises. The five coefficients are shared by every route measured quietly, each route scaling them by a factor of
+its own (``fit_routes``): a handful of families cannot pin five coefficients per route (held out by family, 46%
+shared against 74% per route; docs/decisions.md). A route measured only under load is fitted alone
+(``fit_group``; below ``ROWS_PER_COEFFICIENT`` rows per coefficient, one scale of the first three terms). Rows
+measured under load
 (``other_cpu`` > ``BUSY_OTHER_CPU``) are left out of a route's fit unless the route has no other rows (its
 predictions then say so); the held-out evaluation leaves them out unless asked.
 
@@ -139,6 +142,45 @@ def fit_group(rows: pd.DataFrame) -> TrainingGroupFit:
         scale, _ = nnls(summed, np.ones(len(y)))
         coef = np.array([scale[0], scale[0], scale[0], 0.0, 0.0])
     predicted = x @ coef
+    return replace(_describe(rows, coef), train_rmspe=float(np.sqrt(np.mean(((predicted - y) / y) ** 2))))
+
+
+def fit_routes(rows: pd.DataFrame) -> dict[str, TrainingGroupFit]:
+    """Every route of ``rows`` at once: shared coefficients ``c`` and a scale ``s_r`` per route (the first route's is
+    1), step = s_r * (x . c), by least squares on the relative error in log-parameters (all stay positive), started
+    from the NNLS of the shared coefficients. Routes keyed as ``_route_key``."""
+    from scipy.optimize import least_squares, nnls
+
+    keys = _route_key(rows).to_numpy()
+    routes = list(dict.fromkeys(keys))
+    index = np.array([routes.index(k) for k in keys])
+    x = _matrix(rows)
+    y = rows["value"].to_numpy(dtype=float) / 1e3
+    start, _ = nnls(x / y[:, None], np.ones(len(y)))
+    floor = 1e-6 * max(float(start.max()), 1e-12)
+    theta0 = np.concatenate([np.log(np.maximum(start, floor)), np.zeros(len(routes) - 1)])
+
+    def scales(theta: np.ndarray) -> np.ndarray:
+        return np.exp(np.concatenate([[0.0], theta[len(FEATURES) :]]))
+
+    def residuals(theta: np.ndarray) -> np.ndarray:
+        return scales(theta)[index] * (x @ np.exp(theta[: len(FEATURES)])) / y - 1.0
+
+    theta = least_squares(residuals, theta0, xtol=1e-12, ftol=1e-12, gtol=1e-12, max_nfev=20000).x
+    shared, per_route = np.exp(theta[: len(FEATURES)]), scales(theta)
+    fits = {}
+    for r, key in enumerate(routes):
+        part = rows[index == r]
+        coef = per_route[r] * shared
+        predicted = x[index == r] @ coef
+        fits[str(key)] = replace(
+            _describe(part, coef), train_rmspe=float(np.sqrt(np.mean((predicted / y[index == r] - 1.0) ** 2)))
+        )
+    return fits
+
+
+def _describe(rows: pd.DataFrame, coef: np.ndarray) -> TrainingGroupFit:
+    """A route's fit record (its coefficients given; ``train_rmspe`` left for the caller)."""
     first = rows.iloc[0]
     return TrainingGroupFit(
         backend=str(first["backend"]),
@@ -149,7 +191,7 @@ def fit_group(rows: pd.DataFrame) -> TrainingGroupFit:
         rows=len(rows),
         families=tuple(sorted(set(rows["family"].astype(str)))),
         targets=tuple(sorted(set(rows["target"].astype(str)))),
-        train_rmspe=float(np.sqrt(np.mean(((predicted - y) / y) ** 2))),
+        train_rmspe=math.nan,
     )
 
 
@@ -170,10 +212,12 @@ class TrainingFit:
         fit = cls()
         if rows.empty:
             return fit
+        quiet = rows[~(rows["other_cpu"].astype(float) > BUSY_OTHER_CPU)]
+        if len(quiet):
+            fit.groups.update(fit_routes(quiet))
         for key, group in rows.groupby(_route_key(rows)):
-            quiet = group[~(group["other_cpu"].astype(float) > BUSY_OTHER_CPU)]
-            fitted = fit_group(quiet if len(quiet) else group)
-            fit.groups[str(key)] = replace(fitted, under_load=not len(quiet))
+            if str(key) not in fit.groups:  # measured only under load: fitted alone, and its predictions say so
+                fit.groups[str(key)] = replace(fit_group(group), under_load=True)
         for (target, threads), group in rows.groupby(["target", "threads"]):
             fit.peaks[(str(target), int(threads))] = (
                 float(group["peak_gflops"].median()),
@@ -338,29 +382,30 @@ def leave_one_family_out(frame: pd.DataFrame, include_busy: bool = False) -> Tra
             + ("" if include_busy else " measured quietly (add --include-busy to use rows measured under load)")
         )
     predictions = []
-    for _, route_rows in rows.groupby(_route_key(rows)):
-        families = sorted(set(route_rows["family"].astype(str)))
-        if len(families) < 2:
-            continue
-        for family in families:
-            held = route_rows[route_rows["family"] == family]
-            fit = fit_group(route_rows[route_rows["family"] != family])
-            measured = held["value"].to_numpy(dtype=float) / 1e3
-            predicted = _matrix(held) @ np.asarray(fit.coef)
-            predictions.append(
-                pd.DataFrame(
-                    {
-                        "backend": held["backend"].to_numpy(),
-                        "family": family,
-                        "model": held["model"].to_numpy(),
-                        "batch": held["batch"].to_numpy(),
-                        "threads": held["threads"].to_numpy(),
-                        "target": held["target"].to_numpy(),
-                        "measured": measured,
-                        "predicted": predicted,
-                    }
-                )
-            )
+    keys = _route_key(rows)
+    held_out = [k for k, part in rows.groupby(keys) if part["family"].nunique() >= 2]
+    rows = rows[keys.isin(held_out)]
+    keys = keys[keys.isin(held_out)]
+    for family in sorted(set(rows["family"].astype(str))):
+        held = rows[rows["family"] == family]
+        fits = fit_routes(rows[rows["family"] != family])
+        held_keys = keys[rows["family"] == family].to_numpy()
+        coef = np.array([fits[k].coef if k in fits else (math.nan,) * len(FEATURES) for k in held_keys])
+        predicted = np.einsum("ij,ij->i", _matrix(held), coef)
+        predictions.append(
+            pd.DataFrame(
+                {
+                    "backend": held["backend"].to_numpy(),
+                    "family": family,
+                    "model": held["model"].to_numpy(),
+                    "batch": held["batch"].to_numpy(),
+                    "threads": held["threads"].to_numpy(),
+                    "target": held["target"].to_numpy(),
+                    "measured": held["value"].to_numpy(dtype=float) / 1e3,
+                    "predicted": predicted,
+                }
+            ).dropna(subset=["predicted"])
+        )
     if not predictions:
         raise ValueError("every training route was measured on a single architecture family: nothing to hold out")
     step = pd.concat(predictions, ignore_index=True)

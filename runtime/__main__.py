@@ -3,6 +3,8 @@
     python -m runtime compile MODEL.onnx -o OUT [--engine appopt|openvino|tvm]
     python -m runtime train MODEL.onnx --data FILE.npz -o TRAINED.onnx [--epochs N] [--checkpoint DIR --resume]
                             [--engine appopt|torch] ...
+    python -m runtime train --arch resnet50 (--data FILE.npz | --synthetic N) -o TRAINED.onnx [--classes N]
+                            [--image-size S] ...
     python -m runtime run MODEL_OR_OUT [--input name=file.npy ...] [--random] [--repeat N] [--threads N]
                           [--profile] [--engine appopt|onnxruntime|openvino|tvm|jax]
 
@@ -40,8 +42,15 @@ def _parser() -> argparse.ArgumentParser:
         "--engine", default="appopt", choices=list(ENGINES), help="what runs the model (default: appopt)"
     )
     train = sub.add_parser("train", help="train a model on arrays from an .npz file and write the trained model")
-    train.add_argument("model", help="an ONNX file")
-    train.add_argument("--data", required=True, help="FILE.npz with x_train/y_train (+ x_test/y_test) or x/y")
+    train.add_argument("model", nargs="?", default=None, help="an ONNX file (or --arch NAME)")
+    train.add_argument("--arch", default=None, help="a built-in architecture to build and train instead of a file")
+    train.add_argument("--classes", type=int, default=1000, help="--arch: number of classes (default 1000)")
+    train.add_argument("--image-size", type=int, default=224, help="--arch: image height and width (default 224)")
+    train.add_argument("--data", default=None, help="FILE.npz with x_train/y_train (+ x_test/y_test) or x/y")
+    train.add_argument(
+        "--synthetic", type=int, default=None, metavar="N",
+        help="--arch without data: train on N seeded synthetic samples (a smoke and throughput run)",
+    )
     train.add_argument("-o", "--out", required=True, help="where to write the trained ONNX model")
     train.add_argument("--epochs", type=int, default=10)
     train.add_argument("--batch-size", type=int, default=32)
@@ -59,8 +68,7 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _train(args: argparse.Namespace) -> None:
-    from runtime.training.data import load_npz
-    from runtime.training.run import train_to_file, training_config
+    from runtime.training.run import model_and_data, train_to_file, training_config
 
     config = training_config(
         epochs=args.epochs,
@@ -72,9 +80,11 @@ def _train(args: argparse.Namespace) -> None:
         threads=args.threads,
         seed=args.seed,
     )
-    data = load_npz(args.data, 0.2, args.seed)
+    model, data = model_and_data(
+        args.model, args.arch, args.data, args.synthetic, args.classes, args.image_size, args.seed
+    )
     train_to_file(
-        args.model,
+        model,
         data,
         args.out,
         config,

@@ -208,12 +208,26 @@ class Conv(Kernel):
     amp_class = "low"
     since_version = 1
     attr_defaults: ClassVar[dict[str, Any]] = {"auto_pad": "NOTSET", "group": 1}
+    #: The compiled path for weights fed at run time (``prepare`` sets it; see ``runtime.kernels.step_conv``).
+    _step: Any = None
+
+    def prepare(self, constants: Sequence[Any], shapes: Sequence[Any]) -> None:
+        """Weights fed every run (a training graph's) take the compiled NHWC kernel; constant weights are the graph
+        passes' business (they pack them once), and this NumPy kernel stays their yardstick."""
+        if len(constants) > 1 and constants[1] is None:
+            from runtime.kernels.step_conv import StepConv
+
+            self._step = StepConv()
 
     def compute(self, x: np.ndarray, w: np.ndarray, b: np.ndarray | None = None) -> np.ndarray:
         kernel = w.shape[2:]
         strides, dilations = spatial_attrs(self.attrs, kernel)
         pads = resolve_pads(self.attrs["auto_pad"], self.attrs.get("pads"), x.shape[2:], kernel, strides, dilations)
         check_conv_geometry("Conv", self.attrs, x.shape[2:], w.shape, pads, x.shape[0])
+        if self._step is not None:
+            fast = self._step(x, w, b, int(self.attrs["group"]), strides, dilations, pads)
+            if fast is not None:
+                return fast
         ct = compute_dtype(x.dtype)
         y = conv_nd(
             x.astype(ct, copy=False),

@@ -29,7 +29,12 @@ class ReluGrad(GradKernel):
     op_type = "ReluGrad"
 
     def compute(self, dy: np.ndarray, y: np.ndarray) -> np.ndarray:
-        return np.where(y > 0, dy, np.zeros((), dtype=dy.dtype))
+        keep = y > 0
+        if dy.dtype.kind != "f" or not np.isfinite(dy).all():  # inf * 0 would be NaN where dY must read 0
+            return np.where(keep, dy, np.zeros((), dtype=dy.dtype))
+        # a multiply by the mask: a tenth of np.where's time on a random mask (0.02 against 0.25 ms for the digits
+        # CNN's 65,536 values); equal values (a masked negative dY reads -0.0)
+        return np.multiply(dy, keep, dtype=dy.dtype)
 
 
 @register

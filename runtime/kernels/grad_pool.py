@@ -13,6 +13,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
+from runtime import native
 from runtime.kernels.base import register
 from runtime.kernels.grad_base import (
     GradKernel,
@@ -64,6 +65,9 @@ class MaxPoolGrad(GradKernel):
     def compute(self, dy: np.ndarray, x: np.ndarray) -> np.ndarray:
         geo = _Geometry(self.attrs, x.shape[2:])
         if _tiles(geo):
+            fast = _native_tiled_max_pool_grad(dy, x, geo.kernel)
+            if fast is not None:
+                return fast
             return _tiled_max_pool_grad(wide(dy), x, geo.kernel).astype(x.dtype, copy=False)
         lowest = np.iinfo(x.dtype).min if x.dtype.kind in "iu" else -np.inf
         xp = pad_spatial(x, geo.full_pads(), lowest)
@@ -87,17 +91,40 @@ def _tiles(geo: _Geometry) -> bool:
     )
 
 
+def _native_tiled_max_pool_grad(dy: np.ndarray, x: np.ndarray, kernel: list[int]) -> np.ndarray | None:
+    """``_tiled_max_pool_grad`` compiled (float32), or None without the native library: the NumPy path below is
+    its yardstick."""
+    lib = native.lib()
+    if lib is None:
+        return None
+    from runtime.native.training import maxpool_grad_tiled
+
+    return maxpool_grad_tiled(lib, dy, x, (kernel[0], kernel[1]))
+
+
 def _tiled_max_pool_grad(dy: np.ndarray, x: np.ndarray, kernel: list[int]) -> np.ndarray:
-    """MaxPoolGrad for windows that tile the plane (a 2x2/2 pool): one reshaped copy of X instead of a strided
-    window view, and one scatter of dY instead of an add per kernel offset; the same first maximum wins."""
+    """MaxPoolGrad for windows that tile the plane (a 2x2/2 pool), on a strided view of X with no copy: the window
+    maximum by one ``maximum`` per kernel offset, then, offset by offset in C order, dY goes where X equals it and
+    no earlier offset took it (the same first maximum as ``argmax``, NaN included, without its gather and scatter)."""
     n, c, height, width = x.shape
     k_h, k_w = kernel
     out_h, out_w = height // k_h, width // k_w
-    tiles = x.reshape(n, c, out_h, k_h, out_w, k_w).transpose(0, 1, 2, 4, 3, 5).reshape(n, c, out_h, out_w, k_h * k_w)
-    arg = tiles.argmax(axis=-1)
-    dx = np.zeros(tiles.shape, dtype=dy.dtype)
-    np.put_along_axis(dx, arg[..., None], dy[..., None], axis=-1)
-    return dx.reshape(n, c, out_h, out_w, k_h, k_w).transpose(0, 1, 2, 4, 3, 5).reshape(n, c, height, width)
+    tiles = x.reshape(n, c, out_h, k_h, out_w, k_w)
+    best = tiles[:, :, :, 0, :, 0].copy()
+    for a, b in np.ndindex(k_h, k_w):
+        np.maximum(best, tiles[:, :, :, a, :, b], out=best)
+    dx = np.zeros((n, c, out_h, k_h, out_w, k_w), dtype=dy.dtype)
+    free = np.ones(best.shape, dtype=bool)
+    hit = np.empty(best.shape, dtype=bool)
+    for a, b in np.ndindex(k_h, k_w):
+        tap = tiles[:, :, :, a, :, b]
+        np.equal(tap, best, out=hit)
+        if tap.dtype.kind == "f":
+            hit |= np.isnan(tap)  # a NaN is the maximum (np.maximum propagated it to best), as argmax has it
+        hit &= free
+        np.copyto(dx[:, :, :, a, :, b], dy, where=hit)
+        free &= ~hit
+    return dx.reshape(n, c, height, width)
 
 
 @register

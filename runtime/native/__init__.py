@@ -45,10 +45,10 @@ __all__ = [
 
 SOURCE = Path(__file__).with_name("kernels.c")
 #: Compiled into the same shared object as ``SOURCE`` (recurrent layers, upsampling, attention, squeeze-excite, the
-#: embedding bag and the prebound-call program runner in their own files).
+#: embedding bag, the prebound-call program runner and training's backward kernels in their own files).
 EXTRA_SOURCES = tuple(
     Path(__file__).with_name(name)
-    for name in ("recurrent.c", "upsample.c", "attention.c", "convnets.c", "program.c")
+    for name in ("recurrent.c", "upsample.c", "attention.c", "convnets.c", "program.c", "training.c")
 )
 FLAGS = ("-O3", "-march=native", "-fPIC", "-shared", "-pthread", "-Wno-psabi", "-fno-math-errno")
 #: Entry points, each ``void f(const int64_t *args)``.
@@ -79,6 +79,8 @@ ENTRY_POINTS = (
     "ap_resize2d",
     "ap_concat_last",
     "ap_run_program",
+    "ap_maxpool_grad_tiled",
+    "ap_maxpool_2x2",
 )
 
 _lock = threading.Lock()

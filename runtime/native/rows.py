@@ -82,7 +82,21 @@ def bind_pool(
     sizes, out_shape = _pool_shapes(x, win, nchw)
     if out.shape != out_shape:
         return None
+    tiled = _tiled_2x2_max(x, win, out) if nchw else None
+    if tiled is not None:
+        return _bound(native.maxpool_2x2, tiled, x, out)
     return _bound(native.pool_nchw if nchw else native.pool, _pool_args(x, sizes, win, out), x, out)
+
+
+def _tiled_2x2_max(x: np.ndarray, win: PoolWindow, out: np.ndarray) -> Args | None:
+    """The narrow-plane 2x2/2 NCHW max pool's arguments (``runtime.native.training``) when ``win`` is one."""
+    if win.mode != 0 or list(win.kernel) != [2, 2] or list(win.strides) != [2, 2] or list(win.dilations) != [1, 1]:
+        return None
+    if any(win.pads):
+        return None
+    from runtime.native.training import maxpool_2x2_args
+
+    return maxpool_2x2_args(x, out)
 
 
 def bind_rows(native: NativeLib, kind: str, x: np.ndarray, out: np.ndarray, *extra: Any) -> Bound | None:
@@ -123,6 +137,10 @@ def pool(
     sizes, out_shape = _pool_shapes(x, win, nchw)
     if out is None:
         out = np.empty(out_shape, dtype=np.float32)
+    tiled = _tiled_2x2_max(x, win, out) if nchw else None
+    if tiled is not None:
+        native.maxpool_2x2(tiled.ptr)
+        return out
     (native.pool_nchw if nchw else native.pool)(_pool_args(x, sizes, win, out).ptr)
     return out
 

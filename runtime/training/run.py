@@ -16,11 +16,13 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from runtime.training.config import TrainConfig, TrainingError
-from runtime.training.data import Dataset
+from runtime.training.data import Dataset, load_npz, split
 from runtime.training.export import save_model_atomic
 from runtime.training.trainer import EpochStats, Trainer
 
 if TYPE_CHECKING:
+    import onnx
+
     from runtime.training.torch_trainer import TorchTrainer
 
 OPTIMIZERS = ("sgd", "adam")
@@ -68,8 +70,39 @@ def training_config(
     )
 
 
+def model_and_data(
+    model: str | None,
+    arch: str | None,
+    data: str | None,
+    synthetic: int | None,
+    classes: int = 1000,
+    image_size: int = 224,
+    seed: int = 0,
+) -> tuple[str | onnx.ModelProto, Dataset]:
+    """What ``python -m runtime train`` trains on: an ONNX file or a built-in architecture (``--arch``), and the
+    ``.npz`` arrays of ``--data`` or ``--synthetic N`` seeded samples (``--arch`` only); a bad combination raises
+    TrainingError naming the flags."""
+    if (model is None) == (arch is None):
+        raise TrainingError("train: give an ONNX file or --arch NAME (exactly one)")
+    if (data is None) == (synthetic is None):
+        raise TrainingError("train: give --data FILE.npz or --synthetic N (exactly one)")
+    if synthetic is not None and arch is None:
+        raise TrainingError("--synthetic: only with --arch (an ONNX file's input shape and classes are its own)")
+    if arch is not None:
+        from runtime.architectures import build_architecture, synthetic_images
+
+        proto = build_architecture(arch, classes=classes, image_size=image_size, seed=seed)
+        if synthetic is None:
+            assert data is not None
+            return proto, load_npz(data, 0.2, seed)
+        x, y = synthetic_images(synthetic, classes, image_size, seed)
+        return proto, split(x, y, 0.2, seed) if synthetic >= 5 else Dataset(x, y)
+    assert model is not None and data is not None
+    return model, load_npz(data, 0.2, seed)
+
+
 def train_to_file(
-    model: str | os.PathLike[str],
+    model: str | os.PathLike[str] | onnx.ModelProto,
     data: Dataset,
     output: str | os.PathLike[str],
     config: TrainConfig,
@@ -92,9 +125,9 @@ def train_to_file(
             from runtime.training.torch_trainer import TorchTrainer
         except ImportError:
             raise TrainingError("--engine torch: the torch package is not installed") from None
-        trainer = TorchTrainer(str(model), config, resume=resume)
+        trainer = TorchTrainer(_source(model), config, resume=resume)
     else:
-        trainer = Trainer(str(model), config, resume=resume)
+        trainer = Trainer(_source(model), config, resume=resume)
     if trainer.resumed_from is not None:
         echo(f"resumed from {trainer.resumed_from} at epoch {trainer.epoch}")
     trainer.fit(
@@ -116,6 +149,10 @@ def train_to_file(
         summary += f" (test accuracy {100 * outcome.test_accuracy:.2f}%)"
     echo(summary)
     return outcome
+
+
+def _source(model: str | os.PathLike[str] | onnx.ModelProto) -> str | onnx.ModelProto:
+    return model if not isinstance(model, str | os.PathLike) else str(model)
 
 
 def epoch_line(stats: EpochStats, total: int) -> str:

@@ -148,3 +148,24 @@ def test_a_compiled_training_route_is_predicted_from_its_own_rows():
     assert fit.group_for(eager).backend == "torch"  # type: ignore[union-attr]
     del fit.groups["torch-compile|fp32"]
     assert fit.group_for(route).backend == "torch"  # type: ignore[union-attr]
+
+
+def test_routes_share_coefficients_so_a_sparsely_measured_route_is_still_predicted(tmp_path):
+    """A second route, 1.7x slower throughout, measured on two families only: held out by family, its shared
+    coefficients (fitted with the first route's rows) and its own scale predict it; alone, its few rows could not."""
+    full = _rows()
+    sparse = [
+        make_row(**{
+            **{k: v for k, v in row.items() if k not in ("row_id", "crc", "schema_version")},
+            "backend": "appopt-runtime-amp", "precision": "fp16", "value": 1.7 * row["value"],
+        })
+        for row in full
+        if row["family"] in ("mlp", "resnet")
+    ]  # fmt: skip
+    evaluation = leave_one_family_out(_frame(tmp_path, full + sparse))
+    amp = evaluation.predictions[evaluation.predictions["backend"] == "appopt-runtime-amp"]
+    assert set(amp["family"]) == {"mlp", "resnet"}
+    np.testing.assert_allclose(amp["predicted"], amp["measured"], rtol=1e-3)
+    fit = TrainingFit.from_frame(_frame(tmp_path, full + sparse))
+    ratio = np.asarray(fit.groups["appopt-runtime-amp|fp16"].coef) / np.asarray(fit.groups["appopt-runtime|fp32"].coef)
+    np.testing.assert_allclose(ratio, 1.7, rtol=1e-3)

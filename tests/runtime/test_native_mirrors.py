@@ -16,10 +16,13 @@ from runtime import native, static_plan
 from runtime.kernels import conv_transpose, fused, rnn, rnn_native
 from runtime.native import abi, convnets, ops
 from runtime.native import attention as native_attention
+from runtime.native import training as native_training
 from runtime.native import upsample as native_upsample
 
 #: Modules whose module-level integer constants mirror C enums (fused's opcodes are name-keyed: see table_drift).
-MIRRORS = (abi, rnn_native, conv_transpose, native_attention, convnets, native_upsample, static_plan)
+MIRRORS = (
+    abi, rnn_native, conv_transpose, native_attention, convnets, native_upsample, static_plan, native_training
+)
 #: Sizes mirrored from C ``#define``s (names compared one by one: rnn_native.SERIAL_WORK is not kernels.c's).
 MIRRORED_DEFINES = {
     "NB": abi.NB,

@@ -7,6 +7,7 @@ from typing import Any
 import numpy as np
 import pytest
 
+from runtime import native
 from tests.runtime.kernels.backend_cases import backend_cases_test
 from tests.runtime.kernels.ort_compare import assert_matches_ort, rand
 
@@ -111,3 +112,39 @@ def test_max_pool_propagates_nan_the_same_in_compiled_and_numpy_paths(strides: l
             np.testing.assert_array_equal(got, expected, err_msg=f"compiled kernels {enabled}")
     finally:
         native.set_enabled(None)
+
+
+@pytest.mark.skipif(native.lib() is None, reason=f"compiled kernels unavailable: {native.status()}")
+@pytest.mark.parametrize("shape", [(3, 5, 8, 8), (2, 3, 4, 16), (1, 2, 6, 24)])
+def test_a_2x2_max_pool_of_narrow_nchw_planes_is_numpys(shape: tuple[int, int, int, int]) -> None:
+    """The compiled 2x2/2 NCHW pool (``runtime.native.training``), called and prebound, against NumPy's maximum,
+    with ties, -0.0 and a NaN (which propagates, as np.maximum has it)."""
+    from onnx import TensorProto, helper
+
+    from runtime import compile_model
+    from runtime.native import rows
+    from runtime.native.rows import PoolWindow
+
+    rng = np.random.default_rng(5)
+    x = rng.integers(-2, 3, size=shape).astype(np.float32)
+    x[0, 0, 0, 3] = np.nan
+    x[-1, -1, -1, -1] = -0.0
+    _, c, h, w = shape
+    want = np.maximum(
+        np.maximum(x[:, :, 0::2, 0::2], x[:, :, 0::2, 1::2]), np.maximum(x[:, :, 1::2, 0::2], x[:, :, 1::2, 1::2])
+    )
+    win = PoolWindow([2, 2], [2, 2], [1, 1], [0, 0, 0, 0], [h // 2, w // 2], 0)
+    lib = native.lib()
+    np.testing.assert_array_equal(rows.pool(lib, x, win, nchw=True), want)
+    out = np.empty_like(want)
+    bound = rows.bind_pool(lib, x, win, out, nchw=True)
+    assert bound is not None
+    bound()
+    np.testing.assert_array_equal(out, want)
+    node = helper.make_node("MaxPool", ["x"], ["y"], kernel_shape=[2, 2], strides=[2, 2])
+    graph = helper.make_graph(
+        [node], "pool", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [None, c, h, w])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+    )  # fmt: skip
+    exe = compile_model(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), 1, passes=())
+    np.testing.assert_array_equal(exe.run({"x": x})["y"], want)

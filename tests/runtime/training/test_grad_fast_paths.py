@@ -1,13 +1,14 @@
 """The gradient kernels' fast paths against their general paths (the yardsticks): ConvGrad on flat planes (2-D,
-stride 1, one group) and MaxPoolGrad for windows that tile the plane."""
+stride 1, one group) and MaxPoolGrad for windows that tile the plane (in NumPy and compiled)."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
+from runtime import native
 from runtime.kernels.grad_conv import _conv_grad_chunk, _flat_conv_grad
-from runtime.kernels.grad_pool import _tiled_max_pool_grad
+from runtime.kernels.grad_pool import _native_tiled_max_pool_grad, _tiled_max_pool_grad
 
 
 @pytest.mark.parametrize(
@@ -54,3 +55,38 @@ def test_tiled_max_pool_grad_sends_each_gradient_to_the_first_maximum(k: int) ->
     x = rng.integers(0, 3, size=(2, 3, 2 * k * 2, 3 * k)).astype(np.float32)  # many ties
     dy = rng.standard_normal((2, 3, 4, 3)).astype(np.float32)
     np.testing.assert_allclose(_tiled_max_pool_grad(dy, x, [k, k]), _max_pool_grad_by_windows(dy, x, k))
+
+
+@pytest.mark.skipif(native.lib() is None, reason=f"compiled kernels unavailable: {native.status()}")
+@pytest.mark.parametrize(("k", "shape"), [(2, (3, 5, 8, 16)), (2, (2, 3, 6, 10)), (3, (2, 4, 6, 9)), (2, (1, 2, 4, 8))])
+def test_the_compiled_tiled_max_pool_grad_is_numpys(k: int, shape: tuple[int, int, int, int]) -> None:
+    rng = np.random.default_rng(3)
+    x = rng.integers(0, 3, size=shape).astype(np.float32)  # many ties: the first maximum must win
+    x[0, 0, 0, 1] = np.nan  # a NaN counts as a maximum, as argmax has it
+    x[-1, -1, -1, -1] = -0.0
+    dy = rng.standard_normal((shape[0], shape[1], shape[2] // k, shape[3] // k)).astype(np.float32)
+    got = _native_tiled_max_pool_grad(dy, x, [k, k])
+    assert got is not None
+    np.testing.assert_array_equal(got, _tiled_max_pool_grad(dy, x, [k, k]))
+    np.testing.assert_array_equal(got, _max_pool_grad_by_windows(dy, x, k))
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.float16])
+def test_relu_grad_is_dy_where_y_is_positive_even_for_non_finite_dy(dtype: type) -> None:
+    from runtime import compile_model
+    from runtime.kernels.grad_base import GRAD_DOMAIN
+    from tests.runtime.training.helpers import op_model
+
+    rng = np.random.default_rng(4)
+    y = np.maximum(rng.standard_normal((4, 3, 5, 5)), 0).astype(dtype)
+    dy = rng.standard_normal(y.shape).astype(dtype)
+    model = op_model(
+        "ReluGrad", {"dy": dy, "r": y}, domain=GRAD_DOMAIN, extra_opsets=[(GRAD_DOMAIN, 1)], outputs=["dx"]
+    )
+    exe = compile_model(model, 1)
+    np.testing.assert_array_equal(exe.run({"dy": dy, "r": y})["dx"], np.where(y > 0, dy, 0).astype(dtype))
+    y[0, 0, 0, :2], y[0, 0, 0, 2:4] = 0, 1
+    dy[0, 0, 0, :4] = [np.inf, np.nan, -np.inf, np.nan]  # an fp16 overflow: only where Y > 0 may it pass through
+    got = exe.run({"dy": dy, "r": y})["dx"]
+    np.testing.assert_array_equal(got, np.where(y > 0, dy, 0).astype(dtype))
+    assert got[0, 0, 0, 0] == 0 and got[0, 0, 0, 1] == 0

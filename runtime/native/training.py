@@ -1,0 +1,43 @@
+"""Compiled kernels the training graphs need (``training.c``): the tiled max-pool backward, and a 2x2/2 NCHW max
+pool for narrow planes."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from runtime.native import Args, NativeLib, addr
+
+#: ``ap_maxpool_grad_tiled``'s argument block (training.c's ``MG_*`` enum).
+MG_X, MG_DY, MG_DX, MG_PLANES, MG_H, MG_W, MG_KH, MG_KW, MG_NARGS = range(9)
+#: ``ap_maxpool_2x2``'s argument block (training.c's ``MQ_*`` enum).
+MQ_X, MQ_Y, MQ_PAIRS, MQ_W, MQ_NARGS = range(5)
+
+
+def maxpool_2x2_args(x: np.ndarray, out: np.ndarray) -> Args | None:
+    """The argument block of a 2x2/2 max pool (no pads or dilation) of C-contiguous float32 NCHW ``x`` into ``out``,
+    or None where the kernel does not apply (odd height or width, a width not a multiple of 8)."""
+    if x.ndim != 4 or x.dtype != np.float32 or out.dtype != np.float32:
+        return None
+    n, c, h, w = x.shape
+    if h % 2 or w % 8 or not x.flags.c_contiguous or not out.flags.c_contiguous or out.shape != (n, c, h // 2, w // 2):
+        return None
+    args = Args(MQ_NARGS)
+    args[MQ_X], args[MQ_Y], args[MQ_PAIRS], args[MQ_W] = addr(x), addr(out), n * c * (h // 2), w
+    args.keep.extend([x, out])
+    return args
+
+
+def maxpool_grad_tiled(lib: NativeLib, dy: np.ndarray, x: np.ndarray, kernel: tuple[int, int]) -> np.ndarray | None:
+    """dL/dX of a float32 NCHW max pool whose windows tile the plane (kernel == strides, no pads or dilation):
+    each window's dY goes to its first maximum (NaN counting as one); None for other dtypes."""
+    if x.dtype != np.float32 or dy.dtype != np.float32 or x.ndim != 4:
+        return None
+    x = np.ascontiguousarray(x)
+    dy = np.ascontiguousarray(dy)
+    dx = np.empty_like(x)
+    args = Args(MG_NARGS)
+    args[MG_X], args[MG_DY], args[MG_DX] = addr(x), addr(dy), addr(dx)
+    args[MG_PLANES], args[MG_H], args[MG_W] = x.shape[0] * x.shape[1], x.shape[2], x.shape[3]
+    args[MG_KH], args[MG_KW] = kernel
+    lib.maxpool_grad_tiled(args.ptr)
+    return dx
