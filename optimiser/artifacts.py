@@ -32,7 +32,6 @@ from optimiser.errors import AppoptError, SpecError
 from optimiser.output_dir import exclusive_output_dir
 from optimiser.report import appopt_version, plan_to_dict, render_markdown, spec_digest
 from optimiser.stages import Deployed, Plan
-from runtime.architectures import ARCHITECTURES
 from runtime.engines import COMPILED_ENGINES
 
 #: Where the model lives inside images.
@@ -277,6 +276,8 @@ def _built_in_architecture(plan: Plan, catalog: Catalog) -> tuple[str, ...] | No
     name = app.model.architecture
     if app.type != "training" or app.command or name is None:
         return None
+    from runtime.architectures import ARCHITECTURES  # (imports onnx: only training plans of named models need it)
+
     arch = catalog.get_architecture(name)
     if arch.id not in ARCHITECTURES:
         return None
