@@ -14,7 +14,7 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
-from optimiser.cli import app
+from cli.main import app
 from tests.builders.parsers import dockerfile_instructions
 
 REPO = Path(__file__).resolve().parents[2]
