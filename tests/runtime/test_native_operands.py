@@ -97,3 +97,21 @@ def test_kernels_given_an_output_they_cannot_write_directly_fill_it() -> None:
     into = np.zeros((5, 4), dtype=np.float32).T  # the right shape, transposed strides
     assert mm(a, out=into) is into
     np.testing.assert_allclose(into, a @ b, rtol=1e-5, atol=1e-6)
+
+
+def test_a_prebound_dynamic_product_refuses_a_residual_it_would_have_to_copy() -> None:
+    # a bound call reads its residual at a fixed address on every run: a copy made at binding would go stale
+    lib = native.lib()
+    assert lib is not None
+    rng = np.random.default_rng(3)
+    a, b = rng.standard_normal((2, 6, 5)).astype(np.float32), rng.standard_normal((2, 5, 7)).astype(np.float32)
+    res = rng.standard_normal((2, 7, 6)).astype(np.float32).transpose(0, 2, 1)
+    out = np.empty((2, 6, 7), dtype=np.float32)
+    product = ops.DynamicMatMul(lib, None, ops.Epilogue())
+    assert product.bind(a, b, res, out) is None
+    same = np.ascontiguousarray(res)
+    bound = product.bind(a, b, same, out)
+    assert bound is not None
+    same += 1.0  # the residual changes after binding, as a planned buffer does between runs
+    bound()
+    np.testing.assert_allclose(out, a @ b + same, rtol=1e-5, atol=1e-5)
