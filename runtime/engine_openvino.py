@@ -11,6 +11,7 @@ On CPUs with AVX512-BF16 or AMX, OpenVINO runs bf16 unless told otherwise: ``com
 from __future__ import annotations
 
 import os
+import threading
 import time
 from collections.abc import Mapping
 from pathlib import Path
@@ -24,6 +25,27 @@ from runtime.errors import RuntimeModelError
 #: appopt precision -> OpenVINO's inference precision hint.
 PRECISION_HINTS = {"fp32": "f32", "bf16": "bf16", "fp16": "f16"}
 IR_FILE = "model.xml"
+
+
+_CORE: list[Any] = []
+_CORE_LOCK = threading.Lock()
+
+
+def shared_core() -> Any:
+    """The process's one ``openvino.Core``, made at first use and never released.
+
+    OpenVINO's CPU plugin (2026.4) gives a thread its own signal stack when a Core first compiles there, and when that
+    Core is destroyed puts back the stack it found and unmaps its own. Cores destroyed out of creation order (the
+    garbage collector's order) leave the thread on an unmapped signal stack: the next signal with a Python handler
+    (CPython installs them all on the alternate stack), e.g. a SIGALRM time limit, then kills the process with
+    SIGSEGV before any handler, faulthandler's included, can run. One Core that is never destroyed avoids it (and
+    OpenVINO recommends reusing one Core anyway: it caches the plugins).
+    """
+    ov = require("openvino", "openvino")
+    with _CORE_LOCK:
+        if not _CORE:
+            _CORE.append(ov.Core())
+        return _CORE[0]
 
 
 def compile_config(threads: int | None, precision: str) -> dict[str, Any]:
@@ -43,7 +65,7 @@ def compile_to_dir(model_path: str | os.PathLike[str], out_dir: str | os.PathLik
     ov = require("openvino", "openvino")
     started = time.perf_counter()
     try:
-        model = ov.Core().read_model(str(model_path))
+        model = shared_core().read_model(str(model_path))
         ov.save_model(model, str(Path(out_dir) / IR_FILE), compress_to_fp16=False)  # the default halves weights
     except Exception as exc:  # OpenVINO raises RuntimeError/OpConversionFailure/… on models it cannot take
         raise RuntimeModelError(f"openvino cannot convert {str(model_path)!r}: {first_line(exc)}") from None
@@ -56,7 +78,7 @@ class OpenVinoRunner:
     """An OpenVINO CPU compiled model (from IR written by ``compile_to_dir``, or an ONNX file)."""
 
     def __init__(self, path: str | os.PathLike[str], threads: int | None = None, precision: str | None = None) -> None:
-        ov = require("openvino", "openvino")
+        require("openvino", "openvino")  # before the directory's checks: an image without it says so first
         path = Path(path)
         if path.is_dir():
             artifact, signature = read_engine_dir(path, "openvino")
@@ -64,8 +86,8 @@ class OpenVinoRunner:
             artifact, signature = path, Signature.of_file(path)
         precision = precision or os.environ.get("APPOPT_PRECISION") or "fp32"
         config = compile_config(threads, precision)
+        core = shared_core()
         try:
-            core = ov.Core()
             self.compiled = core.compile_model(core.read_model(str(artifact)), "CPU", config)
         except Exception as exc:
             raise RuntimeModelError(f"openvino cannot compile {str(path)!r}: {first_line(exc)}") from None

@@ -86,14 +86,12 @@ class OpenVinoBackend(Backend):
         return {"openvino": version("openvino"), "onnx": onnx.__version__, "numpy": np.__version__}
 
     def _prepare(self, model: onnx.ModelProto, threads: int, precision: str) -> Session:
-        import openvino as ov
-
-        from runtime.engine_openvino import compile_config
+        from runtime.engine_openvino import compile_config, shared_core
 
         config = compile_config(threads, precision)
         started = time.perf_counter()
         try:
-            core = ov.Core()
+            core = shared_core()  # never one Core per session: see shared_core
             compiled = core.compile_model(core.read_model(model.SerializeToString()), "CPU", config)
         except Exception as error:  # OpenVINO raises RuntimeError/OpConversionFailure/… on models it cannot take
             first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__

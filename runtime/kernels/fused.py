@@ -34,18 +34,17 @@ class _Cache:
     """One object derived from constant inputs, rebuilt only when those inputs are other array objects."""
 
     def __init__(self) -> None:
-        self.key: tuple[int, ...] | None = None
-        self.sources: tuple[Any, ...] = ()
-        self.value: Any = None
+        #: (sources, value), replaced whole: a thread reading it never pairs one build's sources with another's value
+        self.entry: tuple[tuple[Any, ...], Any] | None = None
         self.lock = threading.Lock()
 
     def get(self, sources: tuple[Any, ...], build: Callable[[], Any]) -> Any:
-        key = tuple(id(s) for s in sources)
-        if key == self.key and all(a is b for a, b in zip(sources, self.sources, strict=True)):
-            return self.value
+        entry = self.entry
+        if entry is not None and _same_objects(sources, entry[0]):
+            return entry[1]
         with self.lock:
             value = build()
-            self.key, self.sources, self.value = key, sources, value
+            self.entry = (sources, value)
         return value
 
 
@@ -376,3 +375,7 @@ class ElementwiseChain(Kernel):
                 elif op == 15:
                     np.minimum(np.maximum(y, t(self.scalars[idx]), out=y), t(self.scalars[idx + 1]), out=y)
         return y
+
+
+def _same_objects(a: tuple[Any, ...], b: tuple[Any, ...]) -> bool:
+    return len(a) == len(b) and all(x is y for x, y in zip(a, b, strict=True))

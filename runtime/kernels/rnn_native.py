@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from runtime.kernels.fused import _Cache
 from runtime.native import Args, NativeLib
 from runtime.native.abi import Bound, Epilogue, _bound, native_calls
 from runtime.native.matmul import PackedMatMul
@@ -99,25 +100,19 @@ def _addr(array: np.ndarray) -> int:
     return int(array.__array_interface__["data"][0])
 
 
-class PackCache:
+class PackCache(_Cache):
     """One ``Packed`` per kernel, rebuilt only when the weights are other array objects."""
 
     def __init__(self) -> None:
-        self.sources: tuple[Any, ...] = ()
-        self.value: Packed | None = None
-        self.lock = threading.Lock()
+        super().__init__()
         #: Per calling thread: the argument blocks (``_blocks``), reused from call to call.
         self.local = threading.local()
 
-    def get(self, sources: tuple[Any, ...], build: Any) -> Packed:
-        value = self.value
-        same = len(sources) == len(self.sources) and all(a is b for a, b in zip(sources, self.sources, strict=True))
-        if value is not None and same:
-            return value
-        with self.lock:
-            value = build()
-            self.sources, self.value = sources, value
-        return value
+    @property
+    def value(self) -> Packed | None:
+        """The packed weights last built (None before the first call)."""
+        entry = self.entry
+        return None if entry is None else entry[1]
 
 
 def _blocks(cache: PackCache) -> tuple[Args, Args, Args]:

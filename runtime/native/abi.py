@@ -361,6 +361,22 @@ def _c_float(a: np.ndarray) -> bool:
     return isinstance(a, np.ndarray) and a.dtype == np.float32 and a.flags.c_contiguous
 
 
+def _output(out: np.ndarray | None, shape: Sequence[int]) -> np.ndarray:
+    """Where a kernel writes ``shape``: ``out`` when it is C-contiguous float32 of that shape (what the kernels
+    assume), else a new array (``_delivered`` copies it into ``out``)."""
+    if out is not None and _c_float(out) and out.shape == tuple(shape):
+        return out
+    return np.empty(tuple(shape), dtype=np.float32)
+
+
+def _delivered(result: np.ndarray, out: np.ndarray | None) -> np.ndarray:
+    """``result`` in ``out`` when one was given (a copy when the kernel could not write there directly)."""
+    if out is None or result is out:
+        return result
+    np.copyto(out, result)
+    return out
+
+
 def _contiguous(a: np.ndarray, shape: Sequence[int]) -> np.ndarray:
     if tuple(a.shape) != tuple(shape):
         a = np.broadcast_to(a, shape)

@@ -119,6 +119,8 @@ from runtime.native.abi import (
     _bind_args,
     _bound,
     _contiguous,
+    _delivered,
+    _output,
     _PerThread,
     block_width,
     default_chunk,
@@ -283,22 +285,21 @@ class NhwcConv2d:
     def __call__(self, x: np.ndarray, res: np.ndarray | None = None, out: np.ndarray | None = None) -> np.ndarray:
         x = np.ascontiguousarray(x, dtype=np.float32)
         args, out_shape = self.geometry(x.shape)
-        if out is None:
-            out = np.empty(out_shape, dtype=np.float32)
-        # held in a local until the call returns: a copy made here would otherwise be freed before the kernel reads it
-        r = None if res is None else _contiguous(res, out_shape)
+        target = _output(out, out_shape)
+        # a residual that needs a copy is held here until the kernel has read it
+        residual = None if res is None else _contiguous(res, out_shape)
         if self.depthwise:
-            args[DW_X], args[DW_Y] = addr(x), addr(out)
-            args[DW_RES] = 0 if r is None else addr(r)
+            args[DW_X], args[DW_Y] = addr(x), addr(target)
+            args[DW_RES] = 0 if residual is None else addr(residual)
             self.native.dwconv(args.ptr)
         else:
-            args[CV_X], args[CV_Y] = addr(x), addr(out)
-            args[CV_RES] = 0 if r is None else addr(r)
+            args[CV_X], args[CV_Y] = addr(x), addr(target)
+            args[CV_RES] = 0 if residual is None else addr(residual)
             if args.block[CV_IH]:
                 self.native.conv2d(args.ptr)
             else:
                 self.native.conv(args.ptr)
-        return out
+        return _delivered(target, out)
 
 
 class NhwcDwPw:

@@ -62,6 +62,8 @@ from runtime.native.abi import (
     _c_float,
     _contiguous,
     _copy_args,
+    _delivered,
+    _output,
     _PerThread,
     _Workspace,
     default_chunk,
@@ -115,18 +117,19 @@ class PackedMatMul:
         return _bound(self.native.conv, x, a, out, res)
 
     def __call__(self, a: np.ndarray, res: np.ndarray | None = None, out: np.ndarray | None = None) -> np.ndarray:
+        if a.ndim < 1 or a.shape[-1] != self.k:
+            raise ValueError(f"A has shape {a.shape}: its last axis must be {self.k}, B's rows")
         lead = a.shape[:-1]
         a2 = np.ascontiguousarray(a, dtype=np.float32).reshape(-1, self.k)
         args = self._args_for(a2.shape[0])
         out_shape = (*lead, self.n)
-        if out is None:
-            out = np.empty(out_shape, dtype=np.float32)
-        # held in a local until the call returns: a copy made here would otherwise be freed before the kernel reads it
-        r = None if res is None else _contiguous(res, out_shape)
-        args[CV_X], args[CV_Y] = addr(a2), addr(out)
-        args[CV_RES] = 0 if r is None else addr(r)
+        target = _output(out, out_shape)
+        # a residual that needs a copy is held here until the kernel has read it
+        residual = None if res is None else _contiguous(res, out_shape)
+        args[CV_X], args[CV_Y] = addr(a2), addr(target)
+        args[CV_RES] = 0 if residual is None else addr(residual)
         self.native.conv(args.ptr)
-        return out
+        return _delivered(target, out)
 
 
 def _batch_levels(shape: Sequence[int], strides: Sequence[int]) -> tuple[list[int], list[int]] | None:
@@ -220,6 +223,8 @@ class DynamicMatMul:
         p, x, _, keep = planned
         if keep[0] is not a and not np.shares_memory(keep[0], a):
             return None  # A had to be copied: its address is not stable
+        if res is not None and (not _c_float(res) or res.shape != planned[2].shape):
+            return None  # the residual had to be copied: a prebound call would read that copy on every run
         pack, conv = self.native.pack_b, self.native.conv
         p.keep.extend(keep)
         x.keep.extend([out, p])

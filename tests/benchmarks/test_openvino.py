@@ -3,6 +3,11 @@
 from __future__ import annotations
 
 import importlib.util
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -68,3 +73,35 @@ def test_rows_carry_compile_time_and_max_error_and_unrunnable_models_are_skipped
     with pytest.raises(BackendSkipped, match="openvino cannot compile"):
         get_backend("openvino").prepare(unrunnable_model())
     assert "vs onnxruntime" in mlp_row("openvino", "onnxruntime", "openvino")["notes"]
+
+
+def test_sessions_released_in_any_order_leave_signal_handling_intact():
+    """Sessions released first-made-first (the garbage collector's order) once left the thread on a signal stack
+    OpenVINO had unmapped: the next Python signal handler (a SIGALRM time limit in the conformance tests) killed the
+    whole test run with SIGSEGV and no traceback. In a child process, so a regression fails this test alone."""
+    code = textwrap.dedent(
+        """
+        import gc, signal, time
+        from benchmarks.backends import get_backend
+        from benchmarks.models import get_model
+        model = get_model("mlp")
+        first = get_backend("openvino").prepare(model.model(), threads=1)
+        second = get_backend("openvino").prepare(model.model(), threads=1)
+        del first
+        gc.collect()
+        del second
+        gc.collect()
+        fired = []
+        signal.signal(signal.SIGALRM, lambda signum, frame: fired.append(signum))
+        for _ in range(3):
+            signal.setitimer(signal.ITIMER_REAL, 0.01)
+            time.sleep(0.05)
+        print("alarms", len(fired))
+        """
+    )
+    root = Path(__file__).resolve().parents[2]
+    env = dict(os.environ, PYTHONPATH=str(root))
+    done = subprocess.run([sys.executable, "-X", "faulthandler", "-c", code], capture_output=True, text=True,
+                          env=env, timeout=300)  # fmt: skip
+    assert done.returncode == 0, (done.returncode, done.stderr[-2000:])
+    assert done.stdout.split()[-2:] == ["alarms", "3"]
