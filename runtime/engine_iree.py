@@ -92,9 +92,9 @@ def compile_model(model: onnx.ModelProto) -> bytes:
 
 def compile_to_dir(model_path: str | os.PathLike[str], out_dir: str | os.PathLike[str]) -> dict[str, Any]:
     """Compile ``model_path`` to ``model.vmfb`` in ``out_dir`` (with ``engine.json`` and ``io.onnx``)."""
-    require("iree.compiler", "iree")
-    from iree.compiler import version as compiler_version
+    import importlib.metadata
 
+    require("iree.compiler", "iree")
     signature = Signature.of_file(model_path)
     try:
         model = onnx.load(str(model_path))
@@ -105,7 +105,7 @@ def compile_to_dir(model_path: str | os.PathLike[str], out_dir: str | os.PathLik
     seconds = time.perf_counter() - started
     (Path(out_dir) / VMFB_FILE).write_bytes(vmfb)
     return write_engine_dir(out_dir, "iree", VMFB_FILE, signature,
-                            {"iree": str(compiler_version.VERSION), "target_cpu": target_cpu(),
+                            {"iree": importlib.metadata.version("iree-base-compiler"), "target_cpu": target_cpu(),
                              "compile_s": round(seconds, 3)})
 
 
