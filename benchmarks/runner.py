@@ -277,6 +277,7 @@ def run_job(
             row_id = uuid.uuid4().hex
             log_dir = context.new_log_dir(outcome_label(job, batch, scenario), row_id)
             try:
+                batch_figures = {**figures, **_batch_figures(session, batch)}
                 if scenario == "accuracy" and context.driver == "loadgen":
                     reference = _reference_session(job, request, reference_cache)
                     check = run_accuracy(
@@ -303,7 +304,7 @@ def run_job(
                         sut = _sut(job.model, session, samples, request.settings.seed)
                         result, probe = _measure(scenario, sut, settings, request)
                     row = _scenario_row(job, backend, batch, features, result, probe, context, row_id)
-                    row = _with_figures(row, figures)
+                    row = _with_figures(row, batch_figures)
             except BackendSkipped as skipped:
                 yield Outcome(job, batch, scenario, "skipped", str(skipped))
                 continue
@@ -317,11 +318,17 @@ def _session_figures(
     job: Job, request: BenchRequest, backend: Backend, session: Session, cache: dict[tuple[str, str], Any] | None
 ) -> dict[str, Any]:
     """What a compiled session adds to each of its timing rows: its compile time (``compile_ms``, from sessions that
-    keep one) and, for ``records_error`` backends, the max abs error against the reference at batch 1."""
+    keep one), a tuned session's search (``tune_s``, trials, cached) and, for ``records_error`` backends, the max abs
+    error against the reference at batch 1."""
     figures: dict[str, Any] = {}
     compile_ms = getattr(session, "compile_ms", None)
     if compile_ms is not None:
         figures["compile_ms"] = float(compile_ms)
+    tune_s = getattr(session, "tune_s", None)
+    if tune_s is not None:  # a tuned session's search (tvm-tuned): seconds, budget, and whether it came cached
+        figures["tune_s"] = float(tune_s)
+        figures["tuning_trials"] = int(getattr(session, "tuning_trials", 0) or 0)
+        figures["tuning_cached"] = bool(getattr(session, "tuning_cached", False))
     if backend.records_error:
         try:
             reference = _reference_session(job, request, cache)
@@ -333,6 +340,13 @@ def _session_figures(
     return figures
 
 
+def _batch_figures(session: Session, batch: int) -> dict[str, Any]:
+    """What a session specialised per batch size (``tvm-tuned``) did for ``batch``: its search and compile, run now
+    when not yet, before the batch is measured (the session-wide figures are its first batch's)."""
+    per_batch = getattr(session, "batch_figures", None)
+    return dict(per_batch(batch)) if per_batch is not None else {}
+
+
 def _with_figures(row: dict[str, Any], figures: dict[str, Any]) -> dict[str, Any]:
     """``row`` with the session's figures: compile time in its settings and notes, the max abs error in its column."""
     if not figures:
@@ -342,6 +356,11 @@ def _with_figures(row: dict[str, Any], figures: dict[str, Any]) -> dict[str, Any
     if "compile_ms" in figures:
         settings["compile_ms"] = figures["compile_ms"]
         notes.append(f"compile {figures['compile_ms']:.0f} ms")
+    if "tune_s" in figures:
+        for key in ("tune_s", "tuning_trials", "tuning_cached"):
+            settings[key] = figures[key]
+        cached = ", records cached" if figures["tuning_cached"] else ""
+        notes.append(f"tuned {figures['tune_s']:.0f} s over {figures['tuning_trials']} trials{cached}")
     if "max_abs_error" in figures:
         notes.append(f"max abs error {figures['max_abs_error']:.3g} vs {figures['reference']}")
     if "error_unchecked" in figures:

@@ -101,7 +101,7 @@ def predict(enumerated: Enumerated, model: PerformanceModel) -> Predicted:
     candidates = tuple(
         Candidate(
             route=o.route,
-            prediction=model.predict(enumerated.workload, o.route, device).with_setup(o.route.setup_seconds),
+            prediction=with_setup(model.predict(enumerated.workload, o.route, device), o.route, enumerated.workload),
             base_image=o.base_image,
             notes=o.notes,
         )
@@ -205,6 +205,14 @@ def model_error(p: Prediction) -> tuple[float, str]:
     if rmspe:
         return float(rmspe), "held-out RMSPE of the fitted model"
     return PRIOR_ERROR, "assumed for the roofline prior, which no measurement checks here"
+
+
+def with_setup(prediction: Prediction, route: Route, workload: Workload) -> Prediction:
+    """``prediction`` with the route's one-off setup paid once over the job: its tuning search (``setup_seconds``)
+    and the compile time measured for its compiler (``detail["compile_s"]``, ``perfmodels.setup_time``). A
+    time-to-solution plan counts it in the whole job, a throughput plan in the samples per second over the job."""
+    return prediction.with_setup(route.setup_seconds + prediction.detail.get("compile_s", 0.0), workload.total_samples)
+
 
 
 class _Enumerator:

@@ -39,7 +39,7 @@ import hashlib
 import json
 import os
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -55,6 +55,7 @@ from perfmodels.lazy import lazy_import
 from perfmodels.prediction import PerformanceModel, Prediction
 from perfmodels.priors import layout_factor
 from perfmodels.roofline import RooflinePrior
+from perfmodels.setup_time import CompileRates, compile_rates
 from perfmodels.targets import host_difference, local_kernel_flags, local_target_key, target_key, usable_cores
 from perfmodels.training_fit import TrainingFit, fit_for, training_prediction
 from perfmodels.unitfit import Key, UnitFit, cache_dir_for, combine, fit_units, sweep_rows, whole_weight
@@ -207,6 +208,7 @@ class FittedModel:
         self._host_fit: HostFit | bool | None = False
         self._units: UnitFit | None = None
         self._training: TrainingFit | None = None
+        self._compile_rates: CompileRates | None = None
 
     @classmethod
     def from_plan_data(
@@ -216,6 +218,7 @@ class FittedModel:
         the cache does not hold is asked for (a unit route not fitted yet, a held-out evaluation)."""
         model = cls(data.result, source=source, db=db, store=store)
         model._training = data.training
+        model._compile_rates = data.compile_rates
         model._units = UnitFit(
             None,
             cache_dir_for(db) if db is not None else None,
@@ -229,7 +232,7 @@ class FittedModel:
         units, frame = self.units(), self.frame()
         trains = frame is not None and "mode" in frame and bool((frame["mode"] == "training").any())
         keys = tuple(units.keys()) if units is not None else ()
-        return PlanData(FitResult(self.result.groups), keys, self.training(), trains)
+        return PlanData(FitResult(self.result.groups), keys, self.training(), trains, self.compile_rates())
 
     def frame(self) -> pd.DataFrame | None:
         """The results the model was fitted from (read from its database when first needed; None without)."""
@@ -238,6 +241,12 @@ class FittedModel:
 
             self._frame = results_db.read_results(self._db, warn=False)
         return self._frame
+
+    def compile_rates(self) -> CompileRates:
+        """Measured compile seconds per graph node of each compiling route (``perfmodels.setup_time``)."""
+        if self._compile_rates is None:
+            self._compile_rates = compile_rates(self.frame())
+        return self._compile_rates
 
     def units(self) -> UnitFit | None:
         """The kernel-unit models of the data's unit sweeps (routes fitted when first used; None without data)."""
@@ -526,6 +535,12 @@ class FittedModel:
         terms = np.asarray(group.coef) * x
         compute, memory = float(terms[FLOP_FEATURES].sum()), float(terms[BYTE_FEATURES].sum())
         steps = None if workload.total_samples is None else workload.total_samples / workload.batch_size
+        # the route's measured compile time, paid once per job (added by Prediction.with_setup): only where this
+        # compiler itself was measured here
+        compile_s = (
+            self.compile_rates().seconds(group.target, route.framework, route.compiler, workload)
+            if route.compiler == group.route.compiler else None
+        )
         fitted = Prediction(
             step_seconds=step,
             samples_per_second=workload.batch_size / step,
@@ -545,6 +560,7 @@ class FittedModel:
                 # the per-node and per-query part of the step (scaled like the step when the route differs)
                 "overhead_s": group.overhead_seconds(x) * step / whole if whole > 0 else 0.0,
                 **(figures.as_detail(step) if (figures := self.heldout(group.route.precision)) is not None else {}),
+                **({} if compile_s is None else {"compile_s": compile_s}),
             },
         )
         return self._calibrated(fitted, workload, route, group) if device.name in LOCAL_NAMES else fitted
@@ -628,6 +644,8 @@ class PlanData:
     training: TrainingFit
     #: Whether the database holds ``mode=training`` rows (then training plans say why they fall back to the prior).
     has_training_rows: bool = False
+    #: Measured compile seconds per graph node of each compiling route.
+    compile_rates: CompileRates = field(default_factory=CompileRates)
 
 
 @functools.lru_cache(maxsize=4)
@@ -662,6 +680,7 @@ _FIT_CODE = (
     "calibration.py",
     "hoststore.py",
     "hostfit.py",
+    "setup_time.py",
 )
 
 

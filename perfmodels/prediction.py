@@ -21,12 +21,20 @@ class Prediction:
     basis: str
     detail: dict[str, float] = field(default_factory=dict)
 
-    def with_setup(self, seconds: float) -> Prediction:
-        """The same prediction with a one-off setup (a compiler's tuning search) added to the whole-job time."""
+    def with_setup(self, seconds: float, samples: float | None = None) -> Prediction:
+        """The same prediction with a one-off setup (a model's compile, a compiler's tuning search) added to the
+        whole-job time. Over a job of ``samples`` samples the throughput is amortised too (samples over the whole-job
+        seconds), so a throughput plan pays the setup as a time-to-solution plan does; the steady-state rate stays in
+        ``detail["steady_samples_per_second"]``."""
         if seconds <= 0:
             return self
+        detail = {**self.detail, "setup_s": seconds}
         total = None if self.total_seconds is None else self.total_seconds + seconds
-        return replace(self, total_seconds=total, detail={**self.detail, "setup_s": seconds})
+        rate = self.samples_per_second
+        if samples and total:
+            detail["steady_samples_per_second"] = rate
+            rate = samples / total
+        return replace(self, total_seconds=total, samples_per_second=rate, detail=detail)
 
 
 class PerformanceModel(Protocol):

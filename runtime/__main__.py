@@ -1,12 +1,12 @@
 """``python -m runtime``: the runtime's own command line, for images that carry the runtime without appopt.
 
-    python -m runtime compile MODEL.onnx -o OUT [--engine appopt|openvino|tvm]
+    python -m runtime compile MODEL.onnx -o OUT [--engine appopt|openvino|tvm|iree]
     python -m runtime train MODEL.onnx --data FILE.npz -o TRAINED.onnx [--epochs N] [--checkpoint DIR --resume]
                             [--engine appopt|torch] ...
     python -m runtime train --arch resnet50 (--data FILE.npz | --synthetic N) -o TRAINED.onnx [--classes N]
                             [--image-size S] ...
     python -m runtime run MODEL_OR_OUT [--input name=file.npy ...] [--random] [--repeat N] [--threads N]
-                          [--profile] [--engine appopt|onnxruntime|openvino|tvm|jax]
+                          [--profile] [--engine appopt|onnxruntime|openvino|tvm|iree|jax]
 
 Only argparse and the runtime's own dependencies: this is what runs inside the built images.
 """
@@ -29,7 +29,7 @@ def _parser() -> argparse.ArgumentParser:
     comp.add_argument("--disable", action="append", default=[], help="a graph pass to switch off (repeatable)")
     comp.add_argument(
         "--engine", default="appopt", choices=["appopt", *COMPILED_ENGINES],
-        help="whose artefact to write: this runtime's (default), OpenVINO IR or a TVM library",
+        help="whose artefact to write: this runtime's (default), OpenVINO IR, a TVM library or an IREE .vmfb",
     )
     run = sub.add_parser("run", help="run a model or a compiled directory and print output summaries and latency")
     run.add_argument("model", help="an ONNX file or a directory written by 'compile'")

@@ -1,5 +1,5 @@
 """Engines ``python -m runtime run`` can run a model with: this runtime, onnxruntime, and the graph compilers
-OpenVINO, TVM and XLA (through JAX), for the plans that chose them.
+OpenVINO, TVM, IREE and XLA (through JAX), for the plans that chose them.
 
 An image built for another engine's route carries this package too, so it runs the model the same way (inputs from
 files or seeded random data, output summaries, latency) with ``--engine X``. Each engine is a ``ModelRunner``:
@@ -25,9 +25,10 @@ from onnx import helper
 from runtime.errors import RuntimeModelError
 from runtime.ir import Value
 
-ENGINES = ("appopt", "onnxruntime", "openvino", "tvm", "jax")
-#: Engines whose ``compile`` writes their own artefact (OpenVINO IR, a TVM shared library) in the build stage.
-COMPILED_ENGINES = ("openvino", "tvm")
+ENGINES = ("appopt", "onnxruntime", "openvino", "tvm", "iree", "jax")
+#: Engines whose ``compile`` writes their own artefact (OpenVINO IR, a TVM shared library, an IREE ``.vmfb``) in the
+#: build stage.
+COMPILED_ENGINES = ("openvino", "tvm", "iree")
 #: What names a compiled engine directory, and the model's declared inputs/outputs inside it.
 ENGINE_MANIFEST = "engine.json"
 SIGNATURE = "io.onnx"
@@ -152,6 +153,11 @@ def open_runner(engine: str, model: str | os.PathLike[str], threads: int | None)
 
         jax_runner = JaxRunner(model, threads)
         return jax_runner, f"jax ({jax_runner.describe})"
+    if engine == "iree":
+        from runtime.engine_iree import IreeRunner
+
+        iree_runner = IreeRunner(model, threads)
+        return iree_runner, f"iree ({iree_runner.describe})"
     raise RuntimeModelError(f"--engine must be one of {', '.join(ENGINES)}, not {engine!r}")
 
 
@@ -168,6 +174,10 @@ def compile_for_engine(engine: str, model: str | os.PathLike[str], out_dir: str 
         from runtime.engine_openvino import compile_to_dir as compile_openvino
 
         return compile_openvino(model, out_dir)
+    if engine == "iree":
+        from runtime.engine_iree import compile_to_dir as compile_iree
+
+        return compile_iree(model, out_dir)
     from runtime.engine_tvm import compile_to_dir as compile_tvm
 
     return compile_tvm(model, out_dir)

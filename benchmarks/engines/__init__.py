@@ -18,7 +18,7 @@ import importlib
 from benchmarks.engines.base import EngineSpec
 
 #: Engine modules under ``benchmarks.engines``, in registry order.
-ENGINE_MODULES = ("onnxruntime", "openvino", "tvm", "torch_compile", "jax_xla")
+ENGINE_MODULES = ("onnxruntime", "openvino", "tvm", "iree", "torch_compile", "jax_xla")
 
 
 def all_engines() -> list[EngineSpec]:

@@ -4,8 +4,10 @@ Catalog: compiler ``tvm`` over framework ``onnxruntime`` (the route "ONNX model,
 (TVM generates its own kernels). Installed by the ``tvm`` extra. The import and compile live in
 ``runtime.engine_tvm``, shared with the images: an image compiles the model to a shared library in its build stage
 and runs it with ``python -m runtime run --engine tvm``. Untuned TVM is far slower than onnxruntime (the performance
-anchors: ResNet-18 1,889 ms against 34.5 ms); MetaSchedule tuning is not built here. Every session keeps its compile
-time (``compile_ms``), which the runner records beside the latency.
+anchors: ResNet-18 1,889 ms against 34.5 ms). Every session keeps its compile time (``compile_ms``), which the
+runner records beside the latency.
+
+``tvm-tuned`` (``benchmarks.engines.tvm_tuning``) is the same route after a MetaSchedule search with a trial budget.
 """
 
 from __future__ import annotations
@@ -66,6 +68,12 @@ class TvmBackend(Backend):
         return _TvmSession(relax.VirtualMachine(executable, tvm.cpu()), input_names, compile_ms)
 
 
+def _tuned_backend() -> Backend:
+    from benchmarks.engines.tvm_tuning import TvmTunedBackend
+
+    return TvmTunedBackend()
+
+
 ENGINE = EngineSpec(
     name="tvm",
     framework="onnxruntime",
@@ -73,5 +81,5 @@ ENGINE = EngineSpec(
     pip=("apache-tvm",),
     extra="tvm",
     image_engine="tvm",
-    backends=lambda: [TvmBackend()],
+    backends=lambda: [TvmBackend(), _tuned_backend()],
 )

@@ -27,7 +27,8 @@ def _deployment(tmp_path: Path, compiler: str) -> dict:
 
 
 @pytest.mark.parametrize(("compiler", "wheels"), [("openvino", {"openvino"}),
-                                                  ("tvm", {"apache-tvm", "apache-tvm-ffi", "ziglang"})])
+                                                  ("tvm", {"apache-tvm", "apache-tvm-ffi", "ziglang"}),
+                                                  ("iree", {"iree-base-compiler", "iree-base-runtime"})])
 def test_a_compiler_routes_image_compiles_in_the_build_stage_and_runs_with_the_engine(
         tmp_path: Path, compiler: str, wheels: set[str]) -> None:
     dep = _deployment(tmp_path, compiler)
@@ -69,5 +70,6 @@ def test_image_engines_come_from_the_engine_modules() -> None:
     assert image_engine("onnxruntime", "openvino") == "openvino"
     assert image_engine("onnxruntime", "tvm") == "tvm"
     assert image_engine("onnxruntime", "xla") == "jax" and image_engine("tensorflow", "xla") is None
+    assert image_engine("onnxruntime", "iree") == "iree"
     assert image_engine("onnxruntime", "tensorrt") is None and image_engine("pytorch", "none") is None
-    assert {spec.image_engine for spec in all_engines()} >= {"onnxruntime", "openvino", "tvm"}
+    assert {spec.image_engine for spec in all_engines()} >= {"onnxruntime", "openvino", "tvm", "iree"}

@@ -161,6 +161,9 @@ def test_within_the_models_error_the_simpler_route_is_chosen_and_the_report_says
     for key in ("framework", "code", "command"):
         spec["application"].pop(key)
     spec["optimisation"]["deny"] = {"libraries": ["atlas", "mkl"]}
+    # ranked per step: over the example's million-sample job, throughput now pays tuned TVM's hour of search
+    # (test_setup_amortised.py), which no longer leaves it a few percent ahead
+    spec["optimisation"]["goal"] = "latency"
     (tmp_path / "bert.yaml").write_text(yaml.safe_dump(spec))
     p = make_plan(load_spec(tmp_path / "bert.yaml"))
     fastest = min(p.candidates[: p.band], key=lambda c: p.objective(c))

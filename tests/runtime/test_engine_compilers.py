@@ -1,4 +1,5 @@
-"""``python -m runtime compile|run --engine openvino|tvm``: the build-stage artefact and the runner an image uses."""
+"""``python -m runtime compile|run --engine openvino|tvm|iree``: the build-stage artefact and the runner an image
+uses."""
 
 from __future__ import annotations
 
@@ -20,8 +21,17 @@ MLP = ROOT / "examples" / "digits_mlp.onnx"
 X = np.linspace(-1, 1, 3 * 64, dtype=np.float32).reshape(3, 64)
 
 
-def _needs(module: str) -> None:
-    if importlib.util.find_spec(module) is None:
+#: The module each engine's extra installs (IREE's runtime wheel and compiler wheel share the ``iree`` namespace).
+MODULES = {"openvino": "openvino", "tvm": "tvm", "iree": "iree.compiler", "ziglang": "ziglang"}
+
+
+def _needs(engine: str) -> None:
+    module = MODULES.get(engine, engine)
+    try:
+        found = importlib.util.find_spec(module) is not None
+    except ModuleNotFoundError:  # a dotted name whose package is absent
+        found = False
+    if not found:
         pytest.skip("extra not installed")
 
 
@@ -31,7 +41,8 @@ def _reference(x: np.ndarray) -> np.ndarray:
     return np.asarray(session.run(None, {"input": x})[0])
 
 
-@pytest.mark.parametrize(("engine", "artefact"), [("openvino", "model.xml"), ("tvm", "model.so")])
+@pytest.mark.parametrize(("engine", "artefact"), [("openvino", "model.xml"), ("tvm", "model.so"),
+                                                  ("iree", "model.vmfb")])
 def test_the_compiled_directory_runs_and_matches_onnxruntime(tmp_path: Path, engine: str, artefact: str) -> None:
     _needs(engine)
     manifest = compile_to_dir(MLP, tmp_path / "c", engine=engine)
@@ -45,7 +56,7 @@ def test_the_compiled_directory_runs_and_matches_onnxruntime(tmp_path: Path, eng
     np.testing.assert_allclose(got["probabilities"], _reference(X), rtol=1e-4, atol=1e-6)
 
 
-@pytest.mark.parametrize("engine", ["openvino", "tvm"])
+@pytest.mark.parametrize("engine", ["openvino", "tvm", "iree"])
 def test_an_onnx_file_runs_directly_and_the_cli_reports_the_engine(engine: str) -> None:
     _needs(engine)
     report = run_model(MLP, random=True, repeat=2, engine=engine, threads=1)

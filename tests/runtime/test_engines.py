@@ -41,7 +41,7 @@ def test_the_runner_declares_the_models_inputs_for_random_feeds() -> None:
 
 def test_engine_errors_are_one_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     with pytest.raises(RuntimeModelError,
-                       match=r"--engine must be one of appopt, onnxruntime, openvino, tvm, jax, not "):
+                       match=r"--engine must be one of appopt, onnxruntime, openvino, tvm, iree, jax, not "):
         run_model(MLP, random=True, engine="nope")
     with pytest.raises(RuntimeModelError, match="--profile times this runtime's nodes"):
         run_model(MLP, random=True, engine="onnxruntime", profile=True)

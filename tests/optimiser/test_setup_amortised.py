@@ -1,0 +1,90 @@
+"""A route's one-off setup (a compiler's tuning search, its measured compile) is paid once per job: time-to-solution
+and throughput plans amortise it over the job's samples, so an hour of tuning loses a short job and can win a long
+one."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+import yaml
+
+from optimiser.planner import make_plan
+from optimiser.spec import parse_spec
+from perfmodels import Prediction, Route, Workload
+from perfmodels.features import Device
+
+EXAMPLES = Path(__file__).parents[2] / "examples"
+BATCH = 32
+#: Step seconds of the routes the stub model predicts: tuned TVM twice as fast as onnxruntime, untuned TVM slower.
+STEPS = {("none", ""): 0.010, ("tvm", "untuned"): 0.040, ("tvm", "tuned"): 0.005}
+
+
+class StepModel:
+    """Predicts the steps above (every other route far slower), the whole job as steps x step."""
+
+    name = "stub"
+
+    def predict(self, workload: Workload, route: Route, device: Device) -> Prediction:
+        step = STEPS.get((route.compiler, route.compiler_variant), 1.0)
+        if route.framework != "onnxruntime" or route.precision != "fp32":
+            step = 1.0
+        samples = workload.total_samples
+        return Prediction(step, BATCH / step, None if samples is None else samples / BATCH * step, "compute", "stub")
+
+
+def _plan(tmp_path: Path, goal: str, job_seconds: float, compile_s: float = 0.0):
+    shutil.copy2(EXAMPLES / "digits_mlp.onnx", tmp_path / "m.onnx")
+    samples = int(job_seconds / STEPS[("none", "")] * BATCH)  # the job's length on the untuned, uncompiled route
+    doc = {
+        "name": "t",
+        "application": {"type": "inference", "model": {"onnx": str(tmp_path / "m.onnx")}, "framework": "onnxruntime",
+                        "batch_size": BATCH, "precision": "fp32", "data": {"samples": samples}},
+        "target": {"cpu": {"arch": "x86_64", "model": "xeon-8380"}},
+        "optimisation": {"goal": goal, "allow": {"compilers": ["none", "tvm"]}},
+    }
+    model = StepModel()
+    if compile_s:
+        inner = model.predict
+
+        def predict(workload: Workload, route: Route, device: Device) -> Prediction:
+            p = inner(workload, route, device)
+            return p if route.compiler == "none" else Prediction(
+                p.step_seconds, p.samples_per_second, p.total_seconds, p.bound, p.basis, {"compile_s": compile_s})
+
+        model.predict = predict  # type: ignore[method-assign]
+    return make_plan(parse_spec(yaml.safe_dump(doc)), model=model)
+
+
+def _choice(plan) -> tuple[str, str]:
+    return plan.choice.route.compiler, plan.choice.route.compiler_variant
+
+
+@pytest.mark.parametrize("goal", ["time_to_solution", "throughput"])
+def test_an_hour_of_tuning_loses_a_five_minute_job_and_wins_a_long_one(tmp_path: Path, goal: str) -> None:
+    short = _plan(tmp_path, goal, job_seconds=300)
+    assert _choice(short) == ("none", "")
+    tuned = next(c for c in short.candidates if c.route.compiler_variant == "tuned")
+    assert tuned.prediction.detail["setup_s"] == 3600  # the catalog's one-hour search, paid before the job
+    assert tuned.prediction.total_seconds == pytest.approx(3600 + 300 / 2)
+    assert tuned.prediction.step_seconds == STEPS[("tvm", "tuned")]  # the step itself is not amortised
+    if goal == "throughput":  # samples over the whole job, the search included; the steady rate kept beside it
+        assert tuned.prediction.samples_per_second == pytest.approx(short.workload.total_samples / (3600 + 150))
+        assert tuned.prediction.detail["steady_samples_per_second"] == pytest.approx(BATCH / 0.005)
+    long = _plan(tmp_path, goal, job_seconds=100 * 3600)
+    assert _choice(long) == ("tvm", "tuned")  # 50 h instead of 100 h, after an hour's search
+
+
+def test_the_latency_goal_ranks_by_step_alone(tmp_path: Path) -> None:
+    assert _choice(_plan(tmp_path, "latency", job_seconds=300)) == ("tvm", "tuned")
+
+
+def test_a_measured_compile_time_is_paid_once_per_job(tmp_path: Path) -> None:
+    """Untuned TVM here is slower per step, so it never wins; what matters is that its compile counts."""
+    plan = _plan(tmp_path, "time_to_solution", job_seconds=300, compile_s=120.0)
+    untuned = next(c for c in plan.candidates if c.route.compiler_variant == "untuned")
+    assert untuned.prediction.detail["setup_s"] == pytest.approx(120.0)
+    assert untuned.prediction.total_seconds == pytest.approx(300 * 4 + 120)
+    tuned = next(c for c in plan.candidates if c.route.compiler_variant == "tuned")
+    assert tuned.prediction.detail["setup_s"] == pytest.approx(3600 + 120)
