@@ -624,10 +624,17 @@ _GROUP_KEYS = ["target", "framework", "compiler", "layout", "precision", "thread
 
 def _shared_efficiency(groups: list[GroupFit]) -> dict[tuple[str, int], np.ndarray]:
     """Per (target, threads): the median over the usable fp32 groups of each feature's log(rate / roofline rate)
-    (0 for features without a roofline rate)."""
+    (0 for features without a roofline rate).
+
+    Graph compilers' groups stay out of the median when the frameworks' own are there: what the machine reaches is
+    what its frameworks reach, and a compiler's rates (untuned TVM's are 50-100x below them) would otherwise move every
+    other route's prediction with each compiler measured (docs/decisions.md)."""
     logs: dict[tuple[str, int], list[np.ndarray]] = {}
+    plain = {(g.target, g.threads) for g in groups if g.route.compiler in ("none", "") and g.usable}
     for g in groups:
         if g.route.precision != "fp32" or not g.usable:
+            continue
+        if g.route.compiler not in ("none", "") and (g.target, g.threads) in plain:
             continue
         prior = _prior_weights(g.peak_flops, g.bandwidth, g.cache_bandwidth, g.threads)
         coef = np.maximum(np.asarray(g.coef), 1e-300)

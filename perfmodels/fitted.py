@@ -47,7 +47,7 @@ import numpy as np
 
 from perfmodels.calibration import Calibration, calibration_from
 from perfmodels.digests import file_digest
-from perfmodels.evaluate import Evaluation, leave_one_architecture_out
+from perfmodels.evaluate import Evaluation, leave_one_architecture_out, scores
 from perfmodels.features import Device, Route, Workload
 from perfmodels.fit import BYTE_FEATURES, FLOP_FEATURES, FitResult, GroupFit, fit, workload_features
 from perfmodels.hostfit import HostFit, host_fit, host_prediction
@@ -86,13 +86,19 @@ class HeldOutFigures:
     p90_ratio: float = float("nan")
 
     @classmethod
-    def from_evaluation(cls, evaluation: Evaluation, precision: str | None = None) -> HeldOutFigures:
-        """The overall figures, or those of one precision's predictions."""
+    def from_evaluation(
+        cls, evaluation: Evaluation, precision: str | None = None, compiler: str | None = None
+    ) -> HeldOutFigures:
+        """The overall figures, or those of one precision's predictions, or of one precision's routes through one
+        graph compiler (``none``: the frameworks alone)."""
         rows = evaluation.predictions
         s = evaluation.fitted
         if precision is not None:
             rows = rows[rows["precision"] == precision]
             s = evaluation.by_precision()[precision]
+        if compiler is not None:
+            rows = rows[rows["compiler"] == compiler]
+            s = scores(rows, "predicted")
         families = int(rows["family"].nunique())
         ratio = (rows["y"].astype(float) / rows["predicted"].astype(float)).to_numpy()
         ratio = ratio[np.isfinite(ratio)]
@@ -129,6 +135,10 @@ def write_evaluation_summary(db: Path, evaluation: Evaluation) -> Path:
         "by_precision": {
             p: asdict(HeldOutFigures.from_evaluation(evaluation, p)) for p in sorted(evaluation.by_precision())
         },
+        "by_compiler": {
+            route_kind(p, c): asdict(HeldOutFigures.from_evaluation(evaluation, p, c))
+            for p, c in _compiler_groups(evaluation)
+        },
         "lines": evaluation.lines(),
         "route_errors": {"|".join(route_error_key(k)): list(errors) for k, errors in evaluation.route_errors.items()},
     }
@@ -137,6 +147,22 @@ def write_evaluation_summary(db: Path, evaluation: Evaluation) -> Path:
 
 
 RouteErrors = dict[tuple[str, ...], tuple[float, float]]
+
+
+def route_kind(precision: str, compiler: str) -> str:
+    """The key of one precision's routes through one graph compiler among the held-out figures."""
+    return f"{precision}|{compiler}"
+
+
+#: Held-out predictions a compiler's routes need before their figures stand apart from their precision's.
+MIN_COMPILER_PREDICTIONS = 10
+
+
+def _compiler_groups(evaluation: Evaluation) -> list[tuple[str, str]]:
+    """(precision, compiler) pairs with enough held-out predictions for figures of their own: the whole-model-only
+    compilers err far more than the routes with kernel units, and one overall error would widen every route's band."""
+    counts = evaluation.predictions.groupby(["precision", "compiler"]).size()
+    return [(str(p), str(c)) for (p, c), n in counts.items() if n >= MIN_COMPILER_PREDICTIONS]
 
 
 @dataclass(frozen=True)
@@ -157,6 +183,7 @@ def read_evaluation(db: Path) -> StoredEvaluation | None:
             return None
         figures = {"": HeldOutFigures(**payload["fitted"])}
         figures.update({p: HeldOutFigures(**f) for p, f in payload.get("by_precision", {}).items()})
+        figures.update({k: HeldOutFigures(**f) for k, f in payload.get("by_compiler", {}).items()})
         errors = payload.get("route_errors")
         route_errors = (
             None
@@ -377,7 +404,7 @@ class FittedModel:
                 return None
         return self._evaluation
 
-    def heldout(self, precision: str | None = None) -> HeldOutFigures | None:
+    def heldout(self, precision: str | None = None, compiler: str | None = None) -> HeldOutFigures | None:
         """The held-out scores (of ``precision``'s predictions when it has any, else overall): from the summary
         stored next to the database when it matches, else computed (and kept beside the plan data, keyed by the
         database's digest, so that the next plan does not evaluate again)."""
@@ -397,10 +424,18 @@ class FittedModel:
                 self._heldout.update(
                     {p: HeldOutFigures.from_evaluation(evaluation, p) for p in evaluation.by_precision()}
                 )
+                self._heldout.update(
+                    {
+                        route_kind(p, c): HeldOutFigures.from_evaluation(evaluation, p, c)
+                        for p, c in _compiler_groups(evaluation)
+                    }
+                )
             else:
                 self._heldout = {}
             if cache is not None and stored is None:
                 _write_pickle(cache, self._heldout)
+        if precision and compiler and route_kind(precision, compiler) in self._heldout:
+            return self._heldout[route_kind(precision, compiler)]
         return self._heldout.get(precision or "", self._heldout.get(""))
 
     def stored_evaluation(self) -> StoredEvaluation | None:
@@ -461,11 +496,13 @@ class FittedModel:
             return None
         wanted = self._wanted_threads(target) or max(g.threads for g in groups)
 
-        # a measured compiler is nearer than another compiler in the route's layout: compilers differ far more
-        def distance(g: GroupFit) -> tuple[int, int, int, int, int]:
+        # a measured compiler is nearer than another compiler in the route's layout: compilers differ far more; an
+        # unmeasured compiler stands on the framework's own measurements, never on another compiler's
+        def distance(g: GroupFit) -> tuple[int, int, int, int, int, int]:
             return (
                 g.route.precision != route.precision,
                 g.route.compiler != route.compiler,
+                g.route.compiler not in ("none", ""),
                 g.route.layout != route.layout,
                 abs(g.threads - wanted),
                 -g.threads,
@@ -541,6 +578,7 @@ class FittedModel:
             self.compile_rates().seconds(group.target, route.framework, route.compiler, workload)
             if route.compiler == group.route.compiler else None
         )
+        figures = self.heldout(group.route.precision, group.route.compiler)
         fitted = Prediction(
             step_seconds=step,
             samples_per_second=workload.batch_size / step,
@@ -559,7 +597,7 @@ class FittedModel:
                 "train_rmspe": group.train_rmspe,
                 # the per-node and per-query part of the step (scaled like the step when the route differs)
                 "overhead_s": group.overhead_seconds(x) * step / whole if whole > 0 else 0.0,
-                **(figures.as_detail(step) if (figures := self.heldout(group.route.precision)) is not None else {}),
+                **(figures.as_detail(step) if figures is not None else {}),
                 **({} if compile_s is None else {"compile_s": compile_s}),
             },
         )
