@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import numpy as np
 import pytest
 
 from benchmarks.models import breadth, suite
-from tests.benchmarks.test_breadth import ISSUE_FAMILIES
+from tests.benchmarks.test_breadth import ISSUE_FAMILIES, assert_agrees_with_onnxruntime
 
 torch_needed = pytest.mark.skipif(not breadth.available(), reason="extra not installed (torch builds the suite)")
 
@@ -29,18 +28,7 @@ def test_heldout_has_new_models_of_the_issue_families() -> None:
 @torch_needed
 @pytest.mark.parametrize("name", ["transformer_seq2seq", "distilbert_padmask", "dlrm_bags", "unet_bilinear"])
 def test_heldout_models_run_and_agree_with_onnxruntime(name: str) -> None:
-    ort = pytest.importorskip("onnxruntime", reason="extra not installed")
-    from runtime import compile_model
-
-    model = suite(name)[0]
-    proto = model.model()
-    feeds = model.feeds(batch=3, seed=1)
-    exe = compile_model(proto)
-    ours = exe.run(dict(feeds))[exe.output_names[0]]
-    session = ort.InferenceSession(proto.SerializeToString(), providers=["CPUExecutionProvider"])
-    theirs = session.run(None, feeds)[0]
-    assert ours.shape == theirs.shape and ours.shape[0] == 3
-    np.testing.assert_allclose(ours, theirs, rtol=1e-3, atol=1e-4)
+    assert_agrees_with_onnxruntime(name)
 
 
 def test_without_torch_the_heldout_suite_is_empty(monkeypatch: pytest.MonkeyPatch) -> None:
