@@ -43,15 +43,17 @@ _MOBILENET_V2: tuple[tuple[int, int, int, int], ...] = (
 
 @dataclass(frozen=True)
 class EncoderShape:
-    """A BERT encoder's shape (Devlin et al. 2019), by default with BERT's uncased vocabulary, 512 positions and 2
-    token types."""
+    """A BERT encoder's shape (Devlin et al. 2019), by default with BERT's uncased vocabulary and 512 positions."""
 
     layers: int
     hidden: int
     heads: int
     vocab: int = 30522
     positions: int = 512
-    types: int = 2
+
+
+#: Token types of BERT's segment embedding (every synthetic sequence is segment 0).
+TOKEN_TYPES = 2
 
 
 _BERTS = {"bert_base": EncoderShape(12, 768, 12), "bert_large": EncoderShape(24, 1024, 16)}
@@ -197,7 +199,7 @@ def _mobilenet_v2(g: _Graph, classes: int) -> str:
 def _bert(g: _Graph, shape: EncoderShape, classes: int, length: int) -> str:
     """Embeddings (token + position + type 0, LayerNorm), post-LN encoder layers, tanh pooler on the first token."""
     h, heads = shape.hidden, shape.heads
-    for table, rows in (("word", shape.vocab), ("position", shape.positions), ("token_type", shape.types)):
+    for table, rows in (("word", shape.vocab), ("position", shape.positions), ("token_type", TOKEN_TYPES)):
         g.inits[f"embeddings.{table}"] = g.rng.standard_normal((rows, h), dtype=np.float32) * np.float32(0.02)
     positions = g.const("position_ids", np.arange(length, dtype=np.int64))
     types = g.const("token_type_ids", np.zeros(1, np.int64))
