@@ -10,17 +10,18 @@ non-negative sum of costs, each a feature in seconds on the measuring host times
                                                         a 4-byte read and write per FLOP)
            + c · 3·activation_bytes·batch / bandwidth   (written forward, read and written backward)
            + d · 24·params / bandwidth          (optimiser traffic: weight r/w, gradient r, momentum r/w, gradient w)
-           + e · weighted_nodes                 (per-node cost of a node with weights: dX, dW, the update)
-           + f · other_nodes                    (per-node dispatch of the rest, forward and backward)
-           + g                                  (per-step constant)
+           + e · light_nodes                    (per-node dispatch of the nodes without weights, forward and backward)
+           + f                                  (per-step constant)
 
 and never below the dense FLOPs at the host's peak (a roofline floor for extrapolating to larger models).
 ``peak`` (GEMM GFLOP/s) and ``bandwidth`` are the host's, measured at the row's thread count and stored in the row,
 so coefficients carry across hosts and thread counts: a measured host is predicted with its own peaks, and another
 host transfers through its peaks (the calibration path). The FLOPs and nodes are split by the op classes of the
-rows' ``flops_by_class`` and ``ops_by_class`` (a row without them counts every FLOP dense and no node). The fit
+rows' ``flops_by_class`` and ``ops_by_class`` (a row without them counts every FLOP dense and no node); a node with
+weights (convolution, matrix product) costs what its FLOPs and parameters cost, a separate per-node weight for it
+fitting 0 (docs/decisions.md). The fit
 minimises relative error, so RMSPE is what it optimises. The coefficients are shared by every route measured quietly,
-each route scaling them by a factor of its own (``fit_routes``): a handful of families cannot pin seven coefficients
+each route scaling them by a factor of its own (``fit_routes``): a handful of families cannot pin six coefficients
 per route (docs/decisions.md). A route measured only under load is fitted alone (``fit_group``; below
 ``ROWS_PER_COEFFICIENT`` rows per coefficient, one scale of the roofline terms). Rows measured under load
 (``other_cpu`` > ``BUSY_OTHER_CPU``) are left out of a route's fit unless the route has no other rows (its
@@ -58,9 +59,7 @@ OPTIMIZER_BYTES_PER_PARAM = 24.0
 TRAINING_FLOP_FACTOR = 3.0
 #: Bytes moved per FLOP of memory-bound (light) work: one fp32 read and one write.
 LIGHT_BYTES_PER_FLOP = 8.0
-FEATURES = (
-    "dense_compute", "light_compute", "activations", "optimizer", "weighted_nodes", "other_nodes", "constant"
-)  # fmt: skip
+FEATURES = ("dense_compute", "light_compute", "activations", "optimizer", "light_nodes", "constant")
 #: Op classes whose FLOPs run as dense kernels (GEMM-like), and whose nodes carry weights.
 DENSE_CLASSES = ("conv", "gemm", "gemv")
 WEIGHTED_CLASSES = ("conv", "conv_dw", "gemm", "gemv")
@@ -98,7 +97,6 @@ def feature_row(
             TRAINING_FLOP_FACTOR * max(flops - dense, 0.0) * LIGHT_BYTES_PER_FLOP * batch / bandwidth,
             TRAINING_FLOP_FACTOR * activation_bytes * batch / bandwidth,
             OPTIMIZER_BYTES_PER_PARAM * params / bandwidth,
-            weighted * 1e-6,
             (sum(float(v) for v in by_ops.values()) - weighted) * 1e-6,
             1e-3,
         ]

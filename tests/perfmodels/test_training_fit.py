@@ -13,8 +13,8 @@ from perfmodels.results_db import make_row, read_results, write_rows
 from perfmodels.targets import local_target_key
 from perfmodels.training_fit import FEATURES, TrainingFit, TrainingGroupFit, feature_row, leave_one_family_out
 
-#: In ``FEATURES`` order: dense, light, activations, optimizer, weighted nodes, other nodes, constant.
-TRUE_COEF = np.array([1.6, 40.0, 2.0, 1.0, 30.0, 12.0, 0.5])
+#: In ``FEATURES`` order: dense, light, activations, optimizer, nodes without weights, constant.
+TRUE_COEF = np.array([1.6, 4.0, 2.0, 1.0, 30.0, 0.5])
 MODELS = {  # name: family, forward flops/sample, activation bytes/sample, params, nodes, light share, weighted nodes
     "mlp_a": ("mlp", 2e5, 4e3, 1e5, 8, 0.01, 3),
     "mlp_b": ("mlp", 8e5, 8e3, 4e5, 8, 0.005, 4),
@@ -184,9 +184,9 @@ def test_features_split_flops_and_nodes_by_op_class():
     row = feature_row(1e6, 0.0, 0.0, 1, 1.0, 1.0, by_flops, {"conv": 2, "conv_dw": 1, "other": 4})
     x = dict(zip(FEATURES, row, strict=True))
     assert x["dense_compute"] == pytest.approx(3 * 6e5 / 1e9) and x["light_compute"] == pytest.approx(3 * 4e5 * 8 / 1e9)
-    assert x["weighted_nodes"] == pytest.approx(3e-6) and x["other_nodes"] == pytest.approx(4e-6)
+    assert x["light_nodes"] == pytest.approx(4e-6)  # the convolutions' nodes cost their FLOPs and weights
     bare = dict(zip(FEATURES, feature_row(1e6, 0.0, 0.0, 1, 1.0, 1.0), strict=True))
-    assert bare["dense_compute"] == pytest.approx(3e-3) and bare["light_compute"] == bare["weighted_nodes"] == 0.0
+    assert bare["dense_compute"] == pytest.approx(3e-3) and bare["light_compute"] == bare["light_nodes"] == 0.0
 
 
 def test_a_step_is_never_predicted_below_its_dense_flops_at_the_peak():

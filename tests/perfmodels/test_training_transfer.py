@@ -19,7 +19,7 @@ from perfmodels.targets import local_target_key
 from perfmodels.training_fit import feature_row
 
 EXAMPLES = Path(__file__).parents[2] / "examples"
-COEF = np.array([1.5, 0.0, 2.0, 1.0, 30.0, 0.0, 0.5])  # ``FEATURES`` order (no light FLOPs, no other nodes)
+COEF = np.array([1.5, 0.0, 2.0, 1.0, 30.0, 0.5])  # ``FEATURES`` order (these rows have no light FLOPs)
 MODELS = {  # name: family, forward flops/sample, activation bytes/sample, params, nodes
     "mlp": ("mlp", 2e5, 4e3, 1e5, 8),
     "cnn": ("cnn", 3e6, 2e5, 2e5, 20),
