@@ -322,14 +322,12 @@ def host_prediction(
         basis += f" ({route.compiler} not measured here: its reported speed-up is not applied)"
     host_route = found.route
     ratios = host_route.interval_ratios()
-    steps = None if workload.total_samples is None else workload.total_samples / workload.batch_size
-    return Prediction(
-        step_seconds=step,
-        samples_per_second=workload.batch_size / step,
-        total_seconds=None if steps is None else steps * step,
-        bound=prior.bound,
-        basis=basis,
-        detail={
+    return Prediction.for_step(
+        workload,
+        step,
+        prior.bound,
+        basis,
+        {
             "prior_step_s": prior.step_seconds,
             "kernel_units_step_s": step,
             "correction": step / prior.step_seconds,

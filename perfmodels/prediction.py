@@ -21,6 +21,27 @@ class Prediction:
     basis: str
     detail: dict[str, float] = field(default_factory=dict)
 
+    @classmethod
+    def for_step(
+        cls,
+        workload: Workload,
+        step: float,
+        bound: Literal["compute", "memory"],
+        basis: str,
+        detail: dict[str, float] | None = None,
+    ) -> Prediction:
+        """One step of ``workload``'s batch taking ``step`` seconds: the throughput it gives, and the whole job's
+        time when the workload says how many samples the job runs."""
+        steps = None if workload.total_samples is None else workload.total_samples / workload.batch_size
+        return cls(
+            step_seconds=step,
+            samples_per_second=workload.batch_size / step,
+            total_seconds=None if steps is None else steps * step,
+            bound=bound,
+            basis=basis,
+            detail=detail or {},
+        )
+
     def with_setup(self, seconds: float, samples: float | None = None) -> Prediction:
         """The same prediction with a one-off setup (a model's compile, a compiler's tuning search) added to the
         whole-job time. Over a job of ``samples`` samples the throughput is amortised too (samples over the whole-job

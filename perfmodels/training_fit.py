@@ -5,20 +5,25 @@ The model
 One step of ``batch`` samples (forward, backward, optimiser update) on a route (backend, precision) is a
 non-negative sum of costs, each a feature in seconds on the measuring host times a fitted coefficient::
 
-    step_s = a · 3·flops·batch / peak        (forward + backward ≈ 2× forward FLOPs)
-           + b · 3·activation_bytes·batch / bandwidth   (written forward, read and written backward)
-           + c · 24·params / bandwidth       (optimiser traffic: weight r/w, gradient r, momentum r/w, gradient w)
-           + d · nodes                       (per-node dispatch, forward and backward)
-           + e                               (per-step constant)
+    step_s = a · 3·dense_flops·batch / peak     (convolutions and matrix products; backward ≈ 2× forward)
+           + b · 3·light_flops·8·batch / bandwidth   (element-wise, normalisation, pooling, depthwise: memory-bound,
+                                                        a 4-byte read and write per FLOP)
+           + c · 3·activation_bytes·batch / bandwidth   (written forward, read and written backward)
+           + d · 24·params / bandwidth          (optimiser traffic: weight r/w, gradient r, momentum r/w, gradient w)
+           + e · light_nodes                    (per-node dispatch of the nodes without weights, forward and backward)
+           + f                                  (per-step constant)
 
+and never below the dense FLOPs at the host's peak (a roofline floor for extrapolating to larger models).
 ``peak`` (GEMM GFLOP/s) and ``bandwidth`` are the host's, measured at the row's thread count and stored in the row,
 so coefficients carry across hosts and thread counts: a measured host is predicted with its own peaks, and another
-host transfers through its peaks (the calibration path). The fit minimises relative error, so RMSPE is what it
-optimises. The five coefficients are shared by every route measured quietly, each route scaling them by a factor of
-its own (``fit_routes``): a handful of families cannot pin five coefficients per route (held out by family, 46%
-shared against 74% per route; docs/decisions.md). A route measured only under load is fitted alone
-(``fit_group``; below ``ROWS_PER_COEFFICIENT`` rows per coefficient, one scale of the first three terms). Rows
-measured under load
+host transfers through its peaks (the calibration path). The FLOPs and nodes are split by the op classes of the
+rows' ``flops_by_class`` and ``ops_by_class`` (a row without them counts every FLOP dense and no node); a node with
+weights (convolution, matrix product) costs what its FLOPs and parameters cost, a separate per-node weight for it
+fitting 0 (docs/decisions.md). The fit
+minimises relative error, so RMSPE is what it optimises. The coefficients are shared by every route measured quietly,
+each route scaling them by a factor of its own (``fit_routes``): a handful of families cannot pin six coefficients
+per route (docs/decisions.md). A route measured only under load is fitted alone (``fit_group``; below
+``ROWS_PER_COEFFICIENT`` rows per coefficient, one scale of the roofline terms). Rows measured under load
 (``other_cpu`` > ``BUSY_OTHER_CPU``) are left out of a route's fit unless the route has no other rows (its
 predictions then say so); the held-out evaluation leaves them out unless asked.
 
@@ -31,13 +36,14 @@ from __future__ import annotations
 import json
 import math
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
 import numpy as np
 
 from perfmodels.features import Device, Route, Workload
+from perfmodels.fit import nnls
 from perfmodels.lazy import lazy_import
 from perfmodels.prediction import Prediction
 from perfmodels.results_db import BUSY_OTHER_CPU
@@ -51,30 +57,55 @@ else:
 #: Bytes moved per parameter per SGD-momentum step at fp32 (see the module docstring).
 OPTIMIZER_BYTES_PER_PARAM = 24.0
 TRAINING_FLOP_FACTOR = 3.0
-FEATURES = ("compute", "activations", "optimizer", "nodes", "constant")
+#: Bytes moved per FLOP of memory-bound (light) work: one fp32 read and one write.
+LIGHT_BYTES_PER_FLOP = 8.0
+FEATURES = ("dense_compute", "light_compute", "activations", "optimizer", "light_nodes", "constant")
+#: Op classes whose FLOPs run as dense kernels (GEMM-like), and whose nodes carry weights.
+DENSE_CLASSES = ("conv", "gemm", "gemv")
+WEIGHTED_CLASSES = ("conv", "conv_dw", "gemm", "gemv")
 #: Rows needed per coefficient before the full model is fitted; with fewer, one shared scale of the roofline sum.
 ROWS_PER_COEFFICIENT = 2
+#: Alternations of the shared-coefficient and per-route-scale solves in ``fit_routes`` (it converges in tens).
+ROUTE_FIT_ROUNDS = 300
+
+
+def _by_class(value: object) -> dict[str, float]:
+    """A row's ``flops_by_class`` / ``ops_by_class`` (a JSON string in the database) as a dict."""
+    if isinstance(value, str) and value:
+        value = json.loads(value)
+    return {str(k): float(v or 0.0) for k, v in value.items()} if isinstance(value, Mapping) else {}
 
 
 def feature_row(
-    flops: float, activation_bytes: float, params: float, nodes: float, batch: int, peak_gflops: float, gbs: float
+    flops: float,
+    activation_bytes: float,
+    params: float,
+    batch: int,
+    peak_gflops: float,
+    gbs: float,
+    flops_by_class: Mapping[str, float] | None = None,
+    ops_by_class: Mapping[str, float] | None = None,
 ) -> np.ndarray:
+    """The step's features in seconds on a host of ``peak_gflops`` and ``gbs`` (``FEATURES`` order)."""
     peak, bandwidth = peak_gflops * 1e9, gbs * 1e9
+    by_flops, by_ops = flops_by_class or {}, ops_by_class or {}
+    dense = sum(float(by_flops.get(k, 0.0)) for k in DENSE_CLASSES) if by_flops else flops
+    weighted = sum(float(by_ops.get(k, 0.0)) for k in WEIGHTED_CLASSES)
     return np.array(
         [
-            TRAINING_FLOP_FACTOR * flops * batch / peak,
+            TRAINING_FLOP_FACTOR * dense * batch / peak,
+            TRAINING_FLOP_FACTOR * max(flops - dense, 0.0) * LIGHT_BYTES_PER_FLOP * batch / bandwidth,
             TRAINING_FLOP_FACTOR * activation_bytes * batch / bandwidth,
             OPTIMIZER_BYTES_PER_PARAM * params / bandwidth,
-            nodes * 1e-6,
+            (sum(float(v) for v in by_ops.values()) - weighted) * 1e-6,
             1e-3,
         ]
     )
 
 
-def _nodes(ops: object) -> float:
-    if isinstance(ops, str) and ops:
-        ops = json.loads(ops)
-    return float(sum(ops.values())) if isinstance(ops, dict) else 0.0
+def step_seconds(coef: np.ndarray | tuple[float, ...], x: np.ndarray) -> np.ndarray:
+    """Fitted step seconds of feature rows ``x``, never below the dense FLOPs at the host's peak (``x[..., 0]``)."""
+    return np.maximum(np.asarray(x) @ np.asarray(coef), np.asarray(x)[..., 0])
 
 
 def step_rows(frame: pd.DataFrame, include_busy: bool = False) -> pd.DataFrame:
@@ -90,18 +121,21 @@ def step_rows(frame: pd.DataFrame, include_busy: bool = False) -> pd.DataFrame:
 
 
 def _matrix(rows: pd.DataFrame) -> np.ndarray:
+    by_flops = rows["flops_by_class"] if "flops_by_class" in rows else pd.Series([None] * len(rows), index=rows.index)
+    by_ops = rows["ops_by_class"] if "ops_by_class" in rows else pd.Series([None] * len(rows), index=rows.index)
     return np.array(
         [
             feature_row(
                 float(r.flops_per_sample),
                 float(r.activation_bytes_per_sample),
                 float(r.params),
-                _nodes(r.ops_by_class),
                 int(r.batch),
                 float(r.peak_gflops),
                 float(r.bandwidth_gbs),
+                _by_class(f),
+                _by_class(o),
             )
-            for r in rows.itertuples()
+            for r, f, o in zip(rows.itertuples(), by_flops, by_ops, strict=True)
         ]
     ).reshape(len(rows), len(FEATURES))
 
@@ -124,55 +158,54 @@ class TrainingGroupFit:
     compiler: str = "none"
 
     def seconds(self, x: np.ndarray) -> float:
-        return float(np.dot(self.coef, x))
+        return float(step_seconds(self.coef, x))
 
 
 def fit_group(rows: pd.DataFrame) -> TrainingGroupFit:
-    """Relative-error NNLS of the five coefficients (or one shared scale when rows are few)."""
-    from scipy.optimize import nnls  # (SciPy takes a third of a second to import: only fits need it)
-
+    """Relative-error NNLS of the coefficients (or one shared scale of the roofline terms when rows are few)."""
     x = _matrix(rows)
     y = rows["value"].to_numpy(dtype=float) / 1e3
     scaled = x / y[:, None]
     if len(rows) >= ROWS_PER_COEFFICIENT * len(FEATURES):
-        coef, _ = nnls(scaled, np.ones(len(y)))
+        coef = nnls(scaled, np.ones(len(y)))
     else:  # one scale of the roofline sum (compute + traffic): a constant fitted on few rows of large models
         # swamps a small one (held out on the demonstration rows: RMSPE 48% with the scale alone, 390% with it)
-        summed = scaled[:, :3].sum(axis=1, keepdims=True)
-        scale, _ = nnls(summed, np.ones(len(y)))
-        coef = np.array([scale[0], scale[0], scale[0], 0.0, 0.0])
-    predicted = x @ coef
+        roofline = 4  # dense, light, activations, optimizer
+        scale = nnls(scaled[:, :roofline].sum(axis=1, keepdims=True), np.ones(len(y)))
+        coef = np.concatenate([np.full(roofline, scale[0]), np.zeros(len(FEATURES) - roofline)])
+    predicted = step_seconds(coef, x)
     return replace(_describe(rows, coef), train_rmspe=float(np.sqrt(np.mean(((predicted - y) / y) ** 2))))
 
 
 def fit_routes(rows: pd.DataFrame) -> dict[str, TrainingGroupFit]:
     """Every route of ``rows`` at once: shared coefficients ``c`` and a scale ``s_r`` per route (the first route's is
-    1), step = s_r * (x . c), by least squares on the relative error in log-parameters (all stay positive), started
-    from the NNLS of the shared coefficients. Routes keyed as ``_route_key``."""
-    from scipy.optimize import least_squares, nnls
-
+    1), step = s_r * (x . c), minimising the rows' squared relative error. Alternates the two convex halves: the NNLS
+    of ``c`` with the scales fixed, then each route's least-squares scale with ``c`` fixed (an exact zero stays
+    reachable, which a fit of log-coefficients never reaches). Routes keyed as ``_route_key``."""
     keys = _route_key(rows).to_numpy()
     routes = list(dict.fromkeys(keys))
     index = np.array([routes.index(k) for k in keys])
     x = _matrix(rows)
     y = rows["value"].to_numpy(dtype=float) / 1e3
-    start, _ = nnls(x / y[:, None], np.ones(len(y)))
-    floor = 1e-6 * max(float(start.max()), 1e-12)
-    theta0 = np.concatenate([np.log(np.maximum(start, floor)), np.zeros(len(routes) - 1)])
-
-    def scales(theta: np.ndarray) -> np.ndarray:
-        return np.exp(np.concatenate([[0.0], theta[len(FEATURES) :]]))
-
-    def residuals(theta: np.ndarray) -> np.ndarray:
-        return scales(theta)[index] * (x @ np.exp(theta[: len(FEATURES)])) / y - 1.0
-
-    theta = least_squares(residuals, theta0, xtol=1e-12, ftol=1e-12, gtol=1e-12, max_nfev=20000).x
-    shared, per_route = np.exp(theta[: len(FEATURES)]), scales(theta)
+    relative = x / y[:, None]
+    scales = np.ones(len(routes))
+    shared = np.zeros(len(FEATURES))
+    for _ in range(ROUTE_FIT_ROUNDS):
+        shared = nnls(relative * scales[index][:, None], np.ones(len(y)))
+        explained = relative @ shared
+        previous = scales.copy()
+        for r in range(len(routes)):
+            part = explained[index == r]
+            if float(part @ part) > 0:
+                scales[r] = float(part.sum() / (part @ part))
+        if np.allclose(scales, previous, rtol=1e-10, atol=0.0):
+            break
+    shared, scales = shared * scales[0], scales / scales[0]
     fits = {}
     for r, key in enumerate(routes):
         part = rows[index == r]
-        coef = per_route[r] * shared
-        predicted = x[index == r] @ coef
+        coef = scales[r] * shared
+        predicted = step_seconds(coef, x[index == r])
         fits[str(key)] = replace(
             _describe(part, coef), train_rmspe=float(np.sqrt(np.mean((predicted / y[index == r] - 1.0) ** 2)))
         )
@@ -254,31 +287,24 @@ class TrainingFit:
             workload.flops_per_sample,
             workload.activation_bytes_per_sample,
             workload.params,
-            float(sum(workload.ops_by_class.values())),
             workload.batch_size,
             peak,
             bandwidth,
+            workload.flops_by_class,
+            workload.ops_by_class,
         )
         step = group.seconds(x)
         if step <= 0:
             return None
-        steps = None if workload.total_samples is None else workload.total_samples / workload.batch_size
         coef = np.asarray(group.coef)
-        compute, memory = float(coef[0] * x[0]), float(coef[1] * x[1] + coef[2] * x[2])
+        compute, memory = max(float(coef[0] * x[0]), float(x[0])), float(coef[1:4] @ x[1:4])
         basis = f"fitted-training:{target} ({group.backend} {group.precision}, {group.rows} rows)"
-        if group.precision != route.precision:
-            basis += f"; {route.precision} not measured"
-        if group.compiler != route.compiler:
-            basis += f"; {route.compiler} not measured"
-        if group.under_load:
-            basis += " (rows measured under load)"
-        return Prediction(
-            step_seconds=step,
-            samples_per_second=workload.batch_size / step,
-            total_seconds=None if steps is None else steps * step,
-            bound="compute" if compute >= memory else "memory",
-            basis=basis,
-            detail={"threads": float(n), "fitted_rows": float(group.rows), "train_rmspe": group.train_rmspe},
+        return Prediction.for_step(
+            workload,
+            step,
+            "compute" if compute >= memory else "memory",
+            basis + _unmeasured(group, route),
+            {"threads": float(n), "fitted_rows": float(group.rows), "train_rmspe": group.train_rmspe},
         )
 
     def transfer(
@@ -307,27 +333,29 @@ class TrainingFit:
         factor = fitted.step_seconds / measured.step_seconds
         communication = float(prior.detail.get("communication_s", 0.0))
         step = (prior.step_seconds - communication) * factor + communication
-        steps = None if workload.total_samples is None else workload.total_samples / workload.batch_size
         basis = (
             f"transferred-training:{source} -> {device.name} ({group.backend} {group.precision}, {group.rows} rows; "
             f"x{factor:.3g} of the roofline prior, as measured at {threads} thread(s))"
         )
-        if group.precision != route.precision:
-            basis += f"; {route.precision} not measured"
-        if group.compiler != route.compiler:
-            basis += f"; {route.compiler} not measured"
         if device.count > 1:
             basis += f"; {device.count} devices scaled as the prior scales them"
-        if group.under_load:
-            basis += " (rows measured under load)"
-        return Prediction(
-            step_seconds=step,
-            samples_per_second=workload.batch_size / step,
-            total_seconds=None if steps is None else steps * step,
-            bound=prior.bound,
-            basis=basis,
-            detail={"transfer_factor": factor, "fitted_rows": float(group.rows), "train_rmspe": group.train_rmspe},
+        return Prediction.for_step(
+            workload,
+            step,
+            prior.bound,
+            basis + _unmeasured(group, route),
+            {"transfer_factor": factor, "fitted_rows": float(group.rows), "train_rmspe": group.train_rmspe},
         )
+
+
+def _unmeasured(group: TrainingGroupFit, route: Route) -> str:
+    """What of ``route`` its fitted group did not measure: another precision or compiler, or no quiet rows."""
+    notes = ""
+    if group.precision != route.precision:
+        notes += f"; {route.precision} not measured"
+    if group.compiler != route.compiler:
+        notes += f"; {route.compiler} not measured"
+    return notes + (" (rows measured under load)" if group.under_load else "")
 
 
 # --- held-out evaluation ---------------------------------------------------------------------------------------
@@ -358,6 +386,8 @@ class TrainingEvaluation:
             f"training step time, held out by family: RMSPE {self.step_rmspe():.1%} over "
             f"{len(self.predictions)} rows (goal 20%)",
         ]
+        for backend, part in self.predictions.groupby("backend"):
+            out.append(f"  {backend:20s} {'(all)':12s} RMSPE {self._rmspe(part):6.1%} ({len(part)} rows)")
         for (backend, family), part in self.predictions.groupby(["backend", "family"]):
             out.append(f"  {backend:20s} {family:12s} RMSPE {self._rmspe(part):6.1%} ({len(part)} rows)")
         if not self.time_to_target.empty:
@@ -391,7 +421,8 @@ def leave_one_family_out(frame: pd.DataFrame, include_busy: bool = False) -> Tra
         fits = fit_routes(rows[rows["family"] != family])
         held_keys = keys[rows["family"] == family].to_numpy()
         coef = np.array([fits[k].coef if k in fits else (math.nan,) * len(FEATURES) for k in held_keys])
-        predicted = np.einsum("ij,ij->i", _matrix(held), coef)
+        x = _matrix(held)
+        predicted = np.maximum(np.einsum("ij,ij->i", x, coef), x[:, 0])
         predictions.append(
             pd.DataFrame(
                 {

@@ -45,7 +45,9 @@ def _parser() -> argparse.ArgumentParser:
     train.add_argument("model", nargs="?", default=None, help="an ONNX file (or --arch NAME)")
     train.add_argument("--arch", default=None, help="a built-in architecture to build and train instead of a file")
     train.add_argument("--classes", type=int, default=1000, help="--arch: number of classes (default 1000)")
-    train.add_argument("--image-size", type=int, default=224, help="--arch: image height and width (default 224)")
+    train.add_argument(
+        "--image-size", type=int, default=224, help="--arch: image height and width, or a BERT's sequence length (224)"
+    )
     train.add_argument("--data", default=None, help="FILE.npz with x_train/y_train (+ x_test/y_test) or x/y")
     train.add_argument(
         "--synthetic", type=int, default=None, metavar="N",

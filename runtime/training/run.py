@@ -89,13 +89,13 @@ def model_and_data(
     if synthetic is not None and arch is None:
         raise TrainingError("--synthetic: only with --arch (an ONNX file's input shape and classes are its own)")
     if arch is not None:
-        from runtime.architectures import build_architecture, synthetic_images
+        from runtime.architectures import build_architecture, synthetic_inputs
 
         proto = build_architecture(arch, classes=classes, image_size=image_size, seed=seed)
         if synthetic is None:
             assert data is not None
             return proto, load_npz(data, 0.2, seed)
-        x, y = synthetic_images(synthetic, classes, image_size, seed)
+        x, y = synthetic_inputs(arch, synthetic, classes, image_size, seed)
         return proto, split(x, y, 0.2, seed) if synthetic >= 5 else Dataset(x, y)
     assert model is not None and data is not None
     return model, load_npz(data, 0.2, seed)

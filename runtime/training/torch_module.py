@@ -183,6 +183,7 @@ _ELEMENTWISE: dict[str, Callable[..., Any]] = {
     "Relu": F.relu,
     "Sigmoid": torch.sigmoid,
     "Tanh": torch.tanh,
+    "Erf": torch.erf,
     "Identity": _identity,
 }
 OPS.update({name: _elementwise(fn) for name, fn in _ELEMENTWISE.items()})
@@ -206,6 +207,19 @@ def _softmax_with(fn: Callable[..., Any]) -> Op:
 
 OPS["Softmax"] = _softmax_with(torch.softmax)
 OPS["LogSoftmax"] = _softmax_with(torch.log_softmax)
+
+
+@op("Gather")
+def _gather(m: OnnxModule, attrs: dict[str, Any], x: Any, indices: Any) -> Any:
+    axis = int(attrs.get("axis", 0)) % x.dim()
+    picked = torch.index_select(x, axis, indices.reshape(-1).long() % x.shape[axis])  # (backward: index_add)
+    return picked.reshape(*x.shape[:axis], *indices.shape, *x.shape[axis + 1 :])
+
+
+@op("LayerNormalization")
+def _layer_norm(m: OnnxModule, attrs: dict[str, Any], x: Any, scale: Any, bias: Any = None) -> Any:
+    axis = int(attrs.get("axis", -1)) % x.dim()
+    return F.layer_norm(x, x.shape[axis:], scale, bias, float(attrs.get("epsilon", 1e-5)))
 
 
 @op("Dropout")

@@ -68,6 +68,18 @@ def test_a_data_file_replaces_the_synthetic_samples(tmp_path: Path) -> None:
     assert "--synthetic" not in argv
 
 
+@pytest.mark.parametrize(("architecture", "size"), [("mobilenet_v2", "224"), ("bert_base", "128")])
+def test_mobilenet_and_bert_plans_train_the_built_in_definition(architecture: str, size: str, tmp_path: Path) -> None:
+    """MobileNetV2 at its catalog resolution, BERT-Base at its catalog sequence length (``--image-size`` is the
+    length for a token model), on synthetic samples of the right kind."""
+    spec = _readme_example_without_its_command()
+    spec["application"]["model"] = {"architecture": architecture}  # type: ignore[index]
+    out = _plan(spec, tmp_path)
+    argv = json.loads((out / "deployment.json").read_text())["run_argv"]
+    assert argv[4:10] == ["--arch", architecture, "--image-size", size, "--synthetic", "1024"]
+    assert "bare python3" not in (out / "plan.md").read_text()
+
+
 def test_an_architecture_the_runtime_does_not_build_still_says_bare_python3(tmp_path: Path) -> None:
     spec = _readme_example_without_its_command()
     spec["application"]["model"] = {"architecture": "vgg16"}  # type: ignore[index]

@@ -11,35 +11,42 @@ from perfmodels.features import Device, Route, Workload
 from perfmodels.fitted import fit_model
 from perfmodels.results_db import make_row, read_results, write_rows
 from perfmodels.targets import local_target_key
-from perfmodels.training_fit import TrainingFit, feature_row, leave_one_family_out
+from perfmodels.training_fit import FEATURES, TrainingFit, TrainingGroupFit, feature_row, leave_one_family_out
 
-TRUE_COEF = np.array([1.6, 2.0, 1.0, 30.0, 0.5])
-MODELS = {  # name: family, forward flops/sample, activation bytes/sample, params, nodes
-    "mlp_a": ("mlp", 2e5, 4e3, 1e5, 8),
-    "mlp_b": ("mlp", 8e5, 8e3, 4e5, 8),
-    "cnn_a": ("cnn", 3e6, 2e5, 2e5, 20),
-    "cnn_b": ("cnn", 1e7, 5e5, 6e5, 30),
-    "res_a": ("resnet", 4e7, 2e6, 1e6, 80),
-    "res_b": ("resnet", 9e7, 4e6, 3e6, 120),
-    "tf_a": ("transformer", 5e6, 3e5, 4e5, 60),
-    "tf_b": ("transformer", 2e7, 9e5, 1.5e6, 110),
+#: In ``FEATURES`` order: dense, light, activations, optimizer, nodes without weights, constant.
+TRUE_COEF = np.array([1.6, 4.0, 2.0, 1.0, 30.0, 0.5])
+MODELS = {  # name: family, forward flops/sample, activation bytes/sample, params, nodes, light share, weighted nodes
+    "mlp_a": ("mlp", 2e5, 4e3, 1e5, 8, 0.01, 3),
+    "mlp_b": ("mlp", 8e5, 8e3, 4e5, 8, 0.005, 4),
+    "cnn_a": ("cnn", 3e6, 2e5, 2e5, 20, 0.02, 5),
+    "cnn_b": ("cnn", 1e7, 5e5, 6e5, 30, 0.01, 8),
+    "res_a": ("resnet", 4e7, 2e6, 1e6, 80, 0.004, 20),
+    "res_b": ("resnet", 9e7, 4e6, 3e6, 120, 0.006, 50),
+    "tf_a": ("transformer", 5e6, 3e5, 4e5, 60, 0.03, 12),
+    "tf_b": ("transformer", 2e7, 9e5, 1.5e6, 110, 0.02, 24),
 }
+
+
+def _classes(flops: float, nodes: int, light: float, weighted: int) -> tuple[dict[str, float], dict[str, int]]:
+    """FLOPs and nodes by op class: ``light`` of the FLOPs element-wise, ``weighted`` of the nodes matrix products."""
+    return {"gemm": flops * (1 - light), "elementwise": flops * light}, {"gemm": weighted, "other": nodes - weighted}
 
 
 def _rows(noise: float = 0.0, other_cpu: float = 0.0, backend: str = "appopt-runtime", tta: bool = False):
     rng = np.random.default_rng(0)
     rows = []
-    for name, (family, flops, act, params, nodes) in MODELS.items():
+    for name, (family, flops, act, params, nodes, light, weighted) in MODELS.items():
+        by_flops, by_ops = _classes(flops, nodes, light, weighted)
         for batch in (8, 32):
             for threads, peak, gbs in ((1, 50.0, 10.0), (2, 95.0, 14.0)):
-                x = feature_row(flops, act, params, nodes, batch, peak, gbs)
+                x = feature_row(flops, act, params, batch, peak, gbs, by_flops, by_ops)
                 seconds = float(TRUE_COEF @ x) * (1 + noise * rng.standard_normal())
                 common = dict(
                     source="measured", target=local_target_key(), backend=backend, framework="appopt-runtime",
                     mode="training", precision="fp32", model=name, family=family, batch=batch, threads=threads,
                     scenario="training", flops_per_sample=flops, activation_bytes_per_sample=act, params=params,
-                    ops_by_class={"gemm": nodes}, peak_gflops=peak, bandwidth_gbs=gbs, other_cpu=other_cpu,
-                    settings=json.dumps({"steps_per_epoch": 10}),
+                    flops_by_class=by_flops, ops_by_class=by_ops, peak_gflops=peak, bandwidth_gbs=gbs,
+                    other_cpu=other_cpu, settings=json.dumps({"steps_per_epoch": 10}),
                 )  # fmt: skip
                 rows.append(make_row(**common, metric="ms_per_step", value=seconds * 1e3))
                 if tta:
@@ -90,7 +97,7 @@ def test_training_plans_on_a_measured_host_use_the_fit_and_gpus_keep_the_prior(t
     fitted = model.predict(_workload(), _route(), cpu)
     assert fitted.basis.startswith("fitted-training:")
     peak, gbs = {1.0: (50.0, 10.0), 2.0: (95.0, 14.0)}[fitted.detail["threads"]]  # this host's usable cores
-    expected = float(TRUE_COEF @ feature_row(3e6, 2e5, 2e5, 20, 32, peak, gbs))
+    expected = float(TRUE_COEF @ feature_row(3e6, 2e5, 2e5, 32, peak, gbs, {}, {"conv": 20}))
     assert fitted.step_seconds == pytest.approx(expected, rel=1e-3)
     assert fitted.total_seconds == pytest.approx(100 * fitted.step_seconds)
     gpu = model.predict(_workload(), _route(), Device("a100", "gpu", {"fp32": 1.9e13}, 1.5e12))
@@ -134,10 +141,9 @@ def test_a_route_measured_only_under_load_still_predicts_and_says_so(tmp_path):
 def test_a_compiled_training_route_is_predicted_from_its_own_rows():
     """torch.compile (compiler ``inductor``) and eager PyTorch share a framework: each route takes the group measured
     with its own compiler, and a compiler with no rows says it was not measured."""
-    from perfmodels.training_fit import TrainingGroupFit
-
     def group(backend: str, compiler: str) -> TrainingGroupFit:
-        return TrainingGroupFit(backend, "pytorch", "fp32", (1.0,) * 5, 10, ("cnn",), ("t",), 0.1, compiler=compiler)
+        coef = (1.0,) * len(FEATURES)
+        return TrainingGroupFit(backend, "pytorch", "fp32", coef, 10, ("cnn",), ("t",), 0.1, compiler=compiler)
 
     fit = TrainingFit(
         groups={"torch|fp32": group("torch", "none"), "torch-compile|fp32": group("torch-compile", "inductor")}
@@ -169,3 +175,37 @@ def test_routes_share_coefficients_so_a_sparsely_measured_route_is_still_predict
     fit = TrainingFit.from_frame(_frame(tmp_path, full + sparse))
     ratio = np.asarray(fit.groups["appopt-runtime-amp|fp16"].coef) / np.asarray(fit.groups["appopt-runtime|fp32"].coef)
     np.testing.assert_allclose(ratio, 1.7, rtol=1e-3)
+
+
+def test_features_split_flops_and_nodes_by_op_class():
+    """Dense FLOPs (conv, matrix products) apart from the light ones (depthwise, element-wise...), and nodes with
+    weights apart from the rest; a row without classes counts every FLOP dense and no node."""
+    by_flops = {"conv": 6e5, "conv_dw": 1e5, "elementwise": 3e5}
+    row = feature_row(1e6, 0.0, 0.0, 1, 1.0, 1.0, by_flops, {"conv": 2, "conv_dw": 1, "other": 4})
+    x = dict(zip(FEATURES, row, strict=True))
+    assert x["dense_compute"] == pytest.approx(3 * 6e5 / 1e9) and x["light_compute"] == pytest.approx(3 * 4e5 * 8 / 1e9)
+    assert x["light_nodes"] == pytest.approx(4e-6)  # the convolutions' nodes cost their FLOPs and weights
+    bare = dict(zip(FEATURES, feature_row(1e6, 0.0, 0.0, 1, 1.0, 1.0), strict=True))
+    assert bare["dense_compute"] == pytest.approx(3e-3) and bare["light_compute"] == bare["light_nodes"] == 0.0
+
+
+def test_a_step_is_never_predicted_below_its_dense_flops_at_the_peak():
+    """The roofline floor: coefficients fitted on small models must not promise a large one faster than its
+    convolutions and matrix products can run at the host's measured GEMM peak."""
+    coef = (0.1,) * len(FEATURES)
+    group = TrainingGroupFit("appopt-runtime", "appopt-runtime", "fp32", coef, 10, ("cnn",), ("t",), 0.1)
+    x = feature_row(4e9, 1e6, 2.5e7, 256, 100.0, 20.0, {"conv": 4e9}, {"conv": 53})
+    assert group.seconds(x) == pytest.approx(3 * 4e9 * 256 / 100e9)
+    small = feature_row(1e5, 1e6, 2.5e7, 8, 100.0, 20.0, {"conv": 1e5}, {"conv": 53})
+    assert group.seconds(small) == pytest.approx(float(np.dot(group.coef, small)))
+
+
+def test_the_shipped_rows_held_out_by_family_meet_the_time_to_target_goal():
+    """The shipped training rows, each family predicted by a fit of the others (issue 17's goals: time to target
+    within 25%, met; step time within 20%, not met: 26% in docs/decisions.md, bounded here so it cannot regress)."""
+    from perfmodels.results_db import DEFAULT_DB
+
+    evaluation = leave_one_family_out(read_results(DEFAULT_DB))
+    assert len(evaluation.predictions) >= 80 and len(evaluation.time_to_target) >= 40
+    assert evaluation.tta_rmspe() < 0.25
+    assert evaluation.step_rmspe() < 0.30
