@@ -305,16 +305,15 @@ def campaign_cmd(
 ) -> None:
     """Render (and with --submit, submit) a Slurm job array: one campaign slice and one result shard per task."""
     from benchmarks import campaign
-    from builders.slurm import SlurmScheduler
 
-    if scheduler != "slurm":
-        raise AppoptError(f"--scheduler: {scheduler!r} is not supported (supported: slurm)")
+    if scheduler != campaign.SCHEDULER:
+        raise AppoptError(f"--scheduler: {scheduler!r} is not supported (supported: {campaign.SCHEDULER})")
     campaign_spec = campaign.load_campaign(spec)
     script = campaign.write_campaign(campaign_spec, spec, out)
     typer.echo(f"wrote {script} ({campaign_spec.task_count()} array tasks, {len(campaign_spec.jobs())} jobs)")
     typer.echo(f"shards: {campaign.shard_dir(campaign_spec, spec.resolve())}")
     if submit:
-        typer.echo(f"submitted job {SlurmScheduler().submit(script)}")
+        typer.echo(f"submitted job {campaign.submit_campaign(script)}")
 
 
 @bench_app.command("run-slice")

@@ -35,6 +35,7 @@ import yaml
 from hypothesis import strategies as st
 from typer.testing import CliRunner
 
+from builders.schedulers import scheduler_names
 from cli.main import app
 from optimiser.errors import MAX_LINE_CHARS
 
@@ -229,7 +230,7 @@ PLAUSIBLE: dict[tuple[str, ...], list[Any]] = {
         {"vendor": "nvidia", "model": "a100", "count": 0}, {"vendor": "amd", "model": "a100"}, {"vendor": "nvidia"},
         {"vendor": "none", "count": 3}, {"vendor": "intel", "model": "xeon-8380"},
     ],
-    ("target", "scheduler"): ["slurm", "pbs", "torque", "kubernetes", "none"],
+    ("target", "scheduler"): [*scheduler_names(), "lsf"],
     ("target", "nodes"): [1, 2, 100_000, 100_001],
     ("target", "partition"): ["gpu", "gpu,debug", "gpu debug", "a;b", "", "_x", "x+y@z", "ü", "gpu,", "-x"],
     ("target", "account"): ["proj1", "a b", "$(id)", "p.1@x", ",", "a" * 300],
