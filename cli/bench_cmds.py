@@ -432,11 +432,6 @@ def register(app: typer.Typer) -> None:
 
 
 if __name__ == "__main__":  # ``python -m cli.bench_cmds bench ...`` works like ``appopt bench ...``
-    _root = typer.Typer(add_completion=False)
+    from cli.alone import run_alone
 
-    @_root.callback()
-    def _appopt() -> None:
-        """appopt (only the ``bench`` commands)."""
-
-    register(_root)
-    _root()
+    run_alone(register, "bench")

@@ -9,10 +9,11 @@ reported as skipped: ``BackendSkipped`` carries the reason.
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import importlib.metadata
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -29,6 +30,30 @@ class BackendSkipped(Exception):
 
 class Session(Protocol):
     def run(self, feeds: Mapping[str, np.ndarray]) -> list[np.ndarray]: ...
+
+
+class CompiledSession:
+    """A session over a model an engine compiled whole (IREE, XLA): ``run`` is the engine's, and ``compile_ms`` what
+    the compile took, which the runner records beside the latency."""
+
+    def __init__(self, run: Callable[[Mapping[str, np.ndarray]], list[np.ndarray]], compile_ms: float) -> None:
+        self._run = run
+        self.compile_ms = compile_ms
+
+    def run(self, feeds: Mapping[str, np.ndarray]) -> list[np.ndarray]:
+        return self._run(feeds)
+
+
+@contextlib.contextmanager
+def refusal_is_a_skip() -> Iterator[None]:
+    """A model the runtime's engine wrapper refuses (``RuntimeModelError``: cannot import, compile or load it) is a
+    skip with the reason, not a failure."""
+    from runtime.errors import RuntimeModelError
+
+    try:
+        yield
+    except RuntimeModelError as error:
+        raise BackendSkipped(str(error)) from None
 
 
 @dataclass(frozen=True)

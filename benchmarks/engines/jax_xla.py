@@ -14,26 +14,11 @@ those CPUs (``runtime.engine_jax.pin_pool``), so more threads than CPUs is skipp
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import TYPE_CHECKING
-
 import numpy as np
 import onnx
 
-from benchmarks.engines.base import Backend, BackendSkipped, EngineSpec, RouteInfo, Session, missing, version
+from benchmarks.engines.base import Backend, CompiledSession, EngineSpec, RouteInfo, missing, refusal_is_a_skip, version
 from benchmarks.engines.torch_compile import example_feeds
-
-if TYPE_CHECKING:
-    from runtime.engine_jax import JaxGraph
-
-
-class _JaxSession:
-    def __init__(self, graph: JaxGraph) -> None:
-        self._graph = graph
-        self.compile_ms = float(graph.compile_ms or 0.0)
-
-    def run(self, feeds: Mapping[str, np.ndarray]) -> list[np.ndarray]:
-        return self._graph.run_list(feeds)
 
 
 class JaxXlaBackend(Backend):
@@ -50,16 +35,13 @@ class JaxXlaBackend(Backend):
         return {"jax": version("jax"), "jaxlib": version("jaxlib"), "onnx": onnx.__version__,
                 "numpy": np.__version__}
 
-    def _prepare(self, model: onnx.ModelProto, threads: int, precision: str) -> Session:
+    def _prepare(self, model: onnx.ModelProto, threads: int, precision: str) -> CompiledSession:
         from runtime.engine_jax import JaxGraph
-        from runtime.errors import RuntimeModelError
 
-        try:
+        with refusal_is_a_skip():
             graph = JaxGraph(model, threads)
             graph.run_list(example_feeds(model))  # the cold compile at the declared shapes (batch 1)
-        except RuntimeModelError as error:
-            raise BackendSkipped(str(error)) from None
-        return _JaxSession(graph)
+        return CompiledSession(graph.run_list, float(graph.compile_ms or 0.0))
 
 
 ENGINE = EngineSpec(
