@@ -99,6 +99,23 @@ class Backend(ABC):
         return self._prepare(model, threads, precision)
 
 
+class OnnxCompilerBackend(Backend):
+    """A compiler that takes the ONNX model whole (IREE, XLA): the route is "ONNX model, compiled by X" over
+    onnxruntime's framework id, its outputs drift by rounding (``records_error``), it needs ``modules`` (installed by
+    ``extra``), and rows record the versions of ``dists`` beside onnx's and numpy's."""
+
+    records_error = True
+    modules: tuple[str, ...]
+    extra: str
+    dists: tuple[str, ...]
+
+    def unavailable_reason(self) -> str | None:
+        return next((reason for module in self.modules if (reason := missing(module, extra=self.extra))), None)
+
+    def versions(self) -> dict[str, str]:
+        return {**{dist: version(dist) for dist in self.dists}, "onnx": onnx.__version__, "numpy": np.__version__}
+
+
 #: Op types that only convert between a model's NCHW inputs/outputs and a backend's internal layout (ours:
 #: NHWC; onnxruntime's level ``all``: blocked NCHWc).
 LAYOUT_BOUNDARY_OPS = frozenset({"ToNhwc", "ToNchw", "ReorderInput", "ReorderOutput"})

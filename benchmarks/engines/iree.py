@@ -13,25 +13,19 @@ from __future__ import annotations
 
 import time
 
-import numpy as np
 import onnx
 
-from benchmarks.engines.base import Backend, CompiledSession, EngineSpec, RouteInfo, missing, refusal_is_a_skip, version
+from benchmarks.engines.base import CompiledSession, EngineSpec, OnnxCompilerBackend, RouteInfo, refusal_is_a_skip
 
 
-class IreeBackend(Backend):
+class IreeBackend(OnnxCompilerBackend):
     """IREE 3.x, llvm-cpu for the host CPU, ``threads`` task-executor workers."""
 
     name = "iree"
     route = RouteInfo("onnxruntime", compiler="iree", layout="NCHW")
-    records_error = True
-
-    def unavailable_reason(self) -> str | None:
-        return missing("iree.compiler", extra="iree") or missing("iree.runtime", extra="iree")
-
-    def versions(self) -> dict[str, str]:
-        return {"iree-base-compiler": version("iree-base-compiler"), "iree-base-runtime": version("iree-base-runtime"),
-                "onnx": onnx.__version__, "numpy": np.__version__}
+    modules = ("iree.compiler", "iree.runtime")
+    extra = "iree"
+    dists = ("iree-base-compiler", "iree-base-runtime")
 
     def _prepare(self, model: onnx.ModelProto, threads: int, precision: str) -> CompiledSession:
         from runtime.engine_iree import IreeSession, compile_model
@@ -50,7 +44,7 @@ ENGINE = EngineSpec(
     name="iree",
     framework="onnxruntime",
     compilers=("iree",),
-    pip=("iree-base-compiler", "iree-base-runtime"),
+    pip=IreeBackend.dists,
     extra="iree",
     image_engine="iree",
     backends=lambda: [IreeBackend()],

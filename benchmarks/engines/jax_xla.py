@@ -14,26 +14,21 @@ those CPUs (``runtime.engine_jax.pin_pool``), so more threads than CPUs is skipp
 
 from __future__ import annotations
 
-import numpy as np
 import onnx
 
-from benchmarks.engines.base import Backend, CompiledSession, EngineSpec, RouteInfo, missing, refusal_is_a_skip, version
+from benchmarks.engines.base import CompiledSession, EngineSpec, OnnxCompilerBackend, RouteInfo, refusal_is_a_skip
 from benchmarks.engines.torch_compile import example_feeds
 
 
-class JaxXlaBackend(Backend):
-    """``jax.jit`` (XLA CPU) of the ONNX graph's JAX translation, static shapes, fp32."""
+class JaxXlaBackend(OnnxCompilerBackend):
+    """``jax.jit`` (XLA CPU) of the ONNX graph's JAX translation, static shapes, fp32; XLA fuses and reorders
+    reductions, so outputs drift from the reference by rounding."""
 
     name = "jax-xla"
     route = RouteInfo("onnxruntime", compiler="xla", layout="NCHW")
-    records_error = True  # XLA fuses and reorders reductions: outputs drift from the reference by rounding
-
-    def unavailable_reason(self) -> str | None:
-        return missing("jax", extra="jax")
-
-    def versions(self) -> dict[str, str]:
-        return {"jax": version("jax"), "jaxlib": version("jaxlib"), "onnx": onnx.__version__,
-                "numpy": np.__version__}
+    modules = ("jax",)
+    extra = "jax"
+    dists = ("jax", "jaxlib")
 
     def _prepare(self, model: onnx.ModelProto, threads: int, precision: str) -> CompiledSession:
         from runtime.engine_jax import JaxGraph
@@ -48,7 +43,7 @@ ENGINE = EngineSpec(
     name="jax-xla",
     framework="onnxruntime",
     compilers=("xla",),
-    pip=("jax", "jaxlib"),
+    pip=JaxXlaBackend.dists,
     extra="jax",
     image_engine="jax",
     backends=lambda: [JaxXlaBackend()],
