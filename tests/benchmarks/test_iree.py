@@ -9,7 +9,7 @@ import pytest
 from onnx import TensorProto, helper
 
 from benchmarks.backends import BackendSkipped, get_backend
-from tests.benchmarks.compiled_backends import assert_mlp_matches_onnxruntime, mlp_row
+from tests.benchmarks.compiled_backends import assert_mlp_matches_onnxruntime, mlp_row, unrunnable_model
 
 
 def _installed() -> bool:
@@ -45,16 +45,7 @@ def test_the_entry_function_is_named_after_the_graph_not_main():
 
 
 def test_rows_carry_compile_time_and_max_error_and_unrunnable_models_are_skipped():
-    bad = helper.make_model(
-        helper.make_graph(
-            [helper.make_node("NoSuchOp", ["x"], ["y"], domain="com.example")],
-            "g",
-            [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])],
-            [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2])],
-        ),
-        opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("com.example", 1)],
-    )
     with pytest.raises(BackendSkipped, match=r"^iree cannot (import|compile) the model: "):
-        get_backend("iree").prepare(bad)
+        get_backend("iree").prepare(unrunnable_model())
     row = mlp_row("iree", "onnxruntime", "iree")
     assert row["backend"] == "iree"
