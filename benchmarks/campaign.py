@@ -1,6 +1,7 @@
 """Benchmark campaigns at cluster scale: one YAML spec, a Slurm job array, one result shard per array task.
 
-The array script is rendered and submitted by the Slurm scheduler module (:mod:`builders.slurm`), as plans' jobs are.
+The array script is rendered and submitted by the Slurm scheduler module (:mod:`builders.slurm`, through the registry
+:mod:`builders.schedulers`), as plans' jobs are; nothing here writes ``#SBATCH`` lines or calls ``sbatch``.
 
 The campaign's jobs (model × backend × threads × precision, see ``benchmarks.runner.plan_jobs``) are dealt round-robin
 into ``tasks`` slices; array task *i* runs slice *i* (``appopt bench run-slice SPEC --slice i``) — inside the built
@@ -35,7 +36,11 @@ from benchmarks.harness import SCENARIOS, ScenarioSettings
 from benchmarks.models import suite
 from benchmarks.runner import BenchRequest, Job, plan_jobs
 from builders.quoting import shell_quote
+from builders.schedulers import get_scheduler
 from builders.slurm import ArrayJob, render_array_job
+
+#: The scheduler whose job arrays a campaign runs as (its module renders and submits them).
+SCHEDULER = "slurm"
 
 
 class CampaignError(AppoptError):
@@ -205,3 +210,8 @@ def write_campaign(spec: CampaignSpec, spec_path: str | Path, out_dir: str | Pat
     script.write_text(render_slurm_array(spec, spec_path), encoding="utf-8")
     script.chmod(0o755)
     return script
+
+
+def submit_campaign(script: Path) -> str:
+    """Submit the array script with the Slurm module's client (``sbatch``); returns the job id."""
+    return get_scheduler(SCHEDULER).submit(script)

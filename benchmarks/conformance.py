@@ -190,20 +190,11 @@ def run_case(case: Any, op: str = "", timeout_s: float = DEFAULT_TIMEOUT_S) -> C
                 else:
                     judge(Runner, refs, got, case.rtol, case.atol)
         result.passed = True
-    except UnsupportedOpError as exc:
-        result.reason = f"unsupported: {_short(exc)}"
-    except KernelError as exc:
-        result.reason = f"kernel: {_short(exc)}"
-    except ModelCheckError as exc:
-        result.reason = f"check: {_short(exc)}"
-    except RuntimeModelError as exc:
-        result.reason = f"model: {_short(exc)}"
-    except CaseTimeout as exc:
-        result.reason = f"timeout: {exc}"
-    except AssertionError as exc:
-        result.reason = f"mismatch: {_short(exc)}"
-    except Exception as exc:  # report any crash as a failure of this case, keep going
-        result.reason = f"error: {type(exc).__name__}: {_short(exc)}"
+    except Exception as exc:  # any failure, a crash included, is this case's reason; the run goes on
+        kinds = ((UnsupportedOpError, "unsupported"), (KernelError, "kernel"), (ModelCheckError, "check"),
+                 (RuntimeModelError, "model"), (CaseTimeout, "timeout"), (AssertionError, "mismatch"))
+        kind = next((name for cls, name in kinds if isinstance(exc, cls)), f"error: {type(exc).__name__}")
+        result.reason = f"{kind}: {_short(exc)}"
     result.seconds = round(time.perf_counter() - started, 4)
     return result
 

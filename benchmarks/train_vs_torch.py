@@ -25,6 +25,7 @@ from typing import Any
 import numpy as np
 from onnx import numpy_helper
 
+from benchmarks.training_suite import digits_cnn as torch_digits_cnn
 from runtime.training import TrainConfig, Trainer
 from runtime.training.data import Dataset, split
 from runtime.training.models import digits_cnn
@@ -64,18 +65,7 @@ def run_torch(data: Dataset, epochs: int, batch_size: int, lr: float, threads: i
 
     torch.set_num_threads(threads)
     init = {t.name: torch.from_numpy(numpy_helper.to_array(t).copy()) for t in digits_cnn(0).graph.initializer}
-    net = nn.Sequential(
-        nn.Conv2d(1, 16, 3, padding=1),
-        nn.BatchNorm2d(16, eps=1e-5, momentum=0.1),
-        nn.ReLU(),
-        nn.Conv2d(16, 32, 3, padding=1),
-        nn.ReLU(),
-        nn.MaxPool2d(2),
-        nn.Flatten(),
-        nn.Linear(32 * 4 * 4, 64),
-        nn.ReLU(),
-        nn.Linear(64, 10),
-    )
+    net = torch_digits_cnn()  # the same layers (BatchNorm eps 1e-5, momentum 0.1); weights replaced below
     layers: Any = net  # indexing an nn.Sequential is typed too loosely for mypy
     with torch.no_grad():
         for module, prefix in ((layers[0], "conv1"), (layers[3], "conv2"), (layers[7], "fc1"), (layers[9], "fc2")):

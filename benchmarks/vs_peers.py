@@ -220,21 +220,16 @@ def geomean(values: Sequence[float]) -> float:
 
 
 def format_table(results: Sequence[ModelResult], with_torch: bool) -> str:
-    head = f"{'model':18s} {'GFLOP':>7s} {'ours ms':>9s} {'ORT ms':>9s}"
-    if with_torch:
-        head += f" {'torch ms':>9s}"
-    head += f" {'ours/ORT':>8s}"
-    if with_torch:
-        head += f" {'ours/torch':>10s}"
+    peers = ("ort", "torch") if with_torch else ("ort",)
+    shown = {"ort": "ORT", "torch": "torch"}
+    ratios = [f"ours/{shown[peer]}" for peer in peers]  # each column as wide as its title
+    head = f"{'model':18s} {'GFLOP':>7s} {'ours ms':>9s}" + "".join(f" {shown[peer] + ' ms':>9s}" for peer in peers)
+    head += "".join(f" {title}" for title in ratios)
     head += f" {'ours GF/s':>9s} {'ORT GF/s':>8s} {'rel.err':>8s} {'work MB':>8s} {'RSS+ MB ours/ORT/torch':>23s}"
     lines = [head, "-" * len(head)]
     for r in results:
-        line = f"{r.name:18s} {r.gflop:7.3f} {r.ms('ours'):9.2f} {r.ms('ort'):9.2f}"
-        if with_torch:
-            line += f" {r.ms('torch'):9.2f}"
-        line += f" {r.ratio('ort'):8.2f}"
-        if with_torch:
-            line += f" {r.ratio('torch'):10.2f}"
+        line = f"{r.name:18s} {r.gflop:7.3f} {r.ms('ours'):9.2f}" + "".join(f" {r.ms(peer):9.2f}" for peer in peers)
+        line += "".join(f" {r.ratio(peer):{len(title)}.2f}" for peer, title in zip(peers, ratios, strict=True))
         gfs = r.gflop / (r.ms("ours") / 1e3) if r.ms("ours") else math.nan
         gfs_ort = r.gflop / (r.ms("ort") / 1e3) if r.ms("ort") else math.nan
         err = r.rel_error.get("ours", math.nan)

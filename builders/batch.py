@@ -1,8 +1,11 @@
-"""What every batch scheduler shares: a job's status, and the interface (``submit``, ``status``, ``wait``).
+"""What every scheduler shares: the :class:`SchedulerModule` each one declares, a job's status, and the client
+interface (``submit``, ``status``, ``wait``).
 
-Each scheduler is one module that holds its job file, directives and client commands: :mod:`builders.slurm`,
-:mod:`builders.pbs` (PBS Pro and Torque), :mod:`builders.kubernetes` (rendered only: ``kubectl apply``).
-:mod:`builders.schedulers` picks one by name.
+Each scheduler is one module that holds its job file, directives, template, launchers and client commands, and
+declares them in one :class:`SchedulerModule`: :mod:`builders.slurm`, :mod:`builders.pbs` (PBS Pro and Torque),
+:mod:`builders.kubernetes` (rendered only: ``kubectl apply``), :mod:`builders.local` (``none``: a plain ``run.sh``).
+:mod:`builders.schedulers` is the registry that lists them; the spec, the plan, the renderer and ``appopt submit``
+read everything from it.
 """
 
 from __future__ import annotations
@@ -12,11 +15,12 @@ import shutil
 import subprocess
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import ClassVar
 
+from builders.deployment import ContainerFormat, Deployment
 from builders.errors import SchedulerError
 
 
@@ -121,3 +125,49 @@ class Scheduler(ABC):
 def hms(seconds: int) -> str:
     """``HH:MM:SS`` (hours past 99 keep their digits), the walltime both PBS and Slurm read."""
     return f"{seconds // 3600:02d}:{seconds // 60 % 60:02d}:{seconds % 60:02d}"
+
+
+#: A launcher's prefix (with a trailing space) for a deployment's job line, e.g. ``srun --nodes=2 ... ``.
+Launcher = Callable[[Deployment], str]
+
+
+def _no_notes(dep: Deployment) -> list[str]:
+    return []
+
+
+@dataclass(frozen=True)
+class SchedulerModule:
+    """What one scheduler's module declares: everything the spec check, the plan, the renderer and ``appopt
+    submit``/``status`` need to know about it. :mod:`builders.schedulers` lists one per ``target.scheduler`` value.
+    """
+
+    #: The ``target.scheduler`` value.
+    name: str
+    #: The job file the plan writes (``job.slurm``, ``run.sh``...).
+    job_file: str
+    #: The job file's text for a checked deployment (the module's template and directives).
+    render: Callable[[Deployment], str]
+    #: Launchers a job may use (``dep.launcher``), by name; ``default_launcher`` is the one a multi-task job gets.
+    launchers: Mapping[str, Launcher] = field(default_factory=dict)
+    default_launcher: str | None = None
+    #: The Jinja2 template under ``templates/`` the job is rendered from (None: written another way).
+    template: str | None = None
+    #: The client that submits the job file and follows the job; None when appopt submits nothing itself.
+    client: type[Scheduler] | None = None
+    #: Without a client, what the user does instead (``{path}`` is the job file), for ``appopt submit``.
+    run_hint: str = "run {path}"
+    #: A container format the job needs, and why (e.g. a Kubernetes Job runs an OCI image: docker).
+    needs_format: ContainerFormat | None = None
+    needs_format_reason: str = ""
+    #: Notes for the plan about the job (a pod's size...); may raise RenderError for a job that cannot fit.
+    notes: Callable[[Deployment], list[str]] = _no_notes
+    #: ``appopt validate --strict``: a deeper check of the rendered text, returning a one-line summary.
+    check_rendered: Callable[[str], str] | None = None
+    #: Whether the job file is a script to make executable.
+    executable: bool = True
+
+    def format_problem(self, formats: Sequence[str]) -> str | None:
+        """``container.formats``'s problem for this scheduler, or None when ``formats`` serve it."""
+        if self.needs_format is None or self.needs_format in formats:
+            return None
+        return f"{self.needs_format_reason}, so formats must include {self.needs_format}"

@@ -9,14 +9,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal, get_args
 
-#: The CPU architectures, container formats and schedulers appopt renders for: the one list of each (the spec and
-#: the checks read them).
+#: The CPU architectures and container formats appopt renders for: the one list of each (the spec and the checks
+#: read them). The schedulers are a registry instead (:mod:`builders.schedulers`), one module each.
 Arch = Literal["x86_64", "aarch64", "ppc64le"]
 ContainerFormat = Literal["docker", "singularity"]
-Scheduler = Literal["slurm", "pbs", "torque", "kubernetes", "none"]
 ARCHES: tuple[Arch, ...] = get_args(Arch)
 FORMATS: tuple[ContainerFormat, ...] = get_args(ContainerFormat)
-SCHEDULERS: tuple[Scheduler, ...] = get_args(Scheduler)
 
 
 @dataclass(frozen=True)
@@ -55,14 +53,15 @@ class Deployment:
     #: Image reference to tag/push (registry/name:tag); None means a local name derived from ``app_name``.
     image_ref: str | None = None
     # --- the job ---
-    scheduler: Scheduler = "none"
+    #: A name in :mod:`builders.schedulers`' registry (``slurm``, ``pbs``, ``torque``, ``kubernetes``, ``none``...).
+    scheduler: str = "none"
     nodes: int = 1
     tasks_per_node: int = 1
     cpus_per_task: int = 1
     walltime: str = "01:00:00"
     partition: str | None = None
     account: str | None = None
-    #: Multi-node launcher for HPC jobs: "srun" (Slurm) or "mpirun" (PBS/Torque); None for single-task jobs.
+    #: Multi-node launcher, one of the scheduler module's (``srun``, ``mpirun``); None for single-task jobs.
     launcher: str | None = None
     #: Memory of one node in bytes (the spec's or the CPU preset's); None when unknown. Sizes Kubernetes pods.
     node_memory_bytes: int | None = None

@@ -26,6 +26,7 @@ from typing import Any
 
 import yaml
 
+from builders.batch import SchedulerModule
 from builders.deployment import Deployment
 from builders.errors import RenderError
 from builders.names import dns_label, image_name
@@ -294,3 +295,18 @@ def check_manifest(text: str) -> None:
     problems = schema_problems(manifest)
     if problems:
         raise RenderError(*(f"{JOB_FILE}: {problem}" for problem in problems))
+
+
+def check_rendered(text: str) -> str:
+    """``appopt validate --strict``: the manifest against every claimed version's schema; a one-line summary."""
+    check_manifest(text)
+    return f"valid batch/v1 Job for Kubernetes {', '.join(KUBERNETES_VERSIONS)}"
+
+
+#: Kubernetes, as :mod:`builders.schedulers` lists it: a Job manifest that the user applies with kubectl.
+KUBERNETES = SchedulerModule(
+    name="kubernetes", job_file=JOB_FILE, render=render_kubernetes,
+    run_hint="the plan targets Kubernetes; submit with `kubectl apply -f {path}`",
+    needs_format="docker", needs_format_reason="a Kubernetes Job runs an OCI image",
+    notes=kubernetes_notes, check_rendered=check_rendered, executable=False,
+)

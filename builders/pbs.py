@@ -8,11 +8,13 @@ from __future__ import annotations
 
 import re
 import shutil
+from functools import partial
 from pathlib import Path
 from typing import ClassVar
 
 from builders.batch import JobStatus, Scheduler, SchedulerError, hms, problem_line, run_client
 from builders.deployment import Deployment
+from builders.job_script import batch_scheduler, mpirun
 from builders.names import dns_label
 from builders.slurm import SlurmScheduler
 from builders.validate import uses_gpus, walltime_seconds
@@ -21,7 +23,6 @@ JOB_FILE = "job.pbs"
 TEMPLATE = "job.pbs.j2"
 #: Where the job runs: the directory it was submitted from.
 WORKDIR = "${PBS_O_WORKDIR:-$PWD}"
-DEFAULT_LAUNCHER = "mpirun"
 #: mpirun's host list: PBS lists each node once per mpiprocs in $PBS_NODEFILE.
 MPIRUN_HOSTFILE = '-hostfile "$PBS_NODEFILE" '
 _PBS_ID = re.compile(r"^\d+(?:\[\d*\])?(?:\.[A-Za-z0-9_.-]+)?$")
@@ -103,5 +104,10 @@ class PBSScheduler(Scheduler):
         return slurm if slurm.finished else current
 
 
-#: This module's client, as :data:`builders.schedulers.SCHEDULERS` lists it.
-SCHEDULER = PBSScheduler
+#: PBS Pro and Torque, as :mod:`builders.schedulers` lists them: one module, two dialects of the ``-l`` chunk.
+PBS, TORQUE = (
+    batch_scheduler(name, job_file=JOB_FILE, template=TEMPLATE, directives=directives, workdir=WORKDIR,
+                    launchers={"mpirun": partial(mpirun, hostfile=MPIRUN_HOSTFILE)}, default_launcher="mpirun",
+                    client=PBSScheduler)
+    for name in ("pbs", "torque")
+)

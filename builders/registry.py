@@ -549,8 +549,9 @@ class RegistryClient:
 
     def _retrying(self, what: str, fn: Callable[[], _Response]) -> _Response:
         """Run ``fn`` until it gives a non-5xx answer, retrying 5xx and dropped connections with backoff."""
-        last = ""
-        for attempt in range(1, self.attempts + 1):
+        attempt = 0
+        while True:
+            attempt += 1
             try:
                 resp = fn()
                 if resp.status < 500 or resp.status == 501:
@@ -558,12 +559,16 @@ class RegistryClient:
                 last = f"HTTP {resp.status} {_error_text(resp)}".strip()
             except _Retryable as exc:
                 last = str(exc)
-            if attempt < self.attempts:
-                delay = self.backoff_seconds * 2 ** (attempt - 1)
-                self.retries += 1
-                self.progress(f"retry {attempt}/{self.attempts - 1}: {what}: {last}; again in {delay:.1f}s")
-                time.sleep(delay)
-        raise RegistryError(f"{self.ref.api_host}: {what} failed after {self.attempts} attempts: {last}")
+            self._back_off(attempt, what, last)
+
+    def _back_off(self, attempt: int, what: str, problem: str) -> None:
+        """After failed ``attempt`` at ``what``: wait (doubling) before the next, or raise when it was the last."""
+        if attempt >= self.attempts:
+            raise RegistryError(f"{self.ref.api_host}: {what} failed after {self.attempts} attempts: {problem}")
+        delay = self.backoff_seconds * 2 ** (attempt - 1)
+        self.retries += 1
+        self.progress(f"retry {attempt}/{self.attempts - 1}: {what}: {problem}; again in {delay:.1f}s")
+        time.sleep(delay)
 
     def _request(
         self, method: str, path: str, what: str, headers: Mapping[str, str] | None = None,
@@ -678,8 +683,9 @@ class RegistryClient:
         if self.blob_exists(blob.digest):
             return False
         what = f"upload blob {blob.digest[:19]} ({blob.size} bytes)"
-        problem = ""
-        for attempt in range(1, self.attempts + 1):
+        attempt = 0
+        while True:
+            attempt += 1
             start = self._request("POST", self._repo_path("blobs/uploads/"), what)
             if start.status != 202 or not start.header("Location"):
                 raise self._unexpected(start, what)
@@ -702,12 +708,7 @@ class RegistryClient:
                 return True
             if done is not None:
                 problem = f"HTTP {done.status} {_error_text(done)}".strip()
-            if attempt < self.attempts:
-                delay = self.backoff_seconds * 2 ** (attempt - 1)
-                self.retries += 1
-                self.progress(f"retry {attempt}/{self.attempts - 1}: {what}: {problem}; again in {delay:.1f}s")
-                time.sleep(delay)
-        raise RegistryError(f"{self.ref.api_host}: {what} failed after {self.attempts} attempts: {problem}")
+            self._back_off(attempt, what, problem)
 
     def _upload_location(self, header: str, what: str) -> str:
         """The absolute upload URL of a ``Location`` header; a TLS registry may not send the upload to plain HTTP.

@@ -8,10 +8,7 @@ from pathlib import Path
 
 from builders.containers import render_dockerfile, render_singularity
 from builders.deployment import Deployment
-from builders.jobs import render_job
-
-#: Job files that are scripts (made executable); the Kubernetes manifest is not.
-_SCRIPT_SUFFIXES = (".slurm", ".pbs", ".sh")
+from builders.jobs import job_scheduler
 
 
 def render_artifacts(dep: Deployment, out_dir: Path) -> list[Path]:
@@ -20,14 +17,15 @@ def render_artifacts(dep: Deployment, out_dir: Path) -> list[Path]:
     Everything is rendered before anything is written, so a RenderError leaves ``out_dir`` as it was; each file is
     written to a temporary name and renamed, so a reader never sees half a file.
     """
-    files: list[tuple[str, str]] = []
+    files: list[tuple[str, str, bool]] = []
     if "docker" in dep.formats:
-        files.append(("Dockerfile", render_dockerfile(dep)))
+        files.append(("Dockerfile", render_dockerfile(dep), False))
     if "singularity" in dep.formats:
-        files.append(("Singularity.def", render_singularity(dep)))
-    files.append(render_job(dep))
+        files.append(("Singularity.def", render_singularity(dep), False))
+    scheduler = job_scheduler(dep)
+    files.append((scheduler.job_file, scheduler.render(dep), scheduler.executable))  # a script is made executable
     out_dir.mkdir(parents=True, exist_ok=True)
-    return [write_atomically(out_dir / name, text, executable=name.endswith(_SCRIPT_SUFFIXES)) for name, text in files]
+    return [write_atomically(out_dir / name, text, executable) for name, text, executable in files]
 
 
 def write_atomically(path: Path, text: str, executable: bool = False) -> Path:

@@ -1,8 +1,10 @@
-"""Submit a plan's job script with its scheduler and follow the job to its exit code.
+"""The schedulers' registry: one :class:`~builders.batch.SchedulerModule` per ``target.scheduler`` value, from
+one module each; and submitting a plan's job with its scheduler and following it to its exit code.
 
-The schedulers themselves live one per module (:mod:`builders.slurm`, :mod:`builders.pbs`, :mod:`builders.kubernetes`)
-on the shared interface of :mod:`builders.batch`; this module picks one by name or by the plan's ``target.scheduler``.
-Where the client commands are missing the error says so in one line: submission happens on the cluster's login node.
+The spec's check, the plan (default launcher, notes), the job renderer, ``appopt validate --strict`` and
+``appopt submit``/``status`` all read the registry, so a new scheduler is its own module plus one line in
+:data:`BUILT_IN` (or a :func:`register` call). Where the client commands are missing the error says so in one
+line: submission happens on the cluster's login node.
 """
 
 from __future__ import annotations
@@ -15,33 +17,80 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from builders.batch import JobStatus, Scheduler
-from builders.errors import SchedulerError
-from builders.jobs import BATCH, JOB_FILES
-from builders.pbs import PBSScheduler
-from builders.slurm import SlurmScheduler, parse_slurm_exit
+from builders.batch import JobStatus, Scheduler, SchedulerModule
+from builders.errors import RenderError, SchedulerError
+from builders.kubernetes import KUBERNETES
+from builders.local import LOCAL
+from builders.pbs import PBS, TORQUE, PBSScheduler
+from builders.slurm import SLURM, SlurmScheduler, parse_slurm_exit
 
-__all__ = ["JOB_FILES", "SCHEDULERS", "JobScript", "JobStatus", "PBSScheduler", "Scheduler", "SchedulerError",
-           "SlurmScheduler", "find_job_script", "get_scheduler", "parse_slurm_exit", "submit_plan_job"]
+__all__ = ["BUILT_IN", "JobScript", "JobStatus", "PBSScheduler", "Scheduler", "SchedulerError", "SchedulerModule",
+           "SlurmScheduler", "find_job_script", "get_scheduler", "job_files", "not_a_scheduler", "parse_slurm_exit",
+           "register", "scheduler_module", "scheduler_names", "submit_plan_job", "unregister"]
 
-#: The batch schedulers' clients, from their modules (:data:`builders.jobs.BATCH`).
-SCHEDULERS: dict[str, type[Scheduler]] = {name: module.SCHEDULER for name, module in BATCH.items()}
+#: The schedulers appopt ships, in the order messages list them (``auto`` tries their clients in this order).
+BUILT_IN = (SLURM, PBS, TORQUE, KUBERNETES, LOCAL)
+_REGISTRY: dict[str, SchedulerModule] = {module.name: module for module in BUILT_IN}
+
+
+def register(module: SchedulerModule) -> None:
+    """Add a scheduler (a name not yet taken); the spec, the plan and the renderer accept it from now on."""
+    if module.name in _REGISTRY:
+        raise ValueError(f"scheduler {module.name!r} is already registered")
+    _REGISTRY[module.name] = module
+
+
+def unregister(name: str) -> None:
+    """Remove a scheduler added with :func:`register`."""
+    if any(module.name == name for module in BUILT_IN):
+        raise ValueError(f"scheduler {name!r} is built in")
+    _REGISTRY.pop(name, None)
+
+
+def scheduler_names() -> tuple[str, ...]:
+    """Every ``target.scheduler`` value the spec accepts."""
+    return tuple(_REGISTRY)
+
+
+def scheduler_module(name: str) -> SchedulerModule:
+    """The scheduler called ``name``; RenderError naming ``scheduler`` when there is none."""
+    try:
+        return _REGISTRY[name]
+    except KeyError:
+        raise RenderError(f"scheduler: {not_a_scheduler(name)}") from None
+
+
+def not_a_scheduler(name: str) -> str:
+    """The message for a scheduler name the registry does not hold (the caller names the field)."""
+    return f"{name!r} is not one of {', '.join(_REGISTRY)}"
+
+
+def job_files() -> dict[str, str]:
+    """The job file each scheduler's plan writes, by scheduler."""
+    return {name: module.job_file for name, module in _REGISTRY.items()}
+
+
+def _clients() -> dict[str, type[Scheduler]]:
+    return {name: module.client for name, module in _REGISTRY.items() if module.client is not None}
 
 
 def get_scheduler(name: str = "auto", env: Mapping[str, str] | None = None) -> Scheduler:
-    """``slurm``, ``pbs``/``torque``, or ``auto``: Slurm when ``sbatch`` is on PATH, else PBS when ``qsub`` is."""
+    """A scheduler with a client (``slurm``, ``pbs``/``torque``...), or ``auto``: the first whose client is on PATH
+    (Slurm's ``sbatch``, then PBS's ``qsub``)."""
     env = dict(os.environ if env is None else env)
+    clients = _clients()
     if name == "auto":
-        for candidate in ("slurm", "pbs"):
-            if shutil.which(SCHEDULERS[candidate].client, path=env.get("PATH")):
-                return SCHEDULERS[candidate](env)
-        raise SchedulerError("no batch scheduler client found (neither sbatch nor qsub on PATH); "
+        for client in dict.fromkeys(clients.values()):
+            if shutil.which(client.client, path=env.get("PATH")):
+                return client(env)
+        commands = " nor ".join(dict.fromkeys(client.client for client in clients.values()))
+        raise SchedulerError(f"no batch scheduler client found (neither {commands} on PATH); "
                              "run this on the cluster's login node")
-    if name in JOB_FILES and name not in SCHEDULERS:  # kubernetes, none
-        raise SchedulerError(f"scheduler {name}: nothing to submit with sbatch/qsub")
-    if name not in SCHEDULERS:
-        raise SchedulerError(f"--scheduler {name!r}: expected auto, {', '.join(SCHEDULERS)}")
-    return SCHEDULERS[name](env)
+    if name in _REGISTRY and name not in clients:  # kubernetes, none
+        raise SchedulerError(f"scheduler {name}: appopt submits nothing to it")
+    if name not in clients:
+        raise SchedulerError(f"--scheduler {name!r}: expected auto, {', '.join(clients)}")
+    return clients[name](env)
 
 
 @dataclass(frozen=True)
@@ -59,18 +108,17 @@ def find_job_script(out_dir: Path) -> JobScript:
             scheduler = json.loads(plan_file.read_text(encoding="utf-8"))["target"]["scheduler"]
         except (ValueError, KeyError, TypeError):
             scheduler = None
-    if scheduler is None:
-        found = [name for name, job_file in JOB_FILES.items() if (out_dir / job_file).is_file()]
+    if not isinstance(scheduler, str):
+        found = [name for name, job_file in job_files().items() if (out_dir / job_file).is_file()]
         if not found:
             raise SchedulerError(f"{out_dir}: no plan output here (no plan.json or job script); run `appopt plan`")
         scheduler = found[0]
-    if scheduler == "kubernetes":
-        raise SchedulerError(f"{out_dir}: the plan targets Kubernetes; submit with "
-                             f"`kubectl apply -f {out_dir / JOB_FILES['kubernetes']}`")
-    if scheduler == "none":
-        raise SchedulerError(f"{out_dir}: the plan has no scheduler (target.scheduler: none); run "
-                             f"{out_dir / JOB_FILES['none']} directly")
-    path = out_dir / JOB_FILES.get(scheduler, "")
+    if scheduler not in _REGISTRY:
+        raise SchedulerError(f"{plan_file}: target.scheduler {not_a_scheduler(scheduler)}")
+    module = _REGISTRY[scheduler]
+    path = out_dir / module.job_file
+    if module.client is None:
+        raise SchedulerError(f"{out_dir}: {module.run_hint.format(path=path)}")
     if not path.is_file():
         raise SchedulerError(f"{path}: job script missing; run `appopt plan` again")
     return JobScript(scheduler, path)

@@ -1,4 +1,5 @@
-"""Slurm: the ``#SBATCH`` directives of ``job.slurm``, the ``srun`` launcher, and ``sbatch``/``scontrol``/``sacct``.
+"""Slurm: the ``#SBATCH`` directives of ``job.slurm``, the ``srun`` launcher, and ``sbatch``/``scontrol``/``sacct``;
+also the job arrays of ``appopt bench campaign``.
 
 >>> parse_slurm_exit("3:0")
 (3, 0)
@@ -18,6 +19,7 @@ from pathlib import Path
 from builders.batch import JobStatus, Scheduler, SchedulerError, hms, problem_line, run_client
 from builders.deployment import Deployment
 from builders.errors import RenderError
+from builders.job_script import batch_scheduler, mpirun
 from builders.names import dns_label
 from builders.quoting import has_line_break, shell_quote
 from builders.templating import render_template
@@ -27,7 +29,6 @@ JOB_FILE = "job.slurm"
 TEMPLATE = "job.slurm.j2"
 #: Where the job runs: the directory it was submitted from.
 WORKDIR = "${SLURM_SUBMIT_DIR:-$PWD}"
-DEFAULT_LAUNCHER = "srun"
 _SLURM_ID = re.compile(r"^\d+(?:_\d+)?(?:\.\w+)?$")
 SLURM_DONE = frozenset({"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "PREEMPTED", "OUT_OF_MEMORY",
                         "BOOT_FAIL", "DEADLINE", "REVOKED", "SPECIAL_EXIT"})
@@ -51,6 +52,12 @@ def directives(dep: Deployment) -> list[str]:
         directives.append(f"--account={dep.account}")
     directives.append(f"--output={dns_label(dep.app_name)}-%j.out")
     return directives
+
+
+def srun(dep: Deployment) -> str:
+    """``srun`` over the whole allocation; it does not inherit --cpus-per-task from the batch allocation
+    (Slurm >= 22.05), so that is passed again."""
+    return f"srun --nodes={dep.nodes} --ntasks-per-node={dep.tasks_per_node} --cpus-per-task={dep.cpus_per_task} "
 
 
 #: A job array (``appopt bench campaign``): one command per task, told apart by ``$SLURM_ARRAY_TASK_ID``.
@@ -175,5 +182,6 @@ class SlurmScheduler(Scheduler):
         raise SchedulerError(f"job {job_id}: unknown to Slurm ({problem_line(proc)})")
 
 
-#: This module's client, as :data:`builders.schedulers.SCHEDULERS` lists it.
-SCHEDULER = SlurmScheduler
+#: Slurm, as :mod:`builders.schedulers` lists it: ``job.slurm`` with ``#SBATCH`` lines, run with ``srun``.
+SLURM = batch_scheduler("slurm", job_file=JOB_FILE, template=TEMPLATE, directives=directives, workdir=WORKDIR,
+                        launchers={"srun": srun, "mpirun": mpirun}, default_launcher="srun", client=SlurmScheduler)

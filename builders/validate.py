@@ -4,6 +4,8 @@ Free text (names, env and label values, argv words, package specs) is always quo
 which no file format or shell word can hold. Fields that land where nothing can quote them are checked against a
 strict grammar instead: image references (``FROM``/``From:``), file paths (Singularity ``%files`` lines are globbed
 by a shell on the build host), env names, label keys, and the scheduler directives (``#SBATCH``/``#PBS`` lines).
+What depends on the scheduler (its name, launchers, the container format it runs) is checked against its module
+when the job is rendered (:func:`builders.jobs.job_scheduler`).
 """
 
 from __future__ import annotations
@@ -11,10 +13,9 @@ from __future__ import annotations
 import re
 from collections.abc import Iterator
 
-from builders.deployment import ARCHES, FORMATS, SCHEDULERS, Deployment
+from builders.deployment import ARCHES, FORMATS, Deployment
 from builders.errors import RenderError
 
-LAUNCHERS = ("srun", "mpirun")
 DEBIAN_FAMILY = ("debian", "ubuntu")
 #: Vendors the job renderers know how to hand GPUs to (container flags, Kubernetes resource names).
 GPU_VENDORS = ("nvidia", "amd", "intel")
@@ -56,9 +57,14 @@ def uses_gpus(dep: Deployment) -> bool:
 
 def check_deployment(dep: Deployment) -> None:
     """Raise one RenderError listing every field that cannot be rendered safely (nothing when all is well)."""
-    problems = list(_problems(dep))
+    problems = deployment_problems(dep)
     if problems:
         raise RenderError(*problems)
+
+
+def deployment_problems(dep: Deployment) -> list[str]:
+    """Every field that cannot be rendered safely, one ``field: message`` line each."""
+    return list(_problems(dep))
 
 
 def _problems(dep: Deployment) -> Iterator[str]:
@@ -123,8 +129,6 @@ def _path_problems(dep: Deployment) -> Iterator[str]:
 
 
 def _job_problems(dep: Deployment) -> Iterator[str]:
-    if dep.scheduler not in SCHEDULERS:
-        yield f"scheduler: {dep.scheduler!r} is not one of {', '.join(SCHEDULERS)}"
     if not dep.formats:
         yield "formats: need at least one of docker, singularity"
     for fmt in dep.formats:
@@ -145,7 +149,3 @@ def _job_problems(dep: Deployment) -> Iterator[str]:
         value = getattr(dep, name)
         if value is not None and not SCHEDULER_TOKEN.match(value):
             yield f"{name}: {value!r} may only use letters, digits and _.+@- (comma-separated)"
-    if dep.launcher is not None and dep.launcher not in LAUNCHERS:
-        yield f"launcher: {dep.launcher!r} is not one of {', '.join(LAUNCHERS)}"
-    if dep.launcher == "srun" and dep.scheduler != "slurm":
-        yield f"launcher: srun needs the slurm scheduler, not {dep.scheduler}"

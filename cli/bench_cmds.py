@@ -305,16 +305,15 @@ def campaign_cmd(
 ) -> None:
     """Render (and with --submit, submit) a Slurm job array: one campaign slice and one result shard per task."""
     from benchmarks import campaign
-    from builders.slurm import SlurmScheduler
 
-    if scheduler != "slurm":
-        raise AppoptError(f"--scheduler: {scheduler!r} is not supported (supported: slurm)")
+    if scheduler != campaign.SCHEDULER:
+        raise AppoptError(f"--scheduler: {scheduler!r} is not supported (supported: {campaign.SCHEDULER})")
     campaign_spec = campaign.load_campaign(spec)
     script = campaign.write_campaign(campaign_spec, spec, out)
     typer.echo(f"wrote {script} ({campaign_spec.task_count()} array tasks, {len(campaign_spec.jobs())} jobs)")
     typer.echo(f"shards: {campaign.shard_dir(campaign_spec, spec.resolve())}")
     if submit:
-        typer.echo(f"submitted job {SlurmScheduler().submit(script)}")
+        typer.echo(f"submitted job {campaign.submit_campaign(script)}")
 
 
 @bench_app.command("run-slice")
@@ -433,11 +432,6 @@ def register(app: typer.Typer) -> None:
 
 
 if __name__ == "__main__":  # ``python -m cli.bench_cmds bench ...`` works like ``appopt bench ...``
-    _root = typer.Typer(add_completion=False)
+    from cli.alone import run_alone
 
-    @_root.callback()
-    def _appopt() -> None:
-        """appopt (only the ``bench`` commands)."""
-
-    register(_root)
-    _root()
+    run_alone(register, "bench")

@@ -195,11 +195,6 @@ def register(app: typer.Typer) -> None:
 
 
 if __name__ == "__main__":  # ``python -m cli.models_cmds models ...`` works like ``appopt models ...``
-    _root = typer.Typer(add_completion=False)
+    from cli.alone import run_alone
 
-    @_root.callback()
-    def _appopt() -> None:
-        """appopt (only the ``models`` commands)."""
-
-    register(_root)
-    _root()
+    run_alone(register, "models")

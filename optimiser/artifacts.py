@@ -15,9 +15,9 @@ from typing import Any
 from builders import RenderError
 from builders.deployment import Deployment
 from builders.image_build import SPEC_LABEL, save_deployment
-from builders.jobs import DEFAULT_LAUNCHER
-from builders.kubernetes import GIB, kubernetes_notes
+from builders.kubernetes import GIB
 from builders.render import render_artifacts
+from builders.schedulers import scheduler_module
 from optimiser.app_files import (
     CODE_DIR,
     DATA_DIR,
@@ -107,7 +107,7 @@ def deployment_from_plan(plan: Plan, catalog: Catalog | None = None) -> Deployme
         walltime=spec.target.walltime,
         partition=spec.target.partition,
         account=spec.target.account,
-        launcher=DEFAULT_LAUNCHER.get(spec.target.scheduler) if spec.target.nodes * tasks > 1 else None,
+        launcher=scheduler_module(spec.target.scheduler).default_launcher if spec.target.nodes * tasks > 1 else None,
         **_pod_fields(plan),
     )
 
@@ -206,11 +206,10 @@ def with_deployment_notes(plan: Plan, dep: Deployment | None = None, catalog: Ca
     """``plan`` with the notes about what its image will run (``_entrypoint_notes``) added once."""
     dep = dep or deployment_from_plan(plan, catalog)
     notes = [*plan.notes, *_entrypoint_notes(plan, dep)]
-    if dep.scheduler == "kubernetes":
-        try:
-            notes += kubernetes_notes(dep)
-        except RenderError as exc:  # a pod override too large: rendering reports it as an error
-            notes.extend(exc.lines)
+    try:
+        notes += scheduler_module(dep.scheduler).notes(dep)  # e.g. the Kubernetes pod's size
+    except RenderError as exc:  # a pod override too large: rendering reports it as an error
+        notes.extend(exc.lines)
     return dataclasses.replace(plan, notes=tuple(dict.fromkeys(notes)))
 
 

@@ -22,7 +22,7 @@ import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
-from builders.jobs import JOB_FILES
+from builders.schedulers import job_files
 from optimiser.errors import AppoptError
 
 LOCK = ".appopt-lock"
@@ -36,7 +36,7 @@ LATER_SUFFIXES = (".sqfs", ".sif")
 #: What a plan by an appopt without ``MANIFEST`` wrote (recognised when plan.json and deployment.json are there).
 _LEGACY_PLAN = frozenset(
     {"plan.json", "plan.md", "deployment.json", "model.onnx", "runtime", "code", "Dockerfile", "Singularity.def",
-     *JOB_FILES.values()}
+     *job_files().values()}
 )
 #: Written last, so that a reader who sees the new plan.json sees the whole new plan.
 _LAST = ("plan.md", "plan.json")

@@ -28,7 +28,8 @@ from pydantic import (
 )
 from pydantic_core import ErrorDetails
 
-from builders.deployment import FORMATS, Arch, ContainerFormat, Scheduler
+from builders.deployment import FORMATS, Arch, ContainerFormat
+from builders.schedulers import scheduler_module, scheduler_names
 from builders.validate import IMAGE_REF, SCHEDULER_TOKEN
 from optimiser.errors import SpecError
 from optimiser.spec_yaml import MAX_SPEC_CHARS, load_yaml
@@ -183,7 +184,10 @@ class Target(_Strict):
     platform: Literal["hpc", "cloud"] = "hpc"
     cpu: CPU = Field(default_factory=CPU)
     accelerator: Accelerator | None = None
-    scheduler: Scheduler = "none"
+    scheduler: str = Field(
+        "none", description="The batch scheduler the job is for, or none for a plain run.sh.",
+        json_schema_extra=lambda schema: schema.update(enum=list(scheduler_names())),
+    )
     nodes: Annotated[int, Field(gt=0, le=100_000)] = 1
     partition: str | None = Field(
         None, max_length=1024, description="Slurm partition or PBS queue (comma-separated for several)."
@@ -195,6 +199,14 @@ class Target(_Strict):
         None, description="Node-to-node bandwidth in Gbit/s (default: 100 on hpc, 25 on cloud)."
     )
     kubernetes: KubernetesPod = Field(default_factory=KubernetesPod)
+
+    @field_validator("scheduler")
+    @classmethod
+    def _known_scheduler(cls, value: str) -> str:
+        # The registry of scheduler modules is the one list of names.
+        if value not in scheduler_names():
+            raise ValueError(f"{_shown(value)} is not one of {', '.join(scheduler_names())}")
+        return value
 
     @field_validator("partition", "account")
     @classmethod
@@ -270,9 +282,10 @@ class AppSpec(_Strict):
         return value
 
     @model_validator(mode="after")
-    def _kubernetes_runs_oci(self) -> AppSpec:
-        if self.target.scheduler == "kubernetes" and "docker" not in self.container.formats:
-            raise ValueError("container.formats: a Kubernetes Job runs an OCI image, so formats must include docker")
+    def _formats_serve_the_scheduler(self) -> AppSpec:
+        problem = scheduler_module(self.target.scheduler).format_problem(self.container.formats)
+        if problem:
+            raise ValueError(f"container.formats: {problem}")
         return self
 
     def model_path(self) -> Path | None:

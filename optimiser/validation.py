@@ -29,22 +29,21 @@ def validate_spec(path: Path) -> str:
 
 
 def check_rendered_job(path: Path) -> str:
-    """``appopt validate --strict``: plan the spec and render its job; a Kubernetes Job is also checked against the API
-    schema of every version we claim (needs the ``test`` extra's kubernetes-validate). Returns a one-line summary."""
-    from builders.jobs import render_job
-    from builders.kubernetes import KUBERNETES_VERSIONS, check_manifest
+    """``appopt validate --strict``: plan the spec and render its job, then let its scheduler check the text more
+    deeply where it can (a Kubernetes Job against the API schema of every version we claim, which needs the ``test``
+    extra's kubernetes-validate). Returns a one-line summary."""
+    from builders.jobs import job_scheduler
     from optimiser.artifacts import deployment_from_plan
     from optimiser.planner import make_plan
 
     dep = deployment_from_plan(make_plan(load_spec(path)))
     try:
-        name, text = render_job(dep)
-        if dep.scheduler == "kubernetes":
-            check_manifest(text)
-            return f"{name}: valid batch/v1 Job for Kubernetes {', '.join(KUBERNETES_VERSIONS)}"
+        scheduler = job_scheduler(dep)
+        text = scheduler.render(dep)
+        summary = scheduler.check_rendered(text) if scheduler.check_rendered else "rendered"
     except RenderError as exc:
         raise AppoptError(*exc.lines, exit_code=2) from None
-    return f"{name}: rendered"
+    return f"{scheduler.job_file}: {summary}"
 
 
 def _si(value: float) -> str:

@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 import onnx
 
-from runtime.engines import Signature, first_line, read_engine_dir, require, write_engine_dir
+from runtime.engines import Signature, first_line, read_engine_dir, read_model, require, write_engine_dir
 from runtime.errors import RuntimeModelError
 
 VMFB_FILE = "model.vmfb"
@@ -95,11 +95,8 @@ def compile_to_dir(model_path: str | os.PathLike[str], out_dir: str | os.PathLik
     import importlib.metadata
 
     require("iree.compiler", "iree")
-    signature = Signature.of_file(model_path)
-    try:
-        model = onnx.load(str(model_path))
-    except Exception as exc:
-        raise RuntimeModelError(f"cannot read the ONNX model {str(model_path)!r}: {exc}") from None
+    model = read_model(model_path)
+    signature = Signature(model.graph)
     started = time.perf_counter()
     vmfb = compile_model(model)
     seconds = time.perf_counter() - started

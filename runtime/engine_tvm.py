@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 import onnx
 
-from runtime.engines import Signature, first_line, read_engine_dir, require, write_engine_dir
+from runtime.engines import Signature, first_line, read_engine_dir, read_model, require, write_engine_dir
 from runtime.errors import RuntimeModelError
 
 LIBRARY_FILE = "model.so"
@@ -103,11 +103,8 @@ def linker() -> Any:
 def compile_to_dir(model_path: str | os.PathLike[str], out_dir: str | os.PathLike[str]) -> dict[str, Any]:
     """Compile ``model_path`` and export ``model.so`` in ``out_dir`` (with ``engine.json`` and ``io.onnx``)."""
     tvm = require("tvm", "tvm")
-    signature = Signature.of_file(model_path)
-    try:
-        model = onnx.load(str(model_path))
-    except Exception as exc:
-        raise RuntimeModelError(f"cannot read the ONNX model {str(model_path)!r}: {exc}") from None
+    model = read_model(model_path)
+    signature = Signature(model.graph)
     started = time.perf_counter()
     executable = compile_model(model, None)
     fcompile = linker()

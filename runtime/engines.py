@@ -42,6 +42,14 @@ class ModelRunner(Protocol):
     def run(self, feeds: Mapping[str, Any]) -> dict[str, Any]: ...
 
 
+def read_model(path: str | os.PathLike[str], load_external_data: bool = True) -> onnx.ModelProto:
+    """The ONNX model at ``path``; RuntimeModelError in one line when it is not one."""
+    try:
+        return onnx.load(str(path), load_external_data=load_external_data)
+    except Exception as exc:  # onnx raises DecodeError/OSError/… on what is not a model
+        raise RuntimeModelError(f"cannot read the ONNX model {str(path)!r}: {exc}") from None
+
+
 class Signature:
     """A model's graph inputs (without initializers) and outputs, as a runner declares them."""
 
@@ -55,10 +63,7 @@ class Signature:
 
     @classmethod
     def of_file(cls, path: str | os.PathLike[str]) -> Signature:
-        try:
-            return cls(onnx.load(str(path), load_external_data=False).graph)
-        except Exception as exc:  # onnx raises DecodeError/OSError/… on what is not a model
-            raise RuntimeModelError(f"cannot read the ONNX model {str(path)!r}: {exc}") from None
+        return cls(read_model(path, load_external_data=False).graph)
 
     def save(self, path: Path) -> None:
         """``io.onnx``: the inputs and outputs alone (no nodes, no weights)."""

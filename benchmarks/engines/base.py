@@ -9,10 +9,11 @@ reported as skipped: ``BackendSkipped`` carries the reason.
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import importlib.metadata
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -29,6 +30,30 @@ class BackendSkipped(Exception):
 
 class Session(Protocol):
     def run(self, feeds: Mapping[str, np.ndarray]) -> list[np.ndarray]: ...
+
+
+class CompiledSession:
+    """A session over a model an engine compiled whole (IREE, XLA): ``run`` is the engine's, and ``compile_ms`` what
+    the compile took, which the runner records beside the latency."""
+
+    def __init__(self, run: Callable[[Mapping[str, np.ndarray]], list[np.ndarray]], compile_ms: float) -> None:
+        self._run = run
+        self.compile_ms = compile_ms
+
+    def run(self, feeds: Mapping[str, np.ndarray]) -> list[np.ndarray]:
+        return self._run(feeds)
+
+
+@contextlib.contextmanager
+def refusal_is_a_skip() -> Iterator[None]:
+    """A model the runtime's engine wrapper refuses (``RuntimeModelError``: cannot import, compile or load it) is a
+    skip with the reason, not a failure."""
+    from runtime.errors import RuntimeModelError
+
+    try:
+        yield
+    except RuntimeModelError as error:
+        raise BackendSkipped(str(error)) from None
 
 
 @dataclass(frozen=True)
@@ -72,6 +97,23 @@ class Backend(ABC):
         if threads < 1:
             raise ValueError(f"threads must be at least 1, got {threads}")
         return self._prepare(model, threads, precision)
+
+
+class OnnxCompilerBackend(Backend):
+    """A compiler that takes the ONNX model whole (IREE, XLA): the route is "ONNX model, compiled by X" over
+    onnxruntime's framework id, its outputs drift by rounding (``records_error``), it needs ``modules`` (installed by
+    ``extra``), and rows record the versions of ``dists`` beside onnx's and numpy's."""
+
+    records_error = True
+    modules: tuple[str, ...]
+    extra: str
+    dists: tuple[str, ...]
+
+    def unavailable_reason(self) -> str | None:
+        return next((reason for module in self.modules if (reason := missing(module, extra=self.extra))), None)
+
+    def versions(self) -> dict[str, str]:
+        return {**{dist: version(dist) for dist in self.dists}, "onnx": onnx.__version__, "numpy": np.__version__}
 
 
 #: Op types that only convert between a model's NCHW inputs/outputs and a backend's internal layout (ours:

@@ -12,61 +12,39 @@ the latency; a model IREE cannot import, compile or load is skipped with the rea
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping
-from typing import Any
 
-import numpy as np
 import onnx
 
-from benchmarks.engines.base import Backend, BackendSkipped, EngineSpec, RouteInfo, Session, missing, version
+from benchmarks.engines.base import CompiledSession, EngineSpec, OnnxCompilerBackend, RouteInfo, refusal_is_a_skip
 
 
-class _IreeSession:
-    def __init__(self, session: Any, input_names: list[str], compile_ms: float) -> None:
-        self._session = session
-        self._input_names = input_names
-        self.compile_ms = compile_ms
-
-    def run(self, feeds: Mapping[str, np.ndarray]) -> list[np.ndarray]:
-        outputs: list[np.ndarray] = self._session.run([feeds[name] for name in self._input_names])
-        return outputs
-
-
-class IreeBackend(Backend):
+class IreeBackend(OnnxCompilerBackend):
     """IREE 3.x, llvm-cpu for the host CPU, ``threads`` task-executor workers."""
 
     name = "iree"
     route = RouteInfo("onnxruntime", compiler="iree", layout="NCHW")
-    records_error = True
+    modules = ("iree.compiler", "iree.runtime")
+    extra = "iree"
+    dists = ("iree-base-compiler", "iree-base-runtime")
 
-    def unavailable_reason(self) -> str | None:
-        return missing("iree.compiler", extra="iree") or missing("iree.runtime", extra="iree")
-
-    def versions(self) -> dict[str, str]:
-        return {"iree-base-compiler": version("iree-base-compiler"), "iree-base-runtime": version("iree-base-runtime"),
-                "onnx": onnx.__version__, "numpy": np.__version__}
-
-    def _prepare(self, model: onnx.ModelProto, threads: int, precision: str) -> Session:
+    def _prepare(self, model: onnx.ModelProto, threads: int, precision: str) -> CompiledSession:
         from runtime.engine_iree import IreeSession, compile_model
-        from runtime.errors import RuntimeModelError
 
         constant = {init.name for init in model.graph.initializer}
         input_names = [vi.name for vi in model.graph.input if vi.name not in constant]
         started = time.perf_counter()
-        try:
+        with refusal_is_a_skip():
             vmfb = compile_model(model)
             compile_ms = (time.perf_counter() - started) * 1e3
             session = IreeSession(vmfb, threads)
-        except RuntimeModelError as error:
-            raise BackendSkipped(str(error)) from None
-        return _IreeSession(session, input_names, compile_ms)
+        return CompiledSession(lambda feeds: session.run([feeds[name] for name in input_names]), compile_ms)
 
 
 ENGINE = EngineSpec(
     name="iree",
     framework="onnxruntime",
     compilers=("iree",),
-    pip=("iree-base-compiler", "iree-base-runtime"),
+    pip=IreeBackend.dists,
     extra="iree",
     image_engine="iree",
     backends=lambda: [IreeBackend()],

@@ -14,59 +14,36 @@ those CPUs (``runtime.engine_jax.pin_pool``), so more threads than CPUs is skipp
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import TYPE_CHECKING
-
-import numpy as np
 import onnx
 
-from benchmarks.engines.base import Backend, BackendSkipped, EngineSpec, RouteInfo, Session, missing, version
+from benchmarks.engines.base import CompiledSession, EngineSpec, OnnxCompilerBackend, RouteInfo, refusal_is_a_skip
 from benchmarks.engines.torch_compile import example_feeds
 
-if TYPE_CHECKING:
-    from runtime.engine_jax import JaxGraph
 
-
-class _JaxSession:
-    def __init__(self, graph: JaxGraph) -> None:
-        self._graph = graph
-        self.compile_ms = float(graph.compile_ms or 0.0)
-
-    def run(self, feeds: Mapping[str, np.ndarray]) -> list[np.ndarray]:
-        return self._graph.run_list(feeds)
-
-
-class JaxXlaBackend(Backend):
-    """``jax.jit`` (XLA CPU) of the ONNX graph's JAX translation, static shapes, fp32."""
+class JaxXlaBackend(OnnxCompilerBackend):
+    """``jax.jit`` (XLA CPU) of the ONNX graph's JAX translation, static shapes, fp32; XLA fuses and reorders
+    reductions, so outputs drift from the reference by rounding."""
 
     name = "jax-xla"
     route = RouteInfo("onnxruntime", compiler="xla", layout="NCHW")
-    records_error = True  # XLA fuses and reorders reductions: outputs drift from the reference by rounding
+    modules = ("jax",)
+    extra = "jax"
+    dists = ("jax", "jaxlib")
 
-    def unavailable_reason(self) -> str | None:
-        return missing("jax", extra="jax")
-
-    def versions(self) -> dict[str, str]:
-        return {"jax": version("jax"), "jaxlib": version("jaxlib"), "onnx": onnx.__version__,
-                "numpy": np.__version__}
-
-    def _prepare(self, model: onnx.ModelProto, threads: int, precision: str) -> Session:
+    def _prepare(self, model: onnx.ModelProto, threads: int, precision: str) -> CompiledSession:
         from runtime.engine_jax import JaxGraph
-        from runtime.errors import RuntimeModelError
 
-        try:
+        with refusal_is_a_skip():
             graph = JaxGraph(model, threads)
             graph.run_list(example_feeds(model))  # the cold compile at the declared shapes (batch 1)
-        except RuntimeModelError as error:
-            raise BackendSkipped(str(error)) from None
-        return _JaxSession(graph)
+        return CompiledSession(graph.run_list, float(graph.compile_ms or 0.0))
 
 
 ENGINE = EngineSpec(
     name="jax-xla",
     framework="onnxruntime",
     compilers=("xla",),
-    pip=("jax", "jaxlib"),
+    pip=JaxXlaBackend.dists,
     extra="jax",
     image_engine="jax",
     backends=lambda: [JaxXlaBackend()],

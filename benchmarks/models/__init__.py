@@ -143,17 +143,22 @@ _TINY: tuple[SuiteModel, ...] = tuple(
     )
 )
 
-_BREADTH: tuple[SuiteModel, ...] = tuple(
-    SuiteModel(
-        name,
-        family,
-        functools.partial(breadth.build, name),
-        inputs,
-        source="torch.onnx",
-        description=description,
-        tags=("breadth",),
+
+def _torch_exports(
+    tag: str, build: Callable[[str], onnx.ModelProto], rows: tuple[tuple[str, str, tuple[InputSpec, ...], str], ...]
+) -> tuple[SuiteModel, ...]:
+    """A suite of PyTorch exports: one (name, family, inputs, description) row per model, built by ``build(name)``."""
+    return tuple(
+        SuiteModel(name, family, functools.partial(build, name), inputs, source="torch.onnx", description=description,
+                   tags=(tag,))
+        for name, family, inputs, description in rows
     )
-    for name, family, inputs, description in (
+
+
+_BREADTH = _torch_exports(
+    "breadth",
+    breadth.build,
+    (
         ("lstm_tagger", "lstm", (InputSpec("ids", (20,), "int64", 0, breadth.VOCAB),), "embedding, 2-layer LSTM 128"),
         ("bilstm_classifier", "lstm", (InputSpec("ids", (32,), "int64", 0, breadth.VOCAB),), "bidirectional LSTM 96"),
         ("gru_lm", "gru", (InputSpec("ids", (16,), "int64", 0, breadth.VOCAB),), "GRU 256 language model"),
@@ -186,17 +191,10 @@ _BREADTH: tuple[SuiteModel, ...] = tuple(
 )
 
 _IMG32, _IMG64 = (InputSpec("input", (3, 32, 32)),), (InputSpec("input", (3, 64, 64)),)
-_HELDOUT: tuple[SuiteModel, ...] = tuple(
-    SuiteModel(
-        name,
-        family,
-        functools.partial(heldout.build, name),
-        inputs,
-        source="torch.onnx",
-        description=description,
-        tags=("heldout",),
-    )
-    for name, family, inputs, description in (
+_HELDOUT = _torch_exports(
+    "heldout",
+    heldout.build,
+    (
         (
             "prenorm_encoder",
             "transformer",

@@ -21,6 +21,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from analysis.modelinfo import OP_CLASSES, ModelCost, OpClass, analyse_onnx, cost_from_architecture, op_class
+from benchmarks.models.convnets import MOBILENET_V2_BLOCKS
 from optimiser.catalog import load_catalog
 from optimiser.errors import SpecError
 
@@ -174,15 +175,7 @@ def mobilenet_v2() -> onnx.ModelProto:
     g = GraphBuilder()
     x = g.conv_bn("image", 3, 32, 3, stride=2, relu=False, relu6=True)
     cin = 32
-    for t, c, n, s in [
-        (1, 16, 1, 1),
-        (6, 24, 2, 2),
-        (6, 32, 3, 2),
-        (6, 64, 4, 2),
-        (6, 96, 3, 1),
-        (6, 160, 3, 2),
-        (6, 320, 1, 1),
-    ]:
+    for t, c, n, s in MOBILENET_V2_BLOCKS:
         for index in range(n):
             stride = s if index == 0 else 1
             hidden = cin * t

@@ -1,19 +1,32 @@
-"""What the tests of every compiling backend (OpenVINO, TVM, torch.compile) share: a model no engine can compile,
-and the row a short run of the MLP must give (compile time and error against the reference in it)."""
+"""What the tests of every compiling backend (OpenVINO, TVM, IREE, XLA, torch.compile) share: the MLP's outputs
+against onnxruntime's, a model no engine can compile, and the row a short run of the MLP must give (compile time and
+error against the reference in it)."""
 
 from __future__ import annotations
 
 import json
 from typing import Any
 
+import numpy as np
 import onnx
 from onnx import TensorProto, helper
 
+from benchmarks.backends import get_backend
 from benchmarks.harness import ScenarioSettings
-from benchmarks.models import suite
+from benchmarks.models import get_model, suite
 from benchmarks.runner import BenchRequest, run_benchmarks
 
 TINY = ScenarioSettings(min_duration_s=0.0, min_queries=3, warmup_queries=1)
+
+
+def assert_mlp_matches_onnxruntime(backend: str, batch: int) -> None:
+    """``backend`` runs the MLP at ``batch`` as onnxruntime does, and keeps the time its compile took."""
+    model = get_model("mlp")
+    feeds = model.feeds(batch=batch)
+    session = get_backend(backend).prepare(model.model(), threads=1)
+    want = get_backend("onnxruntime").prepare(model.model()).run(feeds)[0]
+    np.testing.assert_allclose(session.run(feeds)[0], want, rtol=1e-4, atol=1e-5)
+    assert session.compile_ms > 0  # type: ignore[attr-defined]
 
 
 def unrunnable_model() -> onnx.ModelProto:

@@ -15,8 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks.campaign import load_campaign, shard_dir, write_campaign
-from builders.slurm import SlurmScheduler
+from benchmarks.campaign import load_campaign, shard_dir, submit_campaign, write_campaign
 from perfmodels.results_db import merge, read_results
 from tests.builders.realcomp.conftest import Slurm, session_env, slurm  # noqa: F401  (fixtures)
 
@@ -59,7 +58,7 @@ def test_campaign_array_writes_one_shard_per_task_and_they_merge(
     monkeypatch.chdir(tmp_path)
     spec = load_campaign(spec_path)
     script = write_campaign(spec, spec_path, tmp_path / "out")
-    job_id = SlurmScheduler().submit(script)  # the scheduler module plans' jobs are submitted with
+    job_id = submit_campaign(script)  # the Slurm module's client, which plans' jobs are submitted with
     state = _wait_for_array(job_id)
     shards = sorted(shard_dir(spec, spec_path).glob("shard-*.csv"))
     logs = "\n".join(p.read_text() for p in (shard_dir(spec, spec_path) / "logs").glob("*.out"))

@@ -3,16 +3,13 @@
 from __future__ import annotations
 
 import importlib.util
-import json
 
 import numpy as np
 import pytest
 from onnx import TensorProto, helper
 
 from benchmarks.backends import BackendSkipped, get_backend
-from benchmarks.harness import ScenarioSettings
-from benchmarks.models import get_model, suite
-from benchmarks.runner import BenchRequest, run_benchmarks
+from tests.benchmarks.compiled_backends import assert_mlp_matches_onnxruntime, mlp_row, unrunnable_model
 
 
 def _installed() -> bool:
@@ -25,17 +22,10 @@ def _installed() -> bool:
 
 pytestmark = pytest.mark.skipif(not _installed(), reason="extra not installed")
 
-TINY = ScenarioSettings(min_duration_s=0.0, min_queries=3, warmup_queries=1)
-
 
 @pytest.mark.parametrize("batch", [1, 4])
 def test_iree_matches_onnxruntime_and_keeps_compile_time(batch):
-    model = get_model("mlp")
-    feeds = model.feeds(batch=batch)
-    session = get_backend("iree").prepare(model.model(), threads=1)
-    want = get_backend("onnxruntime").prepare(model.model()).run(feeds)[0]
-    np.testing.assert_allclose(session.run(feeds)[0], want, rtol=1e-4, atol=1e-5)
-    assert session.compile_ms > 0  # type: ignore[attr-defined]
+    assert_mlp_matches_onnxruntime("iree", batch)
 
 
 def test_the_entry_function_is_named_after_the_graph_not_main():
@@ -55,21 +45,7 @@ def test_the_entry_function_is_named_after_the_graph_not_main():
 
 
 def test_rows_carry_compile_time_and_max_error_and_unrunnable_models_are_skipped():
-    bad = helper.make_model(
-        helper.make_graph(
-            [helper.make_node("NoSuchOp", ["x"], ["y"], domain="com.example")],
-            "g",
-            [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])],
-            [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2])],
-        ),
-        opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("com.example", 1)],
-    )
     with pytest.raises(BackendSkipped, match=r"^iree cannot (import|compile) the model: "):
-        get_backend("iree").prepare(bad)
-    request = BenchRequest(models=suite("mlp"), backends=("iree",), settings=TINY)
-    (outcome,) = list(run_benchmarks(request, None))
-    assert outcome.status == "ok" and outcome.row is not None
-    row = outcome.row
-    assert row["compiler"] == "iree" and row["framework"] == "onnxruntime" and row["backend"] == "iree"
-    assert json.loads(row["settings"])["compile_ms"] > 0
-    assert 0 <= row["max_abs_error"] < 1e-4
+        get_backend("iree").prepare(unrunnable_model())
+    row = mlp_row("iree", "onnxruntime", "iree")
+    assert row["backend"] == "iree"

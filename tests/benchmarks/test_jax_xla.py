@@ -3,30 +3,19 @@
 from __future__ import annotations
 
 import importlib.util
-import json
 
-import numpy as np
 import pytest
 from onnx import TensorProto, helper
 
 from benchmarks.backends import BackendSkipped, get_backend
-from benchmarks.harness import ScenarioSettings
 from benchmarks.models import get_model, suite
-from benchmarks.runner import BenchRequest, run_benchmarks
+from tests.benchmarks.compiled_backends import assert_mlp_matches_onnxruntime, mlp_row
 
 pytestmark = pytest.mark.skipif(importlib.util.find_spec("jax") is None, reason="extra not installed")
 
-TINY = ScenarioSettings(min_duration_s=0.0, min_queries=3, warmup_queries=1)
-
-
 @pytest.mark.parametrize("batch", [1, 4])
 def test_jax_xla_matches_onnxruntime_and_keeps_compile_time(batch: int) -> None:
-    model = get_model("mlp")
-    feeds = model.feeds(batch=batch)
-    session = get_backend("jax-xla").prepare(model.model(), threads=1)
-    want = get_backend("onnxruntime").prepare(model.model()).run(feeds)[0]
-    np.testing.assert_allclose(session.run(feeds)[0], want, rtol=1e-4, atol=1e-5)
-    assert session.compile_ms > 0  # type: ignore[attr-defined]
+    assert_mlp_matches_onnxruntime("jax-xla", batch)
 
 
 def test_rows_carry_compile_time_and_max_error_and_unrunnable_models_are_skipped() -> None:
@@ -40,13 +29,7 @@ def test_rows_carry_compile_time_and_max_error_and_unrunnable_models_are_skipped
     )
     with pytest.raises(BackendSkipped, match="NoSuchOp node n0: op not supported"):
         get_backend("jax-xla").prepare(bad)
-    request = BenchRequest(models=suite("mlp"), backends=("jax-xla",), settings=TINY)
-    (outcome,) = list(run_benchmarks(request, None))
-    assert outcome.status == "ok" and outcome.row is not None
-    row = outcome.row
-    assert (row["backend"], row["compiler"], row["framework"]) == ("jax-xla", "xla", "onnxruntime")
-    assert json.loads(row["settings"])["compile_ms"] > 0
-    assert 0 <= row["max_abs_error"] < 1e-4
+    assert mlp_row("jax-xla", "onnxruntime", "xla")["backend"] == "jax-xla"
 
 
 def test_more_threads_than_cpus_is_a_skip_with_the_reason() -> None:

@@ -15,7 +15,7 @@ import json
 import socket
 import ssl
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -44,6 +44,17 @@ class QuietHandler(BaseHTTPRequestHandler):
     def read_body(self) -> bytes:
         length = int(self.headers.get("Content-Length") or 0)
         return self.rfile.read(length) if length else b""
+
+
+def send_reply(handler: BaseHTTPRequestHandler, status: int, headers: Iterable[tuple[str, str]], body: bytes) -> None:
+    """Answer ``handler``'s request: status, ``headers``, the body's length and (but to HEAD) the body."""
+    handler.send_response(status)
+    for key, value in headers:
+        handler.send_header(key, value)
+    handler.send_header("Content-Length", str(len(body)))
+    handler.end_headers()
+    if handler.command != "HEAD":
+        handler.wfile.write(body)
 
 
 class _DualServer(ThreadingHTTPServer):
@@ -91,13 +102,7 @@ class Listener:
                 listener.seen.append(Seen(scheme, listener.port, self.command, self.path,
                                           self.headers.get("Authorization", "")))
                 status, headers, payload = listener.respond(self, scheme, body)
-                self.send_response(status)
-                for key, value in headers.items():
-                    self.send_header(key, value)
-                self.send_header("Content-Length", str(len(payload)))
-                self.end_headers()
-                if self.command != "HEAD":
-                    self.wfile.write(payload)
+                send_reply(self, status, headers.items(), payload)
 
             do_GET = do_PUT = do_POST = do_PATCH = do_HEAD = _handle
 

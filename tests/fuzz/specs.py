@@ -35,6 +35,7 @@ import yaml
 from hypothesis import strategies as st
 from typer.testing import CliRunner
 
+from builders.schedulers import scheduler_names
 from cli.main import app
 from optimiser.errors import MAX_LINE_CHARS
 
@@ -229,7 +230,7 @@ PLAUSIBLE: dict[tuple[str, ...], list[Any]] = {
         {"vendor": "nvidia", "model": "a100", "count": 0}, {"vendor": "amd", "model": "a100"}, {"vendor": "nvidia"},
         {"vendor": "none", "count": 3}, {"vendor": "intel", "model": "xeon-8380"},
     ],
-    ("target", "scheduler"): ["slurm", "pbs", "torque", "kubernetes", "none"],
+    ("target", "scheduler"): [*scheduler_names(), "lsf"],
     ("target", "nodes"): [1, 2, 100_000, 100_001],
     ("target", "partition"): ["gpu", "gpu,debug", "gpu debug", "a;b", "", "_x", "x+y@z", "ü", "gpu,", "-x"],
     ("target", "account"): ["proj1", "a b", "$(id)", "p.1@x", ",", "a" * 300],
@@ -395,23 +396,17 @@ def _check(content: str | bytes, workdir: Path) -> Result:
     out = workdir / "out"
     try:
         validated = _runner.invoke(app, ["validate", str(spec)])
-        crash = _crash(validated)
-        if crash:
-            return Result("traceback", f"validate: {crash}")
-        problem = _message_problem(validated.stderr)
-        if problem:
-            return Result("bad-message", f"validate: {problem}")
+        bad = _bad_outcome("validate", validated)
+        if bad:
+            return bad
         if validated.exit_code != 0:
             if validated.stderr.startswith("error: "):
                 return Result("rejected")
             return Result("bad-message", f"validate exit {validated.exit_code} with no error line")
         planned = _runner.invoke(app, ["plan", str(spec), "-o", str(out)])
-        crash = _crash(planned)
-        if crash:
-            return Result("traceback", f"plan: {crash}")
-        problem = _message_problem(planned.stderr)
-        if problem:
-            return Result("bad-message", f"plan: {problem}")
+        bad = _bad_outcome("plan", planned)
+        if bad:
+            return bad
         if planned.exit_code == 3:
             return Result("no-route")
         if planned.exit_code != 0:
@@ -423,6 +418,15 @@ def _check(content: str | bytes, workdir: Path) -> Result:
         return Result("ok")
     finally:
         shutil.rmtree(out, ignore_errors=True)
+
+
+def _bad_outcome(command: str, result: Any) -> Result | None:
+    """A traceback, or an error message that breaks the message rules, from ``appopt COMMAND``; None if neither."""
+    crash = _crash(result)
+    if crash:
+        return Result("traceback", f"{command}: {crash}")
+    problem = _message_problem(result.stderr)
+    return Result("bad-message", f"{command}: {problem}") if problem else None
 
 
 def _no_constant(name: str) -> None:

@@ -38,3 +38,19 @@ def vi(name: str, elem: int = F, shape: Sequence[Any] | None = None) -> onnx.Val
 
 def const(name: str, value: Any, dtype: Any = np.float32) -> onnx.TensorProto:
     return numpy_helper.from_array(np.asarray(value, dtype=dtype), name)
+
+
+def gelu(x: str, y: str) -> list[onnx.NodeProto]:
+    """GELU as PyTorch exports it, (x * (erf(x / sqrt 2) + 1)) * 0.5, over the :func:`gelu_constants`."""
+    return [
+        helper.make_node("Div", [x, "sqrt2"], [f"{y}_d"]),
+        helper.make_node("Erf", [f"{y}_d"], [f"{y}_e"]),
+        helper.make_node("Add", [f"{y}_e", "one"], [f"{y}_a"]),
+        helper.make_node("Mul", [x, f"{y}_a"], [f"{y}_m"]),
+        helper.make_node("Mul", [f"{y}_m", "half"], [y]),
+    ]
+
+
+def gelu_constants() -> list[onnx.TensorProto]:
+    """The initializers :func:`gelu` reads."""
+    return [const("sqrt2", np.sqrt(2.0)), const("one", 1.0), const("half", 0.5)]

@@ -19,7 +19,7 @@ import pytest
 from onnx import helper
 
 from runtime import compile_model, native
-from tests.runtime.graphs import const, model, vi
+from tests.runtime.graphs import const, gelu, gelu_constants, model, vi
 
 pytestmark = pytest.mark.skipif(native.lib() is None, reason=f"compiled kernels unavailable: {native.status()}")
 
@@ -39,17 +39,6 @@ def _image_feeds(rng: np.random.Generator, c: int, h: int, w: int) -> Callable[[
     return feeds
 
 
-def _gelu(x: str, y: str) -> list[onnx.NodeProto]:
-    """GELU as PyTorch exports it (the pattern the product epilogue takes in)."""
-    return [
-        helper.make_node("Div", [x, "sqrt2"], [f"{y}_d"]),
-        helper.make_node("Erf", [f"{y}_d"], [f"{y}_e"]),
-        helper.make_node("Add", [f"{y}_e", "one"], [f"{y}_a"]),
-        helper.make_node("Mul", [x, f"{y}_a"], [f"{y}_m"]),
-        helper.make_node("Mul", [f"{y}_m", "half"], [y]),
-    ]
-
-
 def convnext(rng: np.random.Generator) -> Built:
     """1x1 stem -> depthwise KxK (3, 5 or 7, stride 1 or 2) -> permute -> LayerNorm -> MLP with GELU -> permute
     -> residual: the NHWC depthwise kernel at image edges, the row LayerNorm and the GELU epilogue."""
@@ -64,7 +53,7 @@ def convnext(rng: np.random.Generator) -> Built:
         helper.make_node("LayerNormalization", ["t", "g", "b"], ["n"], axis=-1),
         helper.make_node("MatMul", ["n", "m1"], ["h0"]),
         helper.make_node("Add", ["h0", "c1"], ["h1"]),
-        *_gelu("h1", "hg"),
+        *gelu("h1", "hg"),
         helper.make_node("MatMul", ["hg", "m2"], ["o0"]),
         helper.make_node("Add", ["o0", "c2"], ["o1"]),
         helper.make_node("Transpose", ["o1"], ["o"], perm=[0, 3, 1, 2]),
@@ -80,9 +69,7 @@ def convnext(rng: np.random.Generator) -> Built:
         const("c1", _w(rng, e)),
         const("m2", _w(rng, e, c)),
         const("c2", _w(rng, c)),
-        const("sqrt2", np.sqrt(2.0)),
-        const("one", 1.0),
-        const("half", 0.5),
+        *gelu_constants(),
     ]
     m = model(nodes, [vi("x", shape=["n", 3, h, w])], [vi("y")], init)
     return m, _image_feeds(rng, 3, h, w)

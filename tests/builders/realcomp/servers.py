@@ -22,7 +22,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
-from tests.builders.fake_registry import QuietHandler
+from tests.builders.fake_registry import QuietHandler, send_reply
 
 
 def free_port() -> int:
@@ -195,25 +195,16 @@ class FaultProxy:
                     return
                 if fault is not None:
                     payload = b'{"errors":[{"code":"UNAVAILABLE","message":"injected fault"}]}'
-                    self.send_response(fault.status or 500)
-                    self.send_header("Content-Type", "application/json")
-                    self.send_header("Content-Length", str(len(payload)))
-                    self.end_headers()
-                    self.wfile.write(payload)
+                    send_reply(self, fault.status or 500, [("Content-Type", "application/json")], payload)
                     return
                 conn = http.client.HTTPConnection(proxy.upstream, timeout=60)
                 headers = {k: v for k, v in self.headers.items() if k.lower() not in ("connection",)}
                 conn.request(self.command, self.path, body=body or None, headers=headers)
                 resp = conn.getresponse()
                 data = resp.read()
-                self.send_response(resp.status)
-                for key, value in resp.getheaders():
-                    if key.lower() not in ("connection", "transfer-encoding", "content-length"):
-                        self.send_header(key, value)
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                if self.command != "HEAD":
-                    self.wfile.write(data)
+                kept = [(key, value) for key, value in resp.getheaders()
+                        if key.lower() not in ("connection", "transfer-encoding", "content-length")]
+                send_reply(self, resp.status, kept, data)
                 conn.close()
 
             do_GET = do_PUT = do_POST = do_PATCH = do_HEAD = do_DELETE = _handle
@@ -326,12 +317,7 @@ class TokenServer:
                 self._answer(200, {"token": token, "access_token": token, "expires_in": 300})
 
             def _answer(self, status: int, payload: dict[str, object]) -> None:
-                data = json.dumps(payload).encode()
-                self.send_response(status)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
+                send_reply(self, status, [("Content-Type", "application/json")], json.dumps(payload).encode())
 
         tls = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
         tls.load_cert_chain(str(self.cert), str(self.key))

@@ -243,22 +243,16 @@ def test_a_shared_transpose_stays_for_its_other_reader() -> None:
     assert _count(exe, "FusedAttention") == 1 and _count(exe, "Transpose") == 1 and _count(exe, "Gather") == 0
 
 
-def test_exported_multihead_attention_fuses() -> None:
-    """``nn.TransformerEncoderLayer`` exported by torch (scaled_dot_product_attention, with a padding mask)."""
-    torch = pytest.importorskip("torch", reason="extra not installed (torch exports the model)")
+def _export_x_mask(module: Any, args: tuple[Any, ...]) -> onnx.ModelProto:
+    """``module`` exported by TorchScript at opset 17, inputs ``x`` and ``mask`` and output ``y`` batch-dynamic."""
     import io
 
-    torch.manual_seed(0)
-    layer = torch.nn.TransformerEncoderLayer(32, 4, 64, dropout=0.0, batch_first=True).eval()
-    x = torch.randn(2, 10, 32)
-    mask = torch.zeros(2, 10, dtype=torch.bool)
-    mask[1, 7:] = True
+    import torch
+
     buf = io.BytesIO()
-    # exported with autograd on, as torch's own examples do: under no_grad an eval-mode layer takes its fused fast
-    # path (aten::_transformer_encoder_layer_fwd), which the TorchScript exporter cannot write
     torch.onnx.export(
-        layer,
-        (x, None, mask),
+        module,
+        args,
         buf,
         dynamo=False,
         input_names=["x", "mask"],
@@ -266,7 +260,21 @@ def test_exported_multihead_attention_fuses() -> None:
         opset_version=17,
         dynamic_axes={"x": {0: "batch"}, "mask": {0: "batch"}, "y": {0: "batch"}},
     )
-    m = onnx.load_from_string(buf.getvalue())
+    return onnx.load_from_string(buf.getvalue())
+
+
+def test_exported_multihead_attention_fuses() -> None:
+    """``nn.TransformerEncoderLayer`` exported by torch (scaled_dot_product_attention, with a padding mask)."""
+    torch = pytest.importorskip("torch", reason="extra not installed (torch exports the model)")
+
+    torch.manual_seed(0)
+    layer = torch.nn.TransformerEncoderLayer(32, 4, 64, dropout=0.0, batch_first=True).eval()
+    x = torch.randn(2, 10, 32)
+    mask = torch.zeros(2, 10, dtype=torch.bool)
+    mask[1, 7:] = True
+    # exported with autograd on, as torch's own examples do: under no_grad an eval-mode layer takes its fused fast
+    # path (aten::_transformer_encoder_layer_fwd), which the TorchScript exporter cannot write
+    m = _export_x_mask(layer, (x, None, mask))
     feeds = {"x": x.detach().numpy(), "mask": mask.numpy()}
     exe = compare(m, feeds)
     assert _count(exe, "FusedAttention") == 1
@@ -276,7 +284,6 @@ def test_exported_multihead_attention_fuses() -> None:
 def test_exported_hugging_face_style_masked_attention_fuses() -> None:
     """DistilBERT as Hugging Face writes it: Q divided by sqrt(d) first, scores.masked_fill(mask, finfo.min)."""
     torch = pytest.importorskip("torch", reason="extra not installed (torch exports the model)")
-    import io
 
     class HfAttention(torch.nn.Module):
         def __init__(self) -> None:
@@ -300,19 +307,8 @@ def test_exported_hugging_face_style_masked_attention_fuses() -> None:
     x = torch.randn(2, 12, 32)
     mask = torch.ones(2, 12, dtype=torch.int64)
     mask[1, 9:] = 0
-    buf = io.BytesIO()
     with torch.no_grad():
-        torch.onnx.export(
-            HfAttention().eval(),
-            (x, mask),
-            buf,
-            dynamo=False,
-            input_names=["x", "mask"],
-            output_names=["y"],
-            opset_version=17,
-            dynamic_axes={"x": {0: "batch"}, "mask": {0: "batch"}, "y": {0: "batch"}},
-        )
-    m = onnx.load_from_string(buf.getvalue())
+        m = _export_x_mask(HfAttention().eval(), (x, mask))
     exe = compare(m, {"x": x.numpy(), "mask": mask.numpy()})
     assert _count(exe, "FusedAttention") == 1 and _count(exe, "Softmax") == 0
 

@@ -8,7 +8,7 @@ import pytest
 from onnx import helper
 
 from runtime import compile_model
-from tests.runtime.graphs import const, model, vi
+from tests.runtime.graphs import const, gelu, gelu_constants, model, vi
 from tests.runtime.passes.conftest import compare, ops_of
 
 rng = np.random.default_rng(11)
@@ -23,21 +23,8 @@ INIT = [
     const("c1", rng.standard_normal(4 * C)),
     const("m2", rng.standard_normal((4 * C, C)) * 0.3),
     const("c2", rng.standard_normal(C)),
-    const("sqrt2", np.sqrt(2.0)),
-    const("one", 1.0),
-    const("half", 0.5),
+    *gelu_constants(),
 ]
-
-
-def gelu(x: str, y: str) -> list[onnx.NodeProto]:
-    """GELU as PyTorch exports it: (x * (erf(x / sqrt 2) + 1)) * 0.5."""
-    return [
-        helper.make_node("Div", [x, "sqrt2"], [f"{y}_d"]),
-        helper.make_node("Erf", [f"{y}_d"], [f"{y}_e"]),
-        helper.make_node("Add", [f"{y}_e", "one"], [f"{y}_a"]),
-        helper.make_node("Mul", [x, f"{y}_a"], [f"{y}_m"]),
-        helper.make_node("Mul", [f"{y}_m", "half"], [y]),
-    ]
 
 
 def convnext(perm_in: tuple[int, ...] = (0, 2, 3, 1)) -> list[onnx.NodeProto]:

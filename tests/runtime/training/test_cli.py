@@ -36,25 +36,9 @@ def model_file(tmp_path: Path) -> Path:
 
 def test_train_an_onnx_file_on_digits(app: typer.Typer, model_file: Path, tmp_path: Path) -> None:
     out = tmp_path / "trained.onnx"
-    result = CliRunner().invoke(
-        app,
-        [
-            "train",
-            str(model_file),
-            "--data",
-            "digits",
-            "--epochs",
-            "2",
-            "--optimizer",
-            "adam",
-            "--lr",
-            "0.01",
-            "--checkpoint",
-            str(tmp_path / "ck"),
-            "-o",
-            str(out),
-        ],
-    )
+    adam_on_digits = ["train", str(model_file), "--data", "digits", "--optimizer", "adam", "--lr", "0.01",
+                      "--checkpoint", str(tmp_path / "ck"), "-o", str(out)]
+    result = CliRunner().invoke(app, [*adam_on_digits, "--epochs", "2"])
     assert result.exit_code == 0, result.output
     lines = result.output.splitlines()
     assert lines[0].startswith("epoch 1/2") and "test acc" in lines[0] and lines[-1].startswith(f"wrote {out}")
@@ -62,26 +46,7 @@ def test_train_an_onnx_file_on_digits(app: typer.Typer, model_file: Path, tmp_pa
     assert accuracy > 85
     outputs = compile_model(str(out)).run({"input": np.zeros((2, 64), np.float32)})
     assert outputs["output"].shape == (2, 10)
-    again = CliRunner().invoke(
-        app,
-        [
-            "train",
-            str(model_file),
-            "--data",
-            "digits",
-            "--epochs",
-            "3",
-            "--optimizer",
-            "adam",
-            "--lr",
-            "0.01",
-            "--checkpoint",
-            str(tmp_path / "ck"),
-            "--resume",
-            "-o",
-            str(out),
-        ],
-    )
+    again = CliRunner().invoke(app, [*adam_on_digits, "--epochs", "3", "--resume"])
     assert again.exit_code == 0, again.output
     assert again.output.splitlines()[0] == f"resumed from {tmp_path / 'ck'} at epoch 2"
     assert again.output.splitlines()[1].startswith("epoch 3/3")
