@@ -37,12 +37,18 @@ import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from analysis.units import decode_units
 from optimiser.errors import AppoptError
 from optimiser.planner import make_plan
 from optimiser.spec import load_spec
 from perfmodels import Prediction, Workload
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from optimiser.stages import Candidate
 
 #: Measured times further apart than this share are different speeds (a tie between them is an error).
 DIFFERENT = 0.10
@@ -95,17 +101,21 @@ class Decision:
 def measured_medians(truth: Path, host: str, threads: int) -> dict[tuple[str, int], dict[str, object]]:
     """(model, batch) -> the workload row and route -> median step seconds, from ``truth``'s SingleStream rows of
     ``host`` at ``threads``."""
-    import pandas as pd
-
     from perfmodels.results_db import read_results
 
     frame = read_results(truth, warn=False)
+    return route_medians(frame[(frame["target"] == host) & (frame["threads"].astype("Int64") == threads)])
+
+
+def route_medians(frame: pd.DataFrame) -> dict[tuple[str, int], dict[str, object]]:
+    """(model, batch) -> the workload row and route -> median step seconds of ``frame``'s measured SingleStream
+    inference rows with kernel units."""
+    import pandas as pd
+
     rows = frame[
         (frame["source"] == "measured")
         & (frame["scenario"] == "SingleStream")
         & (frame["mode"].fillna("inference") == "inference")
-        & (frame["target"] == host)
-        & (frame["threads"].astype("Int64") == threads)
         & frame["units"].notna()
     ]
     out: dict[tuple[str, int], dict[str, object]] = {}
@@ -157,18 +167,28 @@ def evaluate(db: Path, store: Path | None, truth: Path, spec_path: Path, threads
     for (name, batch), measured in measured_medians(truth, local_target_key(), threads).items():
         if name in seen_whole:  # the host fit was scaled by its measurement: not held out
             continue
-        routes: dict[RouteKey, float] = measured["routes"]  # type: ignore[assignment]
         plan = make_plan(spec, model=model, workload=workload_of(measured["row"], name, batch))
-        seen: dict[RouteKey, Compared] = {}
-        for rank, c in enumerate(plan.candidates, start=1):
-            r = c.route
-            key = (r.framework, r.compiler, r.layout, r.precision)
-            if key in routes and key not in seen:
-                seen[key] = Compared(name, batch, rank, key, c.prediction, routes[key])
-        if len(seen) >= 1:
-            compared = tuple(sorted(seen.values(), key=lambda c: c.rank))
-            decisions.append(Decision(compared, compared[0].rank == 1))
+        decision = decision_of(plan.candidates, measured["routes"], name, batch)  # type: ignore[arg-type]
+        if decision is not None:
+            decisions.append(decision)
     return decisions
+
+
+def decision_of(
+    candidates: Sequence[Candidate], routes: dict[RouteKey, float], model: str, batch: int
+) -> Decision | None:
+    """The plan's ranked routes that were measured (``routes``: route -> median seconds), best-ranked first (None:
+    none was)."""
+    seen: dict[RouteKey, Compared] = {}
+    for rank, c in enumerate(candidates, start=1):
+        r = c.route
+        key = (r.framework, r.compiler, r.layout, r.precision)
+        if key in routes and key not in seen:
+            seen[key] = Compared(model, batch, rank, key, c.prediction, routes[key])
+    if not seen:
+        return None
+    compared = tuple(sorted(seen.values(), key=lambda c: c.rank))
+    return Decision(compared, compared[0].rank == 1)
 
 
 def _whole_models(store: Path) -> set[str]:
@@ -179,24 +199,35 @@ def _whole_models(store: Path) -> set[str]:
     return set(frame[frame["scenario"] == "SingleStream"]["model"].dropna().astype(str))
 
 
+def rmspe(decisions: Sequence[Decision]) -> float:
+    """RMSPE of the predicted over the measured step times of every ranked measured route (NaN: none)."""
+    errors = [c.error for d in decisions for c in d.compared]
+    return math.sqrt(statistics.fmean(e * e for e in errors)) if errors else math.nan
+
+
+def regrets(decisions: Sequence[Decision]) -> list[float]:
+    """Top-1 regret of each plan that ranks two or more measured routes."""
+    return [d.regret for d in decisions if len(d.compared) > 1]
+
+
 def summary(decisions: Sequence[Decision]) -> list[str]:
     """The figures, then one line per model."""
     compared = [c for d in decisions for c in d.compared]
     if not compared:
         return ["nothing to compare: no measured route of this host is ranked by the plans"]
     errors = [c.error for c in compared]
-    rmspe = math.sqrt(statistics.fmean(e * e for e in errors))
-    regrets = [d.regret for d in decisions if len(d.compared) > 1]
+    rmspe_all = rmspe(decisions)
+    regret = regrets(decisions)
     ties = [t for d in decisions for t in d.ties()]
     covered = [c.covered for c in compared if c.covered is not None]
     bases = sorted({c.predicted.basis.split(" (")[0] for c in compared})
     lines = [
         f"{len(decisions)} plans, {len(compared)} ranked measured routes; bases: {', '.join(bases)}",
-        f"RMSPE {rmspe:.1%}; within ±10% {statistics.fmean(abs(e) <= 0.1 for e in errors):.0%}; "
+        f"RMSPE {rmspe_all:.1%}; within ±10% {statistics.fmean(abs(e) <= 0.1 for e in errors):.0%}; "
         f"median error {statistics.median(errors):+.1%}",
-        f"top-1 regret mean {statistics.fmean(regrets):.3f} max {max(regrets):.3f} over {len(regrets)} plans "
+        f"top-1 regret mean {statistics.fmean(regret):.3f} max {max(regret):.3f} over {len(regret)} plans "
         f"with two or more measured routes; #1 measured in {sum(d.first_measured for d in decisions)}"
-        if regrets
+        if regret
         else "top-1 regret: no plan ranks two measured routes",
         f"ties between routes measured >{DIFFERENT:.0%} apart: {len(ties)}",
         f"measured inside p10-p90: {statistics.fmean(covered):.0%} of {len(covered)}" if covered else "no intervals",
@@ -303,6 +334,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--whole", nargs="*", default=[], metavar="MODEL", help="with --store-from-db: whole models")
     parser.add_argument("--measure-model", type=Path, metavar="ONNX", help="time ONNX on each calibration backend")
     parser.add_argument("-o", "--output", type=Path, help="where --drop-host and --store-from-db write")
+    parser.add_argument(
+        "--proxy", metavar="S:T", help="score the transfer from --db's host at S threads to the same host at T "
+        "(optimiser.transfer_proxy), e.g. 1:2"
+    )
+    parser.add_argument(
+        "--anchors", nargs="*", default=None, metavar="MODEL",
+        help="with --proxy: the whole-model anchors the store holds (default: appopt calibrate's; none: no models)",
+    )
+    parser.add_argument(
+        "--every-route", action="store_true",
+        help="with --proxy: score every measured route, not only the calibrated ones (compilers measured whole)",
+    )
     args = parser.parse_args(argv)
     threads = args.threads or usable_cores()
     try:
@@ -325,6 +368,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"wrote {args.output} without {local_target_key()}'s {dropped} rows")
             return 0
         db = args.db or default_db_path()
+        if args.proxy is not None:
+            return _proxy(db, args.proxy, args.anchors, args.spec, args.every_route)
         for path, flag in ((db, "--db"), (args.truth or default_db_path(), "--truth"), (args.store, "--store")):
             if path is not None and not path.is_file():
                 raise AppoptError(f"{flag}: {path} is not a file")
@@ -333,6 +378,40 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"error: {error}", file=sys.stderr)
         return 1
     print(f"host {local_target_key()}, {threads} threads; db {db}; store {args.store}")
+    for line in summary(decisions):
+        print(line)
+    return 0
+
+
+def _proxy(db: Path, pair: str, anchors: Sequence[str] | None, spec: Path, every_route: bool = False) -> int:
+    """``--proxy S:T``: the transfer proxy's figures (``optimiser.transfer_proxy``)."""
+    import tempfile
+
+    from benchmarks.calibrate import ANCHOR_MODELS
+    from optimiser.transfer_proxy import evaluate_proxy, proxy_data
+    from perfmodels.fitted import read_evaluation
+    from perfmodels.results_db import read_results
+    from perfmodels.unitfit import cache_dir_for
+
+    try:
+        source, target = (int(part) for part in pair.split(":"))
+    except ValueError:
+        raise AppoptError(f"--proxy: {pair!r} is not two thread counts S:T, e.g. 1:2") from None
+    if not db.is_file():
+        raise AppoptError(f"--db: {db} is not a file")
+    try:
+        data = proxy_data(
+            read_results(db, warn=False), source, target, ANCHOR_MODELS if anchors is None else tuple(anchors)
+        )
+    except ValueError as error:
+        raise AppoptError(str(error)) from None
+    with tempfile.TemporaryDirectory(prefix="appopt-proxy-") as work:
+        decisions = evaluate_proxy(data, spec, Path(work), read_evaluation(db), cache_dir_for(db), every_route)
+    print(
+        f"proxy: {data.host} at {source} threads -> at {target} threads; db {db}; store {len(data.store)} rows "
+        f"(anchors: {', '.join(data.anchors) or 'none'}); held out by family; "
+        f"{'every measured route' if every_route else 'the calibrated routes'}"
+    )
     for line in summary(decisions):
         print(line)
     return 0
