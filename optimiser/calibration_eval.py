@@ -34,7 +34,7 @@ import argparse
 import math
 import statistics
 import sys
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -154,8 +154,11 @@ def workload_of(row: object, model: str, batch: int) -> Workload:
     )
 
 
-def evaluate(db: Path, store: Path | None, truth: Path, spec_path: Path, threads: int) -> list[Decision]:
-    """Plan every measured suite model of this host with the model of ``db`` and ``store``."""
+def evaluate(
+    db: Path, store: Path | None, truth: Path, spec_path: Path, threads: int, every_route: bool = False
+) -> list[Decision]:
+    """Plan every measured suite model of this host with the model of ``db`` and ``store``; score the routes the
+    store measured (all measured routes with ``every_route`` or without a store)."""
     from perfmodels.fitted import fit_model
     from perfmodels.results_db import read_results
     from perfmodels.targets import local_target_key
@@ -163,27 +166,40 @@ def evaluate(db: Path, store: Path | None, truth: Path, spec_path: Path, threads
     model = fit_model(read_results(db, warn=False), source=db.name, db=db, store=store)
     spec = load_spec(spec_path)
     decisions = []
-    seen_whole = _whole_models(store) if store is not None else set()
+    stored = read_results(store, warn=False) if store is not None else None
+    seen_whole = _whole_models(stored) if stored is not None else set()
+    only = None if stored is None or every_route else store_routes(stored)
     for (name, batch), measured in measured_medians(truth, local_target_key(), threads).items():
         if name in seen_whole:  # the host fit was scaled by its measurement: not held out
             continue
         plan = make_plan(spec, model=model, workload=workload_of(measured["row"], name, batch))
-        decision = decision_of(plan.candidates, measured["routes"], name, batch)  # type: ignore[arg-type]
+        decision = decision_of(plan.candidates, measured["routes"], name, batch, only)  # type: ignore[arg-type]
         if decision is not None:
             decisions.append(decision)
     return decisions
 
 
+def store_routes(store: pd.DataFrame) -> set[RouteKey]:
+    """The routes a host store measured (framework, compiler, layout, precision)."""
+    from perfmodels.unitfit import row_route
+
+    return {row_route(row) for row in store.itertuples(index=False)}
+
+
 def decision_of(
-    candidates: Sequence[Candidate], routes: dict[RouteKey, float], model: str, batch: int
+    candidates: Sequence[Candidate],
+    routes: dict[RouteKey, float],
+    model: str,
+    batch: int,
+    only: Collection[RouteKey] | None = None,
 ) -> Decision | None:
-    """The plan's ranked routes that were measured (``routes``: route -> median seconds), best-ranked first (None:
-    none was)."""
+    """The plan's ranked routes that were measured (``routes``: route -> median seconds; of those in ``only`` when
+    given), best-ranked first (None: none was)."""
     seen: dict[RouteKey, Compared] = {}
     for rank, c in enumerate(candidates, start=1):
         r = c.route
         key = (r.framework, r.compiler, r.layout, r.precision)
-        if key in routes and key not in seen:
+        if key in routes and key not in seen and (only is None or key in only):
             seen[key] = Compared(model, batch, rank, key, c.prediction, routes[key])
     if not seen:
         return None
@@ -191,12 +207,9 @@ def decision_of(
     return Decision(compared, compared[0].rank == 1)
 
 
-def _whole_models(store: Path) -> set[str]:
+def _whole_models(store: pd.DataFrame) -> set[str]:
     """The models whose whole-model rows the store holds (plans of them are not scored)."""
-    from perfmodels.results_db import read_results
-
-    frame = read_results(store, warn=False)
-    return set(frame[frame["scenario"] == "SingleStream"]["model"].dropna().astype(str))
+    return set(store[store["scenario"] == "SingleStream"]["model"].dropna().astype(str))
 
 
 def rmspe(decisions: Sequence[Decision]) -> float:
@@ -344,7 +357,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     parser.add_argument(
         "--every-route", action="store_true",
-        help="with --proxy: score every measured route, not only the calibrated ones (compilers measured whole)",
+        help="score every measured route, not only those the store calibrated (graph compilers measured whole)",
     )
     args = parser.parse_args(argv)
     threads = args.threads or usable_cores()
@@ -373,11 +386,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         for path, flag in ((db, "--db"), (args.truth or default_db_path(), "--truth"), (args.store, "--store")):
             if path is not None and not path.is_file():
                 raise AppoptError(f"{flag}: {path} is not a file")
-        decisions = evaluate(db, args.store, args.truth or default_db_path(), args.spec, threads)
+        decisions = evaluate(db, args.store, args.truth or default_db_path(), args.spec, threads, args.every_route)
     except AppoptError as error:
         print(f"error: {error}", file=sys.stderr)
         return 1
-    print(f"host {local_target_key()}, {threads} threads; db {db}; store {args.store}")
+    scored = "every measured route" if args.every_route or args.store is None else "the routes the store calibrated"
+    print(f"host {local_target_key()}, {threads} threads; db {db}; store {args.store}; {scored}")
     for line in summary(decisions):
         print(line)
     return 0

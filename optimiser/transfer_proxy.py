@@ -33,11 +33,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from optimiser.calibration_eval import Decision, RouteKey, decision_of, route_medians, workload_of
+from optimiser.calibration_eval import Decision, decision_of, route_medians, store_routes, workload_of
 from optimiser.planner import make_plan
 from optimiser.spec import load_spec
 from perfmodels.fitted import FittedModel, StoredEvaluation
-from perfmodels.unitfit import UnitFit, row_route
+from perfmodels.unitfit import UnitFit
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -177,7 +177,7 @@ def evaluate_proxy(
     whole = _ProxyModel(fit(data.source, data=rows), data, units, store_path, stored)
     spec, catalog = load_spec(spec_path), load_catalog()
     medians = route_medians(data.truth)
-    calibrated = {row_route(row) for row in data.store.itertuples(index=False)}
+    calibrated = store_routes(data.store)
     decisions = []
     for family in sorted({str(f) for f in data.truth["family"].dropna()}):
         result = fit(data.source, data=rows[rows["family"] != family])
@@ -187,10 +187,8 @@ def evaluate_proxy(
             if str(row["family"]) != family:  # type: ignore[index]
                 continue
             plan = make_plan(spec, catalog, model=model, workload=workload_of(row, name, batch))
-            routes: dict[RouteKey, float] = measured["routes"]  # type: ignore[assignment]
-            if not every_route:
-                routes = {key: t for key, t in routes.items() if key in calibrated}
-            decision = decision_of(plan.candidates, routes, name, batch)
+            only = None if every_route else calibrated
+            decision = decision_of(plan.candidates, measured["routes"], name, batch, only)  # type: ignore[arg-type]
             if decision is not None:
                 decisions.append(decision)
     return decisions

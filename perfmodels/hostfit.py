@@ -207,7 +207,7 @@ def host_route(rows: pd.DataFrame) -> HostRoute | None:
         return None
     call_s, node_s = costs
     data = unit_targets(work_rows, call_s, float(rows["peak_flops"].median()), float(rows["bandwidth"].median()))
-    units, target, features = data.units, data.target, list(data.features)
+    units, target, features = data.units, data.target, data.features
     errors = []
     for i in range(len(units)):  # leave-one-unit-out: the unit's kind line without it (else the pooled line)
         keep = [j for j in range(len(units)) if j != i]

@@ -213,14 +213,15 @@ def call_costs(rows: pd.DataFrame) -> tuple[float, float] | None:
 
 @dataclass(frozen=True)
 class UnitTargets:
-    """What a kind's model learns from its sweep rows: each unit's roofline time (``prior``), its features, and the
-    log of its own time (the call and boundary taken off) over that roofline time (``target``)."""
+    """What a kind's model learns from its sweep rows: each unit's roofline time (``prior``), its features (one
+    array per unit: kinds differ in length), and the log of its own time (the call and boundary taken off) over that
+    roofline time (``target``)."""
 
     units: list[Unit]
     t: np.ndarray
     boundary: np.ndarray
     prior: np.ndarray
-    features: np.ndarray
+    features: list[np.ndarray]
     target: np.ndarray
 
 
@@ -231,7 +232,7 @@ def unit_targets(rows: pd.DataFrame, call_s: float, peak: float, bandwidth: floa
     boundary = rows["boundary"].to_numpy(dtype=float)
     work = np.maximum(t - call_s - boundary, MIN_WORK_SHARE * t)
     prior = np.array([roofline_seconds(u, 1, peak, bandwidth) for u in units])
-    features = np.array([unit_features(u) for u in units], dtype=float)
+    features = [np.asarray(unit_features(u), dtype=float) for u in units]
     return UnitTargets(units, t, boundary, prior, features, np.log(work / prior))
 
 
@@ -262,10 +263,11 @@ def fit_unit_route(rows: pd.DataFrame) -> UnitRoute:
         if len(group) < MIN_KIND_ROWS:
             continue
         data = unit_targets(group, call_s, peak, bandwidth)
-        regressor = _regressor().fit(data.features, data.target)
-        fitted = data.prior * np.exp(regressor.predict(data.features))
+        features = np.array(data.features)
+        regressor = _regressor().fit(features, data.target)
+        fitted = data.prior * np.exp(regressor.predict(features))
         # kept as NumPy arrays where the copy is exact, so that predicting (and unpickling) needs no scikit-learn
-        regressor = compile_ensemble(regressor, data.features) or regressor
+        regressor = compile_ensemble(regressor, features) or regressor
         work = data.prior * np.exp(data.target)
         rmspe = float(np.sqrt(np.mean((fitted / work - 1) ** 2)))
         computed = any(u.dims.get("init_w", 1) == 0 for u in data.units)
