@@ -343,7 +343,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--threads", type=int, default=None, help="thread count (default: the planner's)")
     parser.add_argument("--drop-host", type=Path, metavar="DB", help="write DB without this host's rows to -o")
     parser.add_argument("--store-from-db", type=Path, metavar="DB", help="write to -o DB's calibration unit rows")
-    parser.add_argument("--quick", action="store_true", help="with --store-from-db: the quick probe's units")
+    parser.add_argument(
+        "--quick", action="store_true", help="with --store-from-db or --proxy: the quick probe's units"
+    )
     parser.add_argument("--whole", nargs="*", default=[], metavar="MODEL", help="with --store-from-db: whole models")
     parser.add_argument("--measure-model", type=Path, metavar="ONNX", help="time ONNX on each calibration backend")
     parser.add_argument("-o", "--output", type=Path, help="where --drop-host and --store-from-db write")
@@ -382,7 +384,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             return 0
         db = args.db or default_db_path()
         if args.proxy is not None:
-            return _proxy(db, args.proxy, args.anchors, args.spec, args.every_route)
+            return _proxy(db, args.proxy, args.anchors, args.spec, args.every_route, args.quick)
         for path, flag in ((db, "--db"), (args.truth or default_db_path(), "--truth"), (args.store, "--store")):
             if path is not None and not path.is_file():
                 raise AppoptError(f"{flag}: {path} is not a file")
@@ -397,11 +399,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     return 0
 
 
-def _proxy(db: Path, pair: str, anchors: Sequence[str] | None, spec: Path, every_route: bool = False) -> int:
-    """``--proxy S:T``: the transfer proxy's figures (``optimiser.transfer_proxy``)."""
+def _proxy(
+    db: Path, pair: str, anchors: Sequence[str] | None, spec: Path, every_route: bool = False, quick: bool = False
+) -> int:
+    """``--proxy S:T``: the transfer proxy's figures (``optimiser.transfer_proxy``); with ``quick``, of a store of
+    the quick probe's units (and no anchors, unless named)."""
     import tempfile
 
-    from benchmarks.calibrate import ANCHOR_MODELS
+    from analysis.units import encode_units
+    from benchmarks.calibrate import ANCHOR_MODELS, quick_units
     from optimiser.transfer_proxy import evaluate_proxy, proxy_data
     from perfmodels.fitted import read_evaluation
     from perfmodels.results_db import read_results
@@ -414,9 +420,9 @@ def _proxy(db: Path, pair: str, anchors: Sequence[str] | None, spec: Path, every
     if not db.is_file():
         raise AppoptError(f"--db: {db} is not a file")
     try:
-        data = proxy_data(
-            read_results(db, warn=False), source, target, ANCHOR_MODELS if anchors is None else tuple(anchors)
-        )
+        chosen = (() if quick else ANCHOR_MODELS) if anchors is None else tuple(anchors)
+        units = [encode_units([u]) for u in quick_units()] if quick else None
+        data = proxy_data(read_results(db, warn=False), source, target, chosen, units)
     except ValueError as error:
         raise AppoptError(str(error)) from None
     with tempfile.TemporaryDirectory(prefix="appopt-proxy-") as work:
@@ -424,7 +430,7 @@ def _proxy(db: Path, pair: str, anchors: Sequence[str] | None, spec: Path, every
     print(
         f"proxy: {data.host} at {source} threads -> at {target} threads; db {db}; store {len(data.store)} rows "
         f"(anchors: {', '.join(data.anchors) or 'none'}); held out by family; "
-        f"{'every measured route' if every_route else 'the calibrated routes'}"
+        f"{'every measured route' if every_route else 'the calibrated routes'}{'; quick probe units' if quick else ''}"
     )
     for line in summary(decisions):
         print(line)

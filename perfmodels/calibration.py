@@ -39,7 +39,15 @@ import numpy as np
 
 from analysis.units import Unit, decode_units, encode_units, roofline_seconds
 from perfmodels.lazy import lazy_import
-from perfmodels.unitfit import UnitFit, UnitRoute, row_route, sweep_rows, whole_rows
+from perfmodels.unitfit import (
+    MIN_WORK_SHARE,
+    UnitFit,
+    UnitRoute,
+    call_costs,
+    row_route,
+    sweep_rows,
+    whole_rows,
+)
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -200,38 +208,58 @@ def timed_units(route: UnitRoute, units: Sequence[Unit], batch: int) -> list[tup
     return out
 
 
-def _source_unit_times(shipped: pd.DataFrame | None, source: str) -> dict[tuple[RouteKey, int, str], float]:
-    """(route, threads, encoded unit) -> the median seconds ``source`` measured it in (the shipped fit's rows and
-    time rule); empty without the shipped rows."""
+def _source_unit_times(
+    shipped: pd.DataFrame | None, source: str
+) -> dict[tuple[RouteKey, int, str], tuple[float, float]]:
+    """(route, threads, encoded unit) -> (median seconds, boundary seconds) of ``source``'s measurement of it (the
+    shipped fit's rows and time rule); empty without the shipped rows."""
     if shipped is None or shipped.empty or "target" not in shipped:
         return {}
     rows = sweep_rows(shipped[shipped["target"] == source])
     return {
-        ((r.framework, r.compiler, r.layout, r.precision), int(r.threads), encode_units([r.unit])): float(r.t)
+        ((r.framework, r.compiler, r.layout, r.precision), int(r.threads), encode_units([r.unit])): (
+            float(r.t),
+            float(r.boundary),
+        )
         for r in rows.itertuples(index=False)
     }
 
 
+def _work(t: float, call_s: float, boundary: float) -> float:
+    """A unit's own time: its measured time less the call and the boundary conversions (``unitfit``'s rule)."""
+    return max(t - call_s - boundary, MIN_WORK_SHARE * t)
+
+
 def _unit_logs(
-    store: pd.DataFrame, shipped: UnitFit, source: str, measured: dict[tuple[RouteKey, int, str], float]
+    store: pd.DataFrame,
+    shipped: UnitFit,
+    source: str,
+    measured: dict[tuple[RouteKey, int, str], tuple[float, float]],
 ) -> dict[RouteKey, list[tuple[Unit, float]]]:
-    """Per route, each calibrated unit and log(time here / time on the source): the source's measurement of the
-    very unit where ``measured`` has it (the units are the sweep's own), else its unit model's prediction."""
+    """Per route, each calibrated unit and log(time here / time on the source). A unit's time is its own work, the
+    call (each host's no-op chains) taken off both sides: a model pays one call, not one per unit, and an engine
+    whose call costs more than its small kernels would otherwise show the call's ratio for every kind. The
+    source's time is its measurement of the very unit where ``measured`` has it (the units are the sweep's own),
+    else its unit model's prediction. No-op chains keep their whole time: they are the call's ratio."""
+    rows = sweep_rows(store, "wall")
     per_route: dict[RouteKey, list[tuple[Unit, float]]] = {}
-    for row in sweep_rows(store, "wall").itertuples(index=False):
-        key = (str(row.framework), str(row.compiler), str(row.layout), str(row.precision))
-        model = source_route(shipped, source, key, int(row.threads))
+    for group_key, group in rows.groupby(["framework", "compiler", "layout", "precision", "threads"], sort=True):
+        key = (str(group_key[0]), str(group_key[1]), str(group_key[2]), str(group_key[3]))
+        model = source_route(shipped, source, key, int(group_key[4]))
         if model is None:
             continue
-        there = measured.get((key, model.threads, encode_units([row.unit])))
-        if there is not None:
-            predicted = there
-        elif row.unit.kind == "noop":  # a no-op chain is the call and its nodes (``UnitRoute.call_s``, ``node_s``)
-            predicted = model.call_s + row.unit.dims.get("nodes", 1) * model.node_s
-        else:
-            predicted = shipped.seconds(model, [row.unit], 1)
-        if predicted > 0 and float(row.t) > 0:
-            per_route.setdefault(key, []).append((row.unit, math.log(float(row.t) / predicted)))
+        here_call = (call_costs(group) or (0.0, 0.0))[0]
+        for row in group.itertuples(index=False):
+            there = measured.get((key, model.threads, encode_units([row.unit])))
+            if row.unit.kind == "noop":  # a no-op chain is the call and its nodes (``UnitRoute.call_s``, ``node_s``)
+                ratio = float(row.t) / (there[0] if there else model.call_s + row.unit["nodes"] * model.node_s)
+            elif there is not None:
+                ratio = _work(float(row.t), here_call, float(row.boundary)) / _work(there[0], model.call_s, there[1])
+            else:
+                work_there = shipped.seconds(model, [row.unit], 1) - model.call_s
+                ratio = _work(float(row.t), here_call, float(row.boundary)) / work_there
+            if ratio > 0 and math.isfinite(ratio):
+                per_route.setdefault(key, []).append((row.unit, math.log(ratio)))
     return per_route
 
 

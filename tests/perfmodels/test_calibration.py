@@ -285,3 +285,27 @@ def test_a_unit_the_source_measured_is_compared_with_that_measurement_not_its_mo
     assert measured is not None and modelled is not None
     assert np.allclose(measured.log_ratios[FW], math.log(2.0))
     assert np.ptp(modelled.log_ratios[FW]) > 0.3
+
+
+def test_a_units_ratio_is_of_its_own_work_each_hosts_call_taken_off() -> None:
+    """Here a call costs 3x the source's and a matrix product's work 2x: the gemm kind's ratio is 2 (a model pays
+    the call once, as the ``noop`` part of its mix, not once per unit), the call's 3 (its four chains shrunk toward
+    the route's median by two units' worth)."""
+    from perfmodels.calibration import calibration_from
+    from perfmodels.results_db import to_frame
+    from perfmodels.unitfit import fit_units
+    from tests.analysis.test_units import CALL_S, NODE_S, TARGET, noop_rows, sampled_gemms, sweep_row, true_seconds
+
+    gemms = sampled_gemms(12, seed=9)
+    source = noop_rows() + [sweep_row(u, true_seconds(u, 0.5)) for u in gemms]
+    here = [
+        {**sweep_row(Unit("noop", {"nodes": n}), 0.0), "median_ms": 3 * (CALL_S + n * NODE_S) * 1e3}
+        for n in (1, 2, 4, 8)
+    ] + [{**sweep_row(u, 0.0), "median_ms": (3 * CALL_S + 2 * true_seconds(u, 0.5)) * 1e3} for u in gemms]
+    here = [{**row, "target": "here-2c"} for row in here]
+    cal = calibration_from(
+        to_frame(here), fit_units(to_frame(source)), TARGET, "here-2c", shipped_rows=lambda: to_frame(source)
+    )
+    assert cal is not None
+    assert cal.ratios[FW]["gemm"].ratio == pytest.approx(2.0, rel=0.02)
+    assert cal.ratios[FW]["noop"].ratio == pytest.approx(math.exp((4 * math.log(3.0) + 2 * math.log(2.0)) / 6))
