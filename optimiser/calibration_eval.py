@@ -21,11 +21,16 @@ compared:
 ``--store-from-db DB -o STORE`` makes a store of ``DB``'s own rows of the calibration's units (quiet, where the
 recording was), and ``--measure-model ONNX`` times a model on each calibration backend here.
 
+Dropping this host's rows scores the from-scratch host fit only, never the transfer a real unseen host gets.
+``--proxy S:T`` scores that transfer (``optimiser.transfer_proxy``, which says what it does and does not prove): the
+database's host at S threads carried to the same host at T threads through a calibration of its T-thread rows.
+
 Example::
 
     python -m optimiser.calibration_eval --drop-host benchmarks/results/default.csv -o /tmp/unseen.csv
     appopt calibrate --budget 300 --db /tmp/store.csv
     python -m optimiser.calibration_eval --db /tmp/unseen.csv --store /tmp/store.csv
+    python -m optimiser.calibration_eval --proxy 1:2          # and 2:1; --quick, --units-only, --every-route
 """
 
 from __future__ import annotations
@@ -358,6 +363,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="with --proxy: the whole-model anchors the store holds (default: appopt calibrate's; none: no models)",
     )
     parser.add_argument(
+        "--units-only", action="store_true",
+        help="with --proxy: the store without the anchors' rows (the anchor models are still not scored)",
+    )
+    parser.add_argument(
         "--every-route", action="store_true",
         help="score every measured route, not only those the store calibrated (graph compilers measured whole)",
     )
@@ -384,7 +393,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             return 0
         db = args.db or default_db_path()
         if args.proxy is not None:
-            return _proxy(db, args.proxy, args.anchors, args.spec, args.every_route, args.quick)
+            return _proxy(db, args.proxy, args.anchors, args.spec, args.every_route, args.quick, args.units_only)
         for path, flag in ((db, "--db"), (args.truth or default_db_path(), "--truth"), (args.store, "--store")):
             if path is not None and not path.is_file():
                 raise AppoptError(f"{flag}: {path} is not a file")
@@ -400,11 +409,19 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _proxy(
-    db: Path, pair: str, anchors: Sequence[str] | None, spec: Path, every_route: bool = False, quick: bool = False
+    db: Path,
+    pair: str,
+    anchors: Sequence[str] | None,
+    spec: Path,
+    every_route: bool = False,
+    quick: bool = False,
+    units_only: bool = False,
 ) -> int:
     """``--proxy S:T``: the transfer proxy's figures (``optimiser.transfer_proxy``); with ``quick``, of a store of
-    the quick probe's units (and no anchors, unless named)."""
+    the quick probe's units (and no anchors, unless named); with ``units_only``, of a store without the anchors'
+    rows, scored on the same models."""
     import tempfile
+    from dataclasses import replace
 
     from analysis.units import encode_units
     from benchmarks.calibrate import ANCHOR_MODELS, quick_units
@@ -423,13 +440,16 @@ def _proxy(
         chosen = (() if quick else ANCHOR_MODELS) if anchors is None else tuple(anchors)
         units = [encode_units([u]) for u in quick_units()] if quick else None
         data = proxy_data(read_results(db, warn=False), source, target, chosen, units)
+        if units_only:
+            data = replace(data, store=data.store[data.store["scenario"] == "kernel"])
     except ValueError as error:
         raise AppoptError(str(error)) from None
     with tempfile.TemporaryDirectory(prefix="appopt-proxy-") as work:
         decisions = evaluate_proxy(data, spec, Path(work), read_evaluation(db), cache_dir_for(db), every_route)
     print(
         f"proxy: {data.host} at {source} threads -> at {target} threads; db {db}; store {len(data.store)} rows "
-        f"(anchors: {', '.join(data.anchors) or 'none'}); held out by family; "
+        f"(anchors: {', '.join(data.anchors) or 'none'}{', not in the store' if units_only else ''}); "
+        "held out by family; "
         f"{'every measured route' if every_route else 'the calibrated routes'}{'; quick probe units' if quick else ''}"
     )
     for line in summary(decisions):
