@@ -295,16 +295,23 @@ def host_prediction(
         basis += f" ({route.compiler} not measured here: its reported speed-up is not applied)"
     host_route = found.route
     ratios = host_route.interval_ratios()
-    detail = {
-        "prior_step_s": prior.step_seconds,
-        "kernel_units_step_s": step,
-        "correction": step / prior.step_seconds,
-        "threads": float(host_route.model.threads),
-        "host_units": float(host_route.units),
-        "call_s": host_route.model.call_s,
-        # leave-one-unit-out over this route's units (the model error of the planner's band)
-        "heldout_rmspe": host_route.heldout_rmspe(),
-        "heldout_predictions": float(len(host_route.heldout_errors)),
-        **({} if ratios is None else {"p10_step_s": step * ratios[0], "p90_step_s": step * ratios[1]}),
-    }
-    return Prediction.of_step(step, workload, prior.bound, basis, detail)
+    steps = None if workload.total_samples is None else workload.total_samples / workload.batch_size
+    return Prediction(
+        step_seconds=step,
+        samples_per_second=workload.batch_size / step,
+        total_seconds=None if steps is None else steps * step,
+        bound=prior.bound,
+        basis=basis,
+        detail={
+            "prior_step_s": prior.step_seconds,
+            "kernel_units_step_s": step,
+            "correction": step / prior.step_seconds,
+            "threads": float(host_route.model.threads),
+            "host_units": float(host_route.units),
+            "call_s": host_route.model.call_s,
+            # leave-one-unit-out over this route's units (the model error of the planner's band)
+            "heldout_rmspe": host_route.heldout_rmspe(),
+            "heldout_predictions": float(len(host_route.heldout_errors)),
+            **({} if ratios is None else {"p10_step_s": step * ratios[0], "p90_step_s": step * ratios[1]}),
+        },
+    )

@@ -21,14 +21,6 @@ class Prediction:
     basis: str
     detail: dict[str, float] = field(default_factory=dict)
 
-    @classmethod
-    def of_step(
-        cls, step: float, workload: Workload, bound: Literal["compute", "memory"], basis: str, detail: dict[str, float]
-    ) -> Prediction:
-        """A prediction of ``step`` seconds per batch: the rate and whole-job time follow from ``workload``."""
-        steps = None if workload.total_samples is None else workload.total_samples / workload.batch_size
-        return cls(step, workload.batch_size / step, None if steps is None else steps * step, bound, basis, detail)
-
     def with_setup(self, seconds: float, samples: float | None = None) -> Prediction:
         """The same prediction with a one-off setup (a model's compile, a compiler's tuning search) added to the
         whole-job time. Over a job of ``samples`` samples the throughput is amortised too (samples over the whole-job
