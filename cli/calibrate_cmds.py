@@ -74,7 +74,7 @@ def calibrate_cmd(
     with progress("probing the hardware"):
         probes = measure_probes(threads)
     typer.echo(probes.line())
-    measured = skipped = 0
+    measured = skipped = models = 0
     remaining = budget - (time.monotonic() - started)  # the probes count against the budget
     with progress(f"measuring kernel units on {', '.join(chosen)} (budget {budget:g} s)") as step:
         for outcome in calibrate(
@@ -82,12 +82,14 @@ def calibrate_cmd(
         ):
             measured += outcome.status == "ok"
             skipped += outcome.status != "ok"
+            models += outcome.status == "ok" and outcome.row is not None and outcome.row.get("scenario") != "kernel"
     if measured == 0:
         raise AppoptError(
             f"--budget: nothing was measured in {budget:g} s ({skipped} unit(s) skipped or failed); "
             "give it more time or other --backends"
         )
-    typer.echo(f"measured {measured} unit(s) ({skipped} skipped or failed); rows appended to {store}")
+    whole = f" and {models} whole model(s)" if models else ""
+    typer.echo(f"measured {measured - models} unit(s){whole} ({skipped} skipped or failed); rows appended to {store}")
 
 
 #: Set to anything but empty or ``0`` to keep ``appopt plan`` from probing an uncalibrated host (as ``--no-probe``).

@@ -249,6 +249,7 @@ def test_a_real_calibration_of_a_minute_measures_the_anchors_and_plans_carry_the
     monkeypatch.setenv("APPOPT_CACHE_DIR", str(tmp_path / "cache"))
     result = CliRunner().invoke(app, ["calibrate", "--budget", "60", "--backends", "onnxruntime"])
     assert result.exit_code == 0, result.stdout + result.stderr
+    assert f"and {len(ANCHOR_MODELS)} whole model(s)" in result.stdout
     store = read_store(host_store_path())
     assert store is not None
     whole = store[store["scenario"] == "SingleStream"]
