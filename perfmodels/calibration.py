@@ -1,20 +1,21 @@
-"""Carry the shipped database's fitted models over to a calibrated host: per-route factors from whole-model anchors,
-modulated by per-kind unit ratios.
+"""Carry the shipped database's fitted models over to a calibrated host: per-route factors from per-kind unit
+ratios that follow unit size, and from whole-model anchors.
 
 ``appopt calibrate`` measures on this host a covering set of the unit sweep's own units and a few small suite models
 whole (the anchors), on each installed backend (``perfmodels.hoststore``, ``benchmarks.calibrate``).
 
-* Units: the shipped unit model of the same route on the shipped host (``source``, at the nearest thread count)
-  predicts each unit; per route and kind, the median log ratio measured / predicted, shrunk toward the route's
-  median by the kind's unit count (a kind with one unit, perhaps measured under a burst of load, moves little).
-  A model's *kind mix* is the mean of those ratios weighted by its shipped unit times (``noop``: the call).
-* Anchors: per route, the mean log ratio of each anchor's time here over its time measured on the source. Units
-  measured alone miss what a whole model pays (or saves) around its kernels; the anchors do not.
+* Units: each unit's own work (its time less each host's call, from the no-op chains) here over the same unit's
+  work on the shipped host (``source``, at the nearest thread count): the source's measurement of that very unit
+  where the shipped rows hold it, else its unit model's prediction. Per route and kind, a ``KindRatio``: a
+  Theil-Sen line in the units' size (small units pay thread wake-ups that large ones amortise), its level shrunk
+  toward the route's median by the kind's unit count (one unit measured in a burst of load moves it little).
+  A model's *mix* is the mean of its units' ratios weighted by their shipped times (the call: the no-op ratio).
+* Anchors: per route, the mean over the anchors of their time here over their time on the source, against what
+  their units' mix says. Units measured alone miss what a whole model pays (or saves) around its kernels.
 
-A prediction on the calibrated host is the shipped one times the route's factor: with anchors, the anchors' ratio
-times the model's kind mix over the anchors' mean kind mix (exact on the anchors, modulated by what the model is
-made of); without, the kind mix alone. Its basis says so: ``transferred:<source> via calibration (N units)``, and
-``, M anchors`` where there are.
+A prediction on the calibrated host is the shipped one times the route's factor: the model's mix, times the anchors'
+offset where there are anchors. Its basis says so: ``transferred:<source> via calibration (N units)``, with
+``, M anchor models`` where there are.
 
 The interval comes from the same rows, held out: with five or more anchors, each anchor predicted from the others
 of its route (leave-one-model-out); else each unit from the others of its kind (leave-one-unit-out). Their error
@@ -23,9 +24,9 @@ error too), bound the step.
 
 Example::
 
-    >>> cal = calibration_from(store_frame, shipped.units(), "intel-r-xeon-r-processor-2c", "this-host-2c")
-    >>> cal.factor(("onnxruntime", "none", "NCHWc", "fp32"), {"conv": 1e-3, "gemm": 2e-4})   # doctest: +SKIP
-    1.31
+    >>> cal = calibration_from(store_frame, unit_fit, "intel-r-xeon-r-processor-2c", "here-2c", shipped_rows=read)
+    >>> cal.factor(("onnxruntime", "none", "NCHWc", "fp32"), timed_units(unit_route, units, 1))  # doctest: +SKIP
+    0.62
 """
 
 from __future__ import annotations
@@ -103,10 +104,9 @@ class KindRatio:
 class Anchor:
     """A route's whole models measured here and on the source."""
 
-    #: Mean over the models of log(time here / time on the source).
-    log_ratio: float
-    #: Mean over the same models of log(their kind mix): what the unit ratios alone say of them.
-    log_mix: float
+    #: The mean over the models of log(time here / time on the source) less log(their unit mix): what a whole
+    #: model's ratio adds to its units'.
+    offset: float
     models: tuple[str, ...]
 
 
@@ -168,7 +168,7 @@ class Calibration:
             return None
         mix = self.mix(key, timed)
         anchor = self.anchors.get(key)
-        return mix if anchor is None else math.exp(anchor.log_ratio - anchor.log_mix) * mix
+        return mix if anchor is None else math.exp(anchor.offset) * mix
 
     def interval(self, step_s: float, source: tuple[float, float] | None = None) -> tuple[float, float] | None:
         """(p10, p90) of the step: the held-out errors' quantiles (with at least ``MIN_HELDOUT``) widened by
@@ -369,12 +369,9 @@ def _anchors(
     for key, by_model in found.items():
         # one (log ratio, log mix) per model, a mean over its batches
         pairs = [(float(np.mean([r for r, _ in v])), float(np.mean([x for _, x in v]))) for v in by_model.values()]
-        anchors[key] = Anchor(
-            float(np.mean([r for r, _ in pairs])), float(np.mean([x for _, x in pairs])), tuple(sorted(by_model))
-        )
+        anchors[key] = Anchor(float(np.mean([r - x for r, x in pairs])), tuple(sorted(by_model)))
         for i, (ratio, mix) in enumerate(pairs):  # leave-one-model-out: the route's other anchors
-            rest = [p for j, p in enumerate(pairs) if j != i]
+            rest = [r - x for j, (r, x) in enumerate(pairs) if j != i]
             if rest:
-                offset = float(np.mean([r - x for r, x in rest]))
-                errors.append(math.exp(ratio - (offset + mix)) - 1.0)
+                errors.append(math.exp(ratio - (float(np.mean(rest)) + mix)) - 1.0)
     return anchors, errors

@@ -178,7 +178,7 @@ def test_whole_model_anchors_set_the_routes_factor_exactly_on_themselves() -> No
     plain = calibration_from(store, shipped, TARGET, "here-2c")  # type: ignore[arg-type]
     cal = calibration_from(store, shipped, TARGET, "here-2c", shipped_rows=lambda: there)  # type: ignore[arg-type]
     assert plain is not None and cal is not None and not plain.anchors
-    assert cal.anchors[FW].models == ("a",) and cal.anchors[FW].log_ratio == pytest.approx(math.log(3.0))
+    assert cal.anchors[FW].models == ("a",) and cal.anchors[FW].offset == pytest.approx(math.log(3.0 / 2.0), abs=0.05)
     route = source_route(shipped, TARGET, FW, 1)  # type: ignore[arg-type]
     assert route is not None
     mix = timed_units(route, sampled_gemms(3, seed=11), 1)
