@@ -6,7 +6,9 @@ is one the shipped database measured on its host too, and the ratio of the two t
 The covering set is deterministic: per kind, the pool's units ranked middle, smallest and largest FLOPs, then the
 quartiles and the rest, ordered so that a budget cut keeps every kind (each kind's first-ranked unit, then each
 kind's second, …), and the no-op chains (each engine's per-call and per-node overhead) before everything else. A
-host fit (``perfmodels.hostfit``) learns each kind from these few sizes.
+host fit (``perfmodels.hostfit``) learns each kind from these few sizes. Before the units, a backend with enough of
+the budget measures a few small suite models whole (``ANCHOR_MODELS``): what a model costs around its units, which
+units measured alone cannot say (``perfmodels.calibration``).
 
 Example::
 
@@ -19,9 +21,10 @@ from __future__ import annotations
 import functools
 import math
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from analysis.units import Unit, encode_units, unit_flops
 from benchmarks.harness import ScenarioSettings
@@ -37,9 +40,22 @@ from benchmarks.kernels import (
 )
 from benchmarks.unit_sweep import SWEEP_ROUNDS, sample_rounds, sweep_settings, unit_kernels
 
+if TYPE_CHECKING:
+    from benchmarks.runner import Outcome  # (imported where used: the quick probe measures no whole model)
+
 #: Backends calibrated by default (the planner's CPU routes for an ONNX model, those installed); ``--backends`` picks
 #: others.
 CALIBRATE_BACKENDS = ("onnxruntime", "onnxruntime-extended", "appopt-runtime", "openvino")
+#: Suite models measured whole on each backend (batch 1), before the units: small, quick to build, one of each
+#: kind of model (a CNN, a transformer, an MLP). The ratio of their times here over the shipped host's sets each
+#: route's overall factor (``perfmodels.calibration``).
+ANCHOR_MODELS = ("tiny_resnet8", "tiny_bert", "mlp")
+#: A backend's share of the budget below which no anchor is measured (``anchor_models``).
+ANCHOR_MIN_SHARE_S = 40.0
+#: An anchor's run: a median over at least 20 queries and 0.3 s (at most 1 s), after a warm-up of at most 0.3 s.
+ANCHOR_SETTINGS = ScenarioSettings(
+    min_duration_s=0.3, min_queries=20, max_duration_s=1.0, warmup_queries=5, warmup_max_s=0.3
+)
 #: Below this budget nothing useful can be measured (the probes alone take a few seconds on 2 cores).
 MIN_BUDGET_S = 10.0
 #: Samples per sampler the covering set chooses from (the sweep's first ``POOL_PER_KIND`` of each).
@@ -104,6 +120,17 @@ def units_left(backends: tuple[str, ...], already: set[tuple[str, str]]) -> int:
     return sum((backend, encode_units([u])) not in already for backend in backends for u in covering_units())
 
 
+def anchor_models(backends: tuple[str, ...], budget_s: float) -> tuple[str, ...]:
+    """The anchors a run of ``budget_s`` over ``backends`` measures: ``ANCHOR_MODELS`` when each backend's share
+    is at least ``ANCHOR_MIN_SHARE_S``, else none (a short run keeps its time for the units)."""
+    return ANCHOR_MODELS if backends and budget_s / len(backends) >= ANCHOR_MIN_SHARE_S else ()
+
+
+def anchors_left(backends: tuple[str, ...], already: set[tuple[str, str]], budget_s: float) -> int:
+    """How many (backend, anchor model) pairs that a run of ``budget_s`` would measure the store lacks."""
+    return sum((b, m) not in already for b in backends for m in anchor_models(backends, budget_s))
+
+
 class UnitClock:
     """A wall-clock budget measured unit by unit: the next unit starts only when it is expected to end before the
     deadline (its cost taken as the dearest of the last few units, ``FIRST_UNIT_S`` before any)."""
@@ -154,11 +181,14 @@ def calibrate(
     clock: UnitClock | None = None,
     settings: ScenarioSettings | None = None,
     hardware_probe: Callable[[list[int]], HardwareFigures] | None = None,
-) -> Iterator[KernelOutcome]:
+    anchors: Sequence[str] = (),
+) -> Iterator[KernelOutcome | Outcome]:
     """Measure the covering units (or ``units``) on each backend at ``threads`` until ``budget_s`` runs out by the
     wall clock (``clock``, when given, holds the deadline and says afterwards whether it cut the run short),
-    appending rows to ``db``; ``already`` holds (backend, encoded unit) pairs the store has, which are skipped (a
-    resumed run). A unit is started only when it is expected to end within the budget."""
+    appending rows to ``db``; ``already`` holds (backend, encoded unit) and (backend, anchor model) pairs the
+    store has, which are skipped (a resumed run). A unit is started only when it is expected to end within the
+    budget. ``anchors`` (suite model names, ``anchor_models``) are measured whole on each backend before its
+    units."""
     clock = clock or UnitClock(time.monotonic() + budget_s)
     deadline = clock.deadline
     units = covering_units() if units is None else units
@@ -167,7 +197,7 @@ def calibrate(
     built: dict[str, Kernel] = {}  # each unit's kernel, made once for every backend (seconds for a few dozen)
     for index, backend in enumerate(backends):
         todo = [u for u in units if (backend, encode_units([u])) not in done]
-        if not todo:
+        if not todo and all((backend, m) in done for m in anchors):
             continue
         if time.monotonic() >= deadline:
             clock.spent = True
@@ -178,6 +208,10 @@ def calibrate(
         # the later backends' shares stay reserved; one that finishes early leaves its time to the next
         share = (deadline - time.monotonic()) / (len(backends) - index)
         own_deadline = deadline - share * (len(backends) - index - 1)
+        # the anchors first: a route's overall factor, worth more than its last units
+        yield from measure_anchors(
+            db, backend, threads, [m for m in anchors if (backend, m) not in done], clock, own_deadline, step
+        )
         clock.restart()
         count = 0
         # a few units at a time: their models are made just before they are measured (a large unit's weights
@@ -204,6 +238,33 @@ def calibrate(
 
 #: Units measured per suite run (``calibrate``): made together, just before they are measured.
 CHUNK = 6
+
+
+def measure_anchors(
+    db: Path,
+    backend: str,
+    threads: int,
+    models: Sequence[str],
+    clock: UnitClock,
+    deadline: float,
+    step: Callable[[str], None] = lambda _: None,
+) -> Iterator[Outcome]:
+    """Measure ``models`` whole (SingleStream, batch 1, fp32, with their kernel units) on ``backend`` while the
+    clock expects each to end before ``deadline``, appending their rows to ``db``."""
+    from benchmarks.features import model_features
+    from benchmarks.models import get_model
+    from benchmarks.runner import BenchRequest, run_benchmarks
+
+    clock.restart()
+    for name in models:
+        if not clock.next_fits(deadline):
+            return
+        request = BenchRequest(
+            models=[get_model(name)], backends=(backend,), threads=(threads,), settings=ANCHOR_SETTINGS
+        )
+        for outcome in run_benchmarks(request, model_features, db):
+            step(f"{backend}: anchor {name}")
+            yield outcome
 
 
 #: Seconds the quick probe of ``appopt plan`` (a host without a calibration) may take by the wall clock, its

@@ -35,7 +35,15 @@ def calibrate_cmd(
     covering set of kernel units per backend; rows go to the host store, which `appopt plan` reads. A second run
     resumes and adds."""
     from benchmarks.backends import all_backends
-    from benchmarks.calibrate import CALIBRATE_BACKENDS, MIN_BUDGET_S, calibrate, measure_probes, units_left
+    from benchmarks.calibrate import (
+        CALIBRATE_BACKENDS,
+        MIN_BUDGET_S,
+        anchor_models,
+        anchors_left,
+        calibrate,
+        measure_probes,
+        units_left,
+    )
     from perfmodels.hoststore import HostStoreError, check_writable, host_store_path, read_store
     from perfmodels.targets import local_target_key, usable_cores
 
@@ -55,27 +63,33 @@ def calibrate_cmd(
     if existing is not None:
         kernel_rows = existing[existing["scenario"] == "kernel"]
         already = {(str(b), str(u)) for b, u in zip(kernel_rows["backend"], kernel_rows["units"], strict=True)}
+        whole = existing[existing["scenario"] == "SingleStream"]
+        already |= {(str(b), str(m)) for b, m in zip(whole["backend"], whole["model"], strict=True)}
     threads = usable_cores()
     typer.echo(f"calibrating {local_target_key()} ({threads} threads) into {store}; {len(already)} unit row(s) there")
-    if units_left(chosen, already) == 0:
+    if units_left(chosen, already) + anchors_left(chosen, already, budget) == 0:
         typer.echo(f"nothing left to measure: the store holds every covering unit of {', '.join(chosen)}")
         return
     started = time.monotonic()
     with progress("probing the hardware"):
         probes = measure_probes(threads)
     typer.echo(probes.line())
-    measured = skipped = 0
+    measured = skipped = models = 0
     remaining = budget - (time.monotonic() - started)  # the probes count against the budget
     with progress(f"measuring kernel units on {', '.join(chosen)} (budget {budget:g} s)") as step:
-        for outcome in calibrate(store, remaining, chosen, threads, already, step):
+        for outcome in calibrate(
+            store, remaining, chosen, threads, already, step, anchors=anchor_models(chosen, budget)
+        ):
             measured += outcome.status == "ok"
             skipped += outcome.status != "ok"
+            models += outcome.status == "ok" and outcome.row is not None and outcome.row.get("scenario") != "kernel"
     if measured == 0:
         raise AppoptError(
             f"--budget: nothing was measured in {budget:g} s ({skipped} unit(s) skipped or failed); "
             "give it more time or other --backends"
         )
-    typer.echo(f"measured {measured} unit(s) ({skipped} skipped or failed); rows appended to {store}")
+    whole = f" and {models} whole model(s)" if models else ""
+    typer.echo(f"measured {measured - models} unit(s){whole} ({skipped} skipped or failed); rows appended to {store}")
 
 
 #: Set to anything but empty or ``0`` to keep ``appopt plan`` from probing an uncalibrated host (as ``--no-probe``).

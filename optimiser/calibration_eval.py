@@ -21,11 +21,16 @@ compared:
 ``--store-from-db DB -o STORE`` makes a store of ``DB``'s own rows of the calibration's units (quiet, where the
 recording was), and ``--measure-model ONNX`` times a model on each calibration backend here.
 
+Dropping this host's rows scores the from-scratch host fit only, never the transfer a real unseen host gets.
+``--proxy S:T`` scores that transfer (``optimiser.transfer_proxy``, which says what it does and does not prove): the
+database's host at S threads carried to the same host at T threads through a calibration of its T-thread rows.
+
 Example::
 
     python -m optimiser.calibration_eval --drop-host benchmarks/results/default.csv -o /tmp/unseen.csv
     appopt calibrate --budget 300 --db /tmp/store.csv
     python -m optimiser.calibration_eval --db /tmp/unseen.csv --store /tmp/store.csv
+    python -m optimiser.calibration_eval --proxy 1:2          # and 2:1; --quick, --units-only, --every-route
 """
 
 from __future__ import annotations
@@ -34,15 +39,21 @@ import argparse
 import math
 import statistics
 import sys
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from analysis.units import decode_units
 from optimiser.errors import AppoptError
 from optimiser.planner import make_plan
 from optimiser.spec import load_spec
 from perfmodels import Prediction, Workload
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from optimiser.stages import Candidate
 
 #: Measured times further apart than this share are different speeds (a tie between them is an error).
 DIFFERENT = 0.10
@@ -95,17 +106,21 @@ class Decision:
 def measured_medians(truth: Path, host: str, threads: int) -> dict[tuple[str, int], dict[str, object]]:
     """(model, batch) -> the workload row and route -> median step seconds, from ``truth``'s SingleStream rows of
     ``host`` at ``threads``."""
-    import pandas as pd
-
     from perfmodels.results_db import read_results
 
     frame = read_results(truth, warn=False)
+    return route_medians(frame[(frame["target"] == host) & (frame["threads"].astype("Int64") == threads)])
+
+
+def route_medians(frame: pd.DataFrame) -> dict[tuple[str, int], dict[str, object]]:
+    """(model, batch) -> the workload row and route -> median step seconds of ``frame``'s measured SingleStream
+    inference rows with kernel units."""
+    import pandas as pd
+
     rows = frame[
         (frame["source"] == "measured")
         & (frame["scenario"] == "SingleStream")
         & (frame["mode"].fillna("inference") == "inference")
-        & (frame["target"] == host)
-        & (frame["threads"].astype("Int64") == threads)
         & frame["units"].notna()
     ]
     out: dict[tuple[str, int], dict[str, object]] = {}
@@ -144,8 +159,11 @@ def workload_of(row: object, model: str, batch: int) -> Workload:
     )
 
 
-def evaluate(db: Path, store: Path | None, truth: Path, spec_path: Path, threads: int) -> list[Decision]:
-    """Plan every measured suite model of this host with the model of ``db`` and ``store``."""
+def evaluate(
+    db: Path, store: Path | None, truth: Path, spec_path: Path, threads: int, every_route: bool = False
+) -> list[Decision]:
+    """Plan every measured suite model of this host with the model of ``db`` and ``store``; score the routes the
+    store measured (all measured routes with ``every_route`` or without a store)."""
     from perfmodels.fitted import fit_model
     from perfmodels.results_db import read_results
     from perfmodels.targets import local_target_key
@@ -153,30 +171,61 @@ def evaluate(db: Path, store: Path | None, truth: Path, spec_path: Path, threads
     model = fit_model(read_results(db, warn=False), source=db.name, db=db, store=store)
     spec = load_spec(spec_path)
     decisions = []
-    seen_whole = _whole_models(store) if store is not None else set()
+    stored = read_results(store, warn=False) if store is not None else None
+    seen_whole = _whole_models(stored) if stored is not None else set()
+    only = None if stored is None or every_route else store_routes(stored)
     for (name, batch), measured in measured_medians(truth, local_target_key(), threads).items():
         if name in seen_whole:  # the host fit was scaled by its measurement: not held out
             continue
-        routes: dict[RouteKey, float] = measured["routes"]  # type: ignore[assignment]
         plan = make_plan(spec, model=model, workload=workload_of(measured["row"], name, batch))
-        seen: dict[RouteKey, Compared] = {}
-        for rank, c in enumerate(plan.candidates, start=1):
-            r = c.route
-            key = (r.framework, r.compiler, r.layout, r.precision)
-            if key in routes and key not in seen:
-                seen[key] = Compared(name, batch, rank, key, c.prediction, routes[key])
-        if len(seen) >= 1:
-            compared = tuple(sorted(seen.values(), key=lambda c: c.rank))
-            decisions.append(Decision(compared, compared[0].rank == 1))
+        decision = decision_of(plan.candidates, measured["routes"], name, batch, only)  # type: ignore[arg-type]
+        if decision is not None:
+            decisions.append(decision)
     return decisions
 
 
-def _whole_models(store: Path) -> set[str]:
-    """The models whose whole-model rows the store holds (plans of them are not scored)."""
-    from perfmodels.results_db import read_results
+def store_routes(store: pd.DataFrame) -> set[RouteKey]:
+    """The routes a host store measured (framework, compiler, layout, precision)."""
+    from perfmodels.unitfit import row_route
 
-    frame = read_results(store, warn=False)
-    return set(frame[frame["scenario"] == "SingleStream"]["model"].dropna().astype(str))
+    return {row_route(row) for row in store.itertuples(index=False)}
+
+
+def decision_of(
+    candidates: Sequence[Candidate],
+    routes: dict[RouteKey, float],
+    model: str,
+    batch: int,
+    only: Collection[RouteKey] | None = None,
+) -> Decision | None:
+    """The plan's ranked routes that were measured (``routes``: route -> median seconds; of those in ``only`` when
+    given), best-ranked first (None: none was)."""
+    seen: dict[RouteKey, Compared] = {}
+    for rank, c in enumerate(candidates, start=1):
+        r = c.route
+        key = (r.framework, r.compiler, r.layout, r.precision)
+        if key in routes and key not in seen and (only is None or key in only):
+            seen[key] = Compared(model, batch, rank, key, c.prediction, routes[key])
+    if not seen:
+        return None
+    compared = tuple(sorted(seen.values(), key=lambda c: c.rank))
+    return Decision(compared, compared[0].rank == 1)
+
+
+def _whole_models(store: pd.DataFrame) -> set[str]:
+    """The models whose whole-model rows the store holds (plans of them are not scored)."""
+    return set(store[store["scenario"] == "SingleStream"]["model"].dropna().astype(str))
+
+
+def rmspe(decisions: Sequence[Decision]) -> float:
+    """RMSPE of the predicted over the measured step times of every ranked measured route (NaN: none)."""
+    errors = [c.error for d in decisions for c in d.compared]
+    return math.sqrt(statistics.fmean(e * e for e in errors)) if errors else math.nan
+
+
+def regrets(decisions: Sequence[Decision]) -> list[float]:
+    """Top-1 regret of each plan that ranks two or more measured routes."""
+    return [d.regret for d in decisions if len(d.compared) > 1]
 
 
 def summary(decisions: Sequence[Decision]) -> list[str]:
@@ -185,18 +234,18 @@ def summary(decisions: Sequence[Decision]) -> list[str]:
     if not compared:
         return ["nothing to compare: no measured route of this host is ranked by the plans"]
     errors = [c.error for c in compared]
-    rmspe = math.sqrt(statistics.fmean(e * e for e in errors))
-    regrets = [d.regret for d in decisions if len(d.compared) > 1]
+    rmspe_all = rmspe(decisions)
+    regret = regrets(decisions)
     ties = [t for d in decisions for t in d.ties()]
     covered = [c.covered for c in compared if c.covered is not None]
     bases = sorted({c.predicted.basis.split(" (")[0] for c in compared})
     lines = [
         f"{len(decisions)} plans, {len(compared)} ranked measured routes; bases: {', '.join(bases)}",
-        f"RMSPE {rmspe:.1%}; within ±10% {statistics.fmean(abs(e) <= 0.1 for e in errors):.0%}; "
+        f"RMSPE {rmspe_all:.1%}; within ±10% {statistics.fmean(abs(e) <= 0.1 for e in errors):.0%}; "
         f"median error {statistics.median(errors):+.1%}",
-        f"top-1 regret mean {statistics.fmean(regrets):.3f} max {max(regrets):.3f} over {len(regrets)} plans "
+        f"top-1 regret mean {statistics.fmean(regret):.3f} max {max(regret):.3f} over {len(regret)} plans "
         f"with two or more measured routes; #1 measured in {sum(d.first_measured for d in decisions)}"
-        if regrets
+        if regret
         else "top-1 regret: no plan ranks two measured routes",
         f"ties between routes measured >{DIFFERENT:.0%} apart: {len(ties)}",
         f"measured inside p10-p90: {statistics.fmean(covered):.0%} of {len(covered)}" if covered else "no intervals",
@@ -299,10 +348,28 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--threads", type=int, default=None, help="thread count (default: the planner's)")
     parser.add_argument("--drop-host", type=Path, metavar="DB", help="write DB without this host's rows to -o")
     parser.add_argument("--store-from-db", type=Path, metavar="DB", help="write to -o DB's calibration unit rows")
-    parser.add_argument("--quick", action="store_true", help="with --store-from-db: the quick probe's units")
+    parser.add_argument(
+        "--quick", action="store_true", help="with --store-from-db or --proxy: the quick probe's units"
+    )
     parser.add_argument("--whole", nargs="*", default=[], metavar="MODEL", help="with --store-from-db: whole models")
     parser.add_argument("--measure-model", type=Path, metavar="ONNX", help="time ONNX on each calibration backend")
     parser.add_argument("-o", "--output", type=Path, help="where --drop-host and --store-from-db write")
+    parser.add_argument(
+        "--proxy", metavar="S:T", help="score the transfer from --db's host at S threads to the same host at T "
+        "(optimiser.transfer_proxy), e.g. 1:2"
+    )
+    parser.add_argument(
+        "--anchors", nargs="*", default=None, metavar="MODEL",
+        help="with --proxy: the whole-model anchors the store holds (default: appopt calibrate's; none: no models)",
+    )
+    parser.add_argument(
+        "--units-only", action="store_true",
+        help="with --proxy: the store without the anchors' rows (the anchor models are still not scored)",
+    )
+    parser.add_argument(
+        "--every-route", action="store_true",
+        help="score every measured route, not only those the store calibrated (graph compilers measured whole)",
+    )
     args = parser.parse_args(argv)
     threads = args.threads or usable_cores()
     try:
@@ -325,14 +392,66 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"wrote {args.output} without {local_target_key()}'s {dropped} rows")
             return 0
         db = args.db or default_db_path()
+        if args.proxy is not None:
+            return _proxy(db, args.proxy, args.anchors, args.spec, args.every_route, args.quick, args.units_only)
         for path, flag in ((db, "--db"), (args.truth or default_db_path(), "--truth"), (args.store, "--store")):
             if path is not None and not path.is_file():
                 raise AppoptError(f"{flag}: {path} is not a file")
-        decisions = evaluate(db, args.store, args.truth or default_db_path(), args.spec, threads)
+        decisions = evaluate(db, args.store, args.truth or default_db_path(), args.spec, threads, args.every_route)
     except AppoptError as error:
         print(f"error: {error}", file=sys.stderr)
         return 1
-    print(f"host {local_target_key()}, {threads} threads; db {db}; store {args.store}")
+    scored = "every measured route" if args.every_route or args.store is None else "the routes the store calibrated"
+    print(f"host {local_target_key()}, {threads} threads; db {db}; store {args.store}; {scored}")
+    for line in summary(decisions):
+        print(line)
+    return 0
+
+
+def _proxy(
+    db: Path,
+    pair: str,
+    anchors: Sequence[str] | None,
+    spec: Path,
+    every_route: bool = False,
+    quick: bool = False,
+    units_only: bool = False,
+) -> int:
+    """``--proxy S:T``: the transfer proxy's figures (``optimiser.transfer_proxy``); with ``quick``, of a store of
+    the quick probe's units (and no anchors, unless named); with ``units_only``, of a store without the anchors'
+    rows, scored on the same models."""
+    import tempfile
+    from dataclasses import replace
+
+    from analysis.units import encode_units
+    from benchmarks.calibrate import ANCHOR_MODELS, quick_units
+    from optimiser.transfer_proxy import evaluate_proxy, proxy_data
+    from perfmodels.fitted import read_evaluation
+    from perfmodels.results_db import read_results
+    from perfmodels.unitfit import cache_dir_for
+
+    try:
+        source, target = (int(part) for part in pair.split(":"))
+    except ValueError:
+        raise AppoptError(f"--proxy: {pair!r} is not two thread counts S:T, e.g. 1:2") from None
+    if not db.is_file():
+        raise AppoptError(f"--db: {db} is not a file")
+    try:
+        chosen = (() if quick else ANCHOR_MODELS) if anchors is None else tuple(anchors)
+        units = [encode_units([u]) for u in quick_units()] if quick else None
+        data = proxy_data(read_results(db, warn=False), source, target, chosen, units)
+        if units_only:
+            data = replace(data, store=data.store[data.store["scenario"] == "kernel"])
+    except ValueError as error:
+        raise AppoptError(str(error)) from None
+    with tempfile.TemporaryDirectory(prefix="appopt-proxy-") as work:
+        decisions = evaluate_proxy(data, spec, Path(work), read_evaluation(db), cache_dir_for(db), every_route)
+    print(
+        f"proxy: {data.host} at {source} threads -> at {target} threads; db {db}; store {len(data.store)} rows "
+        f"(anchors: {', '.join(data.anchors) or 'none'}{', not in the store' if units_only else ''}); "
+        "held out by family; "
+        f"{'every measured route' if every_route else 'the calibrated routes'}{'; quick probe units' if quick else ''}"
+    )
     for line in summary(decisions):
         print(line)
     return 0

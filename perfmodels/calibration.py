@@ -1,34 +1,54 @@
-"""Carry the shipped database's fitted models over to a calibrated host: per-route, per-kind correction ratios.
+"""Carry the shipped database's fitted models over to a calibrated host: per-route factors from per-kind unit
+ratios that follow unit size, and from whole-model anchors.
 
-``appopt calibrate`` measures a covering set of the unit sweep's own units on this host (``perfmodels.hoststore``).
-For each, the shipped unit model of the same route and thread count on the shipped host (``source``) predicts a
-time; the ratio measured / predicted, per route and unit kind (a geometric mean over that kind's units), says how
-this host differs. A prediction on the calibrated host is the shipped one times the time-weighted mean of its
-units' kind ratios (kinds not calibrated take the route's overall ratio); the no-op chains' ratio scales the
-per-call cost. Its basis says so:
-``transferred:<source> via calibration (N units)``.
+``appopt calibrate`` measures on this host a covering set of the unit sweep's own units and a few small suite models
+whole (the anchors), on each installed backend (``perfmodels.hoststore``, ``benchmarks.calibrate``).
 
-The interval of such a prediction comes from the same rows, held out: each calibrated unit predicted with the
-ratios of the others of its route (leave-one-unit-out), whose error quantiles (p10, p90) bound the step.
+* Units: each unit's own work (its time less each host's call, from the no-op chains) here over the same unit's
+  work on the shipped host (``source``, at the nearest thread count): the source's measurement of that very unit
+  where the shipped rows hold it, else its unit model's prediction. Per route and kind, a ``KindRatio``: a
+  Theil-Sen line in the units' size (small units pay thread wake-ups that large ones amortise), its level shrunk
+  toward the route's median by the kind's unit count (one unit measured in a burst of load moves it little).
+  A model's *mix* is the mean of its units' ratios weighted by their shipped times (the call: the no-op ratio).
+* Anchors: per route, the mean over the anchors of their time here over their time on the source, against what
+  their units' mix says. Units measured alone miss what a whole model pays (or saves) around its kernels.
+
+A prediction on the calibrated host is the shipped one times the route's factor: the model's mix, times the anchors'
+offset where there are anchors. Its basis says so: ``transferred:<source> via calibration (N units)``, with
+``, M anchor models`` where there are.
+
+The interval comes from the same rows, held out: with five or more anchors, each anchor predicted from the others
+of its route (leave-one-model-out); else each unit from the others of its kind (leave-one-unit-out). Their error
+quantiles (p10, p90), widened by the shipped prediction's own held-out band (the transfer carries that model's
+error too), bound the step.
 
 Example::
 
-    >>> cal = calibration_from(store_frame, shipped.units(), "intel-r-xeon-r-processor-2c", "this-host-2c")
-    >>> cal.factor(("onnxruntime", "none", "NCHWc", "fp32"), {"conv": 1e-3, "gemm": 2e-4})   # doctest: +SKIP
-    1.31
+    >>> cal = calibration_from(store_frame, unit_fit, "intel-r-xeon-r-processor-2c", "here-2c", shipped_rows=read)
+    >>> cal.factor(("onnxruntime", "none", "NCHWc", "fp32"), timed_units(unit_route, units, 1))  # doctest: +SKIP
+    0.62
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 import numpy as np
 
+from analysis.units import Unit, decode_units, encode_units, roofline_seconds
 from perfmodels.lazy import lazy_import
-from perfmodels.unitfit import UnitFit, sweep_rows
+from perfmodels.unitfit import (
+    MIN_WORK_SHARE,
+    UnitFit,
+    UnitRoute,
+    call_costs,
+    row_route,
+    sweep_rows,
+    whole_rows,
+)
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -37,27 +57,82 @@ else:
 
 #: (framework, compiler, layout, precision): the route a correction belongs to.
 RouteKey = tuple[str, str, str, str]
+#: A kind's ratio is shrunk toward its route's as if the route's ratio were this many more units of the kind.
+SHRINK_UNITS = 2.0
+#: Held-out errors an interval needs.
+MIN_HELDOUT = 5
+#: A kind's ratio follows its units' size (``KindRatio``) from this many units spread over ``MIN_SPREAD`` (log2).
+MIN_LINE_UNITS = 3
+MIN_SPREAD = 2.0
+#: The nominal machine a unit's size is its roofline time on (FLOP/s, B/s): FLOPs and bytes in one scale.
+_NOMINAL = (1e11, 2e10)
+#: The call of a model, as its kind mix counts it: a no-op chain's ratio.
+CALL = Unit("noop", {"nodes": 1})
+
+
+def unit_size(unit: Unit) -> float:
+    """log2 of the unit's roofline time on a nominal machine (``_NOMINAL``): small units pay thread wake-ups and
+    calls that large ones amortise, so a host's ratio changes with size."""
+    return math.log2(max(roofline_seconds(unit, 1, *_NOMINAL), 1e-12))
+
+
+@dataclass(frozen=True)
+class KindRatio:
+    """A kind's log ratio (measured here / on the source) on one route: ``log_ratio`` at size ``centre``, changing
+    by ``slope`` per doubling of size (Theil-Sen: robust to a unit measured in a burst of load), clipped to the
+    range its units measured. Constant where its units are too few or too alike in size."""
+
+    log_ratio: float
+    units: int
+    slope: float = 0.0
+    centre: float = 0.0
+    low: float = -math.inf
+    high: float = math.inf
+
+    def log_at(self, unit: Unit) -> float:
+        if self.slope == 0.0:
+            return self.log_ratio
+        return min(max(self.log_ratio + self.slope * (unit_size(unit) - self.centre), self.low), self.high)
+
+    @property
+    def ratio(self) -> float:
+        """The ratio at the centre of the sizes measured."""
+        return math.exp(self.log_ratio)
+
+
+@dataclass(frozen=True)
+class Anchor:
+    """A route's whole models measured here and on the source."""
+
+    #: The mean over the models of log(time here / time on the source) less log(their unit mix): what a whole
+    #: model's ratio adds to its units'.
+    offset: float
+    models: tuple[str, ...]
 
 
 @dataclass(frozen=True)
 class Calibration:
-    """This host's correction ratios against ``source``'s shipped unit models."""
+    """This host's correction ratios against ``source``'s shipped unit models and measured anchors."""
 
     host: str
     source: str
     units: int
-    #: route -> unit kind -> geometric-mean ratio measured / shipped prediction
-    ratios: dict[RouteKey, dict[str, float]] = field(default_factory=dict)
-    #: route -> every calibrated unit's log ratio (the route's overall ratio and the held-out spread)
+    #: route -> unit kind -> its ratio measured here / on the source (shrunk toward the route's)
+    ratios: dict[RouteKey, dict[str, KindRatio]] = field(default_factory=dict)
+    #: route -> every calibrated unit's log ratio (the route's overall ratio is their median)
     log_ratios: dict[RouteKey, list[float]] = field(default_factory=dict)
-    #: leave-one-unit-out relative errors of corrected predictions (measured / predicted - 1), all routes
+    #: held-out relative errors of corrected predictions (measured / predicted - 1), all routes
     heldout_errors: tuple[float, ...] = ()
     #: What measured the host: ``calibration`` (``appopt calibrate``) or ``quick probe`` (``appopt plan``'s).
     via: str = "calibration"
+    #: route -> its whole-model anchors
+    anchors: dict[RouteKey, Anchor] = field(default_factory=dict)
 
     @property
     def basis(self) -> str:
-        return f"transferred:{self.source} via {self.via} ({self.units} units)"
+        models = {m for a in self.anchors.values() for m in a.models}
+        anchored = f", {len(models)} anchor models" if models else ""
+        return f"transferred:{self.source} via {self.via} ({self.units} units{anchored})"
 
     def route_for(self, route: RouteKey) -> RouteKey | None:
         """The calibrated route that stands for ``route``: the same one, else the same framework and precision,
@@ -70,62 +145,233 @@ class Calibration:
                 return found[0]
         return None
 
-    def factor(self, route: RouteKey, seconds_by_kind: Mapping[str, float]) -> float | None:
-        """The correction of a prediction whose shipped unit times are ``seconds_by_kind`` (None: route not
-        calibrated). Without unit times, the route's overall ratio."""
+    def overall(self, key: RouteKey) -> float:
+        """The route's ratio over all its units (1 without units)."""
+        logs = self.log_ratios.get(key)
+        return float(np.exp(np.median(logs))) if logs else 1.0
+
+    def mix(self, key: RouteKey, timed: Sequence[tuple[Unit, float]]) -> float:
+        """The mean of ``key``'s ratios of the ``timed`` units (unit, shipped seconds), weighted by their seconds
+        (kinds not calibrated take the route's ratio; without times, the route's ratio)."""
+        overall = self.overall(key)
+        kinds = self.ratios.get(key, {})
+        total = sum(t for _, t in timed)
+        if not total > 0:
+            return overall
+        return sum(t * (math.exp(kinds[u.kind].log_at(u)) if u.kind in kinds else overall) for u, t in timed) / total
+
+    def factor(self, route: RouteKey, timed: Sequence[tuple[Unit, float]]) -> float | None:
+        """The correction of a prediction whose shipped unit times are ``timed`` (``timed_units``; None: route
+        not calibrated)."""
         key = self.route_for(route)
         if key is None:
             return None
-        overall = float(np.exp(np.mean(self.log_ratios[key])))
-        kinds = self.ratios[key]
-        total = sum(seconds_by_kind.values())
-        if not total > 0:
-            return overall
-        return sum(t * kinds.get(kind, overall) for kind, t in seconds_by_kind.items()) / total
+        mix = self.mix(key, timed)
+        anchor = self.anchors.get(key)
+        return mix if anchor is None else math.exp(anchor.offset) * mix
 
-    def interval(self, step_s: float) -> tuple[float, float] | None:
-        """(p10, p90) of the step from the held-out errors (None with fewer than 5)."""
-        if len(self.heldout_errors) < 5:
+    def interval(self, step_s: float, source: tuple[float, float] | None = None) -> tuple[float, float] | None:
+        """(p10, p90) of the step: the held-out errors' quantiles (with at least ``MIN_HELDOUT``) widened by
+        ``source``, the shipped prediction's own (p10, p90) over its step, as two independent errors (their log
+        distances from 1 added in quadrature, per side). None with neither."""
+        sides: list[tuple[float, float]] = []
+        if len(self.heldout_errors) >= MIN_HELDOUT:
+            low, high = np.quantile(np.asarray(self.heldout_errors) + 1.0, [0.1, 0.9])
+            sides.append((float(low), float(high)))
+        if source is not None and source[0] > 0 and source[1] > 0:
+            sides.append(source)
+        if not sides:
             return None
-        low, high = np.quantile(np.asarray(self.heldout_errors) + 1.0, [0.1, 0.9])
-        return step_s * float(low), step_s * float(high)
+        below = math.sqrt(sum(min(math.log(low), 0.0) ** 2 for low, _ in sides))
+        above = math.sqrt(sum(max(math.log(high), 0.0) ** 2 for _, high in sides))
+        return step_s * math.exp(-below), step_s * math.exp(above)
+
+
+def source_route(shipped: UnitFit, source: str, key: RouteKey, threads: int) -> UnitRoute | None:
+    """``source``'s unit model of ``key`` at ``threads``, else at the nearest thread count it swept (more threads
+    on a draw), as the planner's anchor group is chosen (``FittedModel.anchor``)."""
+    routes = shipped.keys()  # (a list of keys, not a mapping's)
+    swept = [k[5] for k in routes if k[:5] == (source, *key)]
+    if not swept:
+        return None
+    nearest = min(swept, key=lambda t: (abs(t - threads), -t))
+    return shipped.route((source, *key, nearest))
+
+
+def timed_units(route: UnitRoute, units: Sequence[Unit], batch: int) -> list[tuple[Unit, float]]:
+    """The route's call (``CALL``) and ``units`` at ``batch``, each with its predicted seconds (times its count;
+    units the route cannot predict left out): the weights of a model's mix of ratios."""
+    out = [(CALL, route.call_s)]
+    for unit, t in zip(units, route.unit_seconds(units, batch), strict=True):
+        if np.isfinite(t):
+            out.append((unit.at_batch(batch), unit.count * float(t)))
+    return out
+
+
+def _source_unit_times(
+    shipped: pd.DataFrame | None, source: str
+) -> dict[tuple[RouteKey, int, str], tuple[float, float]]:
+    """(route, threads, encoded unit) -> (median seconds, boundary seconds) of ``source``'s measurement of it (the
+    shipped fit's rows and time rule); empty without the shipped rows."""
+    if shipped is None or shipped.empty or "target" not in shipped:
+        return {}
+    rows = sweep_rows(shipped[shipped["target"] == source])
+    return {
+        ((r.framework, r.compiler, r.layout, r.precision), int(r.threads), encode_units([r.unit])): (
+            float(r.t),
+            float(r.boundary),
+        )
+        for r in rows.itertuples(index=False)
+    }
+
+
+def _work(t: float, call_s: float, boundary: float) -> float:
+    """A unit's own time: its measured time less the call and the boundary conversions (``unitfit``'s rule)."""
+    return max(t - call_s - boundary, MIN_WORK_SHARE * t)
+
+
+def _unit_logs(
+    store: pd.DataFrame,
+    shipped: UnitFit,
+    source: str,
+    measured: dict[tuple[RouteKey, int, str], tuple[float, float]],
+) -> dict[RouteKey, list[tuple[Unit, float]]]:
+    """Per route, each calibrated unit and log(time here / time on the source). A unit's time is its own work, the
+    call (each host's no-op chains) taken off both sides: a model pays one call, not one per unit, and an engine
+    whose call costs more than its small kernels would otherwise show the call's ratio for every kind. The
+    source's time is its measurement of the very unit where ``measured`` has it (the units are the sweep's own),
+    else its unit model's prediction. No-op chains keep their whole time: they are the call's ratio."""
+    rows = sweep_rows(store, "wall")
+    per_route: dict[RouteKey, list[tuple[Unit, float]]] = {}
+    for group_key, group in rows.groupby(["framework", "compiler", "layout", "precision", "threads"], sort=True):
+        key = (str(group_key[0]), str(group_key[1]), str(group_key[2]), str(group_key[3]))
+        model = source_route(shipped, source, key, int(group_key[4]))
+        if model is None:
+            continue
+        here_call = (call_costs(group) or (0.0, 0.0))[0]
+        for row in group.itertuples(index=False):
+            there = measured.get((key, model.threads, encode_units([row.unit])))
+            if row.unit.kind == "noop":  # a no-op chain is the call and its nodes (``UnitRoute.call_s``, ``node_s``)
+                ratio = float(row.t) / (there[0] if there else model.call_s + row.unit["nodes"] * model.node_s)
+            elif there is not None:
+                ratio = _work(float(row.t), here_call, float(row.boundary)) / _work(there[0], model.call_s, there[1])
+            else:
+                work_there = shipped.seconds(model, [row.unit], 1) - model.call_s
+                ratio = _work(float(row.t), here_call, float(row.boundary)) / work_there
+            if ratio > 0 and math.isfinite(ratio):
+                per_route.setdefault(key, []).append((row.unit, math.log(ratio)))
+    return per_route
+
+
+def shrunk_log(values: Sequence[float], toward: float) -> float:
+    """The median of ``values`` shrunk toward ``toward`` by their count (``SHRINK_UNITS``)."""
+    n = len(values)
+    return (n * float(np.median(values)) + SHRINK_UNITS * toward) / (n + SHRINK_UNITS)
+
+
+def kind_ratio(pairs: Sequence[tuple[Unit, float]], toward: float) -> KindRatio:
+    """One kind's ``KindRatio`` from its units' log ratios, its level shrunk toward the route's ``toward``."""
+    values = [v for _, v in pairs]
+    sizes = [unit_size(u) for u, _ in pairs]
+    if len(pairs) < MIN_LINE_UNITS or max(sizes) - min(sizes) < MIN_SPREAD or pairs[0][0].kind == "noop":
+        return KindRatio(shrunk_log(values, toward), len(pairs))
+    slopes = [
+        (values[j] - values[i]) / (sizes[j] - sizes[i])
+        for i in range(len(pairs))
+        for j in range(i + 1, len(pairs))
+        if abs(sizes[j] - sizes[i]) > 1e-9
+    ]
+    slope = float(np.median(slopes))
+    centre = float(np.median(sizes))
+    level = shrunk_log([v - slope * (x - centre) for v, x in zip(values, sizes, strict=True)], toward)
+    return KindRatio(level, len(pairs), slope, centre, min(values), max(values))
+
+
+def kind_ratios(pairs: Sequence[tuple[Unit, float]]) -> tuple[dict[str, KindRatio], list[float]]:
+    """A route's kind ratios, and its units' leave-one-unit-out errors (each predicted by its kind's others,
+    shrunk toward the route's others)."""
+    by_kind: dict[str, list[tuple[Unit, float]]] = {}
+    for unit, value in pairs:
+        by_kind.setdefault(unit.kind, []).append((unit, value))
+    route = float(np.median([v for _, v in pairs]))
+    ratios = {kind: kind_ratio(kind_pairs, route) for kind, kind_pairs in by_kind.items()}
+    errors = []
+    for i, (unit, value) in enumerate(pairs):
+        rest = [v for j, (_, v) in enumerate(pairs) if j != i]
+        if not rest:
+            continue
+        same = [p for j, p in enumerate(pairs) if j != i and p[0].kind == unit.kind]
+        toward = float(np.median(rest))
+        errors.append(math.exp(value - (kind_ratio(same, toward).log_at(unit) if same else toward)) - 1.0)
+    return ratios, errors
 
 
 def calibration_from(
-    store: pd.DataFrame, shipped: UnitFit, source: str, host: str, via: str = "calibration"
+    store: pd.DataFrame,
+    shipped: UnitFit,
+    source: str,
+    host: str,
+    via: str = "calibration",
+    shipped_rows: Callable[[], pd.DataFrame | None] | None = None,
 ) -> Calibration | None:
-    """The corrections of ``store``'s unit rows against ``shipped``'s models on ``source`` (None: nothing
-    comparable). Wall-clock times of every row are used: a calibration is what this host has."""
-    rows = sweep_rows(store, "wall")
-    per_route: dict[RouteKey, list[tuple[str, float]]] = {}
-    for row in rows.itertuples(index=False):
-        key = (str(row.framework), str(row.compiler), str(row.layout), str(row.precision))
-        model = shipped.route((source, *key, int(row.threads)))
-        if model is None:
-            continue
-        if row.unit.kind == "noop":  # a no-op chain is the call and its nodes (``UnitRoute.call_s``, ``node_s``)
-            predicted = model.call_s + row.unit.dims.get("nodes", 1) * model.node_s
-        else:
-            predicted = shipped.seconds(model, [row.unit], 1)
-        if not (predicted > 0 and float(row.t) > 0):
-            continue
-        per_route.setdefault(key, []).append((row.unit.kind, math.log(float(row.t) / predicted)))
+    """The corrections of ``store``'s rows against ``shipped``'s models on ``source`` (None: nothing comparable).
+    Wall-clock times of every store row are used: a calibration is what this host has. ``shipped_rows`` gives the
+    shipped database's rows: the source's own times of the units and anchors (without, units are compared with
+    the source's unit models and anchors are not used)."""
+    frame = shipped_rows() if shipped_rows is not None else None
+    per_route = _unit_logs(store, shipped, source, _source_unit_times(frame, source))
+    ratios: dict[RouteKey, dict[str, KindRatio]] = {}
+    log_ratios: dict[RouteKey, list[float]] = {}
+    unit_errors: list[float] = []
+    for key, pairs in per_route.items():
+        ratios[key], errors = kind_ratios(pairs)
+        log_ratios[key] = [v for _, v in pairs]
+        unit_errors.extend(errors)
     if not per_route:
         return None
-    ratios: dict[RouteKey, dict[str, float]] = {}
-    log_ratios: dict[RouteKey, list[float]] = {}
-    errors: list[float] = []
-    for key, pairs in per_route.items():
-        by_kind: dict[str, list[float]] = {}
-        for kind, value in pairs:
-            by_kind.setdefault(kind, []).append(value)
-        ratios[key] = {kind: float(np.exp(np.mean(values))) for kind, values in by_kind.items()}
-        log_ratios[key] = [v for _, v in pairs]
-        for i, (kind, value) in enumerate(pairs):  # leave-one-unit-out: the others of its kind, else of its route
-            others = [v for j, (k, v) in enumerate(pairs) if j != i and k == kind] or [
-                v for j, (_, v) in enumerate(pairs) if j != i
-            ]
-            if others:
-                errors.append(math.exp(value - float(np.mean(others))) - 1.0)
     units = sum(len(v) for v in log_ratios.values())
-    return Calibration(host, source, units, ratios, log_ratios, tuple(errors), via)
+    partial = Calibration(host, source, units, ratios, log_ratios, tuple(unit_errors), via)
+    whole = whole_rows(store)
+    if frame is None or not len(whole):
+        return partial
+    anchors, anchor_errors = _anchors(partial, whole, frame, shipped)
+    errors = anchor_errors if len(anchor_errors) >= MIN_HELDOUT else unit_errors
+    return Calibration(host, source, units, ratios, log_ratios, tuple(errors), via, anchors)
+
+
+def _anchors(
+    partial: Calibration, here: pd.DataFrame, shipped: pd.DataFrame, unit_fit: UnitFit
+) -> tuple[dict[RouteKey, Anchor], list[float]]:
+    """Per calibrated route, the anchors measured both here and on the source, and their leave-one-model-out
+    errors."""
+    there = whole_rows(shipped)
+    there = there[there["target"] == partial.source]
+    source_times: dict[tuple[RouteKey, str, int, int], list[float]] = {}
+    for row in there.itertuples(index=False):
+        measured = (row_route(row), str(row.model), int(row.batch), int(row.threads))
+        source_times.setdefault(measured, []).append(float(row.median_ms) / 1e3)
+    found: dict[RouteKey, dict[str, list[tuple[float, float]]]] = {}  # route -> model -> (log ratio, log mix)
+    for row in here.itertuples(index=False):
+        key = row_route(row)
+        if key not in partial.ratios:
+            continue
+        threads = [t for (k, m, b, t) in source_times if k == key and m == row.model and b == int(row.batch)]
+        route = source_route(unit_fit, partial.source, key, int(row.threads))
+        if not threads or route is None:
+            continue
+        nearest = min(threads, key=lambda t: (abs(t - int(row.threads)), -t))
+        there_s = float(np.median(np.asarray(source_times[(key, str(row.model), int(row.batch), nearest)])))
+        timed = timed_units(route, decode_units(str(row.units)), int(row.batch))
+        ratio = math.log(float(row.median_ms) / 1e3 / there_s)
+        found.setdefault(key, {}).setdefault(str(row.model), []).append((ratio, math.log(partial.mix(key, timed))))
+    anchors: dict[RouteKey, Anchor] = {}
+    errors: list[float] = []
+    for key, by_model in found.items():
+        # one (log ratio, log mix) per model, a mean over its batches
+        pairs = [(float(np.mean([r for r, _ in v])), float(np.mean([x for _, x in v]))) for v in by_model.values()]
+        anchors[key] = Anchor(float(np.mean([r - x for r, x in pairs])), tuple(sorted(by_model)))
+        for i, (ratio, mix) in enumerate(pairs):  # leave-one-model-out: the route's other anchors
+            rest = [r - x for j, (r, x) in enumerate(pairs) if j != i]
+            if rest:
+                errors.append(math.exp(ratio - (float(np.mean(rest)) + mix)) - 1.0)
+    return anchors, errors

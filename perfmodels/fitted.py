@@ -45,7 +45,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from perfmodels.calibration import Calibration, calibration_from
+from perfmodels.calibration import Calibration, calibration_from, timed_units
 from perfmodels.digests import file_digest
 from perfmodels.evaluate import Evaluation, leave_one_architecture_out, scores
 from perfmodels.features import Device, Route, Workload
@@ -334,7 +334,7 @@ class FittedModel:
         if frame is None or source is None or unit_fit is None:
             return None
         via = "quick probe" if is_quick_store(store) else "calibration"
-        return calibration_from(frame, unit_fit, source, local_target_key(), via)
+        return calibration_from(frame, unit_fit, source, local_target_key(), via, shipped_rows=self.frame)
 
     @staticmethod
     def _calibration_source(unit_fit: UnitFit) -> str | None:
@@ -351,20 +351,16 @@ class FittedModel:
         calibration = self.calibration()
         if calibration is None:
             return prediction
-        by_kind: dict[str, float] = {}
         unit_fit = self.units()
         unit_route = unit_fit.route(group.key) if unit_fit is not None and workload.units else None
-        if unit_route is not None:
-            times = unit_route.unit_seconds(workload.units, workload.batch_size)
-            by_kind["noop"] = unit_route.call_s
-            for unit, t in zip(workload.units, times, strict=True):
-                if np.isfinite(t):
-                    by_kind[unit.kind] = by_kind.get(unit.kind, 0.0) + unit.count * float(t)
-        factor = calibration.factor((route.framework, route.compiler, route.layout, route.precision), by_kind)
+        timed = timed_units(unit_route, workload.units, workload.batch_size) if unit_route is not None else []
+        factor = calibration.factor((route.framework, route.compiler, route.layout, route.precision), timed)
         if factor is None:
             return prediction
         step = prediction.step_seconds * factor
-        interval = calibration.interval(step)
+        low, high = prediction.detail.get("p10_step_s"), prediction.detail.get("p90_step_s")
+        band = None if low is None or high is None else (low / prediction.step_seconds, high / prediction.step_seconds)
+        interval = calibration.interval(step, band)
         return replace(
             prediction,
             step_seconds=step,
@@ -375,11 +371,7 @@ class FittedModel:
                 **prediction.detail,
                 "calibration_factor": factor,
                 "calibrated_units": float(calibration.units),
-                **(
-                    {k: prediction.detail[k] * factor for k in ("p10_step_s", "p90_step_s") if k in prediction.detail}
-                    if interval is None
-                    else {"p10_step_s": interval[0], "p90_step_s": interval[1]}
-                ),
+                **({} if interval is None else {"p10_step_s": interval[0], "p90_step_s": interval[1]}),
             },
         )
 

@@ -5,7 +5,7 @@ backend (``benchmarks.calibrate``): a few sizes of every kind, and no-op chains.
 route to carry over to this host (no measurements of the route anywhere, or none that a transfer can start from), a
 route with enough of those rows (``MIN_HOST_UNITS`` units and two no-op chains) is predicted from them alone:
 
-* the no-op chains give the route's cost per call and per node (a straight line, as ``unitfit.fit_unit_route``);
+* the no-op chains give the route's cost per call and per node (``unitfit.call_costs``, as the shipped unit models);
 * each kind's time over its roofline time (at this host's measured GEMM peak and bandwidth) is a log-linear function
   of the unit's FLOPs and bytes (standardised), ridge-shrunk towards the kind's mean (few sizes: a line, not a
   boosted tree), and clipped to the range of ratios measured (± ``CLIP``), so that a size far outside the sample
@@ -33,12 +33,20 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from analysis.units import KINDS, Unit, decode_units, roofline_seconds, unit_features
+from analysis.units import KINDS, Unit, decode_units
 from perfmodels.features import Route, Workload
-from perfmodels.fit import RouteKey
 from perfmodels.prediction import Prediction
 from perfmodels.priors import layout_factor
-from perfmodels.unitfit import MIN_WORK_SHARE, KindModel, UnitRoute, sweep_rows
+from perfmodels.unitfit import (
+    KindModel,
+    UnitRoute,
+    call_costs,
+    row_route,
+    sweep_rows,
+    unit_route,
+    unit_targets,
+    whole_rows,
+)
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -171,17 +179,6 @@ class HostFit:
 _REAL = KindModel("", 1, None)
 
 
-def _call_costs(rows: pd.DataFrame) -> tuple[float, float] | None:
-    """(seconds per call, per node) from the no-op chains (None without two chain lengths)."""
-    noops = rows[[u.kind == "noop" for u in rows["unit"]]]
-    nodes = np.array([u["nodes"] for u in noops["unit"]], dtype=float)
-    if len(set(nodes.tolist())) < 2:
-        return None
-    a = np.c_[np.ones(len(nodes)), nodes]
-    call_s, node_s = (max(float(v), 0.0) for v in np.linalg.lstsq(a, noops["t"].to_numpy(), rcond=None)[0])
-    return call_s, node_s
-
-
 def _kind_line(features: list[np.ndarray], target: np.ndarray) -> LogLinear:
     """A kind's line in its sizes (its shape features overfit a few rows: 47% -> 103% RMSPE, docs/decisions.md)."""
     return fit_log_linear(np.array(features), target)
@@ -204,19 +201,13 @@ def _kind_models(units: list[Unit], target: np.ndarray, features: list[np.ndarra
 
 def host_route(rows: pd.DataFrame) -> HostRoute | None:
     """One route's host model from its ``unitfit.sweep_rows`` (None: too few rows)."""
-    costs = _call_costs(rows)
+    costs = call_costs(rows)
     work_rows = rows[[u.kind != "noop" for u in rows["unit"]]]
     if costs is None or len(work_rows) < MIN_HOST_UNITS:
         return None
     call_s, node_s = costs
-    peak, bandwidth = float(rows["peak_flops"].median()), float(rows["bandwidth"].median())
-    units = list(work_rows["unit"])
-    t = work_rows["t"].to_numpy(dtype=float)
-    boundary = work_rows["boundary"].to_numpy(dtype=float)
-    work = np.maximum(t - call_s - boundary, MIN_WORK_SHARE * t)
-    prior = np.array([roofline_seconds(u, 1, peak, bandwidth) for u in units])
-    target = np.log(work / prior)
-    features = [np.asarray(unit_features(u), dtype=float) for u in units]
+    data = unit_targets(work_rows, call_s, float(rows["peak_flops"].median()), float(rows["bandwidth"].median()))
+    units, target, features = data.units, data.target, data.features
     errors = []
     for i in range(len(units)):  # leave-one-unit-out: the unit's kind line without it (else the pooled line)
         keep = [j for j in range(len(units)) if j != i]
@@ -225,20 +216,9 @@ def host_route(rows: pd.DataFrame) -> HostRoute | None:
             line = _kind_line([features[j] for j in same], target[same])
         else:
             line = fit_log_linear(np.array([features[j][:2] for j in keep]), target[keep])
-        predicted = call_s + boundary[i] + prior[i] * math.exp(float(line.predict(features[i][None, :])[0]))
-        errors.append(t[i] / predicted - 1.0)
-    first = rows.iloc[0]
-    model = UnitRoute(
-        target=str(first["target"]),
-        route=RouteKey(str(first["framework"]), str(first["compiler"]), str(first["layout"]), str(first["precision"])),
-        threads=int(first["threads"]),
-        peak_flops=peak,
-        bandwidth=bandwidth,
-        call_s=call_s,
-        node_s=node_s,
-        kinds=_kind_models(units, target, features),
-        rows=len(rows),
-    )
+        ratio = math.exp(float(line.predict(features[i][None, :])[0]))
+        errors.append(data.t[i] / (call_s + data.boundary[i] + data.prior[i] * ratio) - 1.0)
+    model = unit_route(rows, call_s, node_s, _kind_models(units, target, features))
     return HostRoute(model, len(units), tuple(errors))
 
 
@@ -260,16 +240,9 @@ def _with_whole_models(
 ) -> dict[tuple[str, str, str, str, int], HostRoute]:
     """Each route scaled by the whole models the store measured on it (SingleStream rows with kernel units, from
     ``appopt bench run --db STORE``): measured / unit-sum, a geometric mean over the models."""
-    if store.empty or "units" not in store:
-        return routes
-    rows = store[
-        (store["source"] == "measured") & (store["scenario"] == "SingleStream") & store["units"].notna()
-        & store["median_ms"].notna() & store["batch"].notna() & store["threads"].notna()
-    ]
     logs: dict[tuple[str, str, str, str, int], dict[str, list[float]]] = {}
-    for row in rows.itertuples(index=False):
-        compiler = row.compiler if isinstance(row.compiler, str) and row.compiler else "none"
-        key = (str(row.framework), compiler, str(row.layout), str(row.precision), int(row.threads))
+    for row in whole_rows(store).itertuples(index=False):
+        key = (*row_route(row), int(row.threads))
         route = routes.get(key)
         if route is None:
             continue

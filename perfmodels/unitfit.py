@@ -101,6 +101,28 @@ def sweep_rows(frame: pd.DataFrame, statistic: Statistic = "auto") -> pd.DataFra
     return out
 
 
+def whole_rows(frame: pd.DataFrame) -> pd.DataFrame:
+    """``frame``'s measured SingleStream inference rows with kernel units, a median, a batch and a thread count:
+    whole models a store measured (``hostfit``, ``calibration``)."""
+    if frame.empty or "units" not in frame:
+        return frame.iloc[0:0]
+    return frame[
+        (frame["source"] == "measured")
+        & (frame["scenario"] == "SingleStream")
+        & (frame["mode"].fillna("inference") == "inference")
+        & frame["units"].notna()
+        & frame["median_ms"].notna()
+        & frame["batch"].notna()
+        & frame["threads"].notna()
+    ]
+
+
+def row_route(row: Any) -> tuple[str, str, str, str]:
+    """A result row's (framework, compiler, layout, precision), an empty compiler as ``none``."""
+    compiler = row.compiler if isinstance(row.compiler, str) and row.compiler else "none"
+    return (str(row.framework), compiler, str(row.layout), str(row.precision))
+
+
 def _regressor() -> Any:
     from sklearn.ensemble import GradientBoostingRegressor
 
@@ -177,45 +199,80 @@ class UnitRoute:
         return float(np.sum(self.unit_seconds(parts, batch)))
 
 
-def fit_unit_route(rows: pd.DataFrame) -> UnitRoute:
-    """Fit one route's fixed costs and per-kind regressors from its sweep rows (``sweep_rows`` of one group)."""
+def call_costs(rows: pd.DataFrame) -> tuple[float, float] | None:
+    """(seconds per call, per node): a straight line through the no-op chains of ``rows`` (``sweep_rows`` of one
+    route; None without two chain lengths)."""
+    noops = rows[[u.kind == "noop" for u in rows["unit"]]]
+    nodes = np.array([u["nodes"] for u in noops["unit"]], dtype=float)
+    if len(set(nodes.tolist())) < 2:
+        return None
+    a = np.c_[np.ones(len(nodes)), nodes]
+    call_s, node_s = (max(float(v), 0.0) for v in np.linalg.lstsq(a, noops["t"].to_numpy(), rcond=None)[0])
+    return call_s, node_s
+
+
+@dataclass(frozen=True)
+class UnitTargets:
+    """What a kind's model learns from its sweep rows: each unit's roofline time (``prior``), its features (one
+    array per unit: kinds differ in length), and the log of its own time (the call and boundary taken off) over that
+    roofline time (``target``)."""
+
+    units: list[Unit]
+    t: np.ndarray
+    boundary: np.ndarray
+    prior: np.ndarray
+    features: list[np.ndarray]
+    target: np.ndarray
+
+
+def unit_targets(rows: pd.DataFrame, call_s: float, peak: float, bandwidth: float) -> UnitTargets:
+    """``rows``' (work units of one route) ``UnitTargets`` at ``peak`` FLOP/s and ``bandwidth`` B/s."""
+    units = list(rows["unit"])
+    t = rows["t"].to_numpy(dtype=float)
+    boundary = rows["boundary"].to_numpy(dtype=float)
+    work = np.maximum(t - call_s - boundary, MIN_WORK_SHARE * t)
+    prior = np.array([roofline_seconds(u, 1, peak, bandwidth) for u in units])
+    features = [np.asarray(unit_features(u), dtype=float) for u in units]
+    return UnitTargets(units, t, boundary, prior, features, np.log(work / prior))
+
+
+def unit_route(rows: pd.DataFrame, call_s: float, node_s: float, kinds: dict[str, KindModel]) -> UnitRoute:
+    """One route's ``UnitRoute`` from its sweep rows (``sweep_rows`` of one group), its fixed costs and kinds."""
     first = rows.iloc[0]
-    peak = float(rows["peak_flops"].median())
-    bandwidth = float(rows["bandwidth"].median())
-    is_noop = np.array([u.kind == "noop" for u in rows["unit"]])
-    call_s = node_s = 0.0
-    if is_noop.sum() >= 2:
-        nodes = np.array([u["nodes"] for u in rows["unit"][is_noop]], dtype=float)
-        a = np.c_[np.ones(len(nodes)), nodes]
-        call_s, node_s = (max(float(v), 0.0) for v in np.linalg.lstsq(a, rows["t"][is_noop].to_numpy(), rcond=None)[0])
-    kinds: dict[str, KindModel] = {}
-    for kind, group in rows[~is_noop].groupby([u.kind for u in rows["unit"][~is_noop]]):
-        if len(group) < MIN_KIND_ROWS:
-            continue
-        units = list(group["unit"])
-        t = group["t"].to_numpy()
-        work = np.maximum(t - call_s - group["boundary"].to_numpy(), MIN_WORK_SHARE * t)
-        prior = np.array([roofline_seconds(u, 1, peak, bandwidth) for u in units])
-        features = np.array([unit_features(u) for u in units])
-        target = np.log(work / prior)
-        regressor = _regressor().fit(features, target)
-        fitted = prior * np.exp(regressor.predict(features))
-        # kept as NumPy arrays where the copy is exact, so that predicting (and unpickling) needs no scikit-learn
-        regressor = compile_ensemble(regressor, features) or regressor
-        rmspe = float(np.sqrt(np.mean((fitted / work - 1) ** 2)))
-        computed = any(u.dims.get("init_w", 1) == 0 for u in units)
-        kinds[str(kind)] = KindModel(str(kind), len(group), regressor, rmspe, computed)
     return UnitRoute(
         target=str(first["target"]),
         route=RouteKey(str(first["framework"]), str(first["compiler"]), str(first["layout"]), str(first["precision"])),
         threads=int(first["threads"]),
-        peak_flops=peak,
-        bandwidth=bandwidth,
+        peak_flops=float(rows["peak_flops"].median()),
+        bandwidth=float(rows["bandwidth"].median()),
         call_s=call_s,
         node_s=node_s,
         kinds=kinds,
         rows=len(rows),
     )
+
+
+def fit_unit_route(rows: pd.DataFrame) -> UnitRoute:
+    """Fit one route's fixed costs and per-kind regressors from its sweep rows (``sweep_rows`` of one group)."""
+    peak = float(rows["peak_flops"].median())
+    bandwidth = float(rows["bandwidth"].median())
+    is_noop = np.array([u.kind == "noop" for u in rows["unit"]])
+    call_s, node_s = call_costs(rows) or (0.0, 0.0)
+    kinds: dict[str, KindModel] = {}
+    for kind, group in rows[~is_noop].groupby([u.kind for u in rows["unit"][~is_noop]]):
+        if len(group) < MIN_KIND_ROWS:
+            continue
+        data = unit_targets(group, call_s, peak, bandwidth)
+        features = np.array(data.features)
+        regressor = _regressor().fit(features, data.target)
+        fitted = data.prior * np.exp(regressor.predict(features))
+        # kept as NumPy arrays where the copy is exact, so that predicting (and unpickling) needs no scikit-learn
+        regressor = compile_ensemble(regressor, features) or regressor
+        work = data.prior * np.exp(data.target)
+        rmspe = float(np.sqrt(np.mean((fitted / work - 1) ** 2)))
+        computed = any(u.dims.get("init_w", 1) == 0 for u in data.units)
+        kinds[str(kind)] = KindModel(str(kind), len(group), regressor, rmspe, computed)
+    return unit_route(rows, call_s, node_s, kinds)
 
 
 Key = tuple[str, str, str, str, str, int]

@@ -9,7 +9,8 @@ from pathlib import Path
 import onnx
 import pytest
 
-from perfmodels.calibration import Calibration
+from analysis.units import Unit
+from perfmodels.calibration import Calibration, KindRatio, kind_ratio
 
 ORT = ("onnxruntime", "none", "NCHWc", "fp32")
 ORT_NCHW = ("onnxruntime", "none", "NCHW", "fp32")
@@ -20,24 +21,30 @@ def _calibration(errors: tuple[float, ...] = ()) -> Calibration:
         host="here-2c",
         source="there-2c",
         units=3,
-        ratios={ORT: {"conv": 2.0, "gemm": 0.5}},
+        ratios={ORT: {"conv": KindRatio(math.log(2.0), 2), "gemm": KindRatio(math.log(0.5), 1)}},
         log_ratios={ORT: [math.log(2.0), math.log(2.0), math.log(0.5)]},
         heldout_errors=errors,
     )
 
 
+CONV = Unit("conv", {"n": 1, "cin": 8, "cout": 8, "h": 16, "w": 16, "kh": 3, "kw": 3, "stride": 1, "group": 1,
+                     "oh": 16, "ow": 16, "act": 0, "residual": 0, "init_w": 1})
+GEMM = Unit("gemm", {"m": 8, "k": 64, "n": 64, "act": 0, "init_w": 1})
+POOL = Unit("pool", {"n": 1, "c": 8, "h": 16, "w": 16, "kh": 2, "kw": 2, "stride": 2, "oh": 8, "ow": 8, "avg": 0})
+
+
 def test_factor_weights_each_kinds_ratio_by_its_share_of_the_shipped_time() -> None:
     cal = _calibration()
-    assert cal.factor(ORT, {"conv": 3e-3, "gemm": 1e-3}) == pytest.approx((3e-3 * 2.0 + 1e-3 * 0.5) / 4e-3)
-    overall = math.exp((2 * math.log(2.0) + math.log(0.5)) / 3)
-    assert cal.factor(ORT, {"pool": 1e-3}) == pytest.approx(overall)  # an uncalibrated kind: the route's ratio
-    assert cal.factor(ORT, {}) == pytest.approx(overall)
+    assert cal.factor(ORT, [(CONV, 3e-3), (GEMM, 1e-3)]) == pytest.approx((3e-3 * 2.0 + 1e-3 * 0.5) / 4e-3)
+    overall = 2.0  # the median unit's ratio: one unit far off does not move it
+    assert cal.factor(ORT, [(POOL, 1e-3)]) == pytest.approx(overall)  # an uncalibrated kind: the route's ratio
+    assert cal.factor(ORT, []) == pytest.approx(overall)
 
 
 def test_an_uncalibrated_route_borrows_its_frameworks_and_another_framework_gets_none() -> None:
     cal = _calibration()
     assert cal.route_for(ORT_NCHW) == ORT
-    assert cal.factor(("appopt-runtime", "none", "NCHW", "fp32"), {"conv": 1.0}) is None
+    assert cal.factor(("appopt-runtime", "none", "NCHW", "fp32"), [(CONV, 1.0)]) is None
     assert cal.basis == "transferred:there-2c via calibration (3 units)"
 
 
@@ -45,6 +52,33 @@ def test_interval_is_the_heldout_error_quantiles_and_needs_five() -> None:
     assert _calibration((0.1, 0.2)).interval(1.0) is None
     low, high = _calibration((-0.5, -0.2, 0.0, 0.1, 0.3, 1.0)).interval(2.0)  # type: ignore[misc]
     assert 2.0 * 0.5 < low < 2.0 < high < 2.0 * 2.0
+
+
+def test_the_interval_carries_the_shipped_predictions_own_band_too() -> None:
+    """Two independent errors: the transfer's (held-out ratios) and the shipped model's (its p10-p90), their log
+    distances added in quadrature; the shipped band alone where the calibration has too few held-out errors."""
+    own = _calibration((-0.2, -0.1, 0.0, 0.1, 0.2, 0.25))
+    low, high = own.interval(1.0)  # type: ignore[misc]
+    wide_low, wide_high = own.interval(1.0, (0.5, 1.5))  # type: ignore[misc]
+    assert wide_low == pytest.approx(math.exp(-math.hypot(math.log(low), math.log(0.5))))
+    assert wide_high == pytest.approx(math.exp(math.hypot(math.log(high), math.log(1.5))))
+    assert _calibration(()).interval(2.0, (0.5, 1.5)) == pytest.approx((1.0, 3.0))
+
+
+def test_a_kinds_ratio_follows_its_units_size_within_the_range_measured() -> None:
+    """Two threads against one: a large matrix product runs twice as fast, a tiny one not at all (thread wake-ups).
+    Each unit of a model takes the ratio of its size, not the kind's average; beyond the sizes measured the ratio
+    stays at the nearest end."""
+    sizes = [8, 32, 128, 512, 2048]
+    gemms = [Unit("gemm", {"m": m, "k": m, "n": m, "act": 0, "init_w": 1}) for m in sizes]
+    logs = [math.log(r) for r in (1.0, 1.0, 0.8, 0.6, 0.5)]
+    ratio = kind_ratio(list(zip(gemms, logs, strict=True)), toward=math.log(0.7))
+    assert ratio.slope < 0 and ratio.units == 5
+    tiny, huge = (Unit("gemm", {"m": m, "k": m, "n": m, "act": 0, "init_w": 1}) for m in (2, 8192))
+    assert math.exp(ratio.log_at(huge)) == pytest.approx(0.5)  # clipped to the largest unit's
+    assert math.exp(ratio.log_at(tiny)) == pytest.approx(1.0)
+    flat = kind_ratio(list(zip(gemms[:2], logs[:2], strict=True)), toward=0.0)
+    assert flat.slope == 0.0  # two units: a level, not a line
 
 
 @pytest.mark.slow
@@ -95,5 +129,185 @@ def test_no_op_chains_calibrate_the_per_call_cost() -> None:
     ]
     cal = calibration_from(to_frame(here), shipped, TARGET, "here-2c", via="quick probe")
     assert cal is not None and cal.units == 2
-    assert cal.ratios[("fw", "none", "NCHW", "fp32")]["noop"] == pytest.approx(3.0, rel=0.1)
+    assert cal.ratios[("fw", "none", "NCHW", "fp32")]["noop"].ratio == pytest.approx(3.0, rel=0.1)
     assert cal.basis == f"transferred:{TARGET} via quick probe (2 units)"
+
+
+def _shipped_and_store(
+    here_ratio: float, threads_here: int = 1, extra: list[dict[str, object]] | None = None
+) -> tuple[object, object]:
+    """Shipped unit models of 40 gemms (efficiency 0.5) on TARGET at 1 thread, and a store on ``here-2c`` whose
+    calibration units (8 gemms and the no-op chains) ran ``here_ratio`` times as long, at ``threads_here``."""
+    from perfmodels.results_db import to_frame
+    from perfmodels.unitfit import fit_units
+    from tests.analysis.test_units import noop_rows, sampled_gemms, sweep_row, true_seconds
+
+    shipped = fit_units(to_frame(noop_rows() + [sweep_row(u, true_seconds(u, 0.5)) for u in sampled_gemms(40)]))
+    rows = noop_rows() + [sweep_row(u, true_seconds(u, 0.5)) for u in sampled_gemms(8, seed=7)]
+    here = []
+    for row in rows:
+        here.append({**row, "target": "here-2c", "threads": threads_here, "median_ms": row["median_ms"] * here_ratio})
+    return shipped, to_frame(here + (extra or []))
+
+
+def _whole(model: str, target: str, ms: float, units: str, threads: int = 1) -> dict[str, object]:
+    from perfmodels.results_db import make_row
+
+    return make_row(
+        source="measured", target=target, backend="fw", framework="fw", compiler="none", layout="NCHW",
+        threads=threads, precision="fp32", mode="inference", model=model, family="f", batch=1,
+        scenario="SingleStream", metric="latency", value=1.0, median_ms=ms, units=units,
+    )
+
+
+FW = ("fw", "none", "NCHW", "fp32")
+
+
+def test_whole_model_anchors_set_the_routes_factor_exactly_on_themselves() -> None:
+    """Units ran 2x as long here, but the anchor model 3x: units measured alone missed what the model pays around
+    them. The anchor's ratio is the route's factor for a model of its kind mix; without the shipped rows to compare
+    with, the units' 2x stands."""
+    from analysis.units import encode_units
+    from perfmodels.calibration import calibration_from, source_route, timed_units
+    from perfmodels.results_db import to_frame
+    from tests.analysis.test_units import TARGET, sampled_gemms
+
+    model = encode_units(sampled_gemms(3, seed=11))
+    shipped, store = _shipped_and_store(2.0, extra=[_whole("a", "here-2c", 3.0, model)])
+    there = to_frame([_whole("a", TARGET, 1.0, model), _whole("a", "elsewhere-4c", 9.0, model)])
+    plain = calibration_from(store, shipped, TARGET, "here-2c")  # type: ignore[arg-type]
+    cal = calibration_from(store, shipped, TARGET, "here-2c", shipped_rows=lambda: there)  # type: ignore[arg-type]
+    assert plain is not None and cal is not None and not plain.anchors
+    assert cal.anchors[FW].models == ("a",) and cal.anchors[FW].offset == pytest.approx(math.log(3.0 / 2.0), abs=0.05)
+    route = source_route(shipped, TARGET, FW, 1)  # type: ignore[arg-type]
+    assert route is not None
+    mix = timed_units(route, sampled_gemms(3, seed=11), 1)
+    assert plain.factor(FW, mix) == pytest.approx(2.0, rel=0.05)
+    assert cal.factor(FW, mix) == pytest.approx(3.0, rel=1e-6)
+    assert cal.basis == f"transferred:{TARGET} via calibration (12 units, 1 anchor models)"
+
+
+def test_a_kind_measured_once_far_off_is_shrunk_toward_its_routes_ratio() -> None:
+    """One unit of a kind ran 50x its shipped time (a burst of load): the kind's ratio moves a third of the way in
+    log (two units' worth of the route's ratio against its one), and the route's ratio is the median of all."""
+    from perfmodels.calibration import kind_ratios
+
+    ratios, errors = kind_ratios([(GEMM, 0.0)] * 9 + [(CONV, math.log(50.0))])
+    assert ratios["gemm"].ratio == pytest.approx(1.0)
+    assert ratios["conv"].ratio == pytest.approx(50.0 ** (1 / 3), rel=1e-6)
+    assert len(errors) == 10 and errors[-1] == pytest.approx(49.0)  # held out, it is predicted by the route's
+    cal = Calibration("h", "s", 10, {ORT: ratios}, {ORT: [0.0] * 9 + [math.log(50.0)]})
+    assert cal.overall(ORT) == pytest.approx(1.0)
+
+
+def test_a_store_at_another_thread_count_compares_with_the_nearest_the_source_swept() -> None:
+    """The shipped host swept 1 thread; a host calibrated at 2 threads is compared with it (before: no unit of the
+    store found a shipped model, so nothing was carried over)."""
+    from perfmodels.calibration import calibration_from
+    from tests.analysis.test_units import TARGET
+
+    shipped, store = _shipped_and_store(0.5, threads_here=2)
+    cal = calibration_from(store, shipped, TARGET, "here-2c")  # type: ignore[arg-type]
+    assert cal is not None and cal.units == 12
+    assert cal.overall(FW) == pytest.approx(0.5, rel=0.05)
+
+
+def test_five_anchors_or_more_give_the_interval_from_their_leave_one_model_out_errors() -> None:
+    from analysis.units import encode_units
+    from perfmodels.calibration import calibration_from
+    from perfmodels.results_db import to_frame
+    from tests.analysis.test_units import TARGET, sampled_gemms
+
+    here, there = [], []
+    for i, ratio in enumerate((2.0, 2.2, 1.8, 2.5, 1.6, 2.0)):
+        units = encode_units(sampled_gemms(2, seed=20 + i))
+        here.append(_whole(f"m{i}", "here-2c", ratio, units))
+        there.append(_whole(f"m{i}", TARGET, 1.0, units))
+    shipped, store = _shipped_and_store(1.0, extra=here)
+    cal = calibration_from(store, shipped, TARGET, "here-2c", shipped_rows=lambda: to_frame(there))  # type: ignore[arg-type]
+    assert cal is not None and len(cal.anchors[FW].models) == 6 and len(cal.heldout_errors) == 6
+    low, high = cal.interval(1.0)  # type: ignore[misc]
+    assert 0.7 < low < 1.0 < high < 1.4
+
+
+@pytest.mark.slow
+def test_a_real_calibration_of_a_minute_measures_the_anchors_and_plans_carry_them(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``appopt calibrate --budget 60`` on one backend: its share is enough for the anchor models, measured whole
+    with their kernel units before the units; a plan then carries the shipped fits with them (the basis counts
+    them), and a second run resumes without measuring them again."""
+    from typer.testing import CliRunner
+
+    from benchmarks.calibrate import ANCHOR_MODELS
+    from cli.main import app
+    from optimiser.planner import make_plan
+    from optimiser.spec import load_spec
+    from perfmodels.hoststore import host_store_path, read_store
+
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "xdg"))
+    monkeypatch.setenv("APPOPT_CACHE_DIR", str(tmp_path / "cache"))
+    result = CliRunner().invoke(app, ["calibrate", "--budget", "60", "--backends", "onnxruntime"])
+    assert result.exit_code == 0, result.stdout + result.stderr
+    assert f"and {len(ANCHOR_MODELS)} whole model(s)" in result.stdout
+    store = read_store(host_store_path())
+    assert store is not None
+    whole = store[store["scenario"] == "SingleStream"]
+    assert set(whole["model"]) == set(ANCHOR_MODELS) and whole["units"].notna().all()
+    assert (store["scenario"] == "kernel").sum() >= 4
+    plan = make_plan(load_spec(Path(__file__).parents[2] / "examples" / "onnx-mlp-local.yaml"))
+    ort = [c.prediction for c in plan.candidates if c.route.framework == "onnxruntime"]
+    assert any(f"{len(ANCHOR_MODELS)} anchor models" in p.basis for p in ort), [p.basis for p in ort]
+    again = CliRunner().invoke(app, ["calibrate", "--budget", "60", "--backends", "onnxruntime"])
+    assert again.exit_code == 0, again.stdout + again.stderr
+    after = read_store(host_store_path())
+    assert after is not None and (after["scenario"] == "SingleStream").sum() == len(whole)
+
+
+def test_a_unit_the_source_measured_is_compared_with_that_measurement_not_its_model() -> None:
+    """The calibration's units are the sweep's own: where the shipped rows hold the same unit on the source, its
+    ratio is measured over measured (here every unit ran exactly 2x, whatever the source's unit model says of it);
+    without the shipped rows, the unit model's prediction stands in and its errors scatter the ratios."""
+    import numpy as np
+
+    from perfmodels.calibration import calibration_from
+    from perfmodels.results_db import to_frame
+    from perfmodels.unitfit import fit_units
+    from tests.analysis.test_units import TARGET, noop_rows, sampled_gemms, sweep_row, true_seconds
+
+    rng = np.random.default_rng(3)
+    noisy = [sweep_row(u, true_seconds(u, 0.5) * float(rng.uniform(0.6, 1.6))) for u in sampled_gemms(8, seed=7)]
+    smooth = noop_rows() + [sweep_row(u, true_seconds(u, 0.5)) for u in sampled_gemms(40)]
+    shipped = fit_units(to_frame(smooth))  # a unit model smoother than the 8 rows it did not learn from
+    shipped_frame = to_frame(smooth + noisy)
+    here = to_frame([{**r, "target": "here-2c", "median_ms": 2 * r["median_ms"]} for r in noop_rows() + noisy])
+    measured = calibration_from(here, shipped, TARGET, "here-2c", shipped_rows=lambda: shipped_frame)
+    modelled = calibration_from(here, shipped, TARGET, "here-2c")
+    assert measured is not None and modelled is not None
+    assert np.allclose(measured.log_ratios[FW], math.log(2.0))
+    assert np.ptp(modelled.log_ratios[FW]) > 0.3
+
+
+def test_a_units_ratio_is_of_its_own_work_each_hosts_call_taken_off() -> None:
+    """Here a call costs 3x the source's and a matrix product's work 2x: the gemm kind's ratio is 2 (a model pays
+    the call once, as the ``noop`` part of its mix, not once per unit), the call's 3 (its four chains shrunk toward
+    the route's median by two units' worth)."""
+    from perfmodels.calibration import calibration_from
+    from perfmodels.results_db import to_frame
+    from perfmodels.unitfit import fit_units
+    from tests.analysis.test_units import CALL_S, NODE_S, TARGET, noop_rows, sweep_row, true_seconds
+
+    # small enough that a call costs more than their work: a ratio of whole times would be the call's
+    gemms = [Unit("gemm", {"m": m, "k": k, "n": 64, "act": 0, "init_w": 1}) for m in (1, 2, 4) for k in (16, 64, 128)]
+    source = noop_rows() + [sweep_row(u, true_seconds(u, 0.5)) for u in gemms]
+    here = [
+        {**sweep_row(Unit("noop", {"nodes": n}), 0.0), "median_ms": 3 * (CALL_S + n * NODE_S) * 1e3}
+        for n in (1, 2, 4, 8)
+    ] + [{**sweep_row(u, 0.0), "median_ms": (3 * CALL_S + 2 * true_seconds(u, 0.5)) * 1e3} for u in gemms]
+    here = [{**row, "target": "here-2c"} for row in here]
+    cal = calibration_from(
+        to_frame(here), fit_units(to_frame(source)), TARGET, "here-2c", shipped_rows=lambda: to_frame(source)
+    )
+    assert cal is not None
+    assert cal.ratios[FW]["gemm"].ratio == pytest.approx(2.0, rel=0.02)
+    assert cal.ratios[FW]["noop"].ratio == pytest.approx(math.exp((4 * math.log(3.0) + 2 * math.log(2.0)) / 6))

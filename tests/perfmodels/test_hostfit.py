@@ -166,3 +166,13 @@ def test_whole_models_in_the_store_scale_their_route_by_what_a_model_costs_beyon
     assert scaled is not None and plain is not None
     assert scaled.seconds == pytest.approx(1.5 * plain.seconds, rel=1e-6)
     assert "scaled by 1 whole model(s) x1.50" in fit.basis(scaled)
+
+
+def test_a_route_that_measured_several_kinds_learns_each() -> None:
+    """Kinds whose units have features of different lengths (a matrix product's and an element-wise unit's)."""
+    eltwise = [Unit("eltwise", {"elements": 4096 * 4**i, "inputs": 2, "heavy": 0}) for i in range(5)]
+    fit = host_fit(to_frame(_rows([*sampled_gemms(6), *eltwise], 0.5)), "h")
+    assert fit is not None
+    route = fit.route(FW, 1)
+    assert route is not None and route.units == 11 and {"gemm", "eltwise"} <= set(route.model.kinds)
+    assert route.model.kinds["eltwise"].rows == 5 and len(route.heldout_errors) == 11

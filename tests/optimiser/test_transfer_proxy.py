@@ -1,0 +1,95 @@
+"""The transfer proxy (``python -m optimiser.calibration_eval --proxy S:T``): how it cuts one host's rows into a source,
+a calibration store and the truth, its bad input, and, on the shipped rows, that it fails a transfer blind to the
+host difference."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from analysis.units import Unit, encode_units
+from optimiser.calibration_eval import main
+from optimiser.transfer_proxy import proxy_data, proxy_host
+from perfmodels.results_db import HEADER_LINE, to_frame
+from tests.analysis.test_units import sweep_row
+from tests.rows import measured_row
+
+WANTED = Unit("gemm", {"m": 8, "k": 64, "n": 64, "act": 0, "init_w": 1})
+OTHER = Unit("gemm", {"m": 16, "k": 64, "n": 64, "act": 0, "init_w": 1})
+
+
+def _unit(unit: Unit, host: str, threads: int, backend: str = "onnxruntime") -> dict[str, object]:
+    return {**sweep_row(unit, 1e-4, backend), "target": host, "threads": threads, "backend": backend}
+
+
+def _model(name: str, family: str, threads: int, host: str = "h-2c") -> dict[str, object]:
+    return measured_row(
+        model=name, family=family, target=host, threads=threads, framework="onnxruntime", compiler="none",
+        layout="NCHW", precision="fp32", mode="inference", batch=1, median_ms=1.0, units=encode_units([WANTED]),
+    )
+
+
+def test_the_proxy_cuts_one_hosts_rows_into_source_store_and_truth() -> None:
+    frame = to_frame(
+        [
+            *(_unit(u, "h-2c", t) for u in (WANTED, OTHER) for t in (1, 2)),
+            _unit(WANTED, "h-2c", 2, backend="torch"),  # not a calibration backend
+            _unit(WANTED, "o-2c", 1),  # another host, one thread count only
+            *(_model(m, f, t) for m, f in (("mlp", "mlp"), ("resnet", "resnet")) for t in (1, 2)),
+        ]
+    )
+    data = proxy_data(frame, 1, 2, anchors=("mlp",), units=[encode_units([WANTED])], backends=["onnxruntime"])
+    assert data.host == "h-2c" and data.anchors == ("mlp",)
+    assert set(data.source["threads"]) == {1} and set(data.source["target"]) == {"h-2c"}
+    assert len(data.source) == 4  # both units and both models, at 1 thread
+    store = data.store
+    assert set(store["threads"]) == {2} and set(store["backend"]) == {"onnxruntime"}
+    assert sorted(store["model"]) == sorted(["mlp", f"unit_{WANTED.signature()}"])  # the covering unit, the anchor
+    assert list(data.truth["model"]) == ["resnet"] and set(data.truth["threads"]) == {2}  # anchors are not scored
+
+
+def test_a_database_without_a_host_at_both_thread_counts_is_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    frame = to_frame([_unit(WANTED, "h-2c", 1)])
+    with pytest.raises(ValueError, match="--proxy: no host measured kernel units at both 1 and 2 threads"):
+        proxy_host(frame, 1, 2)
+    db = tmp_path / "db.csv"
+    db.write_text(HEADER_LINE, encoding="utf-8")
+    missing = tmp_path / "missing.csv"
+    for args, message in (
+        (["--proxy", "two"], "error: --proxy: 'two' is not two thread counts S:T, e.g. 1:2"),
+        (["--db", str(db), "--proxy", "1:2"], "error: --proxy: no host measured kernel units at both 1 and 2 threads"),
+        (["--db", str(missing), "--proxy", "1:2"], f"error: --db: {missing} is not a file"),
+    ):
+        assert main(args) == 1
+        assert capsys.readouterr().err.strip().splitlines() == [message]
+
+
+@pytest.mark.slow
+def test_on_the_shipped_rows_the_proxy_fails_a_transfer_blind_to_the_host_difference(tmp_path: Path) -> None:
+    """From 1 thread to 2: the calibration of the 2-thread units carries the plans much closer to the 2-thread
+    medians than a store that measured nothing new (the source's own units, so every ratio is about 1), whose
+    plans keep the 1-thread times. A proxy that could not tell them apart would prove nothing."""
+    from optimiser.calibration_eval import rmspe
+    from optimiser.transfer_proxy import evaluate_proxy
+    from perfmodels.fitted import read_evaluation
+    from perfmodels.results_db import DEFAULT_DB, read_results
+
+    frame = read_results(DEFAULT_DB, warn=False)
+    data = proxy_data(frame, 1, 2, anchors=())
+    data = replace(data, truth=data.truth[data.truth["family"].isin(FAMILIES)])
+    blind = replace(data, store=proxy_data(frame, 2, 1, anchors=()).store)
+    spec = Path(__file__).parents[2] / "examples" / "onnx-mlp-local.yaml"
+    stored = read_evaluation(DEFAULT_DB)
+    calibrated = rmspe(evaluate_proxy(data, spec, tmp_path, stored))
+    unmoved = rmspe(evaluate_proxy(blind, spec, tmp_path, stored))
+    assert math.isfinite(calibrated) and unmoved > 0.25
+    assert calibrated < 0.75 * unmoved
+
+
+#: Families the slow test plans (a few, to keep it short): a CNN and a transformer.
+FAMILIES = ("resnet", "bert")
