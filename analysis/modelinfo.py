@@ -514,14 +514,17 @@ def _known_shapes(model: onnx.ModelProto) -> tuple[dict[str, Shape], dict[str, i
 
 
 def inferred_shapes(small: onnx.ModelProto, source: str) -> tuple[dict[str, Shape], dict[str, int]]:
-    """Shapes and element types after ONNX shape inference of ``small`` (``_shape_inference_model``'s copy);
-    ``SpecError`` naming ``source`` when inference fails."""
+    """Shapes and element types after ONNX shape inference of ``small`` (``_shape_inference_model``'s copy), then
+    the shapes it left open from folding the graph's shape arithmetic (``propagate_shapes``); ``SpecError`` naming
+    ``source`` when inference fails."""
     try:
         inferred = shape_inference.infer_shapes(small, data_prop=True)
     except Exception as error:  # onnx raises InferenceError, ValidationError…
         first_line = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
         raise SpecError(f"{source}: ONNX shape inference failed ({first_line})") from None
-    return _known_shapes(inferred)
+    shapes, types = _known_shapes(inferred)
+    propagate_shapes(small, shapes, types, {tensor.name: tensor for tensor in small.graph.initializer})
+    return shapes, types
 
 
 def _itemsize(elem_type: int) -> int:
@@ -586,8 +589,6 @@ def analyse_onnx(
     small, input_shapes, scale = _shape_inference_model(model, batch_size, dims or {}, notes)
     if recorded is None:
         shapes, types = inferred_shapes(small, source)
-        initializers = {tensor.name: tensor for tensor in small.graph.initializer}
-        propagate_shapes(small, shapes, types, initializers)
     else:
         shapes = {t.name: tuple(t.dims) for t in model.graph.initializer} | {n: s for n, (s, _) in recorded.items()}
         types = {t.name: t.data_type for t in model.graph.initializer} | {n: t for n, (_, t) in recorded.items()}

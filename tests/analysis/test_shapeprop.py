@@ -209,3 +209,15 @@ def test_torch_exported_attention_block_counts_its_matrix_products() -> None:
     assert cost.by_class["gemm"].flops == products
     assert cost.by_class["norm"].flops == 0
     assert cost.flops >= products + 5 * batch * HEADS * seq * seq  # + softmax, biases and the scale
+
+
+def test_exporter_style_attention_cuts_into_its_matrix_product_units() -> None:
+    """``graph_units`` reads the same resolved shapes: both attention products and both projections are units."""
+    from analysis.unitgraph import graph_units
+
+    seq = 8
+    units = graph_units(exporter_style_attention("split"), {"seq": seq})
+    bmm = [u.dims for u in units if u.kind == "bmm"]
+    gemm = sorted((u.dims["m"], u.dims["k"], u.dims["n"]) for u in units if u.kind == "gemm")
+    assert bmm == [{"b": HEADS, "m": seq, "k": HEAD_DIM, "n": seq}, {"b": HEADS, "m": seq, "k": seq, "n": HEAD_DIM}]
+    assert gemm == [(seq, HIDDEN, HIDDEN), (seq, HIDDEN, 3 * HIDDEN)]
