@@ -187,6 +187,25 @@ def _node_inferred_shapes(
     return resolved
 
 
+def _fold(
+    node: onnx.NodeProto, shapes: Mapping[str, Shape], values: Mapping[str, np.ndarray], opset: int
+) -> list[np.ndarray] | None:
+    """The node's output values when they follow from known shapes and values, else ``None``."""
+    inputs = [values.get(name) for name in node.input if name]
+    try:
+        if node.op_type == "Constant" and node.domain in ("", "ai.onnx") and node.attribute:
+            return _constant_value(node)
+        if node.op_type in ("Shape", "Size") and node.domain in ("", "ai.onnx") and node.input[0] in shapes:
+            shape = shapes[node.input[0]]
+            return [_shape_of(node, shape) if node.op_type == "Shape" else np.array(math.prod(shape), np.int64)]
+        known = [value for value in inputs if value is not None]
+        if node.op_type in _NEVER_EVALUATED or len(known) < len(inputs) or _output_too_large(node, known):
+            return None
+    except Exception:  # a malformed attribute or value: leave the outputs to shape inference
+        return None
+    return _evaluate(node, known, opset)
+
+
 def propagate_shapes(
     model: onnx.ModelProto,
     shapes: dict[str, Shape],
@@ -203,27 +222,19 @@ def propagate_shapes(
     added = 0
     for node in model.graph.node:
         outputs = [name for name in node.output if name]
-        if node.op_type == "Constant" and node.domain in ("", "ai.onnx") and node.attribute:
-            folded = _constant_value(node)
-        elif node.op_type in ("Shape", "Size") and node.input[0] in shapes:
-            shape = shapes[node.input[0]]
-            folded = [_shape_of(node, shape) if node.op_type == "Shape" else np.array(math.prod(shape), np.int64)]
-        elif (
-            node.op_type not in _NEVER_EVALUATED
-            and all(name in values for name in node.input if name)
-            and not _output_too_large(node, [values[name] for name in node.input if name])
-        ):
-            folded = _evaluate(node, [values[name] for name in node.input if name], opset)
-        else:
-            folded = None
+        folded = _fold(node, shapes, values, opset)
         if folded is not None and len(folded) == len(outputs):
             for name, value in zip(outputs, folded, strict=True):
+                try:
+                    elem_type = int(onnx.helper.np_dtype_to_tensor_dtype(value.dtype))
+                except (KeyError, TypeError, ValueError):  # a string or object tensor: not shape arithmetic
+                    continue
                 if value.size <= VALUE_MAX_ELEMENTS:
                     values[name] = value
                 if name not in shapes:
                     shapes[name] = tuple(int(d) for d in value.shape)
                     added += 1
-                types.setdefault(name, int(onnx.helper.np_dtype_to_tensor_dtype(value.dtype)))
+                types.setdefault(name, elem_type)
         if all(name in shapes for name in outputs):
             continue
         for name, (elem_type, inferred) in _node_inferred_shapes(
