@@ -44,7 +44,7 @@ import onnx
 from onnx import shape_inference
 from pydantic import BaseModel, ConfigDict, Field
 
-from analysis.shapeprop import propagate_shapes
+from analysis.shapeprop import CONTROL_FLOW_OPS, NONDETERMINISTIC_OPS, propagate_shapes
 from apperrors import SpecError
 
 OpClass = Literal["conv", "conv_dw", "gemm", "gemv", "elementwise", "norm", "lrn", "pool", "other"]
@@ -259,17 +259,7 @@ _REDUCE_OPS = {
     "CumSum",
     "TopK",
 }
-#: Ops whose outputs differ per run even from constant inputs: never treated as folded (the runtime's
-#: ``never_fold`` kernels but Dropout, which costs the identity it is at inference).
-NONDETERMINISTIC_OPS = {
-    "RandomNormal",
-    "RandomUniform",
-    "RandomNormalLike",
-    "RandomUniformLike",
-    "Multinomial",
-    "Bernoulli",
-}
-_CONTROL_FLOW = {"If", "Loop", "Scan", "SequenceMap"}
+_CONTROL_FLOW = CONTROL_FLOW_OPS
 
 
 def op_class(op_type: str) -> OpClass:

@@ -25,19 +25,19 @@ from onnx import numpy_helper, shape_inference
 Shape = tuple[int, ...]
 #: Tensors with at most this many elements keep their values (shape vectors, scalars, axes, small index tables).
 VALUE_MAX_ELEMENTS = 4096
-#: Never evaluated: their values differ per run, or they hold subgraphs.
-_NEVER_EVALUATED = {
+#: Ops whose outputs differ per run even from constant inputs: never evaluated here, and never treated as folded by
+#: ``modelinfo`` (the runtime's ``never_fold`` kernels but Dropout, which costs the identity it is at inference).
+NONDETERMINISTIC_OPS = {
     "RandomNormal",
     "RandomUniform",
     "RandomNormalLike",
     "RandomUniformLike",
     "Multinomial",
     "Bernoulli",
-    "If",
-    "Loop",
-    "Scan",
-    "SequenceMap",
 }
+#: Ops that hold subgraphs: never evaluated here, and not counted by ``modelinfo``.
+CONTROL_FLOW_OPS = {"If", "Loop", "Scan", "SequenceMap"}
+_NEVER_EVALUATED = NONDETERMINISTIC_OPS | CONTROL_FLOW_OPS
 
 
 def _attrs(node: onnx.NodeProto) -> dict[str, object]:
