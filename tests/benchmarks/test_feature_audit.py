@@ -41,3 +41,21 @@ def test_the_table_names_every_model_and_counts_the_wrong_ones(capsys: pytest.Ca
     out = capsys.readouterr().out
     assert "tiny_lenet5" in out and "tiny_bert" in out
     assert "0 of 2 model(s) with features that differ" in out
+
+
+@pytest.mark.slow
+def test_every_suite_model_counts_what_it_runs() -> None:
+    """Every inference-suite and training-suite model: the analyser's FLOPs and op classes equal the count on the
+    shapes one onnxruntime run records. Only nodes behind control flow (EmbeddingBag's Loop) may stay unresolved."""
+    pytest.importorskip("torch", reason="torch: extra not installed")
+    from benchmarks.feature_audit import _inference_models, _training_models
+
+    wrong = []
+    for name, suite_name, model, feeds in [*_inference_models("all,breadth,heldout"), *_training_models()]:
+        row = audit(model, feeds, name, suite_name)
+        behind_loop = any(node.op_type == "Loop" for node in model.graph.node)
+        if row.flops_ratio != pytest.approx(1.0, rel=1e-9) or row.classes_differ:
+            wrong.append(f"{name}: FLOPs x{row.flops_ratio:.4f}, classes {row.classes_differ}")
+        elif row.analysed.unresolved_nodes and not behind_loop:
+            wrong.append(f"{name}: unresolved {row.analysed.unresolved_nodes[:3]}")
+    assert wrong == []
