@@ -44,7 +44,7 @@ import onnx
 from onnx import shape_inference
 from pydantic import BaseModel, ConfigDict, Field
 
-from analysis.shapeprop import CONTROL_FLOW_OPS, NONDETERMINISTIC_OPS, propagate_shapes
+from analysis.shapeprop import propagate_shapes
 from apperrors import SpecError
 
 OpClass = Literal["conv", "conv_dw", "gemm", "gemv", "elementwise", "norm", "lrn", "pool", "other"]
@@ -259,7 +259,17 @@ _REDUCE_OPS = {
     "CumSum",
     "TopK",
 }
-_CONTROL_FLOW = CONTROL_FLOW_OPS
+#: Ops whose outputs differ per run even from constant inputs: never treated as folded (the runtime's
+#: ``never_fold`` kernels but Dropout, which costs the identity it is at inference).
+NONDETERMINISTIC_OPS = {
+    "RandomNormal",
+    "RandomUniform",
+    "RandomNormalLike",
+    "RandomUniformLike",
+    "Multinomial",
+    "Bernoulli",
+}
+_CONTROL_FLOW = {"If", "Loop", "Scan", "SequenceMap"}
 
 
 def op_class(op_type: str) -> OpClass:
@@ -513,7 +523,8 @@ def inferred_shapes(small: onnx.ModelProto, source: str) -> tuple[dict[str, Shap
         first_line = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
         raise SpecError(f"{source}: ONNX shape inference failed ({first_line})") from None
     shapes, types = _known_shapes(inferred)
-    propagate_shapes(small, shapes, types, {tensor.name: tensor for tensor in small.graph.initializer})
+    initializers = {tensor.name: tensor for tensor in small.graph.initializer}
+    propagate_shapes(small, shapes, types, initializers, never_evaluated=NONDETERMINISTIC_OPS | _CONTROL_FLOW)
     return shapes, types
 
 

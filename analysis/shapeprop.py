@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping
+from collections.abc import Set as AbstractSet
 
 import numpy as np
 import onnx
@@ -25,19 +26,6 @@ from onnx import numpy_helper, shape_inference
 Shape = tuple[int, ...]
 #: Tensors with at most this many elements keep their values (shape vectors, scalars, axes, small index tables).
 VALUE_MAX_ELEMENTS = 4096
-#: Ops whose outputs differ per run even from constant inputs: never evaluated here, and never treated as folded by
-#: ``modelinfo`` (the runtime's ``never_fold`` kernels but Dropout, which costs the identity it is at inference).
-NONDETERMINISTIC_OPS = {
-    "RandomNormal",
-    "RandomUniform",
-    "RandomNormalLike",
-    "RandomUniformLike",
-    "Multinomial",
-    "Bernoulli",
-}
-#: Ops that hold subgraphs: never evaluated here, and not counted by ``modelinfo``.
-CONTROL_FLOW_OPS = {"If", "Loop", "Scan", "SequenceMap"}
-_NEVER_EVALUATED = NONDETERMINISTIC_OPS | CONTROL_FLOW_OPS
 
 
 def _attrs(node: onnx.NodeProto) -> dict[str, object]:
@@ -188,7 +176,11 @@ def _node_inferred_shapes(
 
 
 def _fold(
-    node: onnx.NodeProto, shapes: Mapping[str, Shape], values: Mapping[str, np.ndarray], opset: int
+    node: onnx.NodeProto,
+    shapes: Mapping[str, Shape],
+    values: Mapping[str, np.ndarray],
+    opset: int,
+    never_evaluated: AbstractSet[str],
 ) -> list[np.ndarray] | None:
     """The node's output values when they follow from known shapes and values, else ``None``."""
     inputs = [values.get(name) for name in node.input if name]
@@ -199,7 +191,7 @@ def _fold(
             shape = shapes[node.input[0]]
             return [_shape_of(node, shape) if node.op_type == "Shape" else np.array(math.prod(shape), np.int64)]
         known = [value for value in inputs if value is not None]
-        if node.op_type in _NEVER_EVALUATED or len(known) < len(inputs) or _output_too_large(node, known):
+        if node.op_type in never_evaluated or len(known) < len(inputs) or _output_too_large(node, known):
             return None
     except Exception:  # a malformed attribute or value: leave the outputs to shape inference
         return None
@@ -211,9 +203,12 @@ def propagate_shapes(
     shapes: dict[str, Shape],
     types: dict[str, int],
     initializers: Mapping[str, onnx.TensorProto],
+    *,
+    never_evaluated: AbstractSet[str],
 ) -> int:
     """Fill ``shapes`` and ``types`` in place for tensors whose shapes whole-graph inference left open; returns how
-    many were added. ``initializers``: the small initializers whose values are known (shape vectors, axes...)."""
+    many were added. ``initializers``: the small initializers whose values are known (shape vectors, axes...);
+    ``never_evaluated``: op types whose values must not be computed here (random draws, control flow)."""
     opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 17)
     values: dict[str, np.ndarray] = {}
     for name, tensor in initializers.items():
@@ -222,7 +217,7 @@ def propagate_shapes(
     added = 0
     for node in model.graph.node:
         outputs = [name for name in node.output if name]
-        folded = _fold(node, shapes, values, opset)
+        folded = _fold(node, shapes, values, opset, never_evaluated)
         if folded is not None and len(folded) == len(outputs):
             for name, value in zip(outputs, folded, strict=True):
                 try:
