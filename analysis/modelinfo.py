@@ -44,6 +44,7 @@ import onnx
 from onnx import shape_inference
 from pydantic import BaseModel, ConfigDict, Field
 
+from analysis.shapeprop import propagate_shapes
 from apperrors import SpecError
 
 OpClass = Literal["conv", "conv_dw", "gemm", "gemv", "elementwise", "norm", "lrn", "pool", "other"]
@@ -118,6 +119,8 @@ class ModelCost(BaseModel):
     input_shapes: dict[str, list[int]] = Field(default_factory=dict)
     by_class: dict[OpClass, ClassCost] = Field(default_factory=dict)
     ops: list[OpCost] = Field(default_factory=list)
+    #: Nodes counted as 0 FLOPs because a shape they need stayed unresolved (also summed up in ``notes``).
+    unresolved_nodes: list[str] = Field(default_factory=list)
     #: Things the analysis could not count exactly (unknown shapes, control flow, guessed dimensions).
     notes: list[str] = Field(default_factory=list)
 
@@ -511,14 +514,18 @@ def _known_shapes(model: onnx.ModelProto) -> tuple[dict[str, Shape], dict[str, i
 
 
 def inferred_shapes(small: onnx.ModelProto, source: str) -> tuple[dict[str, Shape], dict[str, int]]:
-    """Shapes and element types after ONNX shape inference of ``small`` (``_shape_inference_model``'s copy);
-    ``SpecError`` naming ``source`` when inference fails."""
+    """Shapes and element types after ONNX shape inference of ``small`` (``_shape_inference_model``'s copy), then
+    the shapes it left open from folding the graph's shape arithmetic (``propagate_shapes``); ``SpecError`` naming
+    ``source`` when inference fails."""
     try:
         inferred = shape_inference.infer_shapes(small, data_prop=True)
     except Exception as error:  # onnx raises InferenceError, ValidationError…
         first_line = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
         raise SpecError(f"{source}: ONNX shape inference failed ({first_line})") from None
-    return _known_shapes(inferred)
+    shapes, types = _known_shapes(inferred)
+    initializers = {tensor.name: tensor for tensor in small.graph.initializer}
+    propagate_shapes(small, shapes, types, initializers, never_evaluated=NONDETERMINISTIC_OPS | _CONTROL_FLOW)
+    return shapes, types
 
 
 def _itemsize(elem_type: int) -> int:
@@ -556,12 +563,17 @@ def analyse_onnx(
     path_or_model: str | Path | onnx.ModelProto,
     batch_size: int | None = None,
     dims: Mapping[str, int] | None = None,
+    recorded: Mapping[str, tuple[Shape, int]] | None = None,
 ) -> ModelCost:
     """Per-op FLOPs, MACs, parameters and bytes of an ONNX model's forward pass.
 
     Symbolic batch dimensions (axis 0 of each graph input) become ``batch_size`` (1 if ``None``); other symbolic
     dimensions come from ``dims`` (``{"sequence": 128}``) or are taken as 1 with a note. A model with a fixed batch is
     analysed as it is and its batch-proportional figures scaled to ``batch_size``.
+
+    Shapes come from ONNX shape inference, then from folding the graph's shape arithmetic
+    (:func:`analysis.shapeprop.propagate_shapes`). ``recorded`` (tensor name -> (shape, ONNX element type), as a run
+    of the model at ``batch_size`` records them) replaces both: the check that the resolved shapes are right.
 
     Raises ``SpecError`` (one line naming the file) when the file is missing or not a readable ONNX model.
 
@@ -576,7 +588,11 @@ def analyse_onnx(
     model, source = _load(path_or_model)
     notes: list[str] = []
     small, input_shapes, scale = _shape_inference_model(model, batch_size, dims or {}, notes)
-    shapes, types = inferred_shapes(small, source)
+    if recorded is None:
+        shapes, types = inferred_shapes(small, source)
+    else:
+        shapes = {t.name: tuple(t.dims) for t in model.graph.initializer} | {n: s for n, (s, _) in recorded.items()}
+        types = {t.name: t.data_type for t in model.graph.initializer} | {n: t for n, (_, t) in recorded.items()}
     constant = _constant_tensors(model.graph)
     # the batch the shapes were inferred at (a fixed-batch model keeps its own): rows per sample of matrix products
     shape_batch = next((s[0] for n, s in input_shapes.items() if s), 1)
@@ -632,7 +648,7 @@ def analyse_onnx(
         param_bytes=sum(nbytes(name) for name in param_names),
         input_shapes=input_shapes,
         notes=notes,
-    )
+    ).model_copy(update={"unresolved_nodes": unknown_shapes})
 
 
 def _summarise(

@@ -215,33 +215,43 @@ def refresh_features(analyser: Analyser, path: Path = DEFAULT_DB) -> int:
     ``path`` with ``analyser`` and rewrite the file atomically, holding the database's lock; returns how many rows
     changed.
 
-    For when the model analyser learns something new (an op class) after the measurements were made: the
-    measurements stay, the features follow the analyser the planner uses. Rows of other models are left alone.
+    For when the model analyser learns something new (an op class, a shape it could not resolve) after the
+    measurements were made: the measurements stay, the features follow the analyser the planner uses. Inference rows
+    take their model from the inference suites (breadth and held-out included), ``mode=training`` rows from the
+    training suite (``benchmarks.features.training_model``; the same name can mean another graph there). Rows of
+    other models are left alone.
     """
-    from benchmarks.models import suite
+    from benchmarks.features import training_model
 
-    models = {m.name: m for m in suite("all")}
-    features: dict[str, dict[str, Any]] = {}
+    models = {m.name: m for m in suite("all,breadth,heldout")}
+    features: dict[tuple[bool, str], dict[str, Any] | None] = {}
     changed = 0
 
-    def refresh(rows: list[dict[str, Any]]) -> list[dict[str, Any]] | None:
-        nonlocal changed
-        for row in rows:
-            model = models.get(str(row.get("model")))
-            if model is None or row.get("source") != "measured" or row.get("flops_per_sample") is None:
-                continue
-            if model.name not in features:
-                f = analyser(model.model())
-                features[model.name] = {
+    def features_of(training: bool, name: str) -> dict[str, Any] | None:
+        if (training, name) not in features:
+            model = training_model(name) if training else models[name].model() if name in models else None
+            f = None if model is None else analyser(model)
+            features[training, name] = (
+                None
+                if f is None
+                else {
                     "flops_per_sample": f.flops_per_sample,
                     "flops_by_class": json.dumps(f.flops_by_class, sort_keys=True, separators=(",", ":")),
                     "ops_by_class": json.dumps(f.ops_by_class, sort_keys=True, separators=(",", ":")),
                     "activation_bytes_per_sample": f.activation_bytes_per_sample,
                     "params": f.params,
-                    "units": f.units or None,
+                    **({} if training else {"units": f.units or None}),  # training rows carry no kernel units
                 }
-            new = features[model.name]
-            if any(row.get(k) != v for k, v in new.items()):
+            )
+        return features[training, name]
+
+    def refresh(rows: list[dict[str, Any]]) -> list[dict[str, Any]] | None:
+        nonlocal changed
+        for row in rows:
+            if row.get("source") != "measured" or row.get("flops_per_sample") is None:
+                continue
+            new = features_of(row.get("mode") == "training", str(row.get("model")))
+            if new is not None and any(row.get(k) != v for k, v in new.items()):
                 row.update(new)
                 changed += 1
         return rows if changed else None

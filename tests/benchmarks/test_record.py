@@ -186,5 +186,40 @@ def test_refresh_features_rewrites_suite_rows_and_leaves_the_measurements(tmp_pa
     assert refresh_features(features, db) == 0  # nothing left to change
 
 
+def test_refresh_features_takes_training_rows_from_the_training_suite_not_the_same_named_inference_model(
+    tmp_path, monkeypatch
+):
+    """``resnet50`` names a 224x224 inference graph and a 32x32 training export: each row keeps its own."""
+    import onnx
+
+    import benchmarks.features
+
+    exported = onnx.ModelProto(doc_string="training export")
+    monkeypatch.setattr(benchmarks.features, "training_model", lambda name: exported if name == "resnet50" else None)
+
+    def analyser(model: onnx.ModelProto) -> ModelFeatures:
+        flops = 1.0 if model is exported else 9.0
+        return ModelFeatures(flops, 1e3, 10.0, {"conv": flops}, {"conv": 1}, units='[["noop",[1],1]]')
+
+    db = tmp_path / "db.csv"
+    training = dict(mode="training", scenario="training", metric="ms_per_step", flops_per_sample=5.0)
+    append_rows(
+        db,
+        [
+            measured_row(model="resnet50", value=7.0, mode="inference", flops_per_sample=5.0),
+            measured_row(model="resnet50", value=3.0, **training),
+            measured_row(model="digits_mlp", value=2.0, **training),  # not exported here: left alone
+        ],
+    )
+    assert refresh_features(analyser, db) == 2
+    frame = read_results(db)
+    by_mode = frame.set_index(["mode", "model"])
+    assert by_mode.loc[("training", "resnet50"), "flops_per_sample"] == 1.0
+    assert by_mode.loc[("inference", "resnet50"), "flops_per_sample"] == 9.0
+    assert by_mode.loc[("training", "digits_mlp"), "flops_per_sample"] == 5.0
+    assert pd.isna(by_mode.loc[("training", "resnet50"), "units"])  # training rows carry no kernel units
+    assert sorted(frame["value"]) == [2.0, 3.0, 7.0]
+
+
 def test_summary_path_sits_next_to_the_database():
     assert record.summary_path(Path("x/default.csv")) == Path("x/default.record.json")
