@@ -10,7 +10,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from runtime.kernels.base import Kernel, register
+from runtime.kernels.base import IntoKernel, Kernel, define_kernel, register
 from runtime.kernels.tensor_shape import int_list, norm_axis
 
 
@@ -94,16 +94,13 @@ def positive_indices(indices: np.ndarray, dim: int) -> np.ndarray:
 
 
 @register
-class Gather(Kernel):
+class Gather(IntoKernel):
     """Pick slices along ``axis`` by an index tensor (``out.shape = x.shape[:axis] + idx.shape + ...``)."""
 
     op_type = "Gather"
     amp_class = "either"
     since_version = 1
     attr_defaults: ClassVar[dict[str, Any]] = {"axis": 0}
-
-    def compute(self, x: np.ndarray, indices: np.ndarray) -> np.ndarray:
-        return self.compute_into(None, x, indices)
 
     def compute_into(self, out: np.ndarray | None, x: np.ndarray, indices: np.ndarray) -> np.ndarray:
         """Also writes into a planned buffer (the output's shape follows the input shapes alone)."""
@@ -187,18 +184,6 @@ def scatter_elements(
 
 
 @register
-class Scatter(Kernel):
-    """Deprecated alias of ScatterElements without reduction (opsets 9-10)."""
-
-    op_type = "Scatter"
-    since_version = 9
-    attr_defaults: ClassVar[dict[str, Any]] = {"axis": 0}
-
-    def compute(self, data: np.ndarray, indices: np.ndarray, updates: np.ndarray) -> np.ndarray:
-        return scatter_elements(data, indices, updates, int(self.attrs["axis"]), "none")
-
-
-@register
 class ScatterElements(Kernel):
     """Copy of ``data`` with ``updates`` written (or reduced: add/mul/max/min) at ``indices`` along ``axis``."""
 
@@ -208,6 +193,10 @@ class ScatterElements(Kernel):
 
     def compute(self, data: np.ndarray, indices: np.ndarray, updates: np.ndarray) -> np.ndarray:
         return scatter_elements(data, indices, updates, int(self.attrs["axis"]), self.attrs["reduction"])
+
+
+#: Opsets 9-10: ScatterElements under its deprecated name (which has no ``reduction`` attribute).
+Scatter = define_kernel(ScatterElements, "Scatter", doc="Deprecated alias of ScatterElements.", since_version=9)
 
 
 @register
