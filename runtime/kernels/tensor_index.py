@@ -175,9 +175,14 @@ def scatter_elements(
 ) -> np.ndarray:
     axis = norm_axis(axis, data.ndim)
     target = element_index(positive_indices(indices, data.shape[axis]), axis)
+    return _scattered(data, target, updates, reduction)
+
+
+def _scattered(data: np.ndarray, target: Any, updates: np.ndarray, reduction: str) -> np.ndarray:
+    """A copy of ``data`` with ``updates`` written at ``target`` (duplicates: the last wins), or reduced into it."""
     out = data.copy()
     if reduction == "none":
-        out[target] = updates  # duplicate indices: the last update wins
+        out[target] = updates
     else:
         _REDUCERS[reduction].at(out, target, updates)
     return out
@@ -213,13 +218,7 @@ class ScatterND(Kernel):
         flat = idx.reshape(-1, k)
         target = tuple(positive_indices(flat[:, j], data.shape[j]) for j in range(k))
         upd = updates.reshape((flat.shape[0], *data.shape[k:]))
-        out = data.copy()
-        reduction = self.attrs["reduction"]
-        if reduction == "none":
-            out[target] = upd
-        else:
-            _REDUCERS[reduction].at(out, target, upd)
-        return out
+        return _scattered(data, target, upd, self.attrs["reduction"])
 
 
 @register
