@@ -23,7 +23,7 @@ from runtime.passes.util import (
     GraphIndex,
     add_constant,
     is_float32,
-    live_nodes,
+    live_matches,
     make_node,
     scalar_of,
     set_value,
@@ -131,11 +131,7 @@ def run(graph: Graph, ctx: PassContext) -> int:
         return 0
     index = GraphIndex(graph)
     rewrites = 0
-    for node in live_nodes(graph):
-        found = _match(node, graph, index)
-        if found is None:
-            continue
-        x, nodes, out, eps, gamma, beta = found
+    for node, (x, nodes, out, eps, gamma, beta) in live_matches(graph, index, _match):
         n, c, h, w = shape_of(graph, x)  # type: ignore[misc]
         x_nhwc, y_nhwc = graph.unique_name(f"{x}_nhwc"), graph.unique_name(f"{out}_nhwc")
         set_value(graph, x_nhwc, FLOAT, (n, h, w, c))

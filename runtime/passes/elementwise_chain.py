@@ -23,7 +23,7 @@ from runtime.passes.util import (
     GraphIndex,
     activation_of,
     is_float32,
-    live_nodes,
+    live_matches,
     make_node,
     shape_of,
     substitute,
@@ -154,10 +154,7 @@ def _lone_activation(chain: _Chain, index: GraphIndex) -> bool:
 def run(graph: Graph, ctx: PassContext) -> int:
     index = GraphIndex(graph)
     fused = 0
-    for start in live_nodes(graph):
-        chain = _grow(start, graph, index)
-        if chain is None:
-            continue
+    for start, chain in live_matches(graph, index, _grow):
         scalars = chain.scalars or [0.0]
         node = make_node(
             graph,

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 import onnx
@@ -14,6 +14,7 @@ from runtime.ir import Graph, Node, Value, value_of_array
 #: Domain of the ops the passes introduce (kernels in ``runtime/kernels/fused.py``).
 APPOPT_DOMAIN = "com.appopt"
 FLOAT = onnx.TensorProto.FLOAT
+T = TypeVar("T")
 
 
 class GraphIndex:
@@ -120,11 +121,16 @@ def remove_nodes(graph: Graph, dead: Sequence[Node]) -> None:
     graph.nodes = [n for n in graph.nodes if id(n) not in ids]
 
 
-def live_nodes(graph: Graph) -> Iterator[Node]:
-    """The graph's nodes in order, skipping those an earlier rewrite of the same loop has removed."""
+def live_matches(
+    graph: Graph, index: GraphIndex, match: Callable[[Node, Graph, GraphIndex], T | None]
+) -> Iterator[tuple[Node, T]]:
+    """Each node, in graph order, that ``match`` finds something at, with what it found. The caller may rewrite the
+    graph between items: nodes an earlier rewrite removed are skipped."""
     for node in list(graph.nodes):
         if any(n is node for n in graph.nodes):
-            yield node
+            found = match(node, graph, index)
+            if found is not None:
+                yield node, found
 
 
 def substitute(graph: Graph, index: GraphIndex, at: Node, new: Sequence[Node], dead: Sequence[Node]) -> None:
