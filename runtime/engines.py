@@ -25,7 +25,14 @@ from onnx import helper
 from runtime.errors import RuntimeModelError
 from runtime.ir import Value
 
-ENGINES = ("appopt", "onnxruntime", "openvino", "tvm", "iree", "jax")
+#: The other engines' runners, imported only when chosen: ``engine -> (module, class)``.
+_RUNNERS = {
+    "openvino": ("runtime.engine_openvino", "OpenVinoRunner"),
+    "tvm": ("runtime.engine_tvm", "TvmRunner"),
+    "iree": ("runtime.engine_iree", "IreeRunner"),
+    "jax": ("runtime.engine_jax", "JaxRunner"),
+}
+ENGINES = ("appopt", "onnxruntime", *_RUNNERS)
 #: Engines whose ``compile`` writes their own artefact (OpenVINO IR, a TVM shared library, an IREE ``.vmfb``) in the
 #: build stage.
 COMPILED_ENGINES = ("openvino", "tvm", "iree")
@@ -143,27 +150,13 @@ def open_runner(engine: str, model: str | os.PathLike[str], threads: int | None)
     if engine == "onnxruntime":
         runner = OnnxRuntimeRunner(model, threads)
         return runner, f"onnxruntime ({', '.join(runner.providers)})"
-    if engine == "openvino":
-        from runtime.engine_openvino import OpenVinoRunner
+    if engine not in _RUNNERS:
+        raise RuntimeModelError(f"--engine must be one of {', '.join(ENGINES)}, not {engine!r}")
+    import importlib
 
-        ov_runner = OpenVinoRunner(model, threads)
-        return ov_runner, f"openvino ({ov_runner.describe})"
-    if engine == "tvm":
-        from runtime.engine_tvm import TvmRunner
-
-        tvm_runner = TvmRunner(model, threads)
-        return tvm_runner, f"tvm ({tvm_runner.describe})"
-    if engine == "jax":
-        from runtime.engine_jax import JaxRunner
-
-        jax_runner = JaxRunner(model, threads)
-        return jax_runner, f"jax ({jax_runner.describe})"
-    if engine == "iree":
-        from runtime.engine_iree import IreeRunner
-
-        iree_runner = IreeRunner(model, threads)
-        return iree_runner, f"iree ({iree_runner.describe})"
-    raise RuntimeModelError(f"--engine must be one of {', '.join(ENGINES)}, not {engine!r}")
+    module, name = _RUNNERS[engine]
+    other = getattr(importlib.import_module(module), name)(model, threads)
+    return other, f"{engine} ({other.describe})"
 
 
 def compile_for_engine(engine: str, model: str | os.PathLike[str], out_dir: str | os.PathLike[str]) -> dict[str, Any]:

@@ -12,16 +12,14 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from runtime.kernels.base import Kernel, define_kernel, register
+from runtime.kernels.base import Kernel, define_kernel, define_legacy, register, store_into
 from runtime.kernels.cast import to_dtype, to_work
-from runtime.kernels.elementwise import erf
+from runtime.kernels.elementwise import _Unary, erf
 
 
-class _Activation(Kernel):
+class _Activation(_Unary):
     """``y = self.apply(x)`` on the work dtype, returned as ``x``'s dtype; ``apply`` is ``fn`` for an activation
     without attributes."""
-
-    fn: ClassVar[Any]
 
     def apply(self, x: np.ndarray) -> Any:
         return type(self).fn(x)
@@ -29,15 +27,6 @@ class _Activation(Kernel):
     def compute(self, x: np.ndarray) -> np.ndarray:
         with np.errstate(all="ignore"):
             return to_dtype(self.apply(to_work(x)), x.dtype)
-
-    def compute_into(self, out: np.ndarray | None, x: np.ndarray) -> np.ndarray:
-        """The result in ``out`` (a buffer of the static plan): the op after it then reads a fixed address and can
-        run as a prebound compiled call (a decoder's ConvTranspose after a LeakyRelu)."""
-        y = self.compute(x)
-        if out is None or out.shape != y.shape or out.dtype != y.dtype:
-            return y
-        np.copyto(out, y)
-        return out
 
 
 def sigmoid(x: np.ndarray) -> np.ndarray:
@@ -359,10 +348,7 @@ class Softmax(_AxisNormalise):
 
             return ops.softmax_rows(lib, np.ascontiguousarray(x), out)
         y = self.compute(x)
-        if out is None:
-            return y
-        np.copyto(out, y)
-        return out
+        return store_into(out, y)
 
 
 @register
@@ -394,7 +380,7 @@ class SoftmaxLegacy(_Coerced2D, Softmax):
         lib, rows = self._native(x), self._rows(x)
         if lib is None or rows is None or (out is not None and not out.flags.c_contiguous):
             y = _Coerced2D.compute(self, x)
-            return y if out is None else _copied(out, y)
+            return store_into(out, y)
         from runtime.native import ops
 
         y = ops.softmax_rows(lib, x.reshape(rows), None if out is None else out.reshape(rows))
@@ -409,33 +395,7 @@ class SoftmaxLegacy(_Coerced2D, Softmax):
         return ops.bind_rows(lib, "softmax", x.reshape(rows), out.reshape(rows))
 
 
-def _copied(out: np.ndarray, y: np.ndarray) -> np.ndarray:
-    np.copyto(out, y)
-    return out
-
-
-@register
-class LogSoftmax(_AxisNormalise):
-    op_type = "LogSoftmax"
-    amp_class = "fp32"
-
-    def fn(self, x: np.ndarray, axis: int) -> np.ndarray:
-        return _log_softmax(x, axis)
-
-
-@register
-class LogSoftmaxLegacy(_Coerced2D, LogSoftmax):
-    pass
-
-
-@register
-class Hardmax(_AxisNormalise):
-    op_type = "Hardmax"
-
-    def fn(self, x: np.ndarray, axis: int) -> np.ndarray:
-        return _hardmax(x, axis)
-
-
-@register
-class HardmaxLegacy(_Coerced2D, Hardmax):
-    pass
+LogSoftmax = define_kernel(_AxisNormalise, "LogSoftmax", _log_softmax, amp_class="fp32")
+LogSoftmaxLegacy = define_legacy(_Coerced2D, LogSoftmax)
+Hardmax = define_kernel(_AxisNormalise, "Hardmax", _hardmax)
+HardmaxLegacy = define_legacy(_Coerced2D, Hardmax)

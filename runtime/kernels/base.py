@@ -102,6 +102,26 @@ class Kernel:
         return self.attrs.get(name)
 
 
+class IntoKernel(Kernel):
+    """A kernel whose work is ``compute_into(out, *inputs)``: it writes its one output into ``out`` (a buffer of the
+    memory-planned run) or, given ``None``, into a new array; ``compute`` is that call without a buffer."""
+
+    def compute(self, *inputs: Any) -> Any:
+        return self.compute_into(None, *inputs)
+
+    def compute_into(self, out: np.ndarray | None, *inputs: Any) -> Any:
+        """The output, written into ``out`` where one is given (the static plan's buffer for this node)."""
+        raise NotImplementedError
+
+
+def store_into(out: np.ndarray | None, y: np.ndarray) -> np.ndarray:
+    """``y`` itself, or copied into the planned buffer ``out``."""
+    if out is None:
+        return y
+    np.copyto(out, y)
+    return out
+
+
 _Key = tuple[str, str]
 REGISTRY: dict[_Key, dict[int, type[Kernel]]] = {}
 _ALIASES = {"ai.onnx": ""}

@@ -109,17 +109,22 @@ def _empty_scan(body: SubgraphFn, output_index: int) -> np.ndarray:
     return np.zeros((0, *shape), dtype=dtype)
 
 
-@register
-class Scan8(_WithBodies):
-    """Opset 8 Scan: a leading batch axis, optional per-batch ``sequence_lens``."""
+class _Scan(_WithBodies):
+    """Run ``body`` once per step of the ``num_scan_inputs`` scan inputs, carrying the state variables."""
 
     op_type = "Scan"
     uses_blas = True
-    since_version = 8
 
     def setup(self) -> None:
         self.body = self.compile("body")
         self.n_scan = int(self.attrs["num_scan_inputs"])
+
+
+@register
+class Scan8(_Scan):
+    """Opset 8 Scan: a leading batch axis, optional per-batch ``sequence_lens``."""
+
+    since_version = 8
 
     def compute(self, sequence_lens: Any, *values: Any) -> list[Any]:
         n_state = len(values) - self.n_scan
@@ -163,16 +168,10 @@ def _pad_time(a: np.ndarray | None, template: np.ndarray, length: int) -> np.nda
 
 
 @register
-class Scan(_WithBodies):
+class Scan(_Scan):
     """Opset 9+ Scan: state variables plus scan inputs sliced along any axis, in either direction."""
 
-    op_type = "Scan"
-    uses_blas = True
     since_version = 9
-
-    def setup(self) -> None:
-        self.body = self.compile("body")
-        self.n_scan = int(self.attrs["num_scan_inputs"])
 
     def compute(self, *values: Any) -> list[Any]:
         n_state = len(values) - self.n_scan

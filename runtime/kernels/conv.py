@@ -199,15 +199,19 @@ def crop_or_extend(full: np.ndarray, head: Sequence[int], out: Sequence[int]) ->
     return res
 
 
+class _Convolution(Kernel):
+    """The convolutions' traits: GEMMs on BLAS, worth running in low precision; ``auto_pad`` and ``group``."""
+
+    uses_blas = True
+    amp_class = "low"
+    attr_defaults: ClassVar[dict[str, Any]] = {"auto_pad": "NOTSET", "group": 1}
+
+
 @register
-class Conv(Kernel):
+class Conv(_Convolution):
     """N-d grouped convolution with explicit or automatic padding, strides and dilations."""
 
     op_type = "Conv"
-    uses_blas = True
-    amp_class = "low"
-    since_version = 1
-    attr_defaults: ClassVar[dict[str, Any]] = {"auto_pad": "NOTSET", "group": 1}
     #: The compiled path for weights fed at run time (``prepare`` sets it; see ``runtime.kernels.step_conv``).
     _step: Any = None
 
@@ -242,14 +246,10 @@ class Conv(Kernel):
 
 
 @register
-class ConvTranspose(Kernel):
+class ConvTranspose(_Convolution):
     """Transposed (fractionally strided) N-d convolution: GEMM to columns, then col2im."""
 
     op_type = "ConvTranspose"
-    uses_blas = True
-    amp_class = "low"
-    since_version = 1
-    attr_defaults: ClassVar[dict[str, Any]] = {"auto_pad": "NOTSET", "group": 1}
 
     def compute(self, x: np.ndarray, w: np.ndarray, b: np.ndarray | None = None) -> np.ndarray:
         group = int(self.attrs["group"])

@@ -15,9 +15,9 @@ import numpy as np
 
 from runtime import native
 from runtime.geometry import window_attr_problem
-from runtime.kernels.base import register
+from runtime.kernels.base import IntoKernel, register, store_into
 from runtime.kernels.conv import ConvTranspose, spatial_attrs
-from runtime.kernels.fused import DOMAIN, _Cache, _store
+from runtime.kernels.fused import DOMAIN, _Cache
 from runtime.native.upsample import ConvTransposeGeometry, NhwcConvTranspose2d
 
 (
@@ -94,7 +94,7 @@ def conv_transpose_2d(
 
 
 @register
-class NhwcConvTranspose(ConvTranspose):
+class NhwcConvTranspose(IntoKernel, ConvTranspose):
     """ConvTranspose of an NHWC tensor into NHWC, with ONNX's attributes and weights (``[C, M/group, KH, KW]``).
 
     2-d float32 with group 1 runs compiled: the taps as output channels of one 1x1 convolution
@@ -141,9 +141,6 @@ class NhwcConvTranspose(ConvTranspose):
         )
         return self._compiled.get((w, b), lambda: NhwcConvTranspose2d(lib, w, b)), geo
 
-    def compute(self, x: np.ndarray, w: np.ndarray, b: np.ndarray | None = None) -> np.ndarray:
-        return self.compute_into(None, x, w, b)
-
     def compute_into(
         self, out: np.ndarray | None, x: np.ndarray, w: np.ndarray, b: np.ndarray | None = None
     ) -> np.ndarray:
@@ -155,9 +152,9 @@ class NhwcConvTranspose(ConvTranspose):
             call = op.bind(np.ascontiguousarray(x), target, geo)
             if call is not None:
                 call()
-                return _store(out, target) if target is not out else target
-        y = super().compute(x.transpose(0, 3, 1, 2), w, b)
-        return _store(out, np.ascontiguousarray(y.transpose(0, 2, 3, 1)))
+                return store_into(out, target) if target is not out else target
+        y = ConvTranspose.compute(self, x.transpose(0, 3, 1, 2), w, b)
+        return store_into(out, np.ascontiguousarray(y.transpose(0, 2, 3, 1)))
 
     def bind(self, out: np.ndarray, x: np.ndarray, w: np.ndarray, b: np.ndarray | None = None) -> Any:
         """A prebound compiled call for fixed buffers (the static plan), or None."""

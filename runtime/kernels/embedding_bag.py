@@ -16,15 +16,15 @@ import numpy as np
 
 from runtime import native
 from runtime.errors import KernelError
-from runtime.kernels.base import Kernel, register
-from runtime.kernels.fused import DOMAIN, _store
+from runtime.kernels.base import IntoKernel, register, store_into
+from runtime.kernels.fused import DOMAIN
 from runtime.kernels.tensor_index import Gather
 from runtime.native import ops
 from runtime.native.convnets import embedding_bag_call, embedding_bag_ranges_call
 
 
 @register
-class EmbeddingBag(Kernel):
+class EmbeddingBag(IntoKernel):
     op_type = "EmbeddingBag"
     domain = DOMAIN
     since_version = 1
@@ -40,27 +40,22 @@ class EmbeddingBag(Kernel):
     def _out_shape(self, table: np.ndarray, ids: np.ndarray) -> tuple[int, ...]:
         return (ids.shape[0], 1, table.shape[1]) if self.keepdims else (ids.shape[0], table.shape[1])
 
-    def _call(self, out: np.ndarray, table: np.ndarray, ids: np.ndarray) -> ops.Bound | None:
+    def bind(self, out: np.ndarray, table: np.ndarray, ids: np.ndarray) -> ops.Bound | None:
+        """The compiled call writing into ``out`` (prebound for the static plan), or None where it does not apply."""
         lib = native.lib()
         if lib is None or out.shape != self._out_shape(table, ids):
             return None
         where = f"node {self.node.name!r} (EmbeddingBag)"
         return embedding_bag_call(lib, table, ids, self.column, out, self.mean, KernelError, where)
 
-    def compute(self, table: np.ndarray, ids: np.ndarray) -> np.ndarray:
-        return self.compute_into(None, table, ids)
-
     def compute_into(self, out: np.ndarray | None, table: np.ndarray, ids: np.ndarray) -> np.ndarray:
         if table.ndim == 2 and ids.ndim >= 2 and table.dtype == np.float32:
             target = np.empty(self._out_shape(table, ids), dtype=np.float32) if out is None else out
-            call = self._call(target, table, np.ascontiguousarray(ids))
+            call = self.bind(target, table, np.ascontiguousarray(ids))
             if call is not None:
                 call()
                 return target
-        return _store(out, self.compute_numpy(table, ids))
-
-    def bind(self, out: np.ndarray, table: np.ndarray, ids: np.ndarray) -> ops.Bound | None:
-        return self._call(out, table, ids)
+        return store_into(out, self.compute_numpy(table, ids))
 
     def compute_numpy(self, table: np.ndarray, ids: np.ndarray) -> np.ndarray:
         bag = np.take(ids, self.column, axis=1) if self.column >= 0 else ids
@@ -71,7 +66,7 @@ class EmbeddingBag(Kernel):
 
 
 @register
-class EmbeddingBagRanges(Kernel):
+class EmbeddingBagRanges(IntoKernel):
     """Bags given by ranges, as PyTorch exports ``nn.EmbeddingBag`` (a Loop over bags, fused by
     ``runtime.passes.embedding_bag``): inputs ``table [V, D]``, ``idx [T]``, ``starts``, ``ends`` and the bag count
     (the Loop's trip count); ``out[i]`` sums (``mean``: averages) ``table[idx[starts[i]:ends[i]]]``, the bounds
@@ -87,7 +82,8 @@ class EmbeddingBagRanges(Kernel):
         self.mean = bool(self.attrs["mean"])
         self.gather = Gather(self.node, {"axis": 0})
 
-    def _call(self, out: np.ndarray, *inputs: np.ndarray) -> ops.Bound | None:
+    def bind(self, out: np.ndarray, *inputs: np.ndarray) -> ops.Bound | None:
+        """The compiled call writing into ``out`` (prebound for the static plan), or None where it does not apply."""
         lib = native.lib()
         if lib is None or any(not isinstance(a, np.ndarray) for a in inputs):
             return None
@@ -95,22 +91,16 @@ class EmbeddingBagRanges(Kernel):
         where = f"node {self.node.name!r} (EmbeddingBagRanges)"
         return embedding_bag_ranges_call(lib, table, idx, starts, ends, bags, out, self.mean, KernelError, where)
 
-    def compute(self, *inputs: np.ndarray) -> np.ndarray:
-        return self.compute_into(None, *inputs)
-
     def compute_into(self, out: np.ndarray | None, *inputs: np.ndarray) -> np.ndarray:
         table, bags = inputs[0], inputs[4]
         if table.ndim == 2 and table.dtype == np.float32 and np.asarray(bags).size == 1:
             count = int(np.asarray(bags).reshape(-1)[0])
             target = np.empty((max(count, 0), table.shape[1]), np.float32) if out is None else out
-            call = self._call(target, *(np.ascontiguousarray(a) for a in inputs))
+            call = self.bind(target, *(np.ascontiguousarray(a) for a in inputs))
             if call is not None:
                 call()
                 return target
-        return _store(out, self.compute_numpy(*inputs))
-
-    def bind(self, out: np.ndarray, *inputs: np.ndarray) -> ops.Bound | None:
-        return self._call(out, *inputs)
+        return store_into(out, self.compute_numpy(*inputs))
 
     def compute_numpy(
         self, table: np.ndarray, idx: np.ndarray, starts: np.ndarray, ends: np.ndarray, bags: np.ndarray

@@ -22,7 +22,7 @@ import numpy as np
 
 from runtime import native
 from runtime.kernels.activations import sigmoid
-from runtime.kernels.base import Kernel, register
+from runtime.kernels.base import IntoKernel, Kernel, register, store_into
 from runtime.kernels.elementwise import erf
 from runtime.native import ops
 from runtime.native.abi import apply_activation
@@ -58,14 +58,6 @@ def epilogue_of(attrs: dict[str, Any]) -> ops.Epilogue:
     )
 
 
-def _store(out: np.ndarray | None, y: np.ndarray) -> np.ndarray:
-    """``y`` itself, or copied into the planned buffer ``out``."""
-    if out is None:
-        return y
-    np.copyto(out, y)
-    return out
-
-
 def _finish(y: np.ndarray, res: np.ndarray | None, epilogue: ops.Epilogue) -> np.ndarray:
     """Residual then activation on a freshly computed ``y`` (NumPy path), in the unfused order."""
     if res is not None:
@@ -81,7 +73,7 @@ def _finish(y: np.ndarray, res: np.ndarray | None, epilogue: ops.Epilogue) -> np
 
 # -- products ----------------------------------------------------------------------------------------------------
 @register
-class FusedMatMul(Kernel):
+class FusedMatMul(IntoKernel):
     """``act(alpha * op(A) @ op(B) + Bias + Res)``: MatMul (NumPy broadcasting) with ``transA``/``transB``
     (swap the last two axes), ``alpha``, an optional bias along the last axis and an optional residual.
 
@@ -128,11 +120,6 @@ class FusedMatMul(Kernel):
     fresh_output = True
     inplace_inputs = (3,)
 
-    def compute(
-        self, a: np.ndarray, b: np.ndarray, bias: np.ndarray | None = None, res: np.ndarray | None = None
-    ) -> np.ndarray:
-        return self.compute_into(None, a, b, bias, res)
-
     def compute_into(
         self,
         out: np.ndarray | None,
@@ -154,7 +141,7 @@ class FusedMatMul(Kernel):
             y = self._compute_native(lib, a, b, bias, res, out)
             if y is not None:
                 return y
-        return _store(out, self.compute_numpy(a, b, bias, res))
+        return store_into(out, self.compute_numpy(a, b, bias, res))
 
     def _compute_native(
         self,
@@ -226,7 +213,7 @@ class Gelu(Kernel):
         lib = native.lib()
         if lib is not None and x.dtype == np.float32 and x.flags.c_contiguous:
             return ops.gelu(lib, x, out)
-        return _store(out, self.compute(x))
+        return store_into(out, self.compute(x))
 
     def bind(self, out: np.ndarray, x: np.ndarray) -> ops.Bound | None:
         lib = native.lib()
@@ -264,7 +251,7 @@ _NP_BINARY: dict[int, Any] = {0: np.add, 1: np.subtract, 2: np.multiply, 3: np.d
 
 
 @register
-class ElementwiseChain(Kernel):
+class ElementwiseChain(IntoKernel):
     """A straight line of float32 elementwise ops applied to input 0, evaluated in one pass.
 
     ``steps`` holds 4 ints per step: opcode (``CHAIN_BINARY``/``CHAIN_UNARY``), operand kind, operand index
@@ -286,14 +273,11 @@ class ElementwiseChain(Kernel):
     fresh_output = True
     inplace_inputs = (0,)
 
-    def compute(self, x: np.ndarray, *operands: np.ndarray) -> np.ndarray:
-        return self.compute_into(None, x, *operands)
-
     def compute_into(self, out: np.ndarray | None, x: np.ndarray, *operands: np.ndarray) -> np.ndarray:
         lib = native.lib()
         if lib is not None and x.dtype == np.float32 and x.ndim >= 1 and self._native_ok(x, operands):
             return self._compute_native(lib, x, operands, out)
-        return _store(out, self.compute_numpy(x, *operands))
+        return store_into(out, self.compute_numpy(x, *operands))
 
     def _native_ok(self, x: np.ndarray, operands: Sequence[np.ndarray]) -> bool:
         if not x.flags.c_contiguous:

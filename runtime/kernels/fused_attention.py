@@ -22,7 +22,7 @@ import numpy as np
 
 from runtime import native
 from runtime.kernels.activations import _softmax
-from runtime.kernels.base import Kernel, register
+from runtime.kernels.base import IntoKernel, register, store_into
 from runtime.native.abi import Bound
 
 DOMAIN = "com.appopt"
@@ -55,7 +55,7 @@ def _layout_key(arrays: Sequence[np.ndarray | None]) -> tuple[Any, ...]:
 
 
 @register
-class FusedAttention(Kernel):
+class FusedAttention(IntoKernel):
     """``Y = softmax(scale * Q @ Kt + mask) @ V`` with Q, Kt and V read as views of the inputs (see module doc)."""
 
     op_type = "FusedAttention"
@@ -120,11 +120,6 @@ class FusedAttention(Kernel):
             return None
         return (1,) * (2 - len(batch)) + tuple(batch), (*batch, sq, dv)
 
-    def compute(
-        self, q_src: np.ndarray, k_src: np.ndarray, v_src: np.ndarray, mask: np.ndarray | None = None
-    ) -> np.ndarray:
-        return self.compute_into(None, q_src, k_src, v_src, mask)
-
     def compute_into(
         self,
         out: np.ndarray | None,
@@ -153,10 +148,7 @@ class FusedAttention(Kernel):
                 lib.attention(block.ptr)
                 return y
         y = self.compute_numpy(q, kt, v, mask)
-        if out is None:
-            return y
-        np.copyto(out, y)
-        return out
+        return store_into(out, y)
 
     def _args(
         self,

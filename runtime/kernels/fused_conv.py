@@ -12,9 +12,9 @@ from typing import Any, ClassVar
 import numpy as np
 
 from runtime import native
-from runtime.kernels.base import Kernel, register
+from runtime.kernels.base import IntoKernel, Kernel, register, store_into
 from runtime.kernels.conv import check_conv_geometry, conv_nd, resolve_pads, spatial_attrs
-from runtime.kernels.fused import DOMAIN, _Cache, _finish, _store, epilogue_of
+from runtime.kernels.fused import DOMAIN, _Cache, _finish, epilogue_of
 from runtime.kernels.pool import PoolGeometry
 from runtime.native import ops
 
@@ -45,7 +45,7 @@ class FusedConv(Kernel):
 
 
 @register
-class NhwcConv(Kernel):
+class NhwcConv(IntoKernel):
     """``act(Conv(X, W, B) + Res)`` with X, Res and the result in NHWC; W stays ONNX ``[M, C/group, KH, KW]``.
 
     Attributes: explicit ``pads`` ``[top, left, bottom, right]``, ``strides``, ``dilations``, ``group``,
@@ -93,11 +93,6 @@ class NhwcConv(Kernel):
     fresh_output = True
     inplace_inputs = (3,)
 
-    def compute(
-        self, x: np.ndarray, w: np.ndarray, b: np.ndarray | None = None, res: np.ndarray | None = None
-    ) -> np.ndarray:
-        return self.compute_into(None, x, w, b, res)
-
     def compute_into(
         self,
         out: np.ndarray | None,
@@ -113,7 +108,7 @@ class NhwcConv(Kernel):
             conv = self._native_conv(lib, w, b)
             if conv.supported:
                 return conv(x, res, out=out)
-        return _store(out, self.compute_numpy(x, w, b, res))
+        return store_into(out, self.compute_numpy(x, w, b, res))
 
     def bind(
         self,
@@ -140,7 +135,7 @@ class NhwcConv(Kernel):
 
 
 @register
-class NhwcDwPwConv(Kernel):
+class NhwcDwPwConv(IntoKernel):
     """A depthwise NhwcConv feeding a 1x1 NhwcConv, in one pass: inputs ``x, W_dw, B_dw, W_pw, B_pw, Res``.
 
     Attributes ``dw_pads``, ``dw_strides``, ``dw_dilations``, ``dw_activation`` (``dw_act_lo``/``dw_act_hi``) for the
@@ -192,17 +187,6 @@ class NhwcDwPwConv(Kernel):
             return None
         return lib
 
-    def compute(
-        self,
-        x: np.ndarray,
-        wd: np.ndarray,
-        bd: np.ndarray | None,
-        wp: np.ndarray,
-        bp: np.ndarray | None = None,
-        res: np.ndarray | None = None,
-    ) -> np.ndarray:
-        return self.compute_into(None, x, wd, bd, wp, bp, res)
-
     def compute_into(
         self,
         out: np.ndarray | None,
@@ -218,7 +202,7 @@ class NhwcDwPwConv(Kernel):
             fused = self._native(lib, wd, bd, wp, bp)
             if fused.supported:
                 return fused(x, res, out)
-        return _store(out, self.compute_numpy(x, wd, bd, wp, bp, res))
+        return store_into(out, self.compute_numpy(x, wd, bd, wp, bp, res))
 
     def bind(
         self,
@@ -316,7 +300,7 @@ class ToNchw(_LayoutCopy):
     channels_first = False
 
 
-class _NhwcPool(Kernel):
+class _NhwcPool(IntoKernel):
     """Windowed pooling over NHWC; the attributes are ONNX's (explicit pads, no auto_pad)."""
 
     domain = DOMAIN
@@ -325,16 +309,13 @@ class _NhwcPool(Kernel):
     mode = 0
     fresh_output = True
 
-    def compute(self, x: np.ndarray) -> np.ndarray:
-        return self.compute_into(None, x)
-
     def compute_into(self, out: np.ndarray | None, x: np.ndarray) -> np.ndarray:
         geo = PoolGeometry(self.attrs, x.shape[1:3], x.shape[0] * x.shape[3])
         lib = native.lib()
         if lib is not None and x.dtype == np.float32 and geo.nd == 2:
             return ops.pool(lib, x, geo.window(self.pool_mode()), out)
         y = np.ascontiguousarray(self.compute_numpy(x.transpose(0, 3, 1, 2)).transpose(0, 2, 3, 1))
-        return _store(out, y)
+        return store_into(out, y)
 
     def bind(self, out: np.ndarray, x: np.ndarray) -> ops.Bound | None:
         lib = native.lib()
@@ -376,7 +357,7 @@ class NhwcAveragePool(_NhwcPool):
 
 
 @register
-class NhwcGlobalAveragePool(Kernel):
+class NhwcGlobalAveragePool(IntoKernel):
     """``[N, H, W, C] -> [N, 1, 1, C]``."""
 
     op_type = "NhwcGlobalAveragePool"
@@ -384,14 +365,11 @@ class NhwcGlobalAveragePool(Kernel):
     since_version = 1
     fresh_output = True
 
-    def compute(self, x: np.ndarray) -> np.ndarray:
-        return self.compute_into(None, x)
-
     def compute_into(self, out: np.ndarray | None, x: np.ndarray) -> np.ndarray:
         lib = native.lib()
         if lib is not None and x.dtype == np.float32:
             return ops.global_average_pool_nhwc(lib, x, out)
-        return _store(out, x.mean(axis=(1, 2), keepdims=True).astype(x.dtype, copy=False))
+        return store_into(out, x.mean(axis=(1, 2), keepdims=True).astype(x.dtype, copy=False))
 
     def bind(self, out: np.ndarray, x: np.ndarray) -> ops.Bound | None:
         lib = native.lib()
@@ -434,7 +412,7 @@ class NhwcConcat(Kernel):
 
 
 @register
-class ChannelShuffle(Kernel):
+class ChannelShuffle(IntoKernel):
     """ShuffleNet's channel shuffle along the last axis: ``y[..., j * g + i] = x[..., i * cg + j]``."""
 
     op_type = "ChannelShuffle"
@@ -446,16 +424,13 @@ class ChannelShuffle(Kernel):
     def setup(self) -> None:
         self.groups = int(self.attrs["groups"])
 
-    def compute(self, x: np.ndarray) -> np.ndarray:
-        return self.compute_into(None, x)
-
     def compute_into(self, out: np.ndarray | None, x: np.ndarray) -> np.ndarray:
         lib = native.lib()
         if lib is not None and x.dtype == np.float32 and x.shape[-1] % self.groups == 0:
             return ops.channel_shuffle(lib, x, self.groups, out)
         c = x.shape[-1]
         y = x.reshape(*x.shape[:-1], self.groups, c // self.groups).swapaxes(-1, -2).reshape(x.shape)
-        return _store(out, np.ascontiguousarray(y))
+        return store_into(out, np.ascontiguousarray(y))
 
     def bind(self, out: np.ndarray, x: np.ndarray) -> ops.Bound | None:
         lib = native.lib()

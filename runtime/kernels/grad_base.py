@@ -14,7 +14,6 @@ from typing import Any
 
 import numpy as np
 
-from runtime.kernels import conv
 from runtime.kernels.base import Kernel
 
 #: The private domain of the training ops (gradients, training-mode forward ops, overflow checks).
@@ -60,28 +59,12 @@ def sum_to_shape(grad: np.ndarray, shape: Sequence[int]) -> np.ndarray:
     return reduced.reshape(shape).astype(grad.dtype, copy=False)
 
 
-def resolve_pads(
-    auto_pad: str,
-    pads: Sequence[int] | None,
-    in_shape: Sequence[int],
-    kernel: Sequence[int],
-    strides: Sequence[int],
-    dilations: Sequence[int],
-) -> list[int]:
-    """The forward op's explicit pads (``conv.resolve_pads``); the gradient kernels refuse negative (cropping) ones."""
-    resolved = conv.resolve_pads(auto_pad, pads, in_shape, kernel, strides, dilations)
-    if any(p < 0 for p in resolved):
-        raise ValueError(f"negative pads {resolved} are not supported by the gradient kernels")
-    return resolved
-
-
-def pad_spatial(x: np.ndarray, pads: Sequence[int], value: float = 0.0) -> np.ndarray:
-    """Pad the spatial dims of ``(N, C, *spatial)`` by ``[begin..., end...]``."""
-    nd = x.ndim - 2
-    if not any(pads):
-        return x
-    widths = [(0, 0), (0, 0)] + [(int(pads[i]), int(pads[i + nd])) for i in range(nd)]
-    return np.pad(x, widths, mode="constant", constant_values=value)
+def refuse_cropping(pads: list[int]) -> list[int]:
+    """A forward op's explicit pads (``conv.resolve_pads``), refused where negative: the gradient kernels do not
+    undo a cropping."""
+    if any(p < 0 for p in pads):
+        raise ValueError(f"negative pads {pads} are not supported by the gradient kernels")
+    return pads
 
 
 def crop_spatial(xp: np.ndarray, pads: Sequence[int], shape: Sequence[int]) -> np.ndarray:
@@ -89,21 +72,6 @@ def crop_spatial(xp: np.ndarray, pads: Sequence[int], shape: Sequence[int]) -> n
     nd = len(shape)
     region = tuple(slice(int(pads[i]), int(pads[i]) + int(shape[i])) for i in range(nd))
     return xp[(slice(None), slice(None), *region)]
-
-
-def window_view(
-    xp: np.ndarray, kernel: Sequence[int], strides: Sequence[int], dilations: Sequence[int], out: Sequence[int]
-) -> np.ndarray:
-    """Read-only ``(N, C, *out, *kernel)`` view of the windows of a padded ``(N, C, *spatial)`` array."""
-    nd = len(kernel)
-    st = xp.strides
-    shape = (*xp.shape[:2], *out, *kernel)
-    view_strides = (
-        *st[:2],
-        *(st[2 + i] * strides[i] for i in range(nd)),
-        *(st[2 + i] * dilations[i] for i in range(nd)),
-    )
-    return np.lib.stride_tricks.as_strided(xp, shape=shape, strides=view_strides, writeable=False)
 
 
 def kernel_offsets(kernel: Sequence[int]) -> Iterator[tuple[int, ...]]:

@@ -16,22 +16,26 @@ when the native library is there; the NumPy path stays its yardstick.
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import numpy as np
 
 from runtime.kernels.base import register
-from runtime.kernels.grad_base import (
-    GradKernel,
-    crop_spatial,
-    kernel_offsets,
-    offset_slab,
-    pad_spatial,
-    resolve_pads,
-    wide,
-    window_view,
-)
+from runtime.kernels.conv import pad_spatial, resolve_pads, spatial_attrs, window_view
+from runtime.kernels.grad_base import GradKernel, crop_spatial, kernel_offsets, offset_slab, refuse_cropping, wide
 from runtime.kernels.step_conv import StepConv, conv_input_grad
+
+
+@dataclass(frozen=True)
+class Window:
+    """The forward convolution's resolved window: explicit pads, strides, dilations and groups."""
+
+    pads: list[int]
+    strides: list[int]
+    dilations: list[int]
+    group: int
+
 
 #: Upper bound of one chunk's im2col columns.
 _COLS_BYTES = 128 << 20
@@ -52,9 +56,9 @@ class ConvGrad(GradKernel):
         dyc, xc, wc = wide(dy), wide(x), wide(w)
         kernel = list(w.shape[2:])
         nd = len(kernel)
-        strides = list(self.attrs.get("strides") or [1] * nd)
-        dilations = list(self.attrs.get("dilations") or [1] * nd)
+        strides, dilations = spatial_attrs(self.attrs, kernel)
         pads = resolve_pads(self.attrs["auto_pad"], self.attrs.get("pads"), x.shape[2:], kernel, strides, dilations)
+        pads = refuse_cropping(pads)
         group = int(self.attrs["group"])
         n = x.shape[0]
         out = list(dy.shape[2:])
@@ -69,9 +73,10 @@ class ConvGrad(GradKernel):
             dx = np.empty(x.shape, dtype=xc.dtype)
         dw = np.zeros((group, w.shape[0] // group, w.shape[1] * math.prod(kernel)), dtype=xc.dtype)
         grad_chunk = _flat_conv_grad if flat else _conv_grad_chunk
+        win = Window(pads, strides, dilations, group)
         for start in range(0, n, chunk) if want_dx or want_dw else ():
             part = slice(start, min(n, start + chunk))
-            dx_part, dw_part = grad_chunk(dyc[part], xc[part], wc, pads, strides, dilations, group, want_dx, want_dw)
+            dx_part, dw_part = grad_chunk(dyc[part], xc[part], wc, win, want_dx, want_dw)
             if dx is not None and dx_part is not None:
                 dx[part] = dx_part
             if dw_part is not None:
@@ -85,16 +90,9 @@ class ConvGrad(GradKernel):
 
 
 def _conv_grad_chunk(
-    dy: np.ndarray,
-    x: np.ndarray,
-    w: np.ndarray,
-    pads: list[int],
-    strides: list[int],
-    dilations: list[int],
-    group: int,
-    want_dx: bool,
-    want_dw: bool,
+    dy: np.ndarray, x: np.ndarray, w: np.ndarray, win: Window, want_dx: bool, want_dw: bool
 ) -> tuple[np.ndarray | None, np.ndarray | None]:
+    pads, strides, dilations, group = win.pads, win.strides, win.dilations, win.group
     n, c = x.shape[:2]
     m = w.shape[0]
     kernel = list(w.shape[2:])
@@ -129,17 +127,10 @@ def _conv_grad_chunk(
 
 
 def _flat_conv_grad(
-    dy: np.ndarray,
-    x: np.ndarray,
-    w: np.ndarray,
-    pads: list[int],
-    strides: list[int],
-    dilations: list[int],
-    group: int,
-    want_dx: bool,
-    want_dw: bool,
+    dy: np.ndarray, x: np.ndarray, w: np.ndarray, win: Window, want_dx: bool, want_dw: bool
 ) -> tuple[np.ndarray | None, np.ndarray | None]:
     """``_conv_grad_chunk`` for 2-D, stride 1, one group, on flattened padded planes (see the module docstring)."""
+    pads, dilations = win.pads, win.dilations
     n, c, height, width = x.shape
     m, k_h, k_w = w.shape[0], w.shape[2], w.shape[3]
     out_h, out_w = dy.shape[2:]

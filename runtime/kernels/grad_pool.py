@@ -15,32 +15,30 @@ import numpy as np
 
 from runtime import native
 from runtime.kernels.base import register
+from runtime.kernels.conv import pad_spatial, resolve_pads, spatial_attrs, window_view
 from runtime.kernels.grad_base import (
     GradKernel,
     crop_spatial,
     kernel_offsets,
     offset_slab,
-    pad_spatial,
-    resolve_pads,
+    refuse_cropping,
     shape_tuple,
     wide,
-    window_view,
 )
 from runtime.kernels.pool import PoolGeometry
 
 
 class _Geometry(PoolGeometry):
     """Padding and output size of a forward pool, ``ceil_mode`` overhang included (kept out of the counts). Built
-    without the forward op's checks; the gradient's pads refuse cropping (``grad_base.resolve_pads``)."""
+    without the forward op's checks; the gradient's pads refuse cropping (``grad_base.refuse_cropping``)."""
 
     def __init__(self, attrs: dict[str, Any], in_shape: Sequence[int]) -> None:
         self.kernel = [int(k) for k in attrs["kernel_shape"]]
-        nd = len(self.kernel)
         self.in_shape = [int(d) for d in in_shape]
-        self.strides = list(attrs.get("strides") or [1] * nd)
-        self.dilations = list(attrs.get("dilations") or [1] * nd)
+        self.strides, self.dilations = spatial_attrs(attrs, self.kernel)
         auto_pad = attrs.get("auto_pad", "NOTSET")
-        self.pads = resolve_pads(auto_pad, attrs.get("pads"), self.in_shape, self.kernel, self.strides, self.dilations)
+        pads = resolve_pads(auto_pad, attrs.get("pads"), self.in_shape, self.kernel, self.strides, self.dilations)
+        self.pads = refuse_cropping(pads)
         self.fit_windows(bool(attrs.get("ceil_mode", 0)) and auto_pad not in ("SAME_UPPER", "SAME_LOWER"))
 
     def padded_shape(self) -> list[int]:

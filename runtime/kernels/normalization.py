@@ -12,7 +12,7 @@ from typing import Any, ClassVar
 import numpy as np
 from onnx import helper
 
-from runtime.kernels.base import Kernel, register
+from runtime.kernels.base import IntoKernel, Kernel, register, store_into
 from runtime.kernels.conv import compute_dtype
 
 
@@ -279,7 +279,7 @@ class MeanVarianceNormalization(Kernel):
 
 
 @register
-class LRN(Kernel):
+class LRN(IntoKernel):
     """Local response normalisation across channels: the compiled kernel (float32), else a running sum over the
     channel window via cumsum."""
 
@@ -316,10 +316,7 @@ class LRN(Kernel):
 
             return ops.lrn(lib, x, *self._params(), out=out)
         y = self.compute_numpy(x)
-        if out is None:
-            return y
-        np.copyto(out, y)
-        return out
+        return store_into(out, y)
 
     def bind(self, out: np.ndarray, x: np.ndarray) -> Any:
         """A prebound compiled call over fixed buffers (the executor's static plan), or None."""
@@ -329,9 +326,6 @@ class LRN(Kernel):
         from runtime.native import ops
 
         return ops.bind_lrn(lib, x, out, *self._params())
-
-    def compute(self, x: np.ndarray) -> np.ndarray:
-        return self.compute_into(None, x)
 
     def compute_numpy(self, x: np.ndarray) -> np.ndarray:
         return lrn_reference(x, *self._params())

@@ -13,7 +13,7 @@ from typing import Any, ClassVar, Literal
 import numpy as np
 
 from runtime.geometry import pool_work_problem, window_attr_problem, window_output_problem
-from runtime.kernels.base import Kernel, register
+from runtime.kernels.base import IntoKernel, Kernel, define_kernel, register
 from runtime.kernels.conv import compute_dtype, pad_spatial, resolve_pads, window_view
 
 
@@ -146,7 +146,7 @@ def _tap_reduce(win: np.ndarray, nd: int, fn: Any, dtype: np.dtype[Any] | None =
 
 
 @register
-class AveragePool(Kernel):
+class AveragePool(IntoKernel):
     """Mean over each window; ``count_include_pad`` decides whether begin/end padding counts."""
 
     op_type = "AveragePool"
@@ -157,9 +157,6 @@ class AveragePool(Kernel):
     def mode(self) -> int:
         """The compiled kernel's averaging mode: 1 excludes padding from the divisor, 2 counts it."""
         return 2 if self.attrs["count_include_pad"] else 1
-
-    def compute(self, x: np.ndarray) -> np.ndarray:
-        return self.compute_into(None, x)
 
     def compute_into(self, out: np.ndarray | None, x: np.ndarray) -> np.ndarray:
         geo = PoolGeometry(self.attrs, x.shape[2:], x.shape[0] * x.shape[1])
@@ -258,42 +255,39 @@ class LpPool(Kernel):
         return (sums ** (1.0 / p)).astype(x.dtype, copy=False)
 
 
-def _spatial_axes(x: np.ndarray) -> tuple[int, ...]:
-    return tuple(range(2, x.ndim))
+class _GlobalPool(Kernel):
+    """Pool each ``(N, C, *spatial)`` plane to one value: ``fn(x, spatial_axes)`` with the dims kept."""
 
-
-@register
-class GlobalAveragePool(Kernel):
-    op_type = "GlobalAveragePool"
-    amp_class = "fp32"
-    since_version = 1
+    def fn(self, x: np.ndarray, axes: tuple[int, ...]) -> np.ndarray:
+        raise NotImplementedError
 
     def compute(self, x: np.ndarray) -> np.ndarray:
-        ct = compute_dtype(x.dtype)
-        return x.astype(ct, copy=False).mean(axis=_spatial_axes(x), keepdims=True).astype(x.dtype, copy=False)
+        return self.fn(x, tuple(range(2, x.ndim)))
+
+
+def _global_mean(x: np.ndarray, axes: tuple[int, ...]) -> np.ndarray:
+    return x.astype(compute_dtype(x.dtype), copy=False).mean(axis=axes, keepdims=True).astype(x.dtype, copy=False)
+
+
+def _global_max(x: np.ndarray, axes: tuple[int, ...]) -> np.ndarray:
+    return x.max(axis=axes, keepdims=True)
+
+
+GlobalAveragePool = define_kernel(_GlobalPool, "GlobalAveragePool", _global_mean, amp_class="fp32")
+GlobalMaxPool = define_kernel(_GlobalPool, "GlobalMaxPool", _global_max, amp_class="either")
 
 
 @register
-class GlobalMaxPool(Kernel):
-    op_type = "GlobalMaxPool"
-    amp_class = "either"
-    since_version = 1
+class GlobalLpPool(_GlobalPool):
+    """``(sum |x|^p) ^ (1/p)`` over each plane."""
 
-    def compute(self, x: np.ndarray) -> np.ndarray:
-        return x.max(axis=_spatial_axes(x), keepdims=True)
-
-
-@register
-class GlobalLpPool(Kernel):
     op_type = "GlobalLpPool"
     amp_class = "fp32"
-    since_version = 1
     attr_defaults: ClassVar[dict[str, Any]] = {"p": 2}
 
-    def compute(self, x: np.ndarray) -> np.ndarray:
+    def fn(self, x: np.ndarray, axes: tuple[int, ...]) -> np.ndarray:
         p = float(self.attrs["p"])
-        ct = compute_dtype(x.dtype)
-        sums = (np.abs(x.astype(ct, copy=False)) ** p).sum(axis=_spatial_axes(x), keepdims=True)
+        sums = (np.abs(x.astype(compute_dtype(x.dtype), copy=False)) ** p).sum(axis=axes, keepdims=True)
         return (sums ** (1.0 / p)).astype(x.dtype, copy=False)
 
 

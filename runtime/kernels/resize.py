@@ -16,7 +16,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from runtime.kernels.base import Kernel, register
+from runtime.kernels.base import IntoKernel, Kernel, define_kernel, register, store_into
 from runtime.kernels.tensor_shape import norm_axis
 
 
@@ -240,7 +240,7 @@ class ResizePlan:
 
 
 @register
-class Resize11(Kernel):
+class Resize11(IntoKernel):
     """Resize from opset 11: ``X, roi, scales, sizes`` inputs; opset 18 adds ``axes``, antialias and the
     keep-aspect-ratio policy, opset 19 ``half_pixel_symmetric``. 4-d float32 data resized on its last two axes
     runs on the compiled kernel (``runtime.kernels.resize_native``)."""
@@ -249,6 +249,8 @@ class Resize11(Kernel):
     creates_size = True
     since_version = 11
     attr_defaults: ClassVar[dict[str, Any]] = _RESIZE_DEFAULTS
+    #: The data is NHWC (``NhwcResize``); ``roi``/``scales``/``sizes``/``axes`` still name NCHW axes.
+    nhwc: ClassVar[bool] = False
 
     def plan(
         self,
@@ -285,50 +287,25 @@ class Resize11(Kernel):
             raise ValueError("antialias is not supported with mode nearest")
         return ResizePlan(axes, scale_list, out_dims, roi_list)
 
-    def compute(
-        self,
-        x: np.ndarray,
-        roi: np.ndarray | None = None,
-        scales: np.ndarray | None = None,
-        sizes: np.ndarray | None = None,
-    ) -> np.ndarray:
-        return self.compute_into(None, x, roi, scales, sizes)
-
-    def compute_into(
-        self,
-        out: np.ndarray | None,
-        x: np.ndarray,
-        roi: np.ndarray | None = None,
-        scales: np.ndarray | None = None,
-        sizes: np.ndarray | None = None,
-    ) -> np.ndarray:
+    def compute_into(self, out: np.ndarray | None, x: np.ndarray, *scaling: np.ndarray | None) -> np.ndarray:
+        """``scaling`` is the optional ``roi, scales, sizes`` inputs, which :meth:`plan` reads."""
         from runtime.kernels import resize_native
 
-        p = self.plan(x.shape, roi, scales, sizes)
+        p = self.plan(x.shape, *scaling)
         resize_native.check_planned(out, p.resized(x.shape))
         done = resize_native.resize_2d(self, x, p, out, nhwc=False)
         if done is not None:
             return done
         y = resize(x, p.axes, p.scales, p.sizes, p.roi, self.attrs)
-        if out is None:
-            return y
-        np.copyto(out, y)
-        return out
+        return store_into(out, y)
 
-    def bind(
-        self,
-        out: np.ndarray,
-        x: np.ndarray,
-        roi: np.ndarray | None = None,
-        scales: np.ndarray | None = None,
-        sizes: np.ndarray | None = None,
-    ) -> Callable[[], None] | None:
+    def bind(self, out: np.ndarray, x: np.ndarray, *scaling: np.ndarray | None) -> Callable[[], None] | None:
         """A prebound compiled call for fixed buffers (the static plan), or None."""
         from runtime.kernels import resize_native
 
         if x.ndim != 4:
             return None
-        return resize_native.bind_guarded(self, out, x, (roi, scales, sizes), nhwc=False)
+        return resize_native.bind_guarded(self, out, x, scaling, nhwc=self.nhwc)
 
 
 def _resize_legacy(x: np.ndarray, scales: list[float], mode: str) -> np.ndarray:
@@ -340,17 +317,24 @@ def _resize_legacy(x: np.ndarray, scales: list[float], mode: str) -> np.ndarray:
     return resize(x, list(range(x.ndim)), scales, sizes, None, opts)
 
 
-@register
-class Resize10(Kernel):
-    """Resize at opset 10: a ``scales`` input, nearest or linear, asymmetric coordinates."""
+class _ScalesInput(Kernel):
+    """Resize-10 / Upsample-9: a ``scales`` input, nearest or (bi)linear, asymmetric coordinates."""
 
-    op_type = "Resize"
     creates_size = True
-    since_version = 10
     attr_defaults: ClassVar[dict[str, Any]] = {"mode": "nearest"}
 
     def compute(self, x: np.ndarray, scales: np.ndarray) -> np.ndarray:
         return _resize_legacy(x, _float_list(scales), self.attrs["mode"])
+
+
+Resize10 = define_kernel(_ScalesInput, "Resize", name="Resize10", since_version=10)
+Upsample9 = define_kernel(
+    _ScalesInput,
+    "Upsample",
+    doc="Upsample (opset 9; deprecated at 10 in favour of Resize).",
+    name="Upsample9",
+    since_version=9,
+)
 
 
 @register
@@ -364,16 +348,3 @@ class Upsample7(Kernel):
 
     def compute(self, x: np.ndarray) -> np.ndarray:
         return _resize_legacy(x, [float(s) for s in self.attrs["scales"]], self.attrs["mode"])
-
-
-@register
-class Upsample9(Kernel):
-    """Upsample with a ``scales`` input (opset 9; deprecated at 10 in favour of Resize)."""
-
-    op_type = "Upsample"
-    creates_size = True
-    since_version = 9
-    attr_defaults: ClassVar[dict[str, Any]] = {"mode": "nearest"}
-
-    def compute(self, x: np.ndarray, scales: np.ndarray) -> np.ndarray:
-        return _resize_legacy(x, _float_list(scales), self.attrs["mode"])

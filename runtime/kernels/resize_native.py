@@ -17,7 +17,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from runtime import native
-from runtime.kernels.base import register
+from runtime.kernels.base import register, store_into
 from runtime.kernels.fused import DOMAIN
 from runtime.kernels.resize import Resize11, ResizePlan, axis_sampling, resize, sparse_taps, tap_count
 from runtime.native.upsample import ResizeTaps, bind_resize
@@ -158,39 +158,18 @@ class NhwcResize(Resize11):
     #: May write its output as a channel slice of a concat's (the static plan's concat by placement).
     channel_slice_output = True
     attr_defaults: ClassVar[dict[str, Any]] = Resize11.attr_defaults
+    nhwc = True
 
-    def compute_into(
-        self,
-        out: np.ndarray | None,
-        x: np.ndarray,
-        roi: np.ndarray | None = None,
-        scales: np.ndarray | None = None,
-        sizes: np.ndarray | None = None,
-    ) -> np.ndarray:
+    def compute_into(self, out: np.ndarray | None, x: np.ndarray, *scaling: np.ndarray | None) -> np.ndarray:
+        """``scaling`` is Resize's ``roi, scales, sizes``, read by :meth:`Resize11.plan` in NCHW terms."""
         if x.ndim != 4:
             raise ValueError(f"NhwcResize takes a 4-d tensor, got shape {x.shape}")
         n, h, w, c = x.shape
-        p = self.plan((n, c, h, w), roi, scales, sizes)
+        p = self.plan((n, c, h, w), *scaling)
         nchw = p.resized((n, c, h, w))
         check_planned(out, (nchw[0], nchw[2], nchw[3], nchw[1]))
         done = resize_2d(self, x, p, out, nhwc=True)
         if done is not None:
             return done
         y = resize(x.transpose(0, 3, 1, 2), p.axes, p.scales, p.sizes, p.roi, self.attrs)
-        y = np.ascontiguousarray(y.transpose(0, 2, 3, 1))
-        if out is None:
-            return y
-        np.copyto(out, y)
-        return out
-
-    def bind(
-        self,
-        out: np.ndarray,
-        x: np.ndarray,
-        roi: np.ndarray | None = None,
-        scales: np.ndarray | None = None,
-        sizes: np.ndarray | None = None,
-    ) -> Callable[[], None] | None:
-        if x.ndim != 4:
-            return None
-        return bind_guarded(self, out, x, (roi, scales, sizes), nhwc=True)
+        return store_into(out, np.ascontiguousarray(y.transpose(0, 2, 3, 1)))

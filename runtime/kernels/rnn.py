@@ -11,6 +11,7 @@ reverse direction naturally starts at each entry's last valid step.
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import numpy as np
@@ -70,6 +71,18 @@ _NATIVE_ACTIVATIONS = {"sigmoid": 0, "tanh": 1, "relu": 2}
 
 _USES_ALPHA = {"affine", "leakyrelu", "thresholdedrelu", "scaledtanh", "hardsigmoid", "elu"}
 _USES_BETA = {"affine", "scaledtanh", "hardsigmoid"}
+
+
+@dataclass(frozen=True)
+class Direction:
+    """What one direction's cell steps share: the recurrence weights ``r``, the input and recurrence biases,
+    the cell's extra parameters (LSTM peepholes, else None) and its activations."""
+
+    r: np.ndarray
+    wb: np.ndarray
+    rb: np.ndarray
+    params: Any
+    acts: list[Activation]
 
 
 class _Recurrent(Kernel):
@@ -175,9 +188,9 @@ class _Recurrent(Kernel):
             reverse = self.attrs["direction"] == "reverse" or d == 1
             order = range(seq - 1, -1, -1) if reverse else range(seq)
             cur = init
-            params = self._direction_params(d, extra, hidden, ct)
+            dw = Direction(rd, wb, rb, self._direction_params(d, extra, hidden, ct), self.activations[d])
             for t in order:
-                new = self.cell(x_proj[t], cur, rd, wb, rb, params, self.activations[d])
+                new = self.cell(x_proj[t], cur, dw)
                 active = steps_mask[t][:, None]
                 cur = [np.where(active, n, c) for n, c in zip(new, cur, strict=True)]
                 y[t, d] = np.where(active, new[0], 0)
@@ -205,16 +218,8 @@ class _Recurrent(Kernel):
     def _direction_params(self, d: int, extra: np.ndarray | None, hidden: int, ct: type) -> Any:
         return None
 
-    def cell(
-        self,
-        xw: np.ndarray,
-        state: list[np.ndarray],
-        r: np.ndarray,
-        wb: np.ndarray,
-        rb: np.ndarray,
-        params: Any,
-        acts: list[Activation],
-    ) -> list[np.ndarray]:
+    def cell(self, xw: np.ndarray, state: list[np.ndarray], dw: Direction) -> list[np.ndarray]:
+        """One time step: the new states from this step's input projection ``xw`` and the current ``state``."""
         raise NotImplementedError
 
 
@@ -227,18 +232,9 @@ class RNN(_Recurrent):
     gates = 1
     default_activations: ClassVar[list[str]] = ["Tanh"]
 
-    def cell(
-        self,
-        xw: np.ndarray,
-        state: list[np.ndarray],
-        r: np.ndarray,
-        wb: np.ndarray,
-        rb: np.ndarray,
-        params: Any,
-        acts: list[Activation],
-    ) -> list[np.ndarray]:
+    def cell(self, xw: np.ndarray, state: list[np.ndarray], dw: Direction) -> list[np.ndarray]:
         (h,) = state
-        return [acts[0](self._clip(xw + _times_t(h, r) + wb + rb))]
+        return [dw.acts[0](self._clip(xw + _times_t(h, dw.r) + dw.wb + dw.rb))]
 
 
 @register
@@ -251,18 +247,10 @@ class GRU(_Recurrent):
     default_activations: ClassVar[list[str]] = ["Sigmoid", "Tanh"]
     attr_defaults: ClassVar[dict[str, Any]] = {**_Recurrent.attr_defaults, "linear_before_reset": 0}
 
-    def cell(
-        self,
-        xw: np.ndarray,
-        state: list[np.ndarray],
-        r: np.ndarray,
-        wb: np.ndarray,
-        rb: np.ndarray,
-        params: Any,
-        acts: list[Activation],
-    ) -> list[np.ndarray]:
+    def cell(self, xw: np.ndarray, state: list[np.ndarray], dw: Direction) -> list[np.ndarray]:
         (h,) = state
-        f, g = acts
+        f, g = dw.acts
+        r, wb, rb = dw.r, dw.wb, dw.rb
         hid = h.shape[1]
         rz_r = r[: 2 * hid]
         hr = _times_t(h, rz_r)
@@ -297,21 +285,12 @@ class LSTM(_Recurrent):
         p = extra[d].astype(ct)
         return p[:hidden], p[hidden : 2 * hidden], p[2 * hidden :]
 
-    def cell(
-        self,
-        xw: np.ndarray,
-        state: list[np.ndarray],
-        r: np.ndarray,
-        wb: np.ndarray,
-        rb: np.ndarray,
-        params: Any,
-        acts: list[Activation],
-    ) -> list[np.ndarray]:
+    def cell(self, xw: np.ndarray, state: list[np.ndarray], dw: Direction) -> list[np.ndarray]:
         h, c = state
-        f, g, hact = acts
+        f, g, hact = dw.acts
         hid = h.shape[1]
-        pre = xw + _times_t(h, r) + wb + rb
-        pi, po, pf = params if params is not None else (0.0, 0.0, 0.0)
+        pre = xw + _times_t(h, dw.r) + dw.wb + dw.rb
+        pi, po, pf = dw.params if dw.params is not None else (0.0, 0.0, 0.0)
         i = f(self._clip(pre[:, :hid] + pi * c))
         coupled = bool(self.attrs["input_forget"])
         fg = 1 - i if coupled else f(self._clip(pre[:, 2 * hid : 3 * hid] + pf * c))

@@ -54,31 +54,32 @@ def dft(x: np.ndarray, length: int | None, axis: int, inverse: bool, onesided: b
     return _from_complex(spectrum, x.dtype)
 
 
-@register
-class DFT17(Kernel):
-    """DFT with an ``axis`` attribute (default 1) and optional ``dft_length`` input (opset 17)."""
+class _DFT(Kernel):
+    """DFT along one axis; ``inverse`` and ``onesided`` attributes (see :func:`dft`)."""
 
     op_type = "DFT"
     uses_blas = True
+
+    def transform(self, x: np.ndarray, dft_length: np.ndarray | None, axis: int) -> np.ndarray:
+        inverse, onesided = bool(self.attrs["inverse"]), bool(self.attrs["onesided"])
+        return dft(x, _scalar_int(dft_length), axis, inverse, onesided)
+
+
+@register
+class DFT17(_DFT):
+    """DFT with an ``axis`` attribute (default 1) and optional ``dft_length`` input (opset 17)."""
+
     since_version = 17
     attr_defaults: ClassVar[dict[str, Any]] = {"axis": 1, "inverse": 0, "onesided": 0}
 
     def compute(self, x: np.ndarray, dft_length: np.ndarray | None = None) -> np.ndarray:
-        return dft(
-            x,
-            _scalar_int(dft_length),
-            int(self.attrs["axis"]),
-            bool(self.attrs["inverse"]),
-            bool(self.attrs["onesided"]),
-        )
+        return self.transform(x, dft_length, int(self.attrs["axis"]))
 
 
 @register
-class DFT20(Kernel):
+class DFT20(_DFT):
     """DFT with optional ``dft_length`` and ``axis`` inputs (axis default -2, opset 20)."""
 
-    op_type = "DFT"
-    uses_blas = True
     since_version = 20
     attr_defaults: ClassVar[dict[str, Any]] = {"inverse": 0, "onesided": 0}
 
@@ -86,13 +87,7 @@ class DFT20(Kernel):
         self, x: np.ndarray, dft_length: np.ndarray | None = None, axis: np.ndarray | None = None
     ) -> np.ndarray:
         axis_value = _scalar_int(axis)
-        return dft(
-            x,
-            _scalar_int(dft_length),
-            -2 if axis_value is None else axis_value,
-            bool(self.attrs["inverse"]),
-            bool(self.attrs["onesided"]),
-        )
+        return self.transform(x, dft_length, -2 if axis_value is None else axis_value)
 
 
 @register

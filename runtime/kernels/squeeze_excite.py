@@ -18,16 +18,16 @@ from typing import Any, ClassVar
 import numpy as np
 
 from runtime import native
-from runtime.kernels.base import Kernel, register
+from runtime.kernels.base import IntoKernel, register, store_into
 from runtime.kernels.conv import conv_nd
-from runtime.kernels.fused import DOMAIN, _finish, _store
+from runtime.kernels.fused import DOMAIN, _finish
 from runtime.native import ops
 from runtime.native.abi import Epilogue
 from runtime.native.convnets import squeeze_excite_call
 
 
 @register
-class SqueezeExcite(Kernel):
+class SqueezeExcite(IntoKernel):
     op_type = "SqueezeExcite"
     domain = DOMAIN
     since_version = 1
@@ -41,26 +41,22 @@ class SqueezeExcite(Kernel):
         self.gate = Epilogue(str(a["activation"]), float(a.get("act_lo", 0.0)), float(a.get("act_hi", 0.0)))
         self.channels_last = bool(a["channels_last"])
 
-    def _call(
+    def bind(
         self,
         out: np.ndarray,
         x: np.ndarray,
         w1: np.ndarray,
         b1: np.ndarray | None,
         w2: np.ndarray,
-        b2: np.ndarray | None,
+        b2: np.ndarray | None = None,
     ) -> ops.Bound | None:
+        """The compiled call writing into ``out`` (prebound for the static plan), or None where it does not apply."""
         lib = native.lib()
         if lib is None or x.dtype != np.float32:
             return None
         inner, gate = self.inner, self.gate
         acts = ((inner.activation, inner.lo, inner.hi), (gate.activation, gate.lo, gate.hi))
         return squeeze_excite_call(lib, x, out, w1, b1, w2, b2, acts, self.channels_last)
-
-    def compute(
-        self, x: np.ndarray, w1: np.ndarray, b1: np.ndarray | None, w2: np.ndarray, b2: np.ndarray | None = None
-    ) -> np.ndarray:
-        return self.compute_into(None, x, w1, b1, w2, b2)
 
     def compute_into(
         self,
@@ -72,22 +68,11 @@ class SqueezeExcite(Kernel):
         b2: np.ndarray | None = None,
     ) -> np.ndarray:
         target = np.empty(x.shape, dtype=np.float32) if out is None else out
-        call = self._call(target, np.ascontiguousarray(x), w1, b1, w2, b2) if x.dtype == np.float32 else None
+        call = self.bind(target, np.ascontiguousarray(x), w1, b1, w2, b2) if x.dtype == np.float32 else None
         if call is not None:
             call()
             return target
-        return _store(out, self.compute_numpy(x, w1, b1, w2, b2))
-
-    def bind(
-        self,
-        out: np.ndarray,
-        x: np.ndarray,
-        w1: np.ndarray,
-        b1: np.ndarray | None,
-        w2: np.ndarray,
-        b2: np.ndarray | None = None,
-    ) -> ops.Bound | None:
-        return self._call(out, x, w1, b1, w2, b2)
+        return store_into(out, self.compute_numpy(x, w1, b1, w2, b2))
 
     def compute_numpy(
         self, x: np.ndarray, w1: np.ndarray, b1: np.ndarray | None, w2: np.ndarray, b2: np.ndarray | None = None

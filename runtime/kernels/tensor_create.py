@@ -7,12 +7,13 @@ a seeded model repeats its sequence of draws from one compile to the next; value
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from typing import Any, ClassVar
 
 import numpy as np
 from onnx import helper
 
-from runtime.kernels.base import Kernel, register
+from runtime.kernels.base import Kernel, define_kernel, register
 
 
 def onnx_to_np_dtype(code: int) -> np.dtype[Any]:
@@ -111,6 +112,8 @@ class EyeLike(Kernel):
 class _RandomKernel(Kernel):
     """Shared: one seeded Generator per node and the output dtype rule (attribute, else input, else float)."""
 
+    never_fold = True
+
     def setup(self) -> None:
         seed = self.attrs.get("seed")
         self.rng = np.random.default_rng(None if seed is None else int(seed))
@@ -121,62 +124,31 @@ class _RandomKernel(Kernel):
         return like.dtype if like is not None else np.dtype(np.float32)
 
 
-@register
-class RandomUniform(_RandomKernel):
-    """Uniform samples in ``[low, high)`` of the ``shape`` attribute."""
+class _Samples(_RandomKernel):
+    """Samples of one distribution (``fn(rng, attrs, shape)``) in the ``shape`` attribute, or, for the ``*Like``
+    ops, in the shape of the input (whose dtype they also take unless ``dtype`` is given)."""
 
-    op_type = "RandomUniform"
-    never_fold = True
-    since_version = 1
-    attr_defaults: ClassVar[dict[str, Any]] = {"low": 0.0, "high": 1.0}
+    fn: ClassVar[Callable[[np.random.Generator, dict[str, Any], tuple[int, ...]], np.ndarray]]
 
-    def compute(self) -> np.ndarray:
-        shape = tuple(self.attrs["shape"])
-        out = self.rng.uniform(self.attrs["low"], self.attrs["high"], size=shape)
-        return out.astype(self.out_dtype())
+    def compute(self, *like: np.ndarray) -> np.ndarray:
+        shape = like[0].shape if like else tuple(self.attrs["shape"])
+        return type(self).fn(self.rng, self.attrs, shape).astype(self.out_dtype(*like))
 
 
-@register
-class RandomNormal(_RandomKernel):
-    """Normal samples (``mean``, ``scale``) of the ``shape`` attribute."""
-
-    op_type = "RandomNormal"
-    never_fold = True
-    since_version = 1
-    attr_defaults: ClassVar[dict[str, Any]] = {"mean": 0.0, "scale": 1.0}
-
-    def compute(self) -> np.ndarray:
-        shape = tuple(self.attrs["shape"])
-        out = self.rng.normal(self.attrs["mean"], self.attrs["scale"], size=shape)
-        return out.astype(self.out_dtype())
+def _uniform(rng: np.random.Generator, attrs: dict[str, Any], shape: tuple[int, ...]) -> np.ndarray:
+    return rng.uniform(attrs["low"], attrs["high"], size=shape)
 
 
-@register
-class RandomUniformLike(_RandomKernel):
-    """Uniform samples shaped like the input."""
-
-    op_type = "RandomUniformLike"
-    never_fold = True
-    since_version = 1
-    attr_defaults: ClassVar[dict[str, Any]] = {"low": 0.0, "high": 1.0}
-
-    def compute(self, x: np.ndarray) -> np.ndarray:
-        out = self.rng.uniform(self.attrs["low"], self.attrs["high"], size=x.shape)
-        return out.astype(self.out_dtype(x))
+def _normal(rng: np.random.Generator, attrs: dict[str, Any], shape: tuple[int, ...]) -> np.ndarray:
+    return rng.normal(attrs["mean"], attrs["scale"], size=shape)
 
 
-@register
-class RandomNormalLike(_RandomKernel):
-    """Normal samples shaped like the input."""
-
-    op_type = "RandomNormalLike"
-    never_fold = True
-    since_version = 1
-    attr_defaults: ClassVar[dict[str, Any]] = {"mean": 0.0, "scale": 1.0}
-
-    def compute(self, x: np.ndarray) -> np.ndarray:
-        out = self.rng.normal(self.attrs["mean"], self.attrs["scale"], size=x.shape)
-        return out.astype(self.out_dtype(x))
+_UNIFORM: dict[str, Any] = {"low": 0.0, "high": 1.0}
+_NORMAL: dict[str, Any] = {"mean": 0.0, "scale": 1.0}
+RandomUniform = define_kernel(_Samples, "RandomUniform", _uniform, "Uniform in [low, high).", attr_defaults=_UNIFORM)
+RandomNormal = define_kernel(_Samples, "RandomNormal", _normal, "Normal (``mean``, ``scale``).", attr_defaults=_NORMAL)
+RandomUniformLike = define_kernel(_Samples, "RandomUniformLike", _uniform, attr_defaults=_UNIFORM)
+RandomNormalLike = define_kernel(_Samples, "RandomNormalLike", _normal, attr_defaults=_NORMAL)
 
 
 @register
@@ -184,7 +156,6 @@ class Bernoulli(_RandomKernel):
     """1 with probability ``x`` (elementwise), else 0."""
 
     op_type = "Bernoulli"
-    never_fold = True
     since_version = 15
 
     def compute(self, x: np.ndarray) -> np.ndarray:
@@ -197,7 +168,6 @@ class Multinomial(_RandomKernel):
     """``sample_size`` class indices per batch row, drawn from unnormalised log-probabilities."""
 
     op_type = "Multinomial"
-    never_fold = True
     since_version = 7
     attr_defaults: ClassVar[dict[str, Any]] = {"sample_size": 1}
 

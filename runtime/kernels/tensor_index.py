@@ -10,7 +10,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from runtime.kernels.base import Kernel, register
+from runtime.kernels.base import IntoKernel, Kernel, define_kernel, register
 from runtime.kernels.tensor_shape import int_list, norm_axis
 
 
@@ -94,16 +94,13 @@ def positive_indices(indices: np.ndarray, dim: int) -> np.ndarray:
 
 
 @register
-class Gather(Kernel):
+class Gather(IntoKernel):
     """Pick slices along ``axis`` by an index tensor (``out.shape = x.shape[:axis] + idx.shape + ...``)."""
 
     op_type = "Gather"
     amp_class = "either"
     since_version = 1
     attr_defaults: ClassVar[dict[str, Any]] = {"axis": 0}
-
-    def compute(self, x: np.ndarray, indices: np.ndarray) -> np.ndarray:
-        return self.compute_into(None, x, indices)
 
     def compute_into(self, out: np.ndarray | None, x: np.ndarray, indices: np.ndarray) -> np.ndarray:
         """Also writes into a planned buffer (the output's shape follows the input shapes alone)."""
@@ -178,24 +175,17 @@ def scatter_elements(
 ) -> np.ndarray:
     axis = norm_axis(axis, data.ndim)
     target = element_index(positive_indices(indices, data.shape[axis]), axis)
+    return _scattered(data, target, updates, reduction)
+
+
+def _scattered(data: np.ndarray, target: Any, updates: np.ndarray, reduction: str) -> np.ndarray:
+    """A copy of ``data`` with ``updates`` written at ``target`` (duplicates: the last wins), or reduced into it."""
     out = data.copy()
     if reduction == "none":
-        out[target] = updates  # duplicate indices: the last update wins
+        out[target] = updates
     else:
         _REDUCERS[reduction].at(out, target, updates)
     return out
-
-
-@register
-class Scatter(Kernel):
-    """Deprecated alias of ScatterElements without reduction (opsets 9-10)."""
-
-    op_type = "Scatter"
-    since_version = 9
-    attr_defaults: ClassVar[dict[str, Any]] = {"axis": 0}
-
-    def compute(self, data: np.ndarray, indices: np.ndarray, updates: np.ndarray) -> np.ndarray:
-        return scatter_elements(data, indices, updates, int(self.attrs["axis"]), "none")
 
 
 @register
@@ -208,6 +198,10 @@ class ScatterElements(Kernel):
 
     def compute(self, data: np.ndarray, indices: np.ndarray, updates: np.ndarray) -> np.ndarray:
         return scatter_elements(data, indices, updates, int(self.attrs["axis"]), self.attrs["reduction"])
+
+
+#: Opsets 9-10: ScatterElements under its deprecated name (which has no ``reduction`` attribute).
+Scatter = define_kernel(ScatterElements, "Scatter", doc="Deprecated alias of ScatterElements.", since_version=9)
 
 
 @register
@@ -224,13 +218,7 @@ class ScatterND(Kernel):
         flat = idx.reshape(-1, k)
         target = tuple(positive_indices(flat[:, j], data.shape[j]) for j in range(k))
         upd = updates.reshape((flat.shape[0], *data.shape[k:]))
-        out = data.copy()
-        reduction = self.attrs["reduction"]
-        if reduction == "none":
-            out[target] = upd
-        else:
-            _REDUCERS[reduction].at(out, target, upd)
-        return out
+        return _scattered(data, target, upd, self.attrs["reduction"])
 
 
 @register

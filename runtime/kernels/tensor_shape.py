@@ -306,19 +306,30 @@ class Expand(Kernel):
         return np.broadcast_to(x, out_shape).copy()
 
 
-@register
-class DepthToSpace(Kernel):
-    """Move channel blocks into ``blocksize`` x ``blocksize`` spatial tiles (DCR or CRD channel order)."""
+class _BlockMove(Kernel):
+    """Move ``blocksize`` x ``blocksize`` tiles between the channels and the spatial dims of an NCHW tensor, in
+    ``DCR`` (depth-column-row) or ``CRD`` channel order."""
 
-    op_type = "DepthToSpace"
     amp_class = "either"
     since_version = 1
     attr_defaults: ClassVar[dict[str, Any]] = {"mode": "DCR"}
 
     def compute(self, x: np.ndarray) -> np.ndarray:
-        bs = int(self.attrs["blocksize"])
+        return self.move(x, int(self.attrs["blocksize"]), self.attrs["mode"] == "CRD")
+
+    def move(self, x: np.ndarray, bs: int, crd: bool) -> np.ndarray:
+        raise NotImplementedError
+
+
+@register
+class DepthToSpace(_BlockMove):
+    """Move channel blocks into ``blocksize`` x ``blocksize`` spatial tiles (DCR or CRD channel order)."""
+
+    op_type = "DepthToSpace"
+
+    def move(self, x: np.ndarray, bs: int, crd: bool) -> np.ndarray:
         n, c, h, w = x.shape
-        if self.attrs["mode"] == "CRD":
+        if crd:
             tmp = x.reshape(n, c // (bs * bs), bs, bs, h, w).transpose(0, 1, 4, 2, 5, 3)
         else:
             tmp = x.reshape(n, bs, bs, c // (bs * bs), h, w).transpose(0, 3, 4, 1, 5, 2)
@@ -326,18 +337,14 @@ class DepthToSpace(Kernel):
 
 
 @register
-class SpaceToDepth(Kernel):
+class SpaceToDepth(_BlockMove):
     """Move ``blocksize`` x ``blocksize`` spatial tiles into channels (DCR order, or CRD from opset 25)."""
 
     op_type = "SpaceToDepth"
-    amp_class = "either"
-    since_version = 1
-    attr_defaults: ClassVar[dict[str, Any]] = {"mode": "DCR"}
 
-    def compute(self, x: np.ndarray) -> np.ndarray:
-        bs = int(self.attrs["blocksize"])
+    def move(self, x: np.ndarray, bs: int, crd: bool) -> np.ndarray:
         n, c, h, w = x.shape
-        perm = (0, 1, 3, 5, 2, 4) if self.attrs["mode"] == "CRD" else (0, 3, 5, 1, 2, 4)
+        perm = (0, 1, 3, 5, 2, 4) if crd else (0, 3, 5, 1, 2, 4)
         tmp = x.reshape(n, c, h // bs, bs, w // bs, bs).transpose(perm)
         return tmp.reshape(n, c * bs * bs, h // bs, w // bs)
 

@@ -27,57 +27,63 @@ def _scalar(v: np.ndarray) -> float:
     return float(np.asarray(v).reshape(-1)[0])
 
 
-@register
-class Adagrad(Kernel):
-    op_type = "Adagrad"
+class _Optimizer(Kernel):
+    """``R, T`` then groups of ``per_tensor`` inputs ``(x, g, *state)``: ``update`` gives each tensor's new value and
+    state (in that order, each cast to its input's dtype); the outputs are every new ``x``, then every new state."""
+
     domain = TRAINING_DOMAIN
     since_version = 1
-    attr_defaults: ClassVar[dict[str, Any]] = {"decay_factor": 0.0, "epsilon": 1e-6, "norm_coefficient": 0.0}
+    per_tensor: ClassVar[int] = 3
 
     def compute(self, r: np.ndarray, t: np.ndarray, *tensors: np.ndarray) -> tuple[np.ndarray, ...]:
-        rate = _scalar(r) / (1 + _scalar(t) * float(self.attrs["decay_factor"]))
-        norm, eps = float(self.attrs["norm_coefficient"]), float(self.attrs["epsilon"])
-        xs, hs = [], []
-        for x, g, h in _groups(tensors, 3):
-            g_reg = norm * x + g
-            h_new = h + g_reg * g_reg
-            xs.append((x - rate * g_reg / (np.sqrt(h_new) + eps)).astype(x.dtype))
-            hs.append(h_new.astype(h.dtype))
-        return (*xs, *hs)
+        rate, step = _scalar(r), _scalar(t)
+        columns: list[list[np.ndarray]] = [[] for _ in range(self.per_tensor - 1)]
+        for x, g, *state in _groups(tensors, self.per_tensor):
+            for column, new, old in zip(columns, self.update(rate, step, x, g, *state), (x, *state), strict=True):
+                column.append(new.astype(old.dtype))
+        return tuple(value for column in columns for value in column)
+
+    def update(self, rate: float, step: float, x: np.ndarray, g: np.ndarray, *state: np.ndarray) -> tuple[Any, ...]:
+        raise NotImplementedError
 
 
 @register
-class Momentum(Kernel):
+class Adagrad(_Optimizer):
+    op_type = "Adagrad"
+    attr_defaults: ClassVar[dict[str, Any]] = {"decay_factor": 0.0, "epsilon": 1e-6, "norm_coefficient": 0.0}
+
+    def update(self, rate: float, step: float, x: np.ndarray, g: np.ndarray, *state: np.ndarray) -> tuple[Any, ...]:
+        (h,) = state
+        rate = rate / (1 + step * float(self.attrs["decay_factor"]))
+        norm, eps = float(self.attrs["norm_coefficient"]), float(self.attrs["epsilon"])
+        g_reg = norm * x + g
+        h_new = h + g_reg * g_reg
+        return x - rate * g_reg / (np.sqrt(h_new) + eps), h_new
+
+
+@register
+class Momentum(_Optimizer):
     """SGD with standard or Nesterov momentum; the gradient coefficient is 1 on the first step (T == 0)."""
 
     op_type = "Momentum"
-    domain = TRAINING_DOMAIN
-    since_version = 1
     attr_defaults: ClassVar[dict[str, Any]] = {"mode": "standard", "norm_coefficient": 0.0}
 
-    def compute(self, r: np.ndarray, t: np.ndarray, *tensors: np.ndarray) -> tuple[np.ndarray, ...]:
+    def update(self, rate: float, step: float, x: np.ndarray, g: np.ndarray, *state: np.ndarray) -> tuple[Any, ...]:
+        (v,) = state
         alpha, beta = float(self.attrs["alpha"]), float(self.attrs["beta"])
-        norm = float(self.attrs["norm_coefficient"])
-        beta_now = beta if _scalar(t) > 0 else 1.0
-        rate = _scalar(r)
-        nesterov = self.attrs["mode"] == "nesterov"
-        xs, vs = [], []
-        for x, g, v in _groups(tensors, 3):
-            g_reg = norm * x + g
-            v_new = alpha * v + beta_now * g_reg
-            step = g_reg + alpha * v_new if nesterov else v_new
-            xs.append((x - rate * step).astype(x.dtype))
-            vs.append(v_new.astype(v.dtype))
-        return (*xs, *vs)
+        beta_now = beta if step > 0 else 1.0
+        g_reg = float(self.attrs["norm_coefficient"]) * x + g
+        v_new = alpha * v + beta_now * g_reg
+        moved = g_reg + alpha * v_new if self.attrs["mode"] == "nesterov" else v_new
+        return x - rate * moved, v_new
 
 
 @register
-class Adam(Kernel):
+class Adam(_Optimizer):
     """Adam with optional bias correction (T > 0), L2 regularisation and post-update decay."""
 
     op_type = "Adam"
-    domain = TRAINING_DOMAIN
-    since_version = 1
+    per_tensor = 4
     attr_defaults: ClassVar[dict[str, Any]] = {
         "alpha": 0.9,
         "beta": 0.999,
@@ -86,20 +92,13 @@ class Adam(Kernel):
         "norm_coefficient_post": 0.0,
     }
 
-    def compute(self, r: np.ndarray, t: np.ndarray, *tensors: np.ndarray) -> tuple[np.ndarray, ...]:
+    def update(self, rate: float, step: float, x: np.ndarray, g: np.ndarray, *state: np.ndarray) -> tuple[Any, ...]:
+        v, h = state
         alpha, beta, eps = (float(self.attrs[k]) for k in ("alpha", "beta", "epsilon"))
         norm, post = float(self.attrs["norm_coefficient"]), float(self.attrs["norm_coefficient_post"])
-        step = _scalar(t)
-        rate = _scalar(r)
         if step > 0:
             rate = rate * np.sqrt(1 - beta**step) / (1 - alpha**step)
-        xs, vs, hs = [], [], []
-        for x, g, v, h in _groups(tensors, 4):
-            g_reg = norm * x + g
-            v_new = alpha * v + (1 - alpha) * g_reg
-            h_new = beta * h + (1 - beta) * (g_reg * g_reg)
-            x_new = (1 - post) * (x - rate * (v_new / (np.sqrt(h_new) + eps)))
-            xs.append(x_new.astype(x.dtype))
-            vs.append(v_new.astype(v.dtype))
-            hs.append(h_new.astype(h.dtype))
-        return (*xs, *vs, *hs)
+        g_reg = norm * x + g
+        v_new = alpha * v + (1 - alpha) * g_reg
+        h_new = beta * h + (1 - beta) * (g_reg * g_reg)
+        return (1 - post) * (x - rate * (v_new / (np.sqrt(h_new) + eps))), v_new, h_new

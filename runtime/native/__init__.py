@@ -50,6 +50,8 @@ EXTRA_SOURCES = tuple(
     Path(__file__).with_name(name)
     for name in ("recurrent.c", "upsample.c", "attention.c", "convnets.c", "program.c", "training.c")
 )
+#: Included by the sources (``#include "..."``): part of the build's cache key.
+HEADERS = (Path(__file__).with_name("vec16.h"),)
 FLAGS = ("-O3", "-march=native", "-fPIC", "-shared", "-pthread", "-Wno-psabi", "-fno-math-errno")
 #: Entry points, each ``void f(const int64_t *args)``.
 ENTRY_POINTS = (
@@ -126,11 +128,16 @@ def _compiler_version(cc: str) -> str:
     return out.stdout.splitlines()[0] if out.stdout else "unknown"
 
 
-def _build(cc: str, flags: tuple[str, ...] = FLAGS, roots: tuple[Path, ...] | None = None) -> Path:
-    source = b"".join(path.read_bytes() for path in (SOURCE, *EXTRA_SOURCES))
-    key = hashlib.sha256(
+def build_key(cc: str, flags: tuple[str, ...] = FLAGS) -> str:
+    """What names a cached build: every source and header, the flags, the compiler and the CPU."""
+    source = b"".join(path.read_bytes() for path in (SOURCE, *EXTRA_SOURCES, *HEADERS))
+    return hashlib.sha256(
         source + " ".join(flags).encode() + _compiler_version(cc).encode() + machine_signature().encode()
     ).hexdigest()[:20]
+
+
+def _build(cc: str, flags: tuple[str, ...] = FLAGS, roots: tuple[Path, ...] | None = None) -> Path:
+    key = build_key(cc, flags)
     if roots is None:
         roots = (cache_dir() / "native", Path(tempfile.gettempdir()) / f"appopt-native-{os.getuid()}")
     for root in roots:
@@ -229,7 +236,7 @@ def _load() -> tuple[NativeLib | None, str]:
     cc = _compiler()
     if cc is None:
         return None, "no C compiler found (set CC or install gcc)"
-    missing = [path for path in (SOURCE, *EXTRA_SOURCES) if not path.is_file()]
+    missing = [path for path in (SOURCE, *EXTRA_SOURCES, *HEADERS) if not path.is_file()]
     if missing:
         return None, f"kernel source {missing[0]} is missing"
     try:

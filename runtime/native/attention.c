@@ -16,44 +16,22 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "vec16.h"
+
 #define AT_API __attribute__((visibility("default")))
 #define AINLINE static inline __attribute__((always_inline))
 
-typedef float av16 __attribute__((vector_size(64), aligned(4), may_alias));
-typedef int32_t avi16 __attribute__((vector_size(64), aligned(4), may_alias));
-#define AVL 16
 #define AROWS 4 /* query rows per register block */
 
 /* The thread pool of kernels.c (parallel_for_work): tasks run on the pool's threads when the work is large. */
 void ap_pool_run(long ntasks, void (*fn)(const void *, long), const void *ctx, double work);
 
-AINLINE av16 aload(const float *p) { return *(const av16 *)p; }
-AINLINE void astore(float *p, av16 v) { *(av16 *)p = v; }
-AINLINE av16 asplat(float f) { return (av16){0} + f; }
-AINLINE av16 ablend(avi16 mask, av16 yes, av16 no) { return (av16)((mask & (avi16)yes) | (~mask & (avi16)no)); }
-AINLINE av16 amax(av16 a, av16 b) { return ablend((avi16)(a < b), b, a); }
-AINLINE av16 amin(av16 a, av16 b) { return ablend((avi16)(a > b), b, a); }
-AINLINE float af32(int64_t bits) { union { int32_t i; float f; } u; u.i = (int32_t)bits; return u.f; }
-
-/* exp(x): Cephes' expf polynomial after range reduction by ln 2 (as in kernels.c and recurrent.c; each translation
- * unit keeps its own inline copy), except that x < -87 gives exactly 0: a masked score (-10000, -inf) must not
- * leave a denormal probability behind, since every multiply-add that then meets it in P @ V runs ~100x slower. */
-AINLINE av16 aexp(av16 x) {
-  const avi16 under = (avi16)(x < -87.0f);
-  x = amin(amax(x, asplat(-87.0f)), asplat(88.0f));
-  const float magic = 12582912.0f; /* 1.5 * 2^23: adding it rounds to an integer held in the low mantissa bits */
-  av16 t = x * 1.44269504088896341f + magic;
-  av16 n = t - magic;
-  avi16 ni = (avi16)t - (avi16)asplat(magic);
-  av16 r = x - n * 0.693359375f + n * 2.12194440e-4f;
-  av16 p = asplat(1.9875691500e-4f);
-  p = p * r + 1.3981999507e-3f;
-  p = p * r + 8.3334519073e-3f;
-  p = p * r + 4.1665795894e-2f;
-  p = p * r + 1.6666665459e-1f;
-  p = p * r + 5.0000001201e-1f;
-  p = p * r * r + r + 1.0f;
-  return ablend(under, asplat(0.0f), (av16)((avi16)p + (ni << 23)));
+/* exp(x) as recurrent.c computes it (vexp_clamped), except that x < -87 gives exactly 0: a masked score (-10000,
+ * -inf) must not leave a denormal probability behind, since every multiply-add that then meets it in P @ V runs
+ * ~100x slower. */
+AINLINE v16 aexp(v16 x) {
+  const vi16 under = (vi16)(x < -87.0f);
+  return vblend(under, vsplat(0.0f), vexp_clamped(vmin(vmax(x, vsplat(-87.0f)), vsplat(88.0f))));
 }
 
 /* Argument block of ap_attention (int64 each; pointers as addresses, strides in elements, scale as f32 bits).
@@ -77,35 +55,35 @@ enum { MASK_ADD = 0, MASK_SELECT = 1 };
 /* Scores of AROWS query rows against 16 * NV keys starting at column j of the packed K^T: s[r][j..] = q_r . k_j. */
 #define QK_BLOCK(NV)                                                                                            \
   static void qk_block##NV(const float *const *q, long qs3, const float *kt, long skp, long d_len, long j,      \
-                           float *s) {                                                                           \
-    av16 acc[AROWS][NV];                                                                                        \
+                           float *s) {                                                                          \
+    v16 acc[AROWS][NV];                                                                                         \
     for (int r = 0; r < AROWS; r++)                                                                             \
-      for (int c = 0; c < NV; c++) acc[r][c] = asplat(0.0f);                                                    \
+      for (int c = 0; c < NV; c++) acc[r][c] = vsplat(0.0f);                                                    \
     for (long d = 0; d < d_len; d++) {                                                                          \
       const float *krow = kt + d * skp + j;                                                                     \
-      av16 kv[NV];                                                                                              \
-      for (int c = 0; c < NV; c++) kv[c] = aload(krow + c * AVL);                                               \
+      v16 kv[NV];                                                                                               \
+      for (int c = 0; c < NV; c++) kv[c] = vload(krow + c * VL);                                                \
       for (int r = 0; r < AROWS; r++) {                                                                         \
         float qv = q[r][d * qs3];                                                                               \
         for (int c = 0; c < NV; c++) acc[r][c] += qv * kv[c];                                                   \
       }                                                                                                         \
     }                                                                                                           \
     for (int r = 0; r < AROWS; r++)                                                                             \
-      for (int c = 0; c < NV; c++) astore(s + r * skp + j + c * AVL, acc[r][c]);                                \
+      for (int c = 0; c < NV; c++) vstore(s + r * skp + j + c * VL, acc[r][c]);                                 \
   }
 QK_BLOCK(1)
 QK_BLOCK(2)
 
 /* Y rows (AROWS of them) for the 16 * NV value columns starting at e: y_r[e..] = sum_j p_r[j] v_j[e..]. */
 #define PV_BLOCK(NV)                                                                                            \
-  static void pv_block##NV(const float *p, long skp, const float *vp, long dvp, long sk, long e,               \
-                           av16 acc[AROWS][4]) {                                                                \
+  static void pv_block##NV(const float *p, long skp, const float *vp, long dvp, long sk, long e,                \
+                           v16 acc[AROWS][4]) {                                                                 \
     for (int r = 0; r < AROWS; r++)                                                                             \
-      for (int c = 0; c < NV; c++) acc[r][c] = asplat(0.0f);                                                    \
+      for (int c = 0; c < NV; c++) acc[r][c] = vsplat(0.0f);                                                    \
     for (long j = 0; j < sk; j++) {                                                                             \
       const float *vrow = vp + j * dvp + e;                                                                     \
-      av16 vv[NV];                                                                                              \
-      for (int c = 0; c < NV; c++) vv[c] = aload(vrow + c * AVL);                                               \
+      v16 vv[NV];                                                                                               \
+      for (int c = 0; c < NV; c++) vv[c] = vload(vrow + c * VL);                                                \
       for (int r = 0; r < AROWS; r++) {                                                                         \
         float pr = p[r * skp + j];                                                                              \
         for (int c = 0; c < NV; c++) acc[r][c] += pr * vv[c];                                                   \
@@ -132,22 +110,22 @@ static void softmax_row(float *s, long sk, long skp, float scale, const void *m,
     for (long j = 0; j < sk; j++) s[j] = s[j] * scale + add[j * ms3];
   } else {
     long j = 0;
-    for (; j + AVL <= sk; j += AVL) astore(s + j, aload(s + j) * scale);
+    for (; j + VL <= sk; j += VL) vstore(s + j, vload(s + j) * scale);
     for (; j < sk; j++) s[j] *= scale;
   }
   float mx = -INFINITY;
   long j = 0;
-  if (sk >= AVL) {
-    av16 mv = aload(s);
-    for (j = AVL; j + AVL <= sk; j += AVL) mv = amax(aload(s + j), mv);
-    for (int l = 0; l < AVL; l++) mx = mv[l] > mx ? mv[l] : mx;
+  if (sk >= VL) {
+    v16 mv = vload(s);
+    for (j = VL; j + VL <= sk; j += VL) mv = vmax(vload(s + j), mv);
+    for (int l = 0; l < VL; l++) mx = mv[l] > mx ? mv[l] : mx;
   }
   for (; j < sk; j++) mx = s[j] > mx ? s[j] : mx;
-  av16 sum = asplat(0.0f);
+  v16 sum = vsplat(0.0f);
   float tail = 0.0f;
-  for (j = 0; j + AVL <= sk; j += AVL) {
-    av16 e = aexp(aload(s + j) - mx);
-    astore(s + j, e);
+  for (j = 0; j + VL <= sk; j += VL) {
+    v16 e = aexp(vload(s + j) - mx);
+    vstore(s + j, e);
     sum += e;
   }
   for (; j < sk; j++) {
@@ -155,12 +133,12 @@ static void softmax_row(float *s, long sk, long skp, float scale, const void *m,
     s[j] = e;
     tail += e;
   }
-  for (int l = 0; l < AVL; l++) tail += sum[l];
+  for (int l = 0; l < VL; l++) tail += sum[l];
   /* normalised probabilities below FLT_MIN are flushed to 0 for the same reason */
   float inv = 1.0f / tail;
-  for (j = 0; j + AVL <= sk; j += AVL) {
-    av16 p = aload(s + j) * inv;
-    astore(s + j, ablend((avi16)(p < 1.17549435e-38f), asplat(0.0f), p));
+  for (j = 0; j + VL <= sk; j += VL) {
+    v16 p = vload(s + j) * inv;
+    vstore(s + j, vblend((vi16)(p < 1.17549435e-38f), vsplat(0.0f), p));
   }
   for (; j < sk; j++) s[j] = s[j] * inv < 1.17549435e-38f ? 0.0f : s[j] * inv;
   for (; j < skp; j++) s[j] = 0.0f;
@@ -172,17 +150,17 @@ static void attention_task(const void *vctx, long task) {
   const long chunks = (SQ + CHUNK - 1) / CHUNK;
   const long bh = task / chunks, b = bh / H, h = bh % H;
   const long i_begin = (task % chunks) * CHUNK, i_end = i_begin + CHUNK < SQ ? i_begin + CHUNK : SQ;
-  const long skp = (SK + AVL - 1) / AVL * AVL, dvp = (DV + AVL - 1) / AVL * AVL;
+  const long skp = (SK + VL - 1) / VL * VL, dvp = (DV + VL - 1) / VL * VL;
   const float *q = (const float *)a[AT_Q] + b * a[AT_QS0] + h * a[AT_QS1];
   const float *k = (const float *)a[AT_K] + b * a[AT_KS0] + h * a[AT_KS1];
   const float *v = (const float *)a[AT_V] + b * a[AT_VS0] + h * a[AT_VS1];
-  const mask_mode mode = {(int)a[AT_MKIND], a[AT_MKEEP] != 0, af32(a[AT_MFILL])};
+  const mask_mode mode = {(int)a[AT_MKIND], a[AT_MKEEP] != 0, f32(a[AT_MFILL])};
   const long m_item = mode.kind == MASK_SELECT ? 1 : (long)sizeof(float); /* bytes per mask element */
   const char *m = a[AT_M] ? (const char *)a[AT_M] + (b * a[AT_MS0] + h * a[AT_MS1]) * m_item : NULL;
   float *y = (float *)a[AT_Y] + b * a[AT_YS0] + h * a[AT_YS1];
   const long qs2 = a[AT_QS2], qs3 = a[AT_QS3], ks2 = a[AT_KS2], ks3 = a[AT_KS3], vs2 = a[AT_VS2], vs3 = a[AT_VS3];
   const long ms2 = a[AT_MS2], ms3 = a[AT_MS3], ys2 = a[AT_YS2], ys3 = a[AT_YS3];
-  const float scale = af32(a[AT_SCALE]);
+  const float scale = f32(a[AT_SCALE]);
   const size_t bytes = ((size_t)(D * skp + SK * dvp + AROWS * skp) * sizeof(float) + 63) / 64 * 64;
   float *kt = (float *)aligned_alloc(64, bytes);
   if (kt == NULL) { /* out of memory: NaN, never a silently wrong result */
@@ -208,13 +186,13 @@ static void attention_task(const void *vctx, long task) {
     const float *qr[AROWS];
     for (int r = 0; r < AROWS; r++) qr[r] = q + (i0 + (r < nr ? r : nr - 1)) * qs2; /* short block: repeat a row */
     long j = 0;
-    for (; j + 2 * AVL <= skp; j += 2 * AVL) qk_block2(qr, qs3, kt, skp, D, j, s);
+    for (; j + 2 * VL <= skp; j += 2 * VL) qk_block2(qr, qs3, kt, skp, D, j, s);
     if (j < skp) qk_block1(qr, qs3, kt, skp, D, j, s);
     for (int r = 0; r < nr; r++)
       softmax_row(s + r * skp, SK, skp, scale, m ? m + (i0 + r) * ms2 * m_item : NULL, ms3, mode);
-    for (long e = 0; e < dvp; e += 4 * AVL) {
-      const long nv = (dvp - e) / AVL < 4 ? (dvp - e) / AVL : 4;
-      av16 acc[AROWS][4];
+    for (long e = 0; e < dvp; e += 4 * VL) {
+      const long nv = (dvp - e) / VL < 4 ? (dvp - e) / VL : 4;
+      v16 acc[AROWS][4];
       if (nv == 4) pv_block4(s, skp, vp, dvp, SK, e, acc);
       else if (nv == 3) pv_block3(s, skp, vp, dvp, SK, e, acc);
       else if (nv == 2) pv_block2(s, skp, vp, dvp, SK, e, acc);
@@ -222,8 +200,8 @@ static void attention_task(const void *vctx, long task) {
       for (int r = 0; r < nr; r++) {
         float *yr = y + (i0 + r) * ys2;
         for (long c = 0; c < nv; c++) {
-          const long e0 = e + c * AVL, n = DV - e0 < AVL ? DV - e0 : AVL;
-          if (ys3 == 1 && n == AVL) astore(yr + e0, acc[r][c]);
+          const long e0 = e + c * VL, n = DV - e0 < VL ? DV - e0 : VL;
+          if (ys3 == 1 && n == VL) vstore(yr + e0, acc[r][c]);
           else for (long l = 0; l < n; l++) yr[(e0 + l) * ys3] = acc[r][c][l];
         }
       }

@@ -18,12 +18,11 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "vec16.h"
+
 #define API __attribute__((visibility("default")))
 #define INLINE static inline __attribute__((always_inline))
 
-typedef float v16 __attribute__((vector_size(64), aligned(4), may_alias));
-typedef int32_t vi16 __attribute__((vector_size(64), aligned(4), may_alias));
-#define VL 16
 #define NB 32 /* output channels per weight block: two vectors */
 #if defined(__AVX512F__)
 #define NOWMAX 12 /* output pixels per strip: NOWMAX x 2 accumulators must fit the register file */
@@ -34,9 +33,6 @@ typedef int32_t vi16 __attribute__((vector_size(64), aligned(4), may_alias));
 #define NOWMAX16 8
 #endif
 
-INLINE v16 vload(const float *p) { return *(const v16 *)p; }
-INLINE void vstore(float *p, v16 v) { *(v16 *)p = v; }
-INLINE v16 vsplat(float f) { return (v16){0} + f; }
 INLINE v16 vload_n(const float *p, int n) {
 #if defined(__AVX512F__)
   return (v16)_mm512_maskz_loadu_ps((__mmask16)((1u << n) - 1u), p);
@@ -51,12 +47,8 @@ INLINE void vstore_n(float *p, v16 v, int n) {
   memcpy(p, &v, (size_t)n * sizeof(float));
 #endif
 }
-INLINE v16 vblend(vi16 mask, v16 yes, v16 no) { return (v16)((mask & (vi16)yes) | (~mask & (vi16)no)); }
-INLINE v16 vmax(v16 a, v16 b) { return vblend((vi16)(a < b), b, a); } /* NaN in a propagates */
 /* max pooling: a NaN in either operand wins, so a window holding a NaN pools to NaN in every path and tap order */
 INLINE v16 vmax_nan(v16 v, v16 acc) { return vblend((vi16)((v < acc) | (acc != acc)), acc, v); }
-INLINE v16 vmin(v16 a, v16 b) { return vblend((vi16)(a > b), b, a); }
-INLINE float f32(int64_t bits) { union { int32_t i; float f; } u; u.i = (int32_t)bits; return u.f; }
 
 /* exp(x) of every lane (activations, softmax, erf, tanh). */
 INLINE v16 vexp(v16 x) {
@@ -66,13 +58,7 @@ INLINE v16 vexp(v16 x) {
   k = (v16)__builtin_convertvector(__builtin_convertvector(k + vblend((vi16)(k < 0.0f), vsplat(-0.5f), vsplat(0.5f)), vi16), v16);
   v16 r = x - k * 0.693359375f;
   r = r - k * -2.12194440e-4f;
-  v16 p = vsplat(1.9875691500e-4f);
-  p = p * r + 1.3981999507e-3f;
-  p = p * r + 8.3334519073e-3f;
-  p = p * r + 4.1665795894e-2f;
-  p = p * r + 1.6666665459e-1f;
-  p = p * r + 5.0000001201e-1f;
-  p = p * r * r + r + 1.0f;
+  v16 p = vexp_poly(r);
   vi16 e = (__builtin_convertvector(k, vi16) + 127) << 23;
   return p * (v16)e;
 }
@@ -1174,7 +1160,6 @@ enum { EO_ADD, EO_SUB, EO_MUL, EO_DIV, EO_MAX, EO_MIN, EO_RELU, EO_NEG, EO_ABS, 
        EO_TANH, EO_SQRT, EO_RECIP, EO_CLIP };
 enum { EK_NONE, EK_SCALAR, EK_FULL, EK_INNER };
 #define EW_CHUNK 1024
-
 
 /* One binary step over buf[0..m): the operand kind and order are fixed for the whole loop. */
 #define EW_BINARY_LOOP(EXPR)                                                                 \

@@ -18,82 +18,57 @@
 #include <immintrin.h>
 #endif
 
+#include "vec16.h"
+
 #define RNN_API __attribute__((visibility("default")))
 #define RINLINE static inline __attribute__((always_inline))
-
-typedef float rv16 __attribute__((vector_size(64), aligned(4), may_alias));
-typedef int32_t rvi16 __attribute__((vector_size(64), aligned(4), may_alias));
-#define RVL 16
-
-RINLINE rv16 rload(const float *p) { return *(const rv16 *)p; }
-RINLINE void rstore(float *p, rv16 v) { *(rv16 *)p = v; }
-RINLINE rv16 rsplat(float f) { return (rv16){0} + f; }
-RINLINE rv16 rblend(rvi16 mask, rv16 yes, rv16 no) { return (rv16)((mask & (rvi16)yes) | (~mask & (rvi16)no)); }
-RINLINE rv16 rmax(rv16 a, rv16 b) { return rblend((rvi16)(a < b), b, a); }
-RINLINE rv16 rmin(rv16 a, rv16 b) { return rblend((rvi16)(a > b), b, a); }
-RINLINE float rf32(int64_t bits) { union { int32_t i; float f; } u; u.i = (int32_t)bits; return u.f; }
 
 /* 1 / d for d > 0: the hardware estimate refined by one Newton step (~1 ulp) where AVX-512 has it, else a
  * divide; and a clamp with single min/max instructions there. */
 #if defined(__AVX512F__)
-RINLINE rv16 rrecip(rv16 d) {
-  rv16 r = (rv16)_mm512_rcp14_ps((__m512)d);
+RINLINE v16 rrecip(v16 d) {
+  v16 r = (v16)_mm512_rcp14_ps((__m512)d);
   return r * (2.0f - d * r);
 }
-RINLINE rv16 rclamp(rv16 x, float lo, float hi) {
+RINLINE v16 rclamp(v16 x, float lo, float hi) {
   /* MAXPS/MINPS return their second operand when one is NaN: x second, so a NaN stays NaN */
-  return (rv16)_mm512_min_ps((__m512)rsplat(hi), _mm512_max_ps((__m512)rsplat(lo), (__m512)x));
+  return (v16)_mm512_min_ps((__m512)vsplat(hi), _mm512_max_ps((__m512)vsplat(lo), (__m512)x));
 }
 #else
-RINLINE rv16 rrecip(rv16 d) { return 1.0f / d; }
-RINLINE rv16 rclamp(rv16 x, float lo, float hi) { return rmin(rmax(x, rsplat(lo)), rsplat(hi)); }
+RINLINE v16 rrecip(v16 d) { return 1.0f / d; }
+RINLINE v16 rclamp(v16 x, float lo, float hi) { return vmin(vmax(x, vsplat(lo)), vsplat(hi)); }
 #endif
 /* tanh(x) as a rational function of x on [-7.905, 7.905] (past it tanh is 1 to float precision), with Eigen's
  * and onnxruntime's (MLAS) coefficients: an odd degree-13 polynomial over an even degree-6 one, error a few ulp,
  * no exponential and no branch. A NaN stays NaN (the clamp passes it through). */
-RINLINE rv16 rtanh(rv16 x) {
+RINLINE v16 rtanh(v16 x) {
   x = rclamp(x, -7.90531110763549805f, 7.90531110763549805f);
-  const rv16 x2 = x * x;
-  rv16 p = x2 * -2.76076847742355e-16f + 2.00018790482477e-13f;
+  const v16 x2 = x * x;
+  v16 p = x2 * -2.76076847742355e-16f + 2.00018790482477e-13f;
   p = p * x2 + -8.60467152213735e-11f;
   p = p * x2 + 5.12229709037114e-08f;
   p = p * x2 + 1.48572235717979e-05f;
   p = p * x2 + 6.37261928875436e-04f;
   p = p * x2 + 4.89352455891786e-03f;
-  rv16 q = x2 * 1.19825839466702e-06f + 1.18534705686654e-04f;
+  v16 q = x2 * 1.19825839466702e-06f + 1.18534705686654e-04f;
   q = q * x2 + 2.26843463243900e-03f;
   q = q * x2 + 4.89352518554385e-03f;
   return x * p * rrecip(q);
 }
-/* exp(x), Cephes' expf polynomial after range reduction by ln 2; relative error ~1e-7 over the clamped range. */
-RINLINE rv16 rexp(rv16 x) {
-  x = rclamp(x, -87.0f, 88.0f);
-  const float magic = 12582912.0f; /* 1.5 * 2^23: adding it rounds to an integer held in the low mantissa bits */
-  rv16 t = x * 1.44269504088896341f + magic;
-  rv16 n = t - magic;
-  rvi16 ni = (rvi16)t - (rvi16)rsplat(magic);
-  rv16 r = x - n * 0.693359375f + n * 2.12194440e-4f;
-  rv16 p = rsplat(1.9875691500e-4f);
-  p = p * r + 1.3981999507e-3f;
-  p = p * r + 8.3334519073e-3f;
-  p = p * r + 4.1665795894e-2f;
-  p = p * r + 1.6666665459e-1f;
-  p = p * r + 5.0000001201e-1f;
-  p = p * r * r + r + 1.0f;
-  return (rv16)((rvi16)p + (ni << 23));
-}
+/* exp(x), Cephes' expf polynomial after range reduction by ln 2 (vec16.h); x clamped to [-87, 88] first. */
+RINLINE v16 rexp(v16 x) { return vexp_clamped(rclamp(x, -87.0f, 88.0f)); }
 /* sigmoid(x) = 1 / (1 + e^-x), relatively accurate at both ends: near 1 a GRU's 1 - z scales the candidate, where
  * an error of two ulp already shows (the rational form of tanh(x / 2) fails the ONNX backend cases there). x is
  * clamped at -87 so the result stays a normal float (a denormal slows every product it meets). */
-RINLINE rv16 rsigmoid(rv16 x) { return 1.0f / (1.0f + rexp(-rclamp(x, -87.0f, 88.0f))); }
+RINLINE v16 rsigmoid(v16 x) { return 1.0f / (1.0f + rexp(-rclamp(x, -87.0f, 88.0f))); }
 enum { RA_SIGMOID = 0, RA_TANH = 1, RA_RELU = 2 };
-RINLINE rv16 ract(rv16 x, int kind) {
+RINLINE v16 ract(v16 x, int kind) {
   if (kind == RA_SIGMOID) return rsigmoid(x);
   if (kind == RA_TANH) return rtanh(x);
-  return rblend((rvi16)(x < 0.0f), rsplat(0.0f), x);
+  return vblend((vi16)(x < 0.0f), vsplat(0.0f), x);
 }
-RINLINE rv16 rclip(rv16 x, int has_clip, float clip) {
-  return has_clip ? rmin(rmax(x, rsplat(-clip)), rsplat(clip)) : x;
+RINLINE v16 rclip(v16 x, int has_clip, float clip) {
+  return has_clip ? vmin(vmax(x, vsplat(-clip)), vsplat(clip)) : x;
 }
 
 /* out[b][0:ncols] += h[b][0:H] @ RT[0:H, col0:col0+ncols] for rows b in [0, nrows), out rows ld ldo, h rows ld ldh.
@@ -103,32 +78,32 @@ RINLINE rv16 rclip(rv16 x, int has_clip, float clip) {
 static void gemv_acc(const float *h, const float *rt, long H, long p0, long np, float *out) {
   long p = 0;
   for (; p + 8 <= np; p += 8) {
-    const float *w = rt + (p0 + p) * H * RVL;
-    const long ps = H * RVL;
-    rv16 a0 = rload(out + p * RVL), a1 = rload(out + (p + 1) * RVL), a2 = rload(out + (p + 2) * RVL);
-    rv16 a3 = rload(out + (p + 3) * RVL), a4 = rload(out + (p + 4) * RVL), a5 = rload(out + (p + 5) * RVL);
-    rv16 a6 = rload(out + (p + 6) * RVL), a7 = rload(out + (p + 7) * RVL);
+    const float *w = rt + (p0 + p) * H * VL;
+    const long ps = H * VL;
+    v16 a0 = vload(out + p * VL), a1 = vload(out + (p + 1) * VL), a2 = vload(out + (p + 2) * VL);
+    v16 a3 = vload(out + (p + 3) * VL), a4 = vload(out + (p + 4) * VL), a5 = vload(out + (p + 5) * VL);
+    v16 a6 = vload(out + (p + 6) * VL), a7 = vload(out + (p + 7) * VL);
     for (long k = 0; k < H; k++) {
-      const float *wk = w + k * RVL;
-      rv16 s = rsplat(h[k]);
-      a0 += s * rload(wk); a1 += s * rload(wk + ps); a2 += s * rload(wk + 2 * ps); a3 += s * rload(wk + 3 * ps);
-      a4 += s * rload(wk + 4 * ps); a5 += s * rload(wk + 5 * ps); a6 += s * rload(wk + 6 * ps);
-      a7 += s * rload(wk + 7 * ps);
+      const float *wk = w + k * VL;
+      v16 s = vsplat(h[k]);
+      a0 += s * vload(wk); a1 += s * vload(wk + ps); a2 += s * vload(wk + 2 * ps); a3 += s * vload(wk + 3 * ps);
+      a4 += s * vload(wk + 4 * ps); a5 += s * vload(wk + 5 * ps); a6 += s * vload(wk + 6 * ps);
+      a7 += s * vload(wk + 7 * ps);
     }
-    rstore(out + p * RVL, a0); rstore(out + (p + 1) * RVL, a1); rstore(out + (p + 2) * RVL, a2);
-    rstore(out + (p + 3) * RVL, a3); rstore(out + (p + 4) * RVL, a4); rstore(out + (p + 5) * RVL, a5);
-    rstore(out + (p + 6) * RVL, a6); rstore(out + (p + 7) * RVL, a7);
+    vstore(out + p * VL, a0); vstore(out + (p + 1) * VL, a1); vstore(out + (p + 2) * VL, a2);
+    vstore(out + (p + 3) * VL, a3); vstore(out + (p + 4) * VL, a4); vstore(out + (p + 5) * VL, a5);
+    vstore(out + (p + 6) * VL, a6); vstore(out + (p + 7) * VL, a7);
   }
   for (; p < np; p++) {
-    const float *w = rt + (p0 + p) * H * RVL;
-    rv16 a = rload(out + p * RVL), b = {0};
+    const float *w = rt + (p0 + p) * H * VL;
+    v16 a = vload(out + p * VL), b = {0};
     long k = 0;
     for (; k + 2 <= H; k += 2) {
-      a += rsplat(h[k]) * rload(w + k * RVL);
-      b += rsplat(h[k + 1]) * rload(w + (k + 1) * RVL);
+      a += vsplat(h[k]) * vload(w + k * VL);
+      b += vsplat(h[k + 1]) * vload(w + (k + 1) * VL);
     }
-    if (k < H) a += rsplat(h[k]) * rload(w + k * RVL);
-    rstore(out + p * RVL, a + b);
+    if (k < H) a += vsplat(h[k]) * vload(w + k * VL);
+    vstore(out + p * VL, a + b);
   }
 }
 
@@ -136,37 +111,37 @@ static void gemv_acc(const float *h, const float *rt, long H, long p0, long np, 
  * NR*NP accumulators stay in registers for the whole reduction; each weight load serves NR rows and each
  * broadcast NP panels. NR and NP are constants at every call, so the loops unroll into registers. */
 RINLINE void gemm_tile(const float *const *hr, const float *w, long ps, long H, float *o, long ldo, int NR, int NP) {
-  rv16 acc[4][4];
+  v16 acc[4][4];
   for (int r = 0; r < NR; r++)
-    for (int q = 0; q < NP; q++) acc[r][q] = rload(o + r * ldo + q * RVL);
+    for (int q = 0; q < NP; q++) acc[r][q] = vload(o + r * ldo + q * VL);
   for (long k = 0; k < H; k++) {
-    rv16 wv[4];
-    for (int q = 0; q < NP; q++) wv[q] = rload(w + q * ps + k * RVL);
+    v16 wv[4];
+    for (int q = 0; q < NP; q++) wv[q] = vload(w + q * ps + k * VL);
     for (int r = 0; r < NR; r++) {
-      const rv16 s = rsplat(hr[r][k]);
+      const v16 s = vsplat(hr[r][k]);
       for (int q = 0; q < NP; q++) acc[r][q] += s * wv[q];
     }
   }
   for (int r = 0; r < NR; r++)
-    for (int q = 0; q < NP; q++) rstore(o + r * ldo + q * RVL, acc[r][q]);
+    for (int q = 0; q < NP; q++) vstore(o + r * ldo + q * VL, acc[r][q]);
 }
 
 /* NR rows (a constant) against every panel of [p0, p0 + np): four panels at a time, then two, then one. */
 RINLINE void gemm_rows(const float *const *hr, const float *rt, long H, long p0, long np, float *o, long ldo,
                        int NR) {
-  const long ps = H * RVL;
+  const long ps = H * VL;
   long p = 0;
-  for (; p + 4 <= np; p += 4) gemm_tile(hr, rt + (p0 + p) * ps, ps, H, o + p * RVL, ldo, NR, 4);
+  for (; p + 4 <= np; p += 4) gemm_tile(hr, rt + (p0 + p) * ps, ps, H, o + p * VL, ldo, NR, 4);
   if (p + 2 <= np) {
-    gemm_tile(hr, rt + (p0 + p) * ps, ps, H, o + p * RVL, ldo, NR, 2);
+    gemm_tile(hr, rt + (p0 + p) * ps, ps, H, o + p * VL, ldo, NR, 2);
     p += 2;
   }
-  if (p < np) gemm_tile(hr, rt + (p0 + p) * ps, ps, H, o + p * RVL, ldo, NR, 1);
+  if (p < np) gemm_tile(hr, rt + (p0 + p) * ps, ps, H, o + p * VL, ldo, NR, 1);
 }
 
 static void gemm_acc(const float *h, long ldh, long nrows, const float *rt, long H, long col0, long ncols, float *out,
                      long ldo) {
-  const long p0 = col0 / RVL, np = ncols / RVL;
+  const long p0 = col0 / VL, np = ncols / VL;
   if (nrows == 1) {
     gemv_acc(h, rt, H, p0, np, out);
     return;
@@ -243,7 +218,7 @@ static void gates_acc(const float *h, long B, const float *rt, long H, long Hp, 
 
 static void rnn_step_task(const void *vctx, long task) {
   const rnn_ctx *x = (const rnn_ctx *)vctx;
-  const long j0 = task * x->hv / x->ntasks * RVL, j1 = (task + 1) * x->hv / x->ntasks * RVL;
+  const long j0 = task * x->hv / x->ntasks * VL, j1 = (task + 1) * x->hv / x->ntasks * VL;
   if (j1 <= j0) return;
   const long B = x->B, H = x->H, Hp = x->Hp, ldr = x->ldr, nc = j1 - j0;
   const int has_clip = x->has_clip, af = x->af, ag = x->ag, ah = x->ah;
@@ -253,9 +228,9 @@ static void rnn_step_task(const void *vctx, long task) {
   if (x->kind == 1 && !x->lbr && x->phase == 1) {
     gates_acc(x->h_old, B, rt, H, Hp, 2, j0, j1, gates, ldr);
     for (long b = 0; b < B; b++)
-      for (long j = j0; j < j1; j += RVL) {
-        rv16 r = ract(rclip(rload(gates + b * ldr + Hp + j), has_clip, clip), af);
-        rstore(tmp + b * Hp + j, r * rload(x->h_old + b * Hp + j));
+      for (long j = j0; j < j1; j += VL) {
+        v16 r = ract(rclip(vload(gates + b * ldr + Hp + j), has_clip, clip), af);
+        vstore(tmp + b * Hp + j, r * vload(x->h_old + b * Hp + j));
       }
     return;
   }
@@ -276,35 +251,35 @@ static void rnn_step_task(const void *vctx, long task) {
     }
     const float *gt = gates + b * ldr;
     if (x->kind == 0) {
-      for (long j = j0; j < j1; j += RVL) rstore(h + j, ract(rclip(rload(gt + j), has_clip, clip), af));
+      for (long j = j0; j < j1; j += VL) vstore(h + j, ract(rclip(vload(gt + j), has_clip, clip), af));
     } else if (x->kind == 2) {
-      for (long j = j0; j < j1; j += RVL) {
-        rv16 cp = rload(c + j);
-        rv16 pi = rload(gt + j), po = rload(gt + Hp + j), pf = rload(gt + 2 * Hp + j);
-        rv16 pc = rload(gt + 3 * Hp + j);
-        if (pp) { pi += rload(pp + j) * cp; pf += rload(pp + 2 * Hp + j) * cp; }
-        rv16 i = ract(rclip(pi, has_clip, clip), af);
-        rv16 f = 1.0f - i;
+      for (long j = j0; j < j1; j += VL) {
+        v16 cp = vload(c + j);
+        v16 pi = vload(gt + j), po = vload(gt + Hp + j), pf = vload(gt + 2 * Hp + j);
+        v16 pc = vload(gt + 3 * Hp + j);
+        if (pp) { pi += vload(pp + j) * cp; pf += vload(pp + 2 * Hp + j) * cp; }
+        v16 i = ract(rclip(pi, has_clip, clip), af);
+        v16 f = 1.0f - i;
         if (!x->input_forget) f = ract(rclip(pf, has_clip, clip), af);
-        rv16 cn = f * cp + i * ract(rclip(pc, has_clip, clip), ag);
-        if (pp) po += rload(pp + Hp + j) * cn;
-        rv16 o = ract(rclip(po, has_clip, clip), af);
-        rstore(c + j, cn);
-        rstore(h + j, o * ract(cn, ah));
+        v16 cn = f * cp + i * ract(rclip(pc, has_clip, clip), ag);
+        if (pp) po += vload(pp + Hp + j) * cn;
+        v16 o = ract(rclip(po, has_clip, clip), af);
+        vstore(c + j, cn);
+        vstore(h + j, o * ract(cn, ah));
       }
     } else if (x->lbr) { /* GRU, h~ = g(x_h + r * (h R_h^T + Rb_h)): x_h (Wb_h in it) in tmp, Rb_h in the gate */
-      for (long j = j0; j < j1; j += RVL) {
-        rv16 z = ract(rclip(rload(gt + j), has_clip, clip), af);
-        rv16 r = ract(rclip(rload(gt + Hp + j), has_clip, clip), af);
-        rv16 cand = rload(tmp + b * Hp + j) + r * rload(gt + 2 * Hp + j);
-        rv16 ht = ract(rclip(cand, has_clip, clip), ag);
-        rstore(h + j, (1.0f - z) * ht + z * rload(ho + j));
+      for (long j = j0; j < j1; j += VL) {
+        v16 z = ract(rclip(vload(gt + j), has_clip, clip), af);
+        v16 r = ract(rclip(vload(gt + Hp + j), has_clip, clip), af);
+        v16 cand = vload(tmp + b * Hp + j) + r * vload(gt + 2 * Hp + j);
+        v16 ht = ract(rclip(cand, has_clip, clip), ag);
+        vstore(h + j, (1.0f - z) * ht + z * vload(ho + j));
       }
     } else { /* GRU, h~ = g(x_h + (r * h) R_h^T), both biases in x_h */
-      for (long j = j0; j < j1; j += RVL) {
-        rv16 z = ract(rclip(rload(gt + j), has_clip, clip), af);
-        rv16 ht = ract(rclip(rload(gt + 2 * Hp + j), has_clip, clip), ag);
-        rstore(h + j, (1.0f - z) * ht + z * rload(ho + j));
+      for (long j = j0; j < j1; j += VL) {
+        v16 z = ract(rclip(vload(gt + j), has_clip, clip), af);
+        v16 ht = ract(rclip(vload(gt + 2 * Hp + j), has_clip, clip), ag);
+        vstore(h + j, (1.0f - z) * ht + z * vload(ho + j));
       }
     }
     if (yrow && yn > 0) memcpy(yrow, h + j0, (size_t)yn * sizeof(float));
@@ -322,7 +297,7 @@ static void rnn_seq(const int64_t *a, int may_split) {
   const float *xp = (const float *)a[RN_XP];
   const long xpt = a[RN_XP_T], xpb = a[RN_XP_B];
   const long S = a[RN_SEQ], B = a[RN_BATCH], H = a[RN_HIDDEN];
-  const long Hp = (H + RVL - 1) / RVL * RVL;
+  const long Hp = (H + VL - 1) / VL * VL;
   const long G = kind == 2 ? 4 : (kind == 1 ? 3 : 1);
   const long ldr = G * Hp;
   const int reverse = (int)a[RN_REVERSE];
@@ -361,7 +336,7 @@ static void rnn_seq(const int64_t *a, int may_split) {
   rnn_ctx cx = {
       .kind = kind, .lbr = (int)a[RN_LBR], .input_forget = (int)a[RN_INPUT_FORGET],
       .has_clip = (int)a[RN_HAS_CLIP], .af = (int)a[RN_ACT_F], .ag = (int)a[RN_ACT_G], .ah = (int)a[RN_ACT_H],
-      .clip = rf32(a[RN_CLIP]), .B = B, .H = H, .Hp = Hp, .G = G, .ldr = ldr, .hv = Hp / RVL,
+      .clip = f32(a[RN_CLIP]), .B = B, .H = H, .Hp = Hp, .G = G, .ldr = ldr, .hv = Hp / VL,
       .rt = (const float *)a[RN_RT], .pp = peep ? pp : NULL, .rbp = rbp, .lens = lens,
       .cs = cs, .gates = gates, .tmp = tmp, .yb = a[RN_Y_B],
   };
@@ -405,7 +380,6 @@ static void rnn_seq(const int64_t *a, int may_split) {
   free(buf);
 }
 
-
 /* Argument block of ap_rnn_layer: the number of directions (1 or 2), then each direction's ap_rnn_seq block. */
 enum { RL_DIRS, RL_BLOCKS, RL_NARGS = 3 }; /* two blocks: RL_BLOCKS, RL_BLOCKS + 1 */
 
@@ -443,7 +417,7 @@ static void rnn_layer_task(const void *vctx, long task) {
 RNN_API void ap_rnn_layer(const int64_t *a) {
   const long dirs = a[RL_DIRS], threads = ap_get_threads();
   const int64_t *first = (const int64_t *)(intptr_t)a[RL_BLOCKS];
-  const long B = first[RN_BATCH], H = first[RN_HIDDEN], Hp = (H + RVL - 1) / RVL * RVL;
+  const long B = first[RN_BATCH], H = first[RN_HIDDEN], Hp = (H + VL - 1) / VL * VL;
   const long G = first[RN_KIND] == 2 ? 4 : (first[RN_KIND] == 1 ? 3 : 1);
   /* chunks of the batch: only while every thread can keep the whole packed R^T in its own cache (past that,
    * splitting each step's columns reads each weight once per step instead of once per thread). At least one per

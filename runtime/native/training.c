@@ -20,6 +20,16 @@ enum { MG_X, MG_DY, MG_DX, MG_PLANES, MG_H, MG_W, MG_KH, MG_KW, MG_NARGS };
 typedef float tr_f8 __attribute__((vector_size(32), aligned(4), may_alias));
 typedef int32_t tr_i8 __attribute__((vector_size(32), aligned(4), may_alias));
 
+/* Eight columns of a pair of rows (v0 above v1) of a 2x2/2 pool: each window's maximum, in both of its lanes (a
+ * max of the rows, then of neighbouring lanes). */
+static inline tr_f8 tr_window_max(tr_f8 v0, tr_f8 v1) {
+  const tr_i8 up = v0 >= v1;
+  const tr_f8 vm = (tr_f8)(((tr_i8)v0 & up) | ((tr_i8)v1 & ~up));
+  const tr_f8 vs = __builtin_shufflevector(vm, vm, 1, 0, 3, 2, 5, 4, 7, 6);
+  const tr_i8 left = vm >= vs;
+  return (tr_f8)(((tr_i8)vm & left) | ((tr_i8)vs & ~left));
+}
+
 /* One pair of rows (x0 above x1, width w, a multiple of 8) of a 2x2/2 pool, eight columns (four windows) per
  * vector: the window maximum by a max of the rows then of neighbouring lanes, then masks that keep only the
  * first lane equal to it in C order (x0's left, x0's right, x1's left, x1's right). Returns 0, writing nothing,
@@ -35,11 +45,7 @@ static int maxpool_grad_2x2_rows(const float *x0, const float *x1, const float *
   const tr_i8 odd = {0, -1, 0, -1, 0, -1, 0, -1};
   for (long k = 0; k < w; k += 8) {
     const tr_f8 v0 = *(const tr_f8 *)(x0 + k), v1 = *(const tr_f8 *)(x1 + k);
-    const tr_i8 up = v0 >= v1;
-    const tr_f8 vm = (tr_f8)(((tr_i8)v0 & up) | ((tr_i8)v1 & ~up));
-    const tr_f8 vs = __builtin_shufflevector(vm, vm, 1, 0, 3, 2, 5, 4, 7, 6);
-    const tr_i8 left = vm >= vs;
-    const tr_f8 m = (tr_f8)(((tr_i8)vm & left) | ((tr_i8)vs & ~left));
+    const tr_f8 m = tr_window_max(v0, v1);
     const tr_i8 eq0 = v0 == m, eq1 = v1 == m;
     const tr_i8 eq0s = __builtin_shufflevector(eq0, eq0, 1, 0, 3, 2, 5, 4, 7, 6);
     const tr_i8 eq1s = __builtin_shufflevector(eq1, eq1, 1, 0, 3, 2, 5, 4, 7, 6);
@@ -136,11 +142,7 @@ static void maxpool_2x2_pairs(const void *ctx, long task) {
     }
     for (long k = 0; k < w; k += 8) {
       const tr_f8 v0 = *(const tr_f8 *)(x0 + k), v1 = *(const tr_f8 *)(x1 + k);
-      const tr_i8 up = v0 >= v1;
-      const tr_f8 vm = (tr_f8)(((tr_i8)v0 & up) | ((tr_i8)v1 & ~up));
-      const tr_f8 vs = __builtin_shufflevector(vm, vm, 1, 0, 3, 2, 5, 4, 7, 6);
-      const tr_i8 left = vm >= vs;
-      const tr_f8 m = (tr_f8)(((tr_i8)vm & left) | ((tr_i8)vs & ~left));
+      const tr_f8 m = tr_window_max(v0, v1);
       *(tr_f4 *)(out + k / 2) = __builtin_shufflevector(m, m, 0, 2, 4, 6);
     }
   }

@@ -23,12 +23,12 @@ from runtime.passes.util import (
     GraphIndex,
     add_constant,
     is_float32,
+    live_matches,
     make_node,
-    remove_nodes,
-    replace_node,
     scalar_of,
     set_value,
     shape_of,
+    substitute,
 )
 
 if TYPE_CHECKING:
@@ -64,6 +64,15 @@ def _channel_vector(value: np.ndarray | None, c: int) -> np.ndarray | None:
     return value.reshape(c) if value.shape[value.ndim - 3] == c else None
 
 
+def _channel_operand(op: str, out: str, c: int, index: GraphIndex) -> tuple[Node, np.ndarray] | None:
+    """The sole reader of ``out`` when it is ``op`` (Mul, Add) with a constant per-channel vector, and the vector."""
+    nxt = index.sole_consumer(out)
+    if not _op(nxt, op) or nxt is None or len(nxt.inputs) != 2:
+        return None
+    vector = _channel_vector(index.constant(_other(nxt, out)), c)
+    return None if vector is None else (nxt, vector)
+
+
 def _match(
     div: Node, graph: Graph, index: GraphIndex
 ) -> tuple[str, list[Node], str, float, np.ndarray, np.ndarray] | None:
@@ -95,18 +104,16 @@ def _match(
     out = div.outputs[0]
     gamma: np.ndarray = np.ones(c, np.float32)
     beta: np.ndarray = np.zeros(c, np.float32)
-    nxt = index.sole_consumer(out)
-    if _op(nxt, "Mul") and nxt is not None and len(nxt.inputs) == 2:
-        scale = _channel_vector(index.constant(_other(nxt, out)), c)
-        if scale is not None:
-            nodes.append(nxt)
-            out, gamma = nxt.outputs[0], scale
-            nxt = index.sole_consumer(out)
-            if _op(nxt, "Add") and nxt is not None and len(nxt.inputs) == 2:
-                shift = _channel_vector(index.constant(_other(nxt, out)), c)
-                if shift is not None:
-                    nodes.append(nxt)
-                    out, beta = nxt.outputs[0], shift
+    scaled = _channel_operand("Mul", out, c, index)
+    if scaled is not None:
+        mul, gamma = scaled
+        nodes.append(mul)
+        out = mul.outputs[0]
+        shifted = _channel_operand("Add", out, c, index)
+        if shifted is not None:
+            add, beta = shifted
+            nodes.append(add)
+            out = add.outputs[0]
     inside = {id(n) for n in nodes}
     for n in nodes:
         if n.outputs[0] == out:
@@ -124,13 +131,7 @@ def run(graph: Graph, ctx: PassContext) -> int:
         return 0
     index = GraphIndex(graph)
     rewrites = 0
-    for node in list(graph.nodes):
-        if not any(n is node for n in graph.nodes):
-            continue
-        found = _match(node, graph, index)
-        if found is None:
-            continue
-        x, nodes, out, eps, gamma, beta = found
+    for node, (x, nodes, out, eps, gamma, beta) in live_matches(graph, index, _match):
         n, c, h, w = shape_of(graph, x)  # type: ignore[misc]
         x_nhwc, y_nhwc = graph.unique_name(f"{x}_nhwc"), graph.unique_name(f"{out}_nhwc")
         set_value(graph, x_nhwc, FLOAT, (n, h, w, c))
@@ -151,8 +152,6 @@ def run(graph: Graph, ctx: PassContext) -> int:
             make_node(graph, "ToNchw", [y_nhwc], [out], f"{node.name}_ln_out"),
         ]
         last = next(n for n in nodes if n.outputs[0] == out)
-        replace_node(graph, last, new)
-        remove_nodes(graph, [n for n in nodes if n is not last])
-        index.refresh()
+        substitute(graph, index, last, new, [n for n in nodes if n is not last])
         rewrites += 1
     return rewrites

@@ -18,12 +18,9 @@ import numpy as np
 from runtime.ir import Graph, Node
 from runtime.passes.util import (
     GraphIndex,
-    absorb_activation,
+    absorb_consumers,
     add_constant,
     is_float32,
-    plain_attrs,
-    rebuild,
-    remove_nodes,
     shape_of,
 )
 
@@ -35,61 +32,43 @@ def _is_conv(node: Node) -> bool:
     return (node.op_type == "Conv" and not node.domain) or (node.op_type == "FusedConv" and node.domain == "com.appopt")
 
 
-def _absorb(conv: Node, nxt: Node, graph: Graph, index: GraphIndex) -> bool:
-    ins = list(conv.inputs) + [""] * (4 - len(conv.inputs))
-    attrs: dict[str, Any] = plain_attrs(conv)
+def _absorb_add(conv: Node, nxt: Node, ins: list[str], attrs: dict[str, Any], graph: Graph, index: GraphIndex) -> bool:
+    """A bias (constant per-channel vector) or a residual (same shape) added to the convolution's output."""
     out = conv.outputs[0]
-    two_input_sum = nxt.op_type == "Sum" and len(nxt.inputs) == 2 and not nxt.domain
-    if nxt.domain:  # of the passes' own ops, only an activation (Gelu) can join
-        if not absorb_activation(attrs, nxt, index):
-            return False
-    elif ((nxt.op_type == "Add" and nxt.opset >= 7) or two_input_sum) and len(nxt.inputs) == 2:
-        if ins[3] or attrs.get("activation"):
-            return False
-        other = nxt.inputs[1] if nxt.inputs[0] == out else nxt.inputs[0]
-        out_shape = shape_of(graph, out)
-        if out_shape is None or shape_of(graph, nxt.outputs[0]) != out_shape or other == out:
-            return False
-        const = index.constant(other)
-        m = out_shape[1] if len(out_shape) > 1 else None
-        if const is not None:
-            rank = len(out_shape)
-            channel_vector = (
-                isinstance(m, int)
-                and const.dtype == np.float32
-                and const.size == m
-                and rank - 1 <= const.ndim <= rank
-                and const.shape[const.ndim - (rank - 1)] == m
-            )
-            if not channel_vector or ins[2]:
-                return False
-            other = add_constant(graph, f"{other}_vec", const.reshape(-1))
-            ins[2] = other
-        elif shape_of(graph, other) == out_shape and is_float32(graph, other):
-            ins[3] = other
-        else:
-            return False
-    elif not absorb_activation(attrs, nxt, index):
+    two_input_sum = nxt.op_type == "Sum" and len(nxt.inputs) == 2
+    if not ((nxt.op_type == "Add" and nxt.opset >= 7) or two_input_sum) or len(nxt.inputs) != 2:
         return False
-    rebuild(graph, conv, "FusedConv", ins, nxt.outputs, attributes=attrs)
-    remove_nodes(graph, [nxt])
+    if ins[3] or attrs.get("activation"):
+        return False
+    other = nxt.inputs[1] if nxt.inputs[0] == out else nxt.inputs[0]
+    out_shape = shape_of(graph, out)
+    if out_shape is None or shape_of(graph, nxt.outputs[0]) != out_shape or other == out:
+        return False
+    const = index.constant(other)
+    m = out_shape[1] if len(out_shape) > 1 else None
+    if const is not None:
+        rank = len(out_shape)
+        channel_vector = (
+            isinstance(m, int)
+            and const.dtype == np.float32
+            and const.size == m
+            and rank - 1 <= const.ndim <= rank
+            and const.shape[const.ndim - (rank - 1)] == m
+        )
+        if not channel_vector or ins[2]:
+            return False
+        ins[2] = add_constant(graph, f"{other}_vec", const.reshape(-1))
+    elif shape_of(graph, other) == out_shape and is_float32(graph, other):
+        ins[3] = other
+    else:
+        return False
     return True
 
 
 def run(graph: Graph, ctx: PassContext) -> int:
-    index = GraphIndex(graph)
-    rewrites = 0
-    changed = True
-    while changed:
-        changed = False
-        for conv in list(graph.nodes):
-            if not _is_conv(conv) or len(conv.inputs) < 2 or not is_float32(graph, conv.outputs[0]):
-                continue
-            if conv.op_type == "Conv" and conv.opset < 1:
-                continue
-            nxt = index.sole_consumer(conv.outputs[0])
-            if nxt is not None and _absorb(conv, nxt, graph, index):
-                index.refresh()
-                rewrites += 1
-                changed = True
-    return rewrites
+    def fusable(conv: Node) -> bool:
+        if not _is_conv(conv) or len(conv.inputs) < 2 or not is_float32(graph, conv.outputs[0]):
+            return False
+        return conv.op_type != "Conv" or conv.opset >= 1
+
+    return absorb_consumers(graph, GraphIndex(graph), fusable, "FusedConv", _absorb_add)

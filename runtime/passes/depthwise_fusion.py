@@ -14,7 +14,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from runtime.ir import Graph, Node
-from runtime.passes.util import GraphIndex, make_node, remove_nodes, replace_node
+from runtime.passes.util import GraphIndex, make_node, substitute
 
 if TYPE_CHECKING:
     from runtime.passes.pipeline import PassContext
@@ -74,8 +74,6 @@ def run(graph: Graph, ctx: PassContext) -> int:
             "act_hi": pw.attrs.get("act_hi"),
         }
         node = make_node(graph, "NhwcDwPwConv", inputs, pw.outputs, f"{dw.name}_dwpw", attributes=attributes)
-        replace_node(graph, dw, [node])
-        remove_nodes(graph, [pw])
-        index.refresh()
+        substitute(graph, index, dw, [node], [pw])
         fused += 1
     return fused

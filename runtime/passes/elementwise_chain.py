@@ -19,7 +19,15 @@ import numpy as np
 
 from runtime.ir import Graph, Node
 from runtime.kernels.fused import CHAIN_BINARY, CHAIN_UNARY, KIND_FULL, KIND_INNER, KIND_NONE, KIND_SCALAR
-from runtime.passes.util import GraphIndex, activation_of, is_float32, make_node, remove_nodes, replace_node, shape_of
+from runtime.passes.util import (
+    GraphIndex,
+    activation_of,
+    is_float32,
+    live_matches,
+    make_node,
+    shape_of,
+    substitute,
+)
 
 if TYPE_CHECKING:
     from runtime.passes.pipeline import PassContext
@@ -146,12 +154,7 @@ def _lone_activation(chain: _Chain, index: GraphIndex) -> bool:
 def run(graph: Graph, ctx: PassContext) -> int:
     index = GraphIndex(graph)
     fused = 0
-    for start in list(graph.nodes):
-        if not any(n is start for n in graph.nodes):
-            continue
-        chain = _grow(start, graph, index)
-        if chain is None:
-            continue
+    for start, chain in live_matches(graph, index, _grow):
         scalars = chain.scalars or [0.0]
         node = make_node(
             graph,
@@ -161,8 +164,6 @@ def run(graph: Graph, ctx: PassContext) -> int:
             f"{start.name}_chain",
             attributes={"steps": chain.steps, "scalars": scalars},
         )
-        replace_node(graph, chain.nodes[0], [node])
-        remove_nodes(graph, chain.nodes[1:])
-        index.refresh()
+        substitute(graph, index, chain.nodes[0], [node], chain.nodes[1:])
         fused += max(1, len(chain.nodes) - 1)
     return fused

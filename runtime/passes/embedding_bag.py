@@ -20,7 +20,15 @@ import numpy as np
 from onnx import GraphProto, numpy_helper
 
 from runtime.ir import Graph, Node
-from runtime.passes.util import GraphIndex, elem_type_of, is_float32, make_node, remove_nodes, replace_node, shape_of
+from runtime.passes.util import (
+    GraphIndex,
+    elem_type_of,
+    is_float32,
+    make_node,
+    replace_node,
+    shape_of,
+    substitute,
+)
 
 if TYPE_CHECKING:
     from runtime.passes.pipeline import PassContext
@@ -259,8 +267,6 @@ def run(graph: Graph, ctx: PassContext) -> int:
             continue
         dead, inputs, attrs = found
         bag = make_node(graph, "EmbeddingBag", inputs, node.outputs, f"{node.name}_bag", attributes=attrs)
-        replace_node(graph, node, [bag])
-        remove_nodes(graph, dead)
-        index.refresh()
+        substitute(graph, index, node, [bag], dead)
         rewrites += 1
     return rewrites

@@ -14,7 +14,7 @@ import math
 from typing import TYPE_CHECKING
 
 from runtime.ir import Graph, Node
-from runtime.passes.util import GraphIndex, is_float32, make_node, remove_nodes, replace_node, scalar_of
+from runtime.passes.util import GraphIndex, is_float32, make_node, scalar_of, substitute
 
 if TYPE_CHECKING:
     from runtime.passes.pipeline import PassContext
@@ -109,8 +109,6 @@ def run(graph: Graph, ctx: PassContext) -> int:
             continue
         x, inner, attrs = found
         gelu = make_node(graph, "Gelu", [x], [root.outputs[0]], f"{root.name}_gelu", attributes=attrs)
-        replace_node(graph, root, [gelu])
-        remove_nodes(graph, inner)
-        index.refresh()
+        substitute(graph, index, root, [gelu], inner)
         fused += 1
     return fused

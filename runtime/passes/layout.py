@@ -19,6 +19,7 @@ stays NCHW.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -70,6 +71,20 @@ def nhwc_shape(shape: tuple[Any, ...] | None) -> tuple[Any, ...] | None:
         return None
     n, c, h, w = shape
     return (n, h, w, c)
+
+
+def nhwc_value(graph: Graph, y: str, elem_type: int = FLOAT) -> str:
+    """A new value for the NCHW tensor ``y`` computed in NHWC (shape permuted), by the op that will replace y's."""
+    y_nhwc = graph.unique_name(f"{y}_nhwc")
+    set_value(graph, y_nhwc, elem_type, nhwc_shape(shape_of(graph, y)))
+    return y_nhwc
+
+
+def replace_with_nhwc(graph: Graph, node: Node, nhwc_nodes: Sequence[Node], y_nhwc: str) -> None:
+    """Replace ``node`` by ``nhwc_nodes``, which compute its output in NHWC as ``y_nhwc``, then a ToNchw back to
+    the output's own name (which its readers keep using)."""
+    back = make_node(graph, "ToNchw", [y_nhwc], [node.outputs[0]], f"{node.name}_to_nchw")
+    replace_node(graph, node, [*nhwc_nodes, back])
 
 
 def _explicit_pads(node: Node, x_shape: tuple[Any, ...] | None, w: np.ndarray) -> list[int] | None:
@@ -130,9 +145,7 @@ def _convert_conv(node: Node, pads: list[int], graph: Graph, index: GraphIndex) 
     new_nodes: list[Node] = []
     x = _to_nhwc(graph, index, ins[0], new_nodes)
     res = _to_nhwc(graph, index, ins[3], new_nodes) if ins[3] else ""
-    y = node.outputs[0]
-    y_nhwc = graph.unique_name(f"{y}_nhwc")
-    set_value(graph, y_nhwc, FLOAT, nhwc_shape(shape_of(graph, y)))
+    y_nhwc = nhwc_value(graph, node.outputs[0])
     conv_attrs = {
         "pads": pads,
         "strides": list(attrs.get("strides") or [1, 1]),
@@ -146,8 +159,7 @@ def _convert_conv(node: Node, pads: list[int], graph: Graph, index: GraphIndex) 
     while inputs and not inputs[-1]:
         inputs.pop()
     conv = make_node(graph, "NhwcConv", inputs, [y_nhwc], f"{node.name}_nhwc", attributes=conv_attrs)
-    back = make_node(graph, "ToNchw", [y_nhwc], [y], f"{node.name}_to_nchw")
-    replace_node(graph, node, [*new_nodes, conv, back])
+    replace_with_nhwc(graph, node, [*new_nodes, conv], y_nhwc)
 
 
 def _nhwc_inputs(node: Node, index: GraphIndex, graph: Graph | None = None) -> list[str] | None:
@@ -238,9 +250,7 @@ def _sink(node: Node, graph: Graph, index: GraphIndex) -> bool:
         return (sink_resize if op == "Resize" else sink_conv_transpose)(node, graph, index)
     else:
         return False
-    y = node.outputs[0]
-    y_nhwc = graph.unique_name(f"{y}_nhwc")
-    set_value(graph, y_nhwc, FLOAT if is_float32(graph, y) else 0, nhwc_shape(shape_of(graph, y)))
+    y_nhwc = nhwc_value(graph, node.outputs[0], FLOAT if is_float32(graph, node.outputs[0]) else 0)
     new = make_node(
         graph,
         new_op,
@@ -251,8 +261,7 @@ def _sink(node: Node, graph: Graph, index: GraphIndex) -> bool:
         opset=node.opset if not new_domain else 1,
         attributes=new_attrs,
     )
-    back = make_node(graph, "ToNchw", [y_nhwc], [y], f"{node.name}_to_nchw")
-    replace_node(graph, node, [new, back])
+    replace_with_nhwc(graph, node, [new], y_nhwc)
     return True
 
 
@@ -277,9 +286,7 @@ def _sink_batchnorm(node: Node, graph: Graph, index: GraphIndex) -> bool:
     inv_name = add_constant(graph, f"{node.name}_scale", inv.astype(np.float32))
     shift_name = add_constant(graph, f"{node.name}_shift", shift.astype(np.float32))
     steps = [CHAIN_BINARY["Mul"], KIND_INNER, 0, 0, CHAIN_BINARY["Add"], KIND_INNER, 1, 0]
-    y = node.outputs[0]
-    y_nhwc = graph.unique_name(f"{y}_nhwc")
-    set_value(graph, y_nhwc, FLOAT, nhwc_shape(shape_of(graph, y)))
+    y_nhwc = nhwc_value(graph, node.outputs[0])
     chain = make_node(
         graph,
         "ElementwiseChain",
@@ -288,8 +295,7 @@ def _sink_batchnorm(node: Node, graph: Graph, index: GraphIndex) -> bool:
         f"{node.name}_nhwc",
         attributes={"steps": steps, "scalars": [0.0]},
     )
-    back = make_node(graph, "ToNchw", [y_nhwc], [y], f"{node.name}_to_nchw")
-    replace_node(graph, node, [chain, back])
+    replace_with_nhwc(graph, node, [chain], y_nhwc)
     return True
 
 

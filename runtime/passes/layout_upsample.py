@@ -17,7 +17,7 @@ from __future__ import annotations
 import numpy as np
 
 from runtime.ir import Graph, Node
-from runtime.passes.layout import nhwc_shape
+from runtime.passes.layout import nhwc_shape, nhwc_value, replace_with_nhwc
 from runtime.passes.util import (
     APPOPT_DOMAIN,
     FLOAT,
@@ -25,7 +25,6 @@ from runtime.passes.util import (
     is_float32,
     make_node,
     plain_attrs,
-    replace_node,
     set_value,
     shape_of,
 )
@@ -104,15 +103,12 @@ def _feeds_a_convolution(node: Node, index: GraphIndex) -> bool:
 
 
 def _to_nhwc_conv_transpose(node: Node, x_nhwc: str, graph: Graph, before: list[Node]) -> None:
-    y = node.outputs[0]
-    y_nhwc = graph.unique_name(f"{y}_nhwc")
-    set_value(graph, y_nhwc, FLOAT, nhwc_shape(shape_of(graph, y)))
+    y_nhwc = nhwc_value(graph, node.outputs[0])
     inputs = [x_nhwc, *node.inputs[1:3]]
     while inputs and not inputs[-1]:
         inputs.pop()
     conv = make_node(graph, "NhwcConvTranspose", inputs, [y_nhwc], f"{node.name}_nhwc", attributes=plain_attrs(node))
-    back = make_node(graph, "ToNchw", [y_nhwc], [y], f"{node.name}_to_nchw")
-    replace_node(graph, node, [*before, conv, back])
+    replace_with_nhwc(graph, node, [*before, conv], y_nhwc)
 
 
 def sink_resize(node: Node, graph: Graph, index: GraphIndex) -> bool:
@@ -122,9 +118,7 @@ def sink_resize(node: Node, graph: Graph, index: GraphIndex) -> bool:
     t = _from_nhwc(node.inputs[0], index)
     if t is None or not is_float32(graph, node.inputs[0]) or len([o for o in node.outputs if o]) != 1:
         return False
-    y = node.outputs[0]
-    y_nhwc = graph.unique_name(f"{y}_nhwc")
-    set_value(graph, y_nhwc, FLOAT, nhwc_shape(shape_of(graph, y)))
+    y_nhwc = nhwc_value(graph, node.outputs[0])
     new = make_node(
         graph,
         "NhwcResize",
@@ -133,6 +127,5 @@ def sink_resize(node: Node, graph: Graph, index: GraphIndex) -> bool:
         f"{node.name}_nhwc",
         attributes=plain_attrs(node),
     )
-    back = make_node(graph, "ToNchw", [y_nhwc], [y], f"{node.name}_to_nchw")
-    replace_node(graph, node, [new, back])
+    replace_with_nhwc(graph, node, [new], y_nhwc)
     return True

@@ -20,12 +20,10 @@ import numpy as np
 from runtime.ir import Graph, Node
 from runtime.passes.util import (
     GraphIndex,
-    absorb_activation,
+    absorb_consumers,
     add_constant,
     is_float32,
-    plain_attrs,
     rebuild,
-    remove_nodes,
     scalar_of,
     shape_of,
 )
@@ -34,10 +32,6 @@ if TYPE_CHECKING:
     from runtime.passes.pipeline import PassContext
 
 _SLOTS = ("A", "B", "bias", "res")
-
-
-def _inputs(node: Node) -> list[str]:
-    return list(node.inputs) + [""] * (4 - len(node.inputs))
 
 
 def _from_gemm(node: Node, graph: Graph, index: GraphIndex) -> Node | None:
@@ -80,18 +74,15 @@ def _from_gemm(node: Node, graph: Graph, index: GraphIndex) -> Node | None:
     )
 
 
-def _absorb(fused: Node, nxt: Node, graph: Graph, index: GraphIndex) -> bool:
-    """Pull ``nxt`` (the only reader of ``fused``'s output) into ``fused``; False when it does not fit."""
-    ins = _inputs(fused)
-    attrs: dict[str, Any] = plain_attrs(fused)
+def _absorb_other(
+    fused: Node, nxt: Node, ins: list[str], attrs: dict[str, Any], graph: Graph, index: GraphIndex
+) -> bool:
+    """A scalar scale (Mul, Div), then a bias vector along N or a same-shape residual (Add)."""
     nothing_yet = not ins[2] and not ins[3] and not attrs.get("activation")
     out = fused.outputs[0]
-    if not nxt.domain and nxt.opset < 7 and nxt.op_type in ("Add", "Mul", "Div"):
+    if nxt.opset < 7 and nxt.op_type in ("Add", "Mul", "Div"):
         return False
-    if nxt.domain:  # of the passes' own ops, only an activation (Gelu) can join
-        if not absorb_activation(attrs, nxt, index):
-            return False
-    elif nxt.op_type in ("Mul", "Div") and len(nxt.inputs) == 2 and nothing_yet and "div" not in attrs:
+    if nxt.op_type in ("Mul", "Div") and len(nxt.inputs) == 2 and nothing_yet and "div" not in attrs:
         other = nxt.inputs[1] if nxt.inputs[0] == out else nxt.inputs[0]
         if nxt.op_type == "Div" and nxt.inputs[0] != out:
             return False
@@ -104,25 +95,23 @@ def _absorb(fused: Node, nxt: Node, graph: Graph, index: GraphIndex) -> bool:
                 attrs["div"] = value
         else:
             attrs["alpha"] = float(attrs.get("alpha", 1.0)) * value
-    elif nxt.op_type == "Add" and len(nxt.inputs) == 2 and not ins[3] and not attrs.get("activation"):
-        other = nxt.inputs[1] if nxt.inputs[0] == out else nxt.inputs[0]
-        out_shape = shape_of(graph, out)
-        if out_shape is None or shape_of(graph, nxt.outputs[0]) != out_shape:
-            return False
-        const = index.constant(other)
-        n = out_shape[-1]
-        if const is not None and not ins[2] and const.dtype == np.float32 and const.size == n:
-            if const.ndim > 1 and any(d != 1 for d in const.shape[:-1]):
-                return False
-            ins[2] = other if const.ndim == 1 else add_constant(graph, f"{other}_vec", const.reshape(-1))
-        elif const is None and shape_of(graph, other) == out_shape and is_float32(graph, other):
-            ins[3] = other
-        else:
-            return False
-    elif not absorb_activation(attrs, nxt, index):
+        return True
+    if nxt.op_type != "Add" or len(nxt.inputs) != 2 or ins[3] or attrs.get("activation"):
         return False
-    rebuild(graph, fused, "FusedMatMul", ins, nxt.outputs, attributes=attrs)
-    remove_nodes(graph, [nxt])
+    other = nxt.inputs[1] if nxt.inputs[0] == out else nxt.inputs[0]
+    out_shape = shape_of(graph, out)
+    if out_shape is None or shape_of(graph, nxt.outputs[0]) != out_shape:
+        return False
+    const = index.constant(other)
+    n = out_shape[-1]
+    if const is not None and not ins[2] and const.dtype == np.float32 and const.size == n:
+        if const.ndim > 1 and any(d != 1 for d in const.shape[:-1]):
+            return False
+        ins[2] = other if const.ndim == 1 else add_constant(graph, f"{other}_vec", const.reshape(-1))
+    elif const is None and shape_of(graph, other) == out_shape and is_float32(graph, other):
+        ins[3] = other
+    else:
+        return False
     return True
 
 
@@ -138,15 +127,8 @@ def run(graph: Graph, ctx: PassContext) -> int:
             rebuild(graph, node, "FusedMatMul", node.inputs[:2], node.outputs)
             rewrites += 1
     index.refresh()
-    changed = True
-    while changed:
-        changed = False
-        for node in list(graph.nodes):
-            if node.op_type != "FusedMatMul" or node.domain != "com.appopt":
-                continue
-            nxt = index.sole_consumer(node.outputs[0])
-            if nxt is not None and _absorb(node, nxt, graph, index):
-                index.refresh()
-                rewrites += 1
-                changed = True
-    return rewrites
+    return rewrites + absorb_consumers(graph, index, _is_fused_matmul, "FusedMatMul", _absorb_other)
+
+
+def _is_fused_matmul(node: Node) -> bool:
+    return node.op_type == "FusedMatMul" and node.domain == "com.appopt"

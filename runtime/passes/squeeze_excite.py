@@ -19,17 +19,14 @@ import numpy as np
 
 from runtime.ir import Graph, Node
 from runtime.native.abi import ACTIVATIONS
-from runtime.passes.layout import nhwc_shape
+from runtime.passes.layout import nhwc_value, replace_with_nhwc
 from runtime.passes.util import (
-    FLOAT,
     GraphIndex,
     is_float32,
     make_node,
     plain_attrs,
-    remove_nodes,
-    replace_node,
-    set_value,
     shape_of,
+    substitute,
 )
 
 if TYPE_CHECKING:
@@ -129,9 +126,7 @@ def run(graph: Graph, ctx: PassContext) -> int:
         while inputs and not inputs[-1]:
             inputs.pop()
         fused = make_node(graph, "SqueezeExcite", inputs, node.outputs, f"{node.name}_se", attributes=attrs)
-        replace_node(graph, node, [fused])
-        remove_nodes(graph, chain)
-        index.refresh()
+        substitute(graph, index, node, [fused], chain)
         rewrites += 1
     return rewrites
 
@@ -146,12 +141,9 @@ def sink_channels_last(node: Node, graph: Graph, index: GraphIndex) -> bool:
         return False
     if int(node.attrs.get("channels_last", 0)) or len(node.outputs) != 1:
         return False
-    y = node.outputs[0]
-    y_nhwc = graph.unique_name(f"{y}_nhwc")
-    set_value(graph, y_nhwc, FLOAT, nhwc_shape(shape_of(graph, y)))
+    y_nhwc = nhwc_value(graph, node.outputs[0])
     attrs = {**plain_attrs(node), "channels_last": 1}
     inputs = [producer.inputs[0], *node.inputs[1:]]
     new = make_node(graph, node.op_type, inputs, [y_nhwc], f"{node.name}_nhwc", attributes=attrs)
-    back = make_node(graph, "ToNchw", [y_nhwc], [y], f"{node.name}_to_nchw")
-    replace_node(graph, node, [new, back])
+    replace_with_nhwc(graph, node, [new], y_nhwc)
     return True

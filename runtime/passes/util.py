@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from typing import Any
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from typing import Any, TypeVar
 
 import numpy as np
 import onnx
@@ -14,6 +14,7 @@ from runtime.ir import Graph, Node, Value, value_of_array
 #: Domain of the ops the passes introduce (kernels in ``runtime/kernels/fused.py``).
 APPOPT_DOMAIN = "com.appopt"
 FLOAT = onnx.TensorProto.FLOAT
+T = TypeVar("T")
 
 
 class GraphIndex:
@@ -120,6 +121,25 @@ def remove_nodes(graph: Graph, dead: Sequence[Node]) -> None:
     graph.nodes = [n for n in graph.nodes if id(n) not in ids]
 
 
+def live_matches(
+    graph: Graph, index: GraphIndex, match: Callable[[Node, Graph, GraphIndex], T | None]
+) -> Iterator[tuple[Node, T]]:
+    """Each node, in graph order, that ``match`` finds something at, with what it found. The caller may rewrite the
+    graph between items: nodes an earlier rewrite removed are skipped."""
+    for node in list(graph.nodes):
+        if any(n is node for n in graph.nodes):
+            found = match(node, graph, index)
+            if found is not None:
+                yield node, found
+
+
+def substitute(graph: Graph, index: GraphIndex, at: Node, new: Sequence[Node], dead: Sequence[Node]) -> None:
+    """Put ``new`` where ``at`` was, remove the ``dead`` nodes it also replaces, and bring ``index`` up to date."""
+    replace_node(graph, at, new)
+    remove_nodes(graph, dead)
+    index.refresh()
+
+
 def attr(node: Node, name: str, default: Any = None) -> Any:
     return node.attrs.get(name, default)
 
@@ -194,6 +214,43 @@ def rebuild(
     node = Node(old.name, op_type, domain, ins, list(outputs), protos, 1 if domain == APPOPT_DOMAIN else old.opset)
     replace_node(graph, old, [node])
     return node
+
+
+#: Pulls a fused node's sole consumer, an op of the default domain that is not an activation, into the fused node's
+#: input slots and attributes (copies it may change); True when the consumer fits.
+AbsorbOther = Callable[[Node, Node, list[str], dict[str, Any], Graph, GraphIndex], bool]
+
+
+def absorb_consumers(
+    graph: Graph, index: GraphIndex, fusable: Callable[[Node], bool], op_type: str, absorb_other: AbsorbOther
+) -> int:
+    """Pull the sole consumer of each ``fusable`` node into it, until no more joins; the number pulled in.
+
+    A fused node (``op_type``: data, weight, bias, residual inputs) takes an activation (Relu, Clip, the passes'
+    Gelu...) when it has none yet; any other consumer of the default domain is for ``absorb_other`` to judge."""
+    rewrites = 0
+    changed = True
+    while changed:
+        changed = False
+        for node in list(graph.nodes):
+            if not fusable(node):
+                continue
+            nxt = index.sole_consumer(node.outputs[0])
+            if nxt is not None and _absorb(graph, index, node, nxt, op_type, absorb_other):
+                index.refresh()
+                rewrites += 1
+                changed = True
+    return rewrites
+
+
+def _absorb(graph: Graph, index: GraphIndex, fused: Node, nxt: Node, op_type: str, other: AbsorbOther) -> bool:
+    ins = list(fused.inputs) + [""] * (4 - len(fused.inputs))
+    attrs = plain_attrs(fused)
+    if not absorb_activation(attrs, nxt, index) and (nxt.domain or not other(fused, nxt, ins, attrs, graph, index)):
+        return False
+    rebuild(graph, fused, op_type, ins, nxt.outputs, attributes=attrs)
+    remove_nodes(graph, [nxt])
+    return True
 
 
 def plain_attrs(node: Node) -> dict[str, Any]:

@@ -395,6 +395,23 @@ def test_build_is_cached_under_the_cache_dir(monkeypatch: pytest.MonkeyPatch, tm
     assert again is not None and again.path == loaded.path and again.path.stat().st_mtime_ns == first
 
 
+def test_every_included_header_is_part_of_the_build_key(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """A header the sources include (vec16.h) names the cached build, so editing it rebuilds the kernels."""
+    included = {name for path in (native.SOURCE, *native.EXTRA_SOURCES) for name in _local_includes(path)}
+    assert included == {path.name for path in native.HEADERS}
+    copy = tmp_path / "vec16.h"
+    copy.write_bytes(native.HEADERS[0].read_bytes())
+    monkeypatch.setattr(native, "HEADERS", (copy,))
+    monkeypatch.setattr(native, "_compiler_version", lambda cc: "cc 1")
+    before = native.build_key("cc")
+    copy.write_text(copy.read_text() + "/* edited */\n")
+    assert native.build_key("cc") != before
+
+
+def _local_includes(path: Path) -> list[str]:
+    return [line.split('"')[1] for line in path.read_text().splitlines() if line.startswith('#include "')]
+
+
 def test_set_enabled_switches_the_kernels_off_and_back() -> None:
     try:
         native.set_enabled(False)

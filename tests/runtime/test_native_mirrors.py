@@ -60,7 +60,7 @@ def c_defines(text: str) -> dict[str, int]:
 
 
 def _c_text() -> str:
-    return "\n".join(path.read_text() for path in (native.SOURCE, *native.EXTRA_SOURCES))
+    return "\n".join(path.read_text() for path in (native.SOURCE, *native.EXTRA_SOURCES, *native.HEADERS))
 
 
 def _int_constants(module: ModuleType) -> dict[str, int]:

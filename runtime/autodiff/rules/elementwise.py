@@ -6,7 +6,7 @@ Broadcasting is undone by ``ctx.sum_to``: a no-op when the input already has the
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from runtime.autodiff.context import GradContext
 from runtime.autodiff.registry import grad_rule
@@ -21,52 +21,48 @@ def identity(ctx: GradContext, node: Node, grads: Grads) -> Sequence[str | None]
     return [grads[0]]
 
 
+def _pair(ctx: GradContext, grads: Grads, da: Callable[[str], str], db: Callable[[str], str]) -> Sequence[str | None]:
+    """The gradients of a two-input op from the output's ``dy``: ``da(dy)`` and ``db(dy)``, each built only when
+    that input needs one."""
+    dy = grads[0]
+    if dy is None:
+        return [None, None]
+    return [da(dy) if ctx.needs[0] else None, db(dy) if ctx.needs[1] else None]
+
+
 @grad_rule("Add")
 def add(ctx: GradContext, node: Node, grads: Grads) -> Sequence[str | None]:
     # y = a + b  ->  da = sum_to(dy), db = sum_to(dy)
-    dy, (a, b), y = grads[0], node.inputs, node.outputs[0]
-    if dy is None:
-        return [None, None]
-    return [
-        ctx.sum_to(dy, a, y) if ctx.needs[0] else None,
-        ctx.sum_to(dy, b, y) if ctx.needs[1] else None,
-    ]
+    (a, b), y = node.inputs, node.outputs[0]
+    return _pair(ctx, grads, lambda dy: ctx.sum_to(dy, a, y), lambda dy: ctx.sum_to(dy, b, y))
 
 
 @grad_rule("Sub")
 def sub(ctx: GradContext, node: Node, grads: Grads) -> Sequence[str | None]:
     # y = a - b  ->  da = sum_to(dy), db = -sum_to(dy)
-    dy, (a, b), y = grads[0], node.inputs, node.outputs[0]
-    if dy is None:
-        return [None, None]
-    return [
-        ctx.sum_to(dy, a, y) if ctx.needs[0] else None,
-        ctx.op("Neg", ctx.sum_to(dy, b, y)) if ctx.needs[1] else None,
-    ]
+    (a, b), y = node.inputs, node.outputs[0]
+    return _pair(ctx, grads, lambda dy: ctx.sum_to(dy, a, y), lambda dy: ctx.op("Neg", ctx.sum_to(dy, b, y)))
 
 
 @grad_rule("Mul")
 def mul(ctx: GradContext, node: Node, grads: Grads) -> Sequence[str | None]:
     # y = a * b  ->  da = sum_to(dy * b), db = sum_to(dy * a)
-    dy, (a, b), y = grads[0], node.inputs, node.outputs[0]
-    if dy is None:
-        return [None, None]
-    return [
-        ctx.sum_to(ctx.op("Mul", dy, b), a, y) if ctx.needs[0] else None,
-        ctx.sum_to(ctx.op("Mul", dy, a), b, y) if ctx.needs[1] else None,
-    ]
+    (a, b), y = node.inputs, node.outputs[0]
+    return _pair(
+        ctx, grads, lambda dy: ctx.sum_to(ctx.op("Mul", dy, b), a, y), lambda dy: ctx.sum_to(ctx.op("Mul", dy, a), b, y)
+    )
 
 
 @grad_rule("Div")
 def div(ctx: GradContext, node: Node, grads: Grads) -> Sequence[str | None]:
     # y = a / b  ->  da = sum_to(dy / b), db = -sum_to(dy * y / b)
-    dy, (a, b), y = grads[0], node.inputs, node.outputs[0]
-    if dy is None:
-        return [None, None]
-    return [
-        ctx.sum_to(ctx.op("Div", dy, b), a, y) if ctx.needs[0] else None,
-        ctx.op("Neg", ctx.sum_to(ctx.op("Mul", dy, ctx.op("Div", y, b)), b, y)) if ctx.needs[1] else None,
-    ]
+    (a, b), y = node.inputs, node.outputs[0]
+    return _pair(
+        ctx,
+        grads,
+        lambda dy: ctx.sum_to(ctx.op("Div", dy, b), a, y),
+        lambda dy: ctx.op("Neg", ctx.sum_to(ctx.op("Mul", dy, ctx.op("Div", y, b)), b, y)),
+    )
 
 
 @grad_rule("Sum")
@@ -130,17 +126,14 @@ def reciprocal(ctx: GradContext, node: Node, grads: Grads) -> Sequence[str | Non
 @grad_rule("Pow")
 def pow_(ctx: GradContext, node: Node, grads: Grads) -> Sequence[str | None]:
     # y = a ** b  ->  da = sum_to(dy * b * a ** (b - 1)), db = sum_to(dy * y * log(a))
-    dy, (a, b), y = grads[0], node.inputs, node.outputs[0]
-    if dy is None:
-        return [None, None]
-    da = db = None
-    if ctx.needs[0]:
+    (a, b), y = node.inputs, node.outputs[0]
+
+    def da(dy: str) -> str:
         b_like_a = b if ctx.elem_type(b) == ctx.elem_type(a) else ctx.op("Cast", b, to=ctx.elem_type(a))
         power = ctx.op("Pow", a, ctx.op("Sub", b_like_a, ctx.scalar_like(1.0, a)))
-        da = ctx.sum_to(ctx.op("Mul", dy, ctx.op("Mul", b_like_a, power)), a, y)
-    if ctx.needs[1]:
-        db = ctx.sum_to(ctx.op("Mul", dy, ctx.op("Mul", y, ctx.op("Log", a))), b, y)
-    return [da, db]
+        return ctx.sum_to(ctx.op("Mul", dy, ctx.op("Mul", b_like_a, power)), a, y)
+
+    return _pair(ctx, grads, da, lambda dy: ctx.sum_to(ctx.op("Mul", dy, ctx.op("Mul", y, ctx.op("Log", a))), b, y))
 
 
 @grad_rule("Where")

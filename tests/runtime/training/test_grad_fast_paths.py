@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from runtime import native
-from runtime.kernels.grad_conv import _conv_grad_chunk, _flat_conv_grad
+from runtime.kernels.grad_conv import Window, _conv_grad_chunk, _flat_conv_grad
 from runtime.kernels.grad_pool import _native_tiled_max_pool_grad, _tiled_max_pool_grad
 
 
@@ -29,12 +29,13 @@ def test_flat_planes_give_the_im2col_gradients(
     w = rng.standard_normal((5, 4, *kernel))
     out = [size[i] + pads[i] + pads[i + 2] - (kernel[i] - 1) * dilations[i] for i in range(2)]
     dy = rng.standard_normal((3, 5, *out))
-    expected = _conv_grad_chunk(dy, x, w, pads, [1, 1], dilations, 1, True, True)
-    got = _flat_conv_grad(dy, x, w, pads, [1, 1], dilations, 1, True, True)
+    win = Window(pads, [1, 1], dilations, 1)
+    expected = _conv_grad_chunk(dy, x, w, win, True, True)
+    got = _flat_conv_grad(dy, x, w, win, True, True)
     assert got[0] is not None and expected[0] is not None and got[1] is not None and expected[1] is not None
     np.testing.assert_allclose(got[0], expected[0], rtol=1e-10, atol=1e-10)
     np.testing.assert_allclose(got[1], expected[1], rtol=1e-10, atol=1e-10)
-    only_dw = _flat_conv_grad(dy, x, w, pads, [1, 1], dilations, 1, False, True)
+    only_dw = _flat_conv_grad(dy, x, w, win, False, True)
     assert only_dw[0] is None and np.allclose(only_dw[1], expected[1])
 
 

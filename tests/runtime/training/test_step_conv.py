@@ -9,7 +9,7 @@ from onnx import TensorProto, helper
 
 from runtime import compile_model, native
 from runtime.kernels.conv import conv_nd
-from runtime.kernels.grad_conv import _flat_conv_grad
+from runtime.kernels.grad_conv import Window, _flat_conv_grad
 from runtime.kernels.step_conv import StepConv, conv_input_grad
 
 pytestmark = pytest.mark.skipif(native.lib() is None, reason=f"compiled kernels unavailable: {native.status()}")
@@ -81,7 +81,7 @@ def test_the_input_gradient_is_numpys(kernel: tuple[int, int], pads: list[int], 
     w = rng.standard_normal((5, 6, *kernel))
     out = [x.shape[2 + i] + pads[i] + pads[i + 2] - (kernel[i] - 1) * dilations[i] for i in range(2)]
     dy = rng.standard_normal((3, 5, *out))
-    want, _ = _flat_conv_grad(dy, x, w, pads, [1, 1], dilations, 1, True, False)
+    want, _ = _flat_conv_grad(dy, x, w, Window(pads, [1, 1], dilations, 1), True, False)
     step = StepConv()
     for _ in range(2):
         got = conv_input_grad(step, dy.astype(np.float32), w.astype(np.float32), pads, dilations)
