@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 
+from runtime.atomic import write_atomic
 from runtime.training.config import TrainingError
 
 CHECKPOINT_FILE = "checkpoint.npz"
@@ -37,17 +38,7 @@ def save_checkpoint(
     meta = {**header, "format": FORMAT_VERSION, "arrays": names}
     payload: dict[str, np.ndarray] = {f"a{i}": np.asarray(arrays[name]) for i, name in enumerate(names)}
     payload[_HEADER] = np.frombuffer(json.dumps(meta).encode("utf-8"), dtype=np.uint8)
-    final = folder / CHECKPOINT_FILE
-    tmp = folder / f".{CHECKPOINT_FILE}.{os.getpid()}.tmp"
-    try:
-        with open(tmp, "wb") as f:
-            np.savez(f, **payload)  # type: ignore[arg-type]
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, final)
-    finally:
-        if tmp.exists():
-            tmp.unlink()
+    final = write_atomic(folder / CHECKPOINT_FILE, lambda f: np.savez(f, **payload))  # type: ignore[arg-type]
     _fsync_dir(folder)
     return final
 

@@ -14,6 +14,7 @@ import numpy as np
 import onnx
 from onnx import numpy_helper
 
+from runtime.atomic import write_atomic
 from runtime.training.config import TrainingError
 
 
@@ -48,16 +49,4 @@ def export_trained(
 
 def save_model_atomic(proto: onnx.ModelProto, path: str | os.PathLike[str]) -> Path:
     """Write ``proto`` to ``path`` through a temporary file and ``os.replace``."""
-    target = Path(path)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
-    try:
-        with open(tmp, "wb") as f:
-            f.write(proto.SerializeToString())
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, target)
-    finally:
-        if tmp.exists():
-            tmp.unlink()
-    return target
+    return write_atomic(path, lambda f: f.write(proto.SerializeToString()))

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -21,6 +20,7 @@ import onnx
 import torch
 import torch.nn.functional as F
 
+from runtime.atomic import write_atomic
 from runtime.ir import Value
 from runtime.loader import ModelSource, load_model_proto
 from runtime.training.config import TrainConfig, TrainingError
@@ -179,10 +179,7 @@ class TorchTrainer:
             "optimizer_name": self.config.optimizer,
             "history": [h.as_dict() for h in self.history],
         }
-        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-        torch.save(state, tmp)
-        os.replace(tmp, path)
-        return path
+        return write_atomic(path, lambda f: torch.save(state, f))
 
     def load_checkpoint(self) -> None:
         directory = Path(self.config.checkpoint_dir or ".")
