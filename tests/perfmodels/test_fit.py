@@ -12,6 +12,7 @@ from perfmodels.fit import FEATURES, fit, query_features, training_rows
 from perfmodels.fitted import FittedModel, fit_model
 from perfmodels.results_db import make_row, to_frame
 from perfmodels.roofline import RooflinePrior
+from tests.rows import fit_row
 
 TARGET = "test-cpu-4c"
 #: True costs per route, in ``FEATURES`` order: conv, depthwise conv, gemm, gemv, norm, LRN, other (s/FLOP),
@@ -367,31 +368,15 @@ def test_busy_machine_rows_use_cpu_time_or_are_left_out():
     from perfmodels.fit import training_rows
 
     def measured(threads: int, load: float, wall: float, cpu: float) -> dict[str, object]:
-        return make_row(
-            source="measured",
+        return fit_row(
+            f"m{threads}-{load}",
             target=TARGET,
-            backend="b",
-            framework="fast",
             layout="NCHWc",
-            precision="fp32",
             threads=threads,
-            cores=2,
             load_avg=load,
-            mode="inference",
-            model=f"m{threads}-{load}",
-            family="f",
-            batch=1,
-            flops_per_sample=1e9,
-            flops_by_class={"conv": 1e9},
-            activation_bytes_per_sample=1e6,
-            params=1e6,
-            scenario="SingleStream",
-            metric="p90_latency_ms",
             value=wall,
             median_ms=wall,
             cpu_ms=cpu,
-            peak_gflops=100.0,
-            bandwidth_gbs=10.0,
             schema_version=1,  # recorded before other_cpu existed: the load average decides
         )
 

@@ -3,34 +3,12 @@
 from __future__ import annotations
 
 from perfmodels.fit import flagged, training_rows
-from perfmodels.results_db import make_row, to_frame
+from perfmodels.results_db import to_frame
+from tests.rows import fit_row
 
 
 def measured(model: str, **fields: object) -> dict[str, object]:
-    return make_row(
-        source="measured",
-        target="cpu-test-2c",
-        backend="b",
-        framework="fast",
-        precision="fp32",
-        threads=1,
-        cores=2,
-        mode="inference",
-        model=model,
-        family="f",
-        batch=1,
-        flops_per_sample=1e9,
-        flops_by_class={"conv": 1e9},
-        activation_bytes_per_sample=1e6,
-        params=1e6,
-        scenario="SingleStream",
-        metric="p90_latency_ms",
-        value=10.0,
-        median_ms=10.0,
-        peak_gflops=100.0,
-        bandwidth_gbs=10.0,
-        **fields,
-    )
+    return fit_row(model, **fields)
 
 
 def test_invalid_and_busy_rows_are_left_out_of_the_fit_by_default():
