@@ -29,6 +29,8 @@ from typing import Any
 import numpy as np
 import onnx
 
+from runtime.loader import all_graphs
+
 #: Ops whose outputs are random: judged on shape and dtype only.
 RANDOM_OPS = frozenset(
     {"Bernoulli", "RandomNormal", "RandomNormalLike", "RandomUniform", "RandomUniformLike", "Multinomial"}
@@ -89,14 +91,7 @@ def is_random(model: onnx.ModelProto) -> bool:
 
 
 def _all_nodes(graph: onnx.GraphProto) -> Iterator[onnx.NodeProto]:
-    for node in graph.node:
-        yield node
-        for attr in node.attribute:
-            if attr.type == onnx.AttributeProto.GRAPH:
-                yield from _all_nodes(attr.g)
-            elif attr.type == onnx.AttributeProto.GRAPHS:
-                for g in attr.graphs:
-                    yield from _all_nodes(g)
+    return (node for g in all_graphs(graph) for node in g.node)
 
 
 @contextlib.contextmanager

@@ -280,21 +280,22 @@ _BENIGN_CHECKER_MESSAGES = (
 )
 
 
-def _graphs(graph: onnx.GraphProto) -> Iterator[onnx.GraphProto]:
+def all_graphs(graph: onnx.GraphProto) -> Iterator[onnx.GraphProto]:
+    """``graph`` and, depth first, every subgraph its nodes hold (If branches, Loop and Scan bodies)."""
     yield graph
     for node in graph.node:
         for attr in node.attribute:
             if attr.type == onnx.AttributeProto.GRAPH:
-                yield from _graphs(attr.g)
+                yield from all_graphs(attr.g)
             elif attr.type == onnx.AttributeProto.GRAPHS:
                 for g in attr.graphs:
-                    yield from _graphs(g)
+                    yield from all_graphs(g)
 
 
 def check_inference_hazards(proto: onnx.ModelProto) -> None:
     """Attributes onnx's shape inference would size its own allocations by, refused before it runs: a Split's
     ``num_outputs`` of 10**9 makes it allocate tens of GB (the spec wants it equal to the node's outputs)."""
-    for graph in _graphs(proto.graph):
+    for graph in all_graphs(proto.graph):
         for node in graph.node:
             if node.op_type != "Split" or node.domain not in ("", "ai.onnx"):
                 continue
