@@ -110,6 +110,7 @@ class Evaluation:
             )
         if self.in_sample is not None:
             out.append(self.in_sample.line("in-sample fit"))
+        out.extend(self.by_compiler_lines())
         per_precision = self.by_precision()
         if len(per_precision) > 1:
             out.extend(s.line(f"  fitted, {p}") for p, s in sorted(per_precision.items()))
@@ -119,6 +120,18 @@ class Evaluation:
         if self.skipped:
             out.append(f"not evaluated (no other data for their route): {', '.join(self.skipped)}")
         return out
+
+    def by_compiler_lines(self) -> list[str]:
+        """The fitted model's scores on the frameworks' plain routes alone, then with each graph compiler's routes
+        among the choices (none when no compiler was measured)."""
+        p = self.predictions
+        compilers = sorted(set(p["compiler"].astype(str)) - {"none"})
+        if not compilers or not (p["compiler"] == "none").any():
+            return []
+        return [
+            scores(p[p["compiler"] == "none"], "predicted").line("  frameworks alone"),
+            *(scores(p[p["compiler"].isin(["none", c])], "predicted").line(f"  + {c}"[:18]) for c in compilers),
+        ]
 
     def per_family(self) -> pd.DataFrame:
         """RMSPE and worst error per held-out family."""

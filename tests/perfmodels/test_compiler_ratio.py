@@ -85,6 +85,10 @@ def test_held_out_compiler_rows_are_predicted_without_their_familys_measurements
     assert compiled["ratio"].notna().all() and p[p["compiler"] == "none"]["ratio"].isna().all()
     assert scores(compiled, "predicted").rmspe < 0.20  # (the plain route it stands on errs 9% here)
     assert evaluation.fitted.mean_regret <= 1.05
+    # the choice is printed with the frameworks alone and with the compiler's routes among them
+    lines = [line.strip() for line in evaluation.lines()]
+    assert any(line.startswith("frameworks alone") for line in lines)
+    assert any(line.startswith("+ tvm") for line in lines)
     family = "transformer"
     spoiled = frame.copy()
     mine = (spoiled["compiler"] == "tvm") & (spoiled["family"] == family)
