@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from perfmodels.fit import FEATURES
+from perfmodels.fit import FEATURES, RouteKey
 from perfmodels.lazy import lazy_import
 
 if TYPE_CHECKING:
@@ -110,17 +110,12 @@ class CompilerRatio:
     """The fitted ratio of one compiler route's time to its framework's plain route's, over threads and batches."""
 
     target: str
-    framework: str
-    compiler: str
-    layout: str
-    precision: str
-    #: The layout of the framework's plain route the ratio is taken against.
+    #: The compiler's route, and the layout of its framework's plain route the ratio is taken against.
+    route: RouteKey
     base_layout: str
+    #: log ratio = intercept + coef · ratio_features (the fit's standardisation folded in).
     intercept: float
     coef: tuple[float, ...]
-    #: Each feature's centre and scale (the slopes apply to standardised features).
-    center: tuple[float, ...]
-    scale: tuple[float, ...]
     ridge: float
     pairs: int
     families: tuple[str, ...]
@@ -129,15 +124,15 @@ class CompilerRatio:
 
     @property
     def key(self) -> RatioKey:
-        return (self.target, self.framework, self.compiler, self.layout, self.precision)
+        r = self.route
+        return (self.target, r.framework, r.compiler, r.layout, r.precision)
 
     @property
     def usable(self) -> bool:
         return self.pairs >= MIN_PAIRS and len(self.families) >= MIN_FAMILIES
 
     def log_ratio(self, x: np.ndarray, batch: int, threads: int) -> float:
-        z = (ratio_features(x, batch, threads) - np.asarray(self.center)) / np.asarray(self.scale)
-        return float(self.intercept + np.dot(self.coef, z))
+        return float(self.intercept + np.dot(self.coef, ratio_features(x, batch, threads)))
 
     def ratio(self, x: np.ndarray, batch: int, threads: int) -> float:
         """Predicted compiler time / framework time for a query (``x`` from ``perfmodels.fit.query_features``)."""
@@ -244,15 +239,10 @@ def fit_ratio(part: pd.DataFrame, choose_ridge: bool = False) -> CompilerRatio:
     a, b, center, scale = _fit(f, t, ridge, _FREE)
     return CompilerRatio(
         target=str(first["target"]),
-        framework=str(first["framework"]),
-        compiler=str(first["compiler"]),
-        layout=str(first["layout"]),
-        precision=str(first["precision"]),
+        route=RouteKey(*(str(first[k]) for k in ("framework", "compiler", "layout", "precision"))),
         base_layout=str(first["base_layout"]),
-        intercept=a,
-        coef=tuple(float(v) for v in b),
-        center=tuple(float(v) for v in center),
-        scale=tuple(float(v) for v in scale),
+        intercept=float(a - np.dot(b / scale, center)),
+        coef=tuple(float(v) for v in b / scale),
         ridge=ridge,
         pairs=len(part),
         families=tuple(sorted(set(families))),

@@ -56,7 +56,7 @@ def test_pairs_join_the_same_model_batch_and_threads_of_the_plain_route():
 
 def test_the_fitted_ratio_follows_the_op_mix_and_batch():
     (ratio,) = fit_ratios(training_rows(with_compiler(synthetic_frame())))
-    assert ratio.usable and ratio.compiler == "tvm" and ratio.base_layout == "NCHWc"
+    assert ratio.usable and ratio.route.compiler == "tvm" and ratio.base_layout == "NCHWc"
     for name in ("cnn_a", "tx", "mlp", "vgg"):
         for batch in (1, 8):
             x = query_features(by_class(name), sum(by_class(name).values()), MODELS[name][7], 0.0, batch, "fp32")
