@@ -131,6 +131,15 @@ class CompilerRatio:
     def usable(self) -> bool:
         return self.pairs >= MIN_PAIRS and len(self.families) >= MIN_FAMILIES
 
+    def describe(self) -> str:
+        """One line: what the ratio is taken against, from what, and how it did on held-out families."""
+        r = self.route
+        return (
+            f"{self.target} {r.describe()}: time as a ratio to {r.framework}/none/{self.base_layout}/{r.precision}"
+            f" from {self.pairs} pairs of {len(self.families)} families, held-out log error"
+            f" {self.heldout_log_error:.2f}" + ("" if self.usable else " (too little data: not used)")
+        )
+
     def log_ratio(self, x: np.ndarray, batch: int, threads: int) -> float:
         return float(self.intercept + np.dot(self.coef, ratio_features(x, batch, threads)))
 

@@ -635,11 +635,20 @@ class FittedModel:
         )
 
     def describe(self) -> list[str]:
-        """One line per fitted group."""
+        """One line per fitted group, then one per graph compiler's ratio model."""
+        units = self.units() if self.result.ratios else None
+        unit_keys = units.keys() if units is not None else ()
+        swept = {tuple(key[:5]) for key in unit_keys}
         return [
-            f"{g.target} {g.route.describe()} {g.threads}t: {g.rows} rows from {len(g.families)} families, "
-            f"train RMSPE {g.train_rmspe:.1%}" + ("" if g.usable else " (too little data: not used)")
-            for g in self.result.groups
+            *(
+                f"{g.target} {g.route.describe()} {g.threads}t: {g.rows} rows from {len(g.families)} families, "
+                f"train RMSPE {g.train_rmspe:.1%}" + ("" if g.usable else " (too little data: not used)")
+                for g in self.result.groups
+            ),
+            *(
+                ratio.describe() + (" (its route's kernel units answer instead)" if ratio.key in swept else "")
+                for ratio in self.result.ratios
+            ),
         ]
 
 

@@ -62,6 +62,10 @@ def test_the_fitted_ratio_follows_the_op_mix_and_batch():
             x = query_features(by_class(name), sum(by_class(name).values()), MODELS[name][7], 0.0, batch, "fp32")
             assert ratio.ratio(x, batch, 4) == pytest.approx(true_ratio(name, batch), rel=0.15), (name, batch)
     assert math.isfinite(ratio.heldout_log_error) and ratio.heldout_log_error < 0.2
+    assert ratio.describe().endswith(
+        f"ratio to fast/none/NCHWc/fp32 from 28 pairs of {len(ratio.families)} families,"
+        f" held-out log error {ratio.heldout_log_error:.2f}"
+    )
 
 
 def test_an_outlying_pair_barely_moves_the_robust_fit():
@@ -102,6 +106,7 @@ def test_held_out_compiler_rows_are_predicted_without_their_familys_measurements
 
 def test_the_planner_joins_a_compiler_routes_own_fit_with_its_framework_times_the_ratio():
     model = fit_model(with_compiler(synthetic_frame()))
+    assert any("fast/tvm/NCHWc/fp32: time as a ratio to fast/none/NCHWc/fp32" in line for line in model.describe())
     for name, batch in (("tx", 1), ("cnn_a", 8)):
         work = workload(name, batch)
         compiled = model.predict(work, route("fast", "NCHWc", compiler="tvm"), DEVICE)
