@@ -116,6 +116,8 @@ class CompilerRatio:
     #: log ratio = intercept + coef · ratio_features (the fit's standardisation folded in).
     intercept: float
     coef: tuple[float, ...]
+    #: The smallest and largest log ratio of the pairs: a prediction is kept within them (``log_ratio``).
+    bounds: tuple[float, float]
     ridge: float
     pairs: int
     families: tuple[str, ...]
@@ -141,7 +143,10 @@ class CompilerRatio:
         )
 
     def log_ratio(self, x: np.ndarray, batch: int, threads: int) -> float:
-        return float(self.intercept + np.dot(self.coef, ratio_features(x, batch, threads)))
+        """The fitted log ratio, kept within the pairs' own: a model unlike any pair (a pure-gemv MLP where every
+        pair is convolutional) would otherwise extrapolate its slopes far past any ratio measured."""
+        fitted = float(self.intercept + np.dot(self.coef, ratio_features(x, batch, threads)))
+        return min(max(fitted, self.bounds[0]), self.bounds[1])
 
     def ratio(self, x: np.ndarray, batch: int, threads: int) -> float:
         """Predicted compiler time / framework time for a query (``x`` from ``perfmodels.fit.query_features``)."""
@@ -225,7 +230,8 @@ def _family_errors(
     for family in np.unique(families):
         out = families == family
         a, b, center, scale = _fit(f[~out], t[~out], ridge, free)
-        errors[out] = a + ((f[out] - center) / scale) @ b - t[out]
+        fitted = np.clip(a + ((f[out] - center) / scale) @ b, t[~out].min(), t[~out].max())  # as ``log_ratio``
+        errors[out] = fitted - t[out]
     return errors
 
 
@@ -252,6 +258,7 @@ def fit_ratio(part: pd.DataFrame, choose_ridge: bool = False) -> CompilerRatio:
         base_layout=str(first["base_layout"]),
         intercept=float(a - np.dot(b / scale, center)),
         coef=tuple(float(v) for v in b / scale),
+        bounds=(float(t.min()), float(t.max())),
         ridge=ridge,
         pairs=len(part),
         families=tuple(sorted(set(families))),

@@ -68,6 +68,14 @@ def test_the_fitted_ratio_follows_the_op_mix_and_batch():
     )
 
 
+def test_a_model_unlike_every_pair_gets_a_ratio_within_the_measured_ones():
+    (ratio,) = fit_ratios(training_rows(with_compiler(synthetic_frame())))
+    measured = [true_ratio(name, batch) for name in MODELS for batch in (1, 8)]
+    for classes, batch in (({"gemv": 1e12}, 64), ({"conv_dw": 1e3}, 1), ({"lrn": 1e9, "conv": 1.0}, 512)):
+        x = query_features(classes, sum(classes.values()), 1e3, 0.0, batch, "fp32", ops_by_class={"conv": 5000})
+        assert min(measured) * (1 - 1e-9) <= ratio.ratio(x, batch, 64) <= max(measured) * (1 + 1e-9), classes
+
+
 def test_an_outlying_pair_barely_moves_the_robust_fit():
     rng = np.random.default_rng(0)
     z = rng.standard_normal((40, 2))
