@@ -24,13 +24,15 @@ used.
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 import numpy as np
 
 from analysis.units import decode_units
-from perfmodels.fit import DEFAULT_RIDGE, GroupFit, Statistic, fit, prior_seconds, training_rows
+from perfmodels.compiler_ratio import through_framework
+from perfmodels.fit import DEFAULT_RIDGE, FitResult, GroupFit, Statistic, fit, prior_seconds, training_rows
 from perfmodels.lazy import lazy_import
 from perfmodels.unitfit import WHOLE_WEIGHT, UnitFit, combine, fit_units
 
@@ -108,6 +110,7 @@ class Evaluation:
             )
         if self.in_sample is not None:
             out.append(self.in_sample.line("in-sample fit"))
+        out.extend(self.by_compiler_lines())
         per_precision = self.by_precision()
         if len(per_precision) > 1:
             out.extend(s.line(f"  fitted, {p}") for p, s in sorted(per_precision.items()))
@@ -117,6 +120,18 @@ class Evaluation:
         if self.skipped:
             out.append(f"not evaluated (no other data for their route): {', '.join(self.skipped)}")
         return out
+
+    def by_compiler_lines(self) -> list[str]:
+        """The fitted model's scores on the frameworks' plain routes alone, then with each graph compiler's routes
+        among the choices (none when no compiler was measured)."""
+        p = self.predictions
+        compilers = sorted(set(p["compiler"].astype(str)) - {"none"})
+        if not compilers or not (p["compiler"] == "none").any():
+            return []
+        return [
+            scores(p[p["compiler"] == "none"], "predicted").line("  frameworks alone"),
+            *(scores(p[p["compiler"].isin(["none", c])], "predicted").line(f"  + {c}"[:18]) for c in compilers),
+        ]
 
     def per_family(self) -> pd.DataFrame:
         """RMSPE and worst error per held-out family."""
@@ -184,7 +199,7 @@ def leave_one_architecture_out(
         data = data[data["threads"] == threads]
     if data.empty:
         raise ValueError("no measured SingleStream rows with model features to evaluate on")
-    by_units = {index: unit_seconds(unit_fit, row) for index, row in data.iterrows()}
+    by_units = UnitLookup(unit_fit, data)
     parts, skipped = [], set()
     for family in sorted(data["family"].unique()):
         part = _held_out(frame, data, family, (family,), by_units, ridge, share_routes)
@@ -196,6 +211,7 @@ def leave_one_architecture_out(
         raise ValueError("no family could be held out: every route was measured on one family only")
     if whole_weight is None:  # a weight asked for (``--whole-weight``) is scored as given, for every route
         predictions = predictions.join(route_errors_without_family(predictions))
+        predictions = predictions.join(base_errors_without_family(predictions))
     predictions["predicted"] = _combined(predictions, whole_weight)
     weights = nested_weights(frame, data, by_units, ridge, share_routes) if nested and units else {}
     if weights:
@@ -206,7 +222,7 @@ def leave_one_architecture_out(
         scores(predictions, "prior"),
         predictions,
         tuple(sorted(skipped)),
-        _in_sample(frame, data, predictions, ridge, share_routes, whole_weight),
+        _in_sample(frame, data, predictions, by_units, ridge, share_routes, whole_weight),
         whole=scores(predictions, "whole"),
         units=scores(covered, "units") if len(covered) else None,
         nested=scores(predictions, "nested") if weights else None,
@@ -222,7 +238,7 @@ WEIGHT_GRID = tuple(round(0.05 * i, 2) for i in range(11))
 def nested_weights(
     frame: pd.DataFrame,
     data: pd.DataFrame,
-    by_units: dict[object, float],
+    by_units: UnitLookup | Mapping[object, float],
     ridge: float = DEFAULT_RIDGE,
     share_routes: bool = True,
 ) -> dict[str, float]:
@@ -234,6 +250,8 @@ def nested_weights(
     choosing it costs on a family it never saw. Families × (families − 1) whole-model fits (cheap); the unit
     predictions ``by_units`` (by ``data`` index) are made once.
     """
+    if not isinstance(by_units, UnitLookup):
+        by_units = UnitLookup(None, data, own=by_units)
     families = sorted(data["family"].unique())
     chosen = {}
     for outer in families:
@@ -255,7 +273,7 @@ def _held_out(
     data: pd.DataFrame,
     family: str,
     without: tuple[str, ...],
-    by_units: dict[object, float],
+    by_units: UnitLookup,
     ridge: float,
     share_routes: bool,
 ) -> pd.DataFrame:
@@ -263,11 +281,7 @@ def _held_out(
     unit estimates, and the share of the whole-model estimate that is overheads (rows of routes the fit cannot
     answer are left out)."""
     result = fit(frame, ridge=ridge, data=data[~data["family"].isin(without)], share_routes=share_routes)
-    groups = {
-        (g.target, g.route.framework, g.route.compiler, g.route.layout, g.route.precision, g.threads): g
-        for g in result.groups
-        if g.usable
-    }
+    groups = {g.key: g for g in result.groups if g.usable}
     records = []
     for index, row in data[data["family"] == family].iterrows():
         group = groups.get(tuple(row[k] for k in _GROUP))
@@ -277,33 +291,89 @@ def _held_out(
             {
                 **{k: row[k] for k in [*_GROUP, "model", "family", "batch"]},
                 "y": row["y"],
-                "whole": group.whole_seconds(row["x"]),  # as the planner has it
-                "units": by_units[index],
-                "overhead_share": group.overhead_share(row["x"]),
+                **_estimates(result, group, index, row, by_units),
                 "prior": prior_seconds(row["x"], row["peak_flops"], row["bandwidth"]),
-                "below_range": group.below_range(row["x"]),
             }
         )
     return pd.DataFrame.from_records(records)
 
 
+#: The columns ``_estimates`` gives a row of a graph compiler's route predicted through its framework's plain route
+#: (NaN elsewhere).
+_BASE_COLUMNS = ("base_whole", "base_units", "base_overhead_share", "ratio", "base_layout")
+
+
+def _estimates(result: FitResult, group: GroupFit, index: object, row: pd.Series, by_units: UnitLookup) -> dict:
+    """What the planner combines for one row of ``group``'s route: the whole-model estimate, the unit sum and the
+    overhead share; for a graph compiler with a ratio model (``FitResult.ratio_for``) and no unit sum of its own,
+    the same of its framework's plain route and the fitted ratio (``compiler_ratio.through_framework``)."""
+    x = row["x"]
+    units = by_units.own(index)
+    out: dict[str, object] = {
+        "whole": group.whole_seconds(x),  # as the planner has it
+        "units": units,
+        "overhead_share": group.overhead_share(x),
+        "below_range": group.below_range(x),
+        **dict.fromkeys(_BASE_COLUMNS, math.nan),
+    }
+    through = result.ratio_for(group) if math.isnan(units) else None
+    if through is not None:
+        ratio, base = through
+        out.update(
+            base_whole=base.whole_seconds(x),
+            base_units=by_units.at(index, base.key),
+            base_overhead_share=base.overhead_share(x),
+            ratio=ratio.ratio(x, int(row["batch"]), int(row["threads"])),
+            base_layout=base.route.layout,
+        )
+    return out
+
+
+class UnitLookup:
+    """The kernel-unit sums of ``data``'s rows (by index) on their own route or another, each computed once
+    (``own``: sums given for the rows' own routes, by index)."""
+
+    def __init__(self, unit_fit: UnitFit | None, data: pd.DataFrame, own: Mapping[object, float] | None = None) -> None:
+        self.unit_fit, self.data = unit_fit, data
+        self._cache: dict[tuple[object, tuple[object, ...]], float] = {}
+        for index, seconds in (own or {}).items():
+            row = data.loc[index]
+            self._cache[(index, tuple(row[k] for k in _GROUP))] = seconds
+
+    def at(self, index: object, key: tuple[object, ...]) -> float:
+        """Row ``index``'s unit sum on the route ``key`` (target, framework, compiler, layout, precision, threads)."""
+        if (index, key) not in self._cache:
+            row = self.data.loc[index]
+            self._cache[(index, key)] = unit_seconds(self.unit_fit, row, key)
+        return self._cache[(index, key)]
+
+    def own(self, index: object) -> float:
+        row = self.data.loc[index]
+        return self.at(index, tuple(row[k] for k in _GROUP))
+
+
 def _combined(rows: pd.DataFrame, largest: float | pd.Series | None) -> list[float]:
     """``unitfit.combine`` of each row's whole-model and unit estimates, the whole-model fit's largest weight
     ``largest`` (one for all rows, or one per row; None: the planner's), and the route's errors where ``rows``
-    carry them (``units_error``, ``whole_error``)."""
+    carry them (``units_error``, ``whole_error``). A row with a compiler ratio (``_estimates``) joins its own
+    whole-model fit with its framework's plain route so combined (with that route's errors, ``base_units_error``,
+    ``base_whole_error``) times the ratio (``compiler_ratio.through_framework``)."""
     weights = largest if isinstance(largest, pd.Series) else pd.Series(largest, index=rows.index, dtype=object)
     has_errors = {"units_error", "whole_error"} <= set(rows.columns)
-    return [
-        combine(
-            r["whole"],
-            r["units"],
-            r["precision"],
-            r["overhead_share"],
-            None if pd.isna(w) else float(w),
-            (float(r["units_error"]), float(r["whole_error"])) if has_errors else None,
-        )
-        for (_, r), w in zip(rows.iterrows(), weights, strict=True)
-    ]
+    has_base_errors = {"base_units_error", "base_whole_error"} <= set(rows.columns)
+    out = []
+    for (_, r), w in zip(rows.iterrows(), weights, strict=True):
+        largest_weight = None if pd.isna(w) else float(w)
+        if "ratio" in rows and not pd.isna(r["ratio"]):
+            errors = (float(r["base_units_error"]), float(r["base_whole_error"])) if has_base_errors else None
+            base = combine(
+                r["base_whole"], r["base_units"], r["precision"], r["base_overhead_share"], largest_weight, errors
+            )
+            out.append(through_framework(float(r["whole"]), base, float(r["ratio"])))
+            continue
+        errors = (float(r["units_error"]), float(r["whole_error"])) if has_errors else None
+        out.append(combine(r["whole"], r["units"], r["precision"], r["overhead_share"], largest_weight, errors))
+    return out
 
 
 def _log_errors(rows: pd.DataFrame) -> pd.DataFrame:
@@ -329,6 +399,24 @@ def route_errors(predictions: pd.DataFrame) -> dict[tuple[object, ...], tuple[fl
     }
 
 
+def base_errors_without_family(predictions: pd.DataFrame) -> pd.DataFrame:
+    """For the rows predicted through their framework's plain route (``_estimates``): that route's
+    ``route_errors_without_family`` for the row's family, as ``base_units_error`` and ``base_whole_error`` (NaN
+    elsewhere)."""
+    errors = route_errors_without_family(predictions)
+    by_route_family = {
+        (*(r[k] for k in _GROUP), r["family"]): (e["units_error"], e["whole_error"])
+        for (_, r), (_, e) in zip(predictions.iterrows(), errors.iterrows(), strict=True)
+    }
+    out = pd.DataFrame(np.nan, index=predictions.index, columns=["base_units_error", "base_whole_error"])
+    if "base_layout" not in predictions:
+        return out
+    for index, r in predictions[predictions["base_layout"].notna()].iterrows():
+        key = (r["target"], r["framework"], "none", r["base_layout"], r["precision"], r["threads"], r["family"])
+        out.loc[index] = by_route_family.get(key, (np.nan, np.nan))
+    return out
+
+
 def route_errors_without_family(predictions: pd.DataFrame) -> pd.DataFrame:
     """``route_errors`` for each prediction from its route's *other* families only, so that a held-out family's
     weights owe nothing to its own measurements (columns ``units_error``, ``whole_error``; NaN where the route has
@@ -351,11 +439,12 @@ def _rmspe(rows: pd.DataFrame, predicted: list[float]) -> float:
     return float(np.sqrt(np.mean(((np.asarray(predicted, dtype=float) - y) / y) ** 2)))
 
 
-def unit_seconds(unit_fit: UnitFit | None, row: pd.Series) -> float:
-    """The kernel-unit model's time for a ``training_rows`` row (NaN without sweeps for its route or units)."""
+def unit_seconds(unit_fit: UnitFit | None, row: pd.Series, key: tuple[object, ...] | None = None) -> float:
+    """The kernel-unit model's time for a ``training_rows`` row on its route, or on the route ``key`` (NaN without
+    sweeps for the route or units)."""
     if unit_fit is None or not row.get("units"):
         return math.nan
-    route = unit_fit.route(tuple(row[k] for k in _GROUP))
+    route = unit_fit.route(tuple(row[k] for k in _GROUP) if key is None else key)
     if route is None:
         return math.nan
     return unit_fit.seconds(route, decode_units(row["units"]), int(row["batch"]))
@@ -365,23 +454,23 @@ def _in_sample(
     frame: pd.DataFrame,
     data: pd.DataFrame,
     predictions: pd.DataFrame,
+    by_units: UnitLookup,
     ridge: float,
     share_routes: bool,
     whole_weight: float | None,
 ) -> Scores:
     """Scores of a fit on every family, on the rows that were held out one family at a time."""
-    groups = {
-        (g.target, g.route.framework, g.route.compiler, g.route.layout, g.route.precision, g.threads): g
-        for g in fit(frame, ridge=ridge, data=data, share_routes=share_routes).groups
-    }
+    result = fit(frame, ridge=ridge, data=data, share_routes=share_routes)
+    groups = {g.key: g for g in result.groups}
     keys = [*_GROUP, "model", "batch"]
-    x_by_row = {tuple(row[k] for k in keys): row["x"] for _, row in data.iterrows()}
-    whole, share = [], []
+    index_of = {tuple(row[k] for k in keys): index for index, row in data.iterrows()}
+    estimates = []
     for _, row in predictions.iterrows():
-        group, x = groups[tuple(row[k] for k in _GROUP)], x_by_row[tuple(row[k] for k in keys)]
-        whole.append(group.whole_seconds(x))
-        share.append(group.overhead_share(x))
-    in_sample = predictions.assign(whole=whole, overhead_share=share)
+        index = index_of[tuple(row[k] for k in keys)]
+        estimates.append(_estimates(result, groups[tuple(row[k] for k in _GROUP)], index, data.loc[index], by_units))
+    columns = ["whole", "overhead_share", *_BASE_COLUMNS]
+    refitted = pd.DataFrame.from_records(estimates, index=predictions.index)[columns]
+    in_sample = predictions.drop(columns=[c for c in columns if c in predictions]).join(refitted)
     return scores(in_sample.assign(in_sample=_combined(in_sample, whole_weight)), "in_sample")
 
 

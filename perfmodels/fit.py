@@ -56,6 +56,8 @@ from perfmodels.targets import kernel_flags
 
 if TYPE_CHECKING:
     import pandas as pd
+
+    from perfmodels.compiler_ratio import CompilerRatio
 else:
     pd = lazy_import("pandas")  # (imported when first used: a cached plan needs no DataFrame)
 
@@ -293,12 +295,28 @@ class FitResult:
     #: Rows the fit used (one per target × route × threads × model × batch), with their feature vectors (None in a
     #: model loaded from the plan cache, which keeps only the groups).
     data: pd.DataFrame | None = field(repr=False, compare=False, default=None)
+    #: Each graph compiler route's time as a fitted ratio to its framework's plain route (``compiler_ratio``).
+    ratios: tuple[CompilerRatio, ...] = ()
 
     def targets(self) -> set[str]:
         return {g.target for g in self.groups}
 
     def for_target(self, target: str) -> list[GroupFit]:
         return [g for g in self.groups if g.target == target]
+
+    def ratio_for(self, group: GroupFit) -> tuple[CompilerRatio, GroupFit] | None:
+        """For a graph compiler's group: its usable ratio model and the usable group of its framework's plain route
+        at the same threads the ratio multiplies (None for a plain route, or when either is missing)."""
+        r = group.route
+        if r.compiler in ("none", ""):
+            return None
+        key = (group.target, r.framework, r.compiler, r.layout, r.precision)
+        ratio = next((q for q in self.ratios if q.key == key and q.usable), None)
+        if ratio is None:
+            return None
+        base_key = (group.target, r.framework, "none", ratio.base_layout, r.precision, group.threads)
+        base = next((g for g in self.groups if g.key == base_key and g.usable), None)
+        return None if base is None else (ratio, base)
 
 
 def _json(value: object) -> dict[str, float]:
@@ -603,20 +621,25 @@ def fit(
     (per feature, the median over those routes of the first pass's efficiency). A cost a route's rows barely
     exercise so takes the efficiency other frameworks show on the same hardware, not the roofline's (weights a
     framework never streams are still read at the bandwidth the others measure).
+    Each graph compiler's route also gets its time as a ratio to its framework's plain route
+    (``compiler_ratio.fit_ratios``, ``FitResult.ratio_for``), from the same rows.
     """
+    from perfmodels.compiler_ratio import fit_ratios  # (it reads this module's FEATURES)
+
     rows = training_rows(frame, statistic) if data is None else data
     if rows.empty:
         return FitResult((), rows)
     groups = [(key, group) for key, group in rows.groupby(_GROUP_KEYS, sort=True)]
     first = [_fit_group(key, group, ridge, overhead_ridge) for key, group in groups]
+    ratios = fit_ratios(rows)
     if not share_routes:
-        return FitResult(tuple(first), rows)
+        return FitResult(tuple(first), rows, ratios)
     shared = _shared_efficiency(first)
     second = [
         _fit_group(key, group, ridge, overhead_ridge, shared.get((fitted.target, fitted.threads)))
         for (key, group), fitted in zip(groups, first, strict=True)
     ]
-    return FitResult(tuple(second), rows)
+    return FitResult(tuple(second), rows, ratios)
 
 
 _GROUP_KEYS = ["target", "framework", "compiler", "layout", "precision", "threads"]

@@ -37,6 +37,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import json
+import math
 import os
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
@@ -46,6 +47,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from perfmodels.calibration import Calibration, calibration_from, timed_units
+from perfmodels.compiler_ratio import RATIO_WEIGHT, through_framework
 from perfmodels.digests import file_digest
 from perfmodels.evaluate import Evaluation, leave_one_architecture_out, scores
 from perfmodels.features import Device, Route, Workload
@@ -259,7 +261,8 @@ class FittedModel:
         units, frame = self.units(), self.frame()
         trains = frame is not None and "mode" in frame and bool((frame["mode"] == "training").any())
         keys = tuple(units.keys()) if units is not None else ()
-        return PlanData(FitResult(self.result.groups), keys, self.training(), trains, self.compile_rates())
+        kept = FitResult(self.result.groups, ratios=self.result.ratios)  # (without the rows)
+        return PlanData(kept, keys, self.training(), trains, self.compile_rates())
 
     def frame(self) -> pd.DataFrame | None:
         """The results the model was fitted from (read from its database when first needed; None without)."""
@@ -522,12 +525,24 @@ class FittedModel:
         x = workload_features(workload, group.route.precision)
         below = f" (below the fitted range of {group.target})" if group.below_range(x) else ""
         by_units = self.units_seconds(workload, group)
-        if below and np.isnan(by_units):
+        # a graph compiler without unit sums of its own but with a ratio model: its framework's plain route too
+        through = self.result.ratio_for(group) if np.isnan(by_units) else None
+        if below and np.isnan(by_units) and through is None:
             return replace(prior, basis=f"{prior.basis}{below}")
         whole = group.whole_seconds(x)
         share = group.overhead_share(x)
         errors = self.route_errors(group) if not np.isnan(by_units) else None
         step = raw = combine(whole, by_units, group.route.precision, share, errors=errors)
+        framework_s = factor = math.nan
+        if through is not None:
+            ratio, base = through
+            base_units = self.units_seconds(workload, base)
+            base_errors = self.route_errors(base) if not np.isnan(base_units) else None
+            framework_s = combine(
+                base.whole_seconds(x), base_units, base.route.precision, base.overhead_share(x), errors=base_errors
+            )
+            factor = ratio.ratio(x, workload.batch_size, group.threads)
+            step = raw = through_framework(whole, framework_s, factor)
         differs = [
             name
             for name, ours, theirs in (
@@ -538,10 +553,12 @@ class FittedModel:
             if ours != theirs
         ]
         basis = (
-            f"kernel units:{group.target} + roofline-prior{below}"
+            (f"kernel units:{group.target} + " if not np.isnan(by_units) else "") + f"roofline-prior{below}"
             if below
             else f"fitted:{group.target}" + ("" if np.isnan(by_units) else " + kernel units")
         )
+        if through is not None:
+            basis += f" and {group.route.framework} x the {group.route.compiler} ratio ({through[0].pairs} pairs)"
         if differs:
             # a compiler this target never measured is not credited with its reported speed-up: measurements of
             # the framework rank it, and it ties with the measured compiler (a claim must not outrank a benchmark)
@@ -582,13 +599,15 @@ class FittedModel:
                 "whole_model_step_s": whole * step / raw if raw > 0 else whole,
                 **({} if np.isnan(by_units) else {"kernel_units_step_s": by_units * step / raw}),
                 # the whole-model fit's weight in the combination (unitfit.whole_weight)
-                "whole_model_weight": whole_weight(share, errors=errors),
+                "whole_model_weight": whole_weight(share, errors=errors) if through is None else 1 - RATIO_WEIGHT,
                 "correction": step / prior.step_seconds,
                 "threads": float(group.threads),
                 "fitted_rows": float(group.rows),
                 "train_rmspe": group.train_rmspe,
                 # the per-node and per-query part of the step (scaled like the step when the route differs)
                 "overhead_s": group.overhead_seconds(x) * step / whole if whole > 0 else 0.0,
+                # a compiler through its framework: the framework's plain-route estimate and the fitted ratio
+                **({} if through is None else {"framework_step_s": framework_s * step / raw, "compiler_ratio": factor}),
                 **(figures.as_detail(step) if figures is not None else {}),
                 **({} if compile_s is None else {"compile_s": compile_s}),
             },
@@ -608,11 +627,20 @@ class FittedModel:
         )
 
     def describe(self) -> list[str]:
-        """One line per fitted group."""
+        """One line per fitted group, then one per graph compiler's ratio model."""
+        units = self.units() if self.result.ratios else None
+        unit_keys = units.keys() if units is not None else ()
+        swept = {tuple(key[:5]) for key in unit_keys}
         return [
-            f"{g.target} {g.route.describe()} {g.threads}t: {g.rows} rows from {len(g.families)} families, "
-            f"train RMSPE {g.train_rmspe:.1%}" + ("" if g.usable else " (too little data: not used)")
-            for g in self.result.groups
+            *(
+                f"{g.target} {g.route.describe()} {g.threads}t: {g.rows} rows from {len(g.families)} families, "
+                f"train RMSPE {g.train_rmspe:.1%}" + ("" if g.usable else " (too little data: not used)")
+                for g in self.result.groups
+            ),
+            *(
+                ratio.describe() + (" (its route's kernel units answer instead)" if ratio.key in swept else "")
+                for ratio in self.result.ratios
+            ),
         ]
 
 
@@ -700,6 +728,7 @@ def _load(path: str, stamp: int, store: str = "", store_stamp: int = 0) -> Perfo
 #: (Paths relative to this package; the kernel-unit definitions live in ``analysis``.)
 _FIT_CODE = (
     "fit.py",
+    "compiler_ratio.py",
     "unitfit.py",
     "results_db.py",
     "features.py",

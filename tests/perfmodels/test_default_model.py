@@ -7,6 +7,7 @@ import math
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import onnx
 import pandas as pd
 import pytest
@@ -79,9 +80,11 @@ def test_default_model_is_fitted_and_cached():
 
 
 #: Held-out figures the shipped data reaches (``appopt models evaluate``), rounded up: the routes with kernel-unit
-#: sweeps, and every measured route (docs/decisions.md, 2026-11-26).
+#: sweeps, and every measured route (docs/decisions.md, 2026-11-26: 46.4%, regret mean 1.037 and max 1.322 once the
+#: compilers measured as whole models go through their frameworks' routes, from 48.0%, 1.044 and 1.438; 47.1% with
+#: the TVM and IREE rows merged since).
 SWEPT_RMSPE, SWEPT_MAX_REGRET = 0.16, 1.35
-ALL_RMSPE, ALL_MAX_REGRET = 0.50, 1.45
+ALL_RMSPE, ALL_MEAN_REGRET, ALL_MAX_REGRET = 0.49, 1.045, 1.35
 
 
 def test_leave_one_architecture_out_on_the_shipped_data(shipped):
@@ -106,7 +109,16 @@ def test_leave_one_architecture_out_on_the_shipped_data(shipped):
     # every measured route, the compilers measured as whole models only (torch.compile, TVM, IREE, XLA) included:
     # their whole-model fits err more, and the choice among all routes stays near the goals
     assert evaluation.fitted.rmspe <= ALL_RMSPE
-    assert evaluation.fitted.mean_regret <= 1.05 and evaluation.fitted.max_regret <= ALL_MAX_REGRET
+    assert evaluation.fitted.mean_regret <= ALL_MEAN_REGRET and evaluation.fitted.max_regret <= ALL_MAX_REGRET
+    # those compilers are estimated through their frameworks' plain routes too (perfmodels.compiler_ratio), which
+    # errs less on held-out families than their own whole-model fits alone
+    through = predictions[predictions["ratio"].notna()]
+    assert set(through["compiler"]) == {"inductor", "iree", "tvm", "xla"}
+    log_error = {
+        column: float(np.sqrt(np.mean(np.log(through[column].astype(float) / through["y"].astype(float)) ** 2)))
+        for column in ("predicted", "whole")
+    }
+    assert log_error["predicted"] < 0.9 * log_error["whole"]
     assert evaluation.fitted.spearman >= 0.98
     assert evaluation.by_precision()["int8"].rmspe <= 0.20
     assert evaluation.nested is not None and evaluation.nested.mean_regret <= 1.10
