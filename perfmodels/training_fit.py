@@ -13,16 +13,15 @@ non-negative sum of costs, each a feature in seconds on the measuring host times
            + f · kernel_nodes                   (per-node dispatch of every node but shape bookkeeping (``other``))
 
 and never below the convolution and matrix FLOPs at the host's peak (a roofline floor for extrapolating).
-``core_peak`` is the host's GEMM GFLOP/s at the row's thread count divided by the threads: the training steps
-measured here barely speed up with a second thread (appopt-runtime not at all, PyTorch 1.0-1.75x), so one core's
-peak predicts them better than all cores' (docs/decisions.md, 2026-11-26 training fit on corrected features).
-Convolutions and matrix products have a coefficient each (a training convolution runs at about half a transformer's
-GEMM rate); element-wise and normalisation FLOPs have none (on corrected features a light-FLOP term took
-MobileNet's slow depthwise cost and doubled every transformer's prediction). ``peak`` and ``bandwidth`` are the
-host's, stored in the row, so coefficients carry across hosts: a measured host is predicted with its own peaks, and
-another host transfers through its peaks (the calibration path). The FLOPs and nodes are split by the op classes of
-the rows' ``flops_by_class`` and ``ops_by_class`` (a row without them counts every FLOP a matrix product and no
-node). The fit
+``core_peak`` is the host's GEMM GFLOP/s at the row's thread count divided by the threads. The four per-sample
+terms (a-d) run at ``threads ** x`` times one core's speed, ``x`` the route's ``thread_exponent`` measured from its
+own rows of one model at several thread counts; the per-step terms (e, f) do not speed up. Convolutions and matrix
+products have a coefficient each; element-wise and normalisation FLOPs have no term of their own (their traffic is
+in the activations). ``peak`` and ``bandwidth`` are the host's, stored in the row, so coefficients carry across
+hosts: a measured host is predicted with its own peaks, and another host transfers through its peaks (the
+calibration path). The FLOPs and nodes are split by the op classes of the rows' ``flops_by_class`` and
+``ops_by_class`` (a row without them counts every FLOP a matrix product and no node). Why this shape:
+docs/decisions.md (2026-11-26, training step time on corrected features). The fit
 minimises relative error, so RMSPE is what it optimises. The coefficients are shared by every route measured quietly,
 each route scaling them by a factor of its own (``fit_routes``): a handful of families cannot pin six coefficients
 per route (docs/decisions.md). A route measured only under load is fitted alone (``fit_group``; below
@@ -63,6 +62,8 @@ TRAINING_FLOP_FACTOR = 3.0
 #: Bytes moved per FLOP of memory-bound (depthwise) work: one fp32 read and one write.
 LIGHT_BYTES_PER_FLOP = 8.0
 FEATURES = ("conv_compute", "matmul_compute", "depthwise", "activations", "optimizer", "kernel_nodes")
+#: The first ``PER_SAMPLE`` features grow with the batch and speed up with threads (``thread_exponent``).
+PER_SAMPLE = 4
 #: Op classes whose FLOPs run as matrix products; the op class of shape bookkeeping nodes (no kernel of their own).
 MATMUL_CLASSES = ("gemm", "gemv")
 BOOKKEEPING_CLASS = "other"
@@ -111,12 +112,36 @@ def feature_row(
 
 
 def step_seconds(
-    coef: np.ndarray | tuple[float, ...], x: np.ndarray, threads: np.ndarray | float = 1.0
+    coef: np.ndarray | tuple[float, ...],
+    x: np.ndarray,
+    threads: np.ndarray | float = 1.0,
+    exponent: np.ndarray | float = 0.0,
 ) -> np.ndarray:
-    """Fitted step seconds of feature rows ``x`` at ``threads``, never below the convolution and matrix FLOPs at the
-    host's peak (all ``threads`` cores)."""
+    """Fitted step seconds of feature rows ``x`` at ``threads`` (per-sample work sped up by ``threads ** exponent``,
+    the route's ``thread_exponent``), never below the convolution and matrix FLOPs at the host's peak (all cores)."""
     x = np.asarray(x)
-    return np.maximum(x @ np.asarray(coef), (x[..., 0] + x[..., 1]) / np.asarray(threads, dtype=float))
+    return np.maximum(_sped_up(x, threads, exponent) @ np.asarray(coef), (x[..., 0] + x[..., 1]) / np.asarray(threads))
+
+
+def _sped_up(x: np.ndarray, threads: np.ndarray | float, exponent: np.ndarray | float) -> np.ndarray:
+    """``x`` with its per-sample columns (compute at one core's peak, depthwise and activation traffic) divided by
+    ``threads ** exponent``; the per-step terms (optimiser, per-node dispatch) do not speed up."""
+    out = np.array(x, dtype=float)
+    out[..., :PER_SAMPLE] = out[..., :PER_SAMPLE] / np.power(np.asarray(threads, dtype=float), exponent)[..., None]
+    return out
+
+
+def thread_exponent(rows: pd.DataFrame) -> float:
+    """How a route's steps speed up with threads, from its own rows: the median over (model, batch) measured at
+    several thread counts of log(t_fewest / t_most) / log(most / fewest), clipped to [0, 1]; 0 (one core's speed)
+    with no such pair. PyTorch's steps here run 1.0-1.75x faster on a second thread, appopt-runtime's not at all."""
+    slopes = []
+    for _, part in rows.groupby(["model", "batch"]):
+        times = part.groupby("threads")["value"].median()
+        if len(times) >= 2 and times.index[0] > 0:
+            lo, hi = float(times.index[0]), float(times.index[-1])
+            slopes.append(math.log(float(times.iloc[0]) / float(times.iloc[-1])) / math.log(hi / lo))
+    return float(np.clip(np.median(slopes), 0.0, 1.0)) if slopes else 0.0
 
 
 def step_rows(frame: pd.DataFrame, include_busy: bool = False) -> pd.DataFrame:
@@ -168,16 +193,19 @@ class TrainingGroupFit:
     under_load: bool = False
     #: The trainer's graph compiler (``inductor`` for torch.compile; ``none`` for eager).
     compiler: str = "none"
+    #: Per-sample work speeds up by ``threads ** thread_exponent`` (``thread_exponent``).
+    thread_exponent: float = 0.0
 
     def seconds(self, x: np.ndarray, threads: int = 1) -> float:
-        return float(step_seconds(self.coef, x, threads))
+        return float(step_seconds(self.coef, x, threads, self.thread_exponent))
 
 
 def fit_group(rows: pd.DataFrame) -> TrainingGroupFit:
     """Relative-error NNLS of the coefficients (or one shared scale of the roofline terms when rows are few)."""
+    alpha = thread_exponent(rows)
     x = _matrix(rows)
     y = rows["value"].to_numpy(dtype=float) / 1e3
-    scaled = x / y[:, None]
+    scaled = _sped_up(x, _threads(rows), alpha) / y[:, None]
     if len(rows) >= ROWS_PER_COEFFICIENT * len(FEATURES):
         coef = nnls(scaled, np.ones(len(y)))
     else:  # one scale of the roofline sum (compute + traffic): a constant fitted on few rows of large models
@@ -185,8 +213,8 @@ def fit_group(rows: pd.DataFrame) -> TrainingGroupFit:
         roofline = 5  # conv, matmul, depthwise, activations, optimizer
         scale = nnls(scaled[:, :roofline].sum(axis=1, keepdims=True), np.ones(len(y)))
         coef = np.concatenate([np.full(roofline, scale[0]), np.zeros(len(FEATURES) - roofline)])
-    predicted = step_seconds(coef, x, _threads(rows))
-    return replace(_describe(rows, coef), train_rmspe=float(np.sqrt(np.mean(((predicted - y) / y) ** 2))))
+    predicted = step_seconds(coef, x, _threads(rows), alpha)
+    return replace(_describe(rows, coef, alpha), train_rmspe=float(np.sqrt(np.mean(((predicted - y) / y) ** 2))))
 
 
 def fit_routes(rows: pd.DataFrame) -> dict[str, TrainingGroupFit]:
@@ -197,9 +225,10 @@ def fit_routes(rows: pd.DataFrame) -> dict[str, TrainingGroupFit]:
     keys = _route_key(rows).to_numpy()
     routes = list(dict.fromkeys(keys))
     index = np.array([routes.index(k) for k in keys])
+    alphas = np.array([thread_exponent(rows[keys == k]) for k in routes])
     x = _matrix(rows)
     y = rows["value"].to_numpy(dtype=float) / 1e3
-    relative = x / y[:, None]
+    relative = _sped_up(x, _threads(rows), alphas[index]) / y[:, None]
     scales = np.ones(len(routes))
     shared = np.zeros(len(FEATURES))
     for _ in range(ROUTE_FIT_ROUNDS):
@@ -217,14 +246,13 @@ def fit_routes(rows: pd.DataFrame) -> dict[str, TrainingGroupFit]:
     for r, key in enumerate(routes):
         part = rows[index == r]
         coef = scales[r] * shared
-        predicted = step_seconds(coef, x[index == r], _threads(part))
-        fits[str(key)] = replace(
-            _describe(part, coef), train_rmspe=float(np.sqrt(np.mean((predicted / y[index == r] - 1.0) ** 2)))
-        )
+        predicted = step_seconds(coef, x[index == r], _threads(part), alphas[r])
+        error = float(np.sqrt(np.mean((predicted / y[index == r] - 1.0) ** 2)))
+        fits[str(key)] = replace(_describe(part, coef, float(alphas[r])), train_rmspe=error)
     return fits
 
 
-def _describe(rows: pd.DataFrame, coef: np.ndarray) -> TrainingGroupFit:
+def _describe(rows: pd.DataFrame, coef: np.ndarray, exponent: float = 0.0) -> TrainingGroupFit:
     """A route's fit record (its coefficients given; ``train_rmspe`` left for the caller)."""
     first = rows.iloc[0]
     return TrainingGroupFit(
@@ -237,6 +265,7 @@ def _describe(rows: pd.DataFrame, coef: np.ndarray) -> TrainingGroupFit:
         families=tuple(sorted(set(rows["family"].astype(str)))),
         targets=tuple(sorted(set(rows["target"].astype(str)))),
         train_rmspe=math.nan,
+        thread_exponent=exponent,
     )
 
 
@@ -438,8 +467,9 @@ def leave_one_family_out(frame: pd.DataFrame, include_busy: bool = False) -> Tra
         fits = fit_routes(rows[rows["family"] != family])
         held_keys = keys[rows["family"] == family].to_numpy()
         coef = np.array([fits[k].coef if k in fits else (math.nan,) * len(FEATURES) for k in held_keys])
-        x = _matrix(held)
-        predicted = np.maximum(np.einsum("ij,ij->i", x, coef), (x[:, 0] + x[:, 1]) / _threads(held))
+        alpha = np.array([fits[k].thread_exponent if k in fits else math.nan for k in held_keys])
+        x, threads = _matrix(held), _threads(held)
+        predicted = np.maximum(np.einsum("ij,ij->i", _sped_up(x, threads, alpha), coef), (x[:, 0] + x[:, 1]) / threads)
         predictions.append(
             pd.DataFrame(
                 {
