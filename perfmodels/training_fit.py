@@ -5,21 +5,23 @@ The model
 One step of ``batch`` samples (forward, backward, optimiser update) on a route (backend, precision) is a
 non-negative sum of costs, each a feature in seconds on the measuring host times a fitted coefficient::
 
-    step_s = a · 3·dense_flops·batch / peak     (convolutions and matrix products; backward ≈ 2× forward)
-           + b · 3·light_flops·8·batch / bandwidth   (element-wise, normalisation, pooling, depthwise: memory-bound,
-                                                        a 4-byte read and write per FLOP)
-           + c · 3·activation_bytes·batch / bandwidth   (written forward, read and written backward)
-           + d · 24·params / bandwidth          (optimiser traffic: weight r/w, gradient r, momentum r/w, gradient w)
-           + e · light_nodes                    (per-node dispatch of the nodes without weights, forward and backward)
-           + f                                  (per-step constant)
+    step_s = a · 3·conv_flops·batch / core_peak     (convolutions; backward ≈ 2× forward)
+           + b · 3·matmul_flops·batch / core_peak   (matrix products, ``gemm`` and ``gemv``)
+           + c · 3·depthwise_flops·8·batch / bandwidth   (depthwise convolutions: a 4-byte read and write per FLOP)
+           + d · 3·activation_bytes·batch / bandwidth   (written forward, read and written backward)
+           + e · 24·params / bandwidth          (optimiser traffic: weight r/w, gradient r, momentum r/w, gradient w)
+           + f · kernel_nodes                   (per-node dispatch of every node but shape bookkeeping (``other``))
 
-and never below the dense FLOPs at the host's peak (a roofline floor for extrapolating to larger models).
-``peak`` (GEMM GFLOP/s) and ``bandwidth`` are the host's, measured at the row's thread count and stored in the row,
-so coefficients carry across hosts and thread counts: a measured host is predicted with its own peaks, and another
-host transfers through its peaks (the calibration path). The FLOPs and nodes are split by the op classes of the
-rows' ``flops_by_class`` and ``ops_by_class`` (a row without them counts every FLOP dense and no node); a node with
-weights (convolution, matrix product) costs what its FLOPs and parameters cost, a separate per-node weight for it
-fitting 0 (docs/decisions.md). The fit
+and never below the convolution and matrix FLOPs at the host's peak (a roofline floor for extrapolating).
+``core_peak`` is the host's GEMM GFLOP/s at the row's thread count divided by the threads. The four per-sample
+terms (a-d) run at ``threads ** x`` times one core's speed, ``x`` the route's ``thread_exponent`` measured from its
+own rows of one model at several thread counts; the per-step terms (e, f) do not speed up. Convolutions and matrix
+products have a coefficient each; element-wise and normalisation FLOPs have no term of their own (their traffic is
+in the activations). ``peak`` and ``bandwidth`` are the host's, stored in the row, so coefficients carry across
+hosts: a measured host is predicted with its own peaks, and another host transfers through its peaks (the
+calibration path). The FLOPs and nodes are split by the op classes of the rows' ``flops_by_class`` and
+``ops_by_class`` (a row without them counts every FLOP a matrix product and no node). Why this shape:
+docs/decisions.md (2026-11-26, training step time on corrected features). The fit
 minimises relative error, so RMSPE is what it optimises. The coefficients are shared by every route measured quietly,
 each route scaling them by a factor of its own (``fit_routes``): a handful of families cannot pin six coefficients
 per route (docs/decisions.md). A route measured only under load is fitted alone (``fit_group``; below
@@ -57,12 +59,14 @@ else:
 #: Bytes moved per parameter per SGD-momentum step at fp32 (see the module docstring).
 OPTIMIZER_BYTES_PER_PARAM = 24.0
 TRAINING_FLOP_FACTOR = 3.0
-#: Bytes moved per FLOP of memory-bound (light) work: one fp32 read and one write.
+#: Bytes moved per FLOP of memory-bound (depthwise) work: one fp32 read and one write.
 LIGHT_BYTES_PER_FLOP = 8.0
-FEATURES = ("dense_compute", "light_compute", "activations", "optimizer", "light_nodes", "constant")
-#: Op classes whose FLOPs run as dense kernels (GEMM-like), and whose nodes carry weights.
-DENSE_CLASSES = ("conv", "gemm", "gemv")
-WEIGHTED_CLASSES = ("conv", "conv_dw", "gemm", "gemv")
+FEATURES = ("conv_compute", "matmul_compute", "depthwise", "activations", "optimizer", "kernel_nodes")
+#: The first ``PER_SAMPLE`` features grow with the batch and speed up with threads (``thread_exponent``).
+PER_SAMPLE = 4
+#: Op classes whose FLOPs run as matrix products; the op class of shape bookkeeping nodes (no kernel of their own).
+MATMUL_CLASSES = ("gemm", "gemv")
+BOOKKEEPING_CLASS = "other"
 #: Rows needed per coefficient before the full model is fitted; with fewer, one shared scale of the roofline sum.
 ROWS_PER_COEFFICIENT = 2
 #: Alternations of the shared-coefficient and per-route-scale solves in ``fit_routes`` (it converges in tens).
@@ -85,27 +89,59 @@ def feature_row(
     gbs: float,
     flops_by_class: Mapping[str, float] | None = None,
     ops_by_class: Mapping[str, float] | None = None,
+    threads: int = 1,
 ) -> np.ndarray:
-    """The step's features in seconds on a host of ``peak_gflops`` and ``gbs`` (``FEATURES`` order)."""
-    peak, bandwidth = peak_gflops * 1e9, gbs * 1e9
+    """The step's features in seconds on a host of ``peak_gflops`` (at ``threads``) and ``gbs`` (``FEATURES``
+    order); compute at one core's share of the peak."""
+    core_peak, bandwidth = peak_gflops * 1e9 / max(int(threads), 1), gbs * 1e9
     by_flops, by_ops = flops_by_class or {}, ops_by_class or {}
-    dense = sum(float(by_flops.get(k, 0.0)) for k in DENSE_CLASSES) if by_flops else flops
-    weighted = sum(float(by_ops.get(k, 0.0)) for k in WEIGHTED_CLASSES)
+    conv = float(by_flops.get("conv", 0.0))
+    matmul = sum(float(by_flops.get(k, 0.0)) for k in MATMUL_CLASSES) if by_flops else flops
+    depthwise = float(by_flops.get("conv_dw", 0.0))
+    nodes = sum(float(v) for k, v in by_ops.items() if k != BOOKKEEPING_CLASS)
     return np.array(
         [
-            TRAINING_FLOP_FACTOR * dense * batch / peak,
-            TRAINING_FLOP_FACTOR * max(flops - dense, 0.0) * LIGHT_BYTES_PER_FLOP * batch / bandwidth,
+            TRAINING_FLOP_FACTOR * conv * batch / core_peak,
+            TRAINING_FLOP_FACTOR * matmul * batch / core_peak,
+            TRAINING_FLOP_FACTOR * depthwise * LIGHT_BYTES_PER_FLOP * batch / bandwidth,
             TRAINING_FLOP_FACTOR * activation_bytes * batch / bandwidth,
             OPTIMIZER_BYTES_PER_PARAM * params / bandwidth,
-            (sum(float(v) for v in by_ops.values()) - weighted) * 1e-6,
-            1e-3,
+            nodes * 1e-6,
         ]
     )
 
 
-def step_seconds(coef: np.ndarray | tuple[float, ...], x: np.ndarray) -> np.ndarray:
-    """Fitted step seconds of feature rows ``x``, never below the dense FLOPs at the host's peak (``x[..., 0]``)."""
-    return np.maximum(np.asarray(x) @ np.asarray(coef), np.asarray(x)[..., 0])
+def step_seconds(
+    coef: np.ndarray | tuple[float, ...],
+    x: np.ndarray,
+    threads: np.ndarray | float = 1.0,
+    exponent: np.ndarray | float = 0.0,
+) -> np.ndarray:
+    """Fitted step seconds of feature rows ``x`` at ``threads`` (per-sample work sped up by ``threads ** exponent``,
+    the route's ``thread_exponent``), never below the convolution and matrix FLOPs at the host's peak (all cores)."""
+    x = np.asarray(x)
+    return np.maximum(_sped_up(x, threads, exponent) @ np.asarray(coef), (x[..., 0] + x[..., 1]) / np.asarray(threads))
+
+
+def _sped_up(x: np.ndarray, threads: np.ndarray | float, exponent: np.ndarray | float) -> np.ndarray:
+    """``x`` with its per-sample columns (compute at one core's peak, depthwise and activation traffic) divided by
+    ``threads ** exponent``; the per-step terms (optimiser, per-node dispatch) do not speed up."""
+    out = np.array(x, dtype=float)
+    out[..., :PER_SAMPLE] = out[..., :PER_SAMPLE] / np.power(np.asarray(threads, dtype=float), exponent)[..., None]
+    return out
+
+
+def thread_exponent(rows: pd.DataFrame) -> float:
+    """How a route's steps speed up with threads, from its own rows: the median over (model, batch) measured at
+    several thread counts of log(t_fewest / t_most) / log(most / fewest), clipped to [0, 1]; 0 (one core's speed)
+    with no such pair. PyTorch's steps here run 1.0-1.75x faster on a second thread, appopt-runtime's not at all."""
+    slopes = []
+    for _, part in rows.groupby(["model", "batch"]):
+        times = part.groupby("threads")["value"].median()
+        if len(times) >= 2 and times.index[0] > 0:
+            lo, hi = float(times.index[0]), float(times.index[-1])
+            slopes.append(math.log(float(times.iloc[0]) / float(times.iloc[-1])) / math.log(hi / lo))
+    return float(np.clip(np.median(slopes), 0.0, 1.0)) if slopes else 0.0
 
 
 def step_rows(frame: pd.DataFrame, include_busy: bool = False) -> pd.DataFrame:
@@ -134,6 +170,7 @@ def _matrix(rows: pd.DataFrame) -> np.ndarray:
                 float(r.bandwidth_gbs),
                 _by_class(f),
                 _by_class(o),
+                int(r.threads),
             )
             for r, f, o in zip(rows.itertuples(), by_flops, by_ops, strict=True)
         ]
@@ -156,25 +193,28 @@ class TrainingGroupFit:
     under_load: bool = False
     #: The trainer's graph compiler (``inductor`` for torch.compile; ``none`` for eager).
     compiler: str = "none"
+    #: Per-sample work speeds up by ``threads ** thread_exponent`` (``thread_exponent``).
+    thread_exponent: float = 0.0
 
-    def seconds(self, x: np.ndarray) -> float:
-        return float(step_seconds(self.coef, x))
+    def seconds(self, x: np.ndarray, threads: int = 1) -> float:
+        return float(step_seconds(self.coef, x, threads, self.thread_exponent))
 
 
 def fit_group(rows: pd.DataFrame) -> TrainingGroupFit:
     """Relative-error NNLS of the coefficients (or one shared scale of the roofline terms when rows are few)."""
+    alpha = thread_exponent(rows)
     x = _matrix(rows)
     y = rows["value"].to_numpy(dtype=float) / 1e3
-    scaled = x / y[:, None]
+    scaled = _sped_up(x, _threads(rows), alpha) / y[:, None]
     if len(rows) >= ROWS_PER_COEFFICIENT * len(FEATURES):
         coef = nnls(scaled, np.ones(len(y)))
     else:  # one scale of the roofline sum (compute + traffic): a constant fitted on few rows of large models
         # swamps a small one (held out on the demonstration rows: RMSPE 48% with the scale alone, 390% with it)
-        roofline = 4  # dense, light, activations, optimizer
+        roofline = 5  # conv, matmul, depthwise, activations, optimizer
         scale = nnls(scaled[:, :roofline].sum(axis=1, keepdims=True), np.ones(len(y)))
         coef = np.concatenate([np.full(roofline, scale[0]), np.zeros(len(FEATURES) - roofline)])
-    predicted = step_seconds(coef, x)
-    return replace(_describe(rows, coef), train_rmspe=float(np.sqrt(np.mean(((predicted - y) / y) ** 2))))
+    predicted = step_seconds(coef, x, _threads(rows), alpha)
+    return replace(_describe(rows, coef, alpha), train_rmspe=float(np.sqrt(np.mean(((predicted - y) / y) ** 2))))
 
 
 def fit_routes(rows: pd.DataFrame) -> dict[str, TrainingGroupFit]:
@@ -185,9 +225,10 @@ def fit_routes(rows: pd.DataFrame) -> dict[str, TrainingGroupFit]:
     keys = _route_key(rows).to_numpy()
     routes = list(dict.fromkeys(keys))
     index = np.array([routes.index(k) for k in keys])
+    alphas = np.array([thread_exponent(rows[keys == k]) for k in routes])
     x = _matrix(rows)
     y = rows["value"].to_numpy(dtype=float) / 1e3
-    relative = x / y[:, None]
+    relative = _sped_up(x, _threads(rows), alphas[index]) / y[:, None]
     scales = np.ones(len(routes))
     shared = np.zeros(len(FEATURES))
     for _ in range(ROUTE_FIT_ROUNDS):
@@ -205,14 +246,13 @@ def fit_routes(rows: pd.DataFrame) -> dict[str, TrainingGroupFit]:
     for r, key in enumerate(routes):
         part = rows[index == r]
         coef = scales[r] * shared
-        predicted = step_seconds(coef, x[index == r])
-        fits[str(key)] = replace(
-            _describe(part, coef), train_rmspe=float(np.sqrt(np.mean((predicted / y[index == r] - 1.0) ** 2)))
-        )
+        predicted = step_seconds(coef, x[index == r], _threads(part), alphas[r])
+        error = float(np.sqrt(np.mean((predicted / y[index == r] - 1.0) ** 2)))
+        fits[str(key)] = replace(_describe(part, coef, float(alphas[r])), train_rmspe=error)
     return fits
 
 
-def _describe(rows: pd.DataFrame, coef: np.ndarray) -> TrainingGroupFit:
+def _describe(rows: pd.DataFrame, coef: np.ndarray, exponent: float = 0.0) -> TrainingGroupFit:
     """A route's fit record (its coefficients given; ``train_rmspe`` left for the caller)."""
     first = rows.iloc[0]
     return TrainingGroupFit(
@@ -225,7 +265,12 @@ def _describe(rows: pd.DataFrame, coef: np.ndarray) -> TrainingGroupFit:
         families=tuple(sorted(set(rows["family"].astype(str)))),
         targets=tuple(sorted(set(rows["target"].astype(str)))),
         train_rmspe=math.nan,
+        thread_exponent=exponent,
     )
+
+
+def _threads(rows: pd.DataFrame) -> np.ndarray:
+    return rows["threads"].to_numpy(dtype=float)
 
 
 def _route_key(rows: pd.DataFrame) -> pd.Series:
@@ -292,12 +337,13 @@ class TrainingFit:
             bandwidth,
             workload.flops_by_class,
             workload.ops_by_class,
+            n,
         )
-        step = group.seconds(x)
+        step = group.seconds(x, n)
         if step <= 0:
             return None
         coef = np.asarray(group.coef)
-        compute, memory = max(float(coef[0] * x[0]), float(x[0])), float(coef[1:4] @ x[1:4])
+        compute, memory = float(coef[:2] @ x[:2]), float(coef[2:5] @ x[2:5])
         basis = f"fitted-training:{target} ({group.backend} {group.precision}, {group.rows} rows)"
         return Prediction.for_step(
             workload,
@@ -421,8 +467,9 @@ def leave_one_family_out(frame: pd.DataFrame, include_busy: bool = False) -> Tra
         fits = fit_routes(rows[rows["family"] != family])
         held_keys = keys[rows["family"] == family].to_numpy()
         coef = np.array([fits[k].coef if k in fits else (math.nan,) * len(FEATURES) for k in held_keys])
-        x = _matrix(held)
-        predicted = np.maximum(np.einsum("ij,ij->i", x, coef), x[:, 0])
+        alpha = np.array([fits[k].thread_exponent if k in fits else math.nan for k in held_keys])
+        x, threads = _matrix(held), _threads(held)
+        predicted = np.maximum(np.einsum("ij,ij->i", _sped_up(x, threads, alpha), coef), (x[:, 0] + x[:, 1]) / threads)
         predictions.append(
             pd.DataFrame(
                 {

@@ -19,7 +19,7 @@ from perfmodels.targets import local_target_key
 from perfmodels.training_fit import feature_row
 
 EXAMPLES = Path(__file__).parents[2] / "examples"
-COEF = np.array([1.5, 0.0, 2.0, 1.0, 30.0, 0.5])  # ``FEATURES`` order (these rows have no light FLOPs)
+COEF = np.array([0.0, 1.5, 0.0, 2.0, 1.0, 30.0])  # ``FEATURES`` order (these rows have matrix products only)
 MODELS = {  # name: family, forward flops/sample, activation bytes/sample, params, nodes
     "mlp": ("mlp", 2e5, 4e3, 1e5, 8),
     "cnn": ("cnn", 3e6, 2e5, 2e5, 20),
@@ -35,7 +35,7 @@ def _training_db(path: Path) -> Path:
         for name, (family, flops, act, params, nodes) in MODELS.items():
             for batch in (8, 32):
                 for threads, peak, gbs in ((1, 50.0, 10.0), (2, 95.0, 14.0)):
-                    x = feature_row(flops, act, params, batch, peak, gbs, {"gemm": flops}, {"gemm": nodes})
+                    x = feature_row(flops, act, params, batch, peak, gbs, {"gemm": flops}, {"gemm": nodes}, threads)
                     rows.append(
                         make_row(
                             source="measured", target=local_target_key(), backend=backend, framework=framework,
