@@ -98,6 +98,7 @@ _SHORT = ScenarioSettings(min_duration_s=0.1, min_queries=3, max_duration_s=0.3,
 def test_kernels_measured_while_another_process_was_busy_are_measured_again_once_it_is_quiet(tmp_path, monkeypatch):
     kernels, db, waits = [gemm_kernel(n, n, n) for n in (96, 128, 160)], tmp_path / "kernels.csv", []
     real_wait = provenance.wait_until_quiet
+    before = _others_cpu()  # what processes outside this test use (a shared CI runner is rarely idle)
     with _another_process_busy() as busy:
 
         def quieten(*args, **kwargs):  # the busy process ends while the suite waits for quiet
@@ -111,7 +112,19 @@ def test_kernels_measured_while_another_process_was_busy_are_measured_again_once
     rows = _probed_rows(db)
     assert len(waits) == 1  # the first stretch was judged busy and measured again
     assert sorted(o.kernel.name for o in outcomes) == sorted(k.name for k in kernels) == sorted(rows["model"])
-    assert (rows["other_cpu"].astype(float) <= BUSY_OTHER_CPU).all()
+    # measured again without the busy process: its core is no longer counted (on an idle machine: judged quiet)
+    assert (rows["other_cpu"].astype(float) <= max(BUSY_OTHER_CPU, before + 0.5)).all()
+
+
+def _others_cpu() -> float:
+    """Cores other processes used over one probe window."""
+    window = ProbeWindow()
+    while not window.ready():
+        time.sleep(0.05)
+    reading = window.read()
+    if reading is None:
+        pytest.skip("no /proc/stat here")
+    return reading
 
 
 @pytest.mark.slow
