@@ -36,6 +36,30 @@ def test_the_trial_budget_is_a_positive_whole_number():
             trial_budget({TRIALS_ENV: bad})
 
 
+def test_the_cli_flag_sets_the_budget_over_the_environment(monkeypatch: pytest.MonkeyPatch):
+    from typer.testing import CliRunner
+
+    from benchmarks.engines.tvm_tuning import TvmTunedBackend
+    from cli.main import app
+
+    seen: list[int] = []
+
+    def prepare(self: TvmTunedBackend, model: object, threads: int, precision: str) -> None:
+        seen.append(trial_budget())
+        raise BackendSkipped("stopped after reading the budget")
+
+    monkeypatch.setattr(TvmTunedBackend, "unavailable_reason", lambda self: None)
+    monkeypatch.setattr(TvmTunedBackend, "_prepare", prepare)
+    monkeypatch.setenv(TRIALS_ENV, "7")  # the default source, restored after the test
+    argv = ["bench", "run", "--suite", "mlp", "--backend", "tvm-tuned", "--driver", "harness"]
+    assert CliRunner().invoke(app, argv).exit_code == 0 and seen == [7]
+    result = CliRunner().invoke(app, [*argv, "--tvm-trials", "3"])
+    assert result.exit_code == 0, result.output
+    assert seen == [7, 3] and "stopped after reading the budget" in result.output
+    bad = CliRunner().invoke(app, [*argv, "--tvm-trials", "0"])
+    assert bad.exit_code != 0 and "--tvm-trials" in bad.output
+
+
 def test_each_batch_size_is_its_own_static_model_and_records(tmp_path: Path):
     model = get_model("mlp").model()
     dims = [d for d in model.graph.input[0].type.tensor_type.shape.dim]
@@ -75,4 +99,4 @@ def test_a_tuned_mlp_matches_onnxruntime_and_its_records_are_reused(tmp_path: Pa
     assert settings["tuning_cached"] is True and settings["tuning_trials"] == 2
     assert settings["tune_s"] == pytest.approx(first.tune_s)  # type: ignore[attr-defined]
     assert settings["compile_ms"] > 0 and 0 <= outcome.row["max_abs_error"] < 1e-4
-    assert outcome.row["compiler"] == "tvm" and outcome.row["backend"] == "tvm-tuned"
+    assert outcome.row["compiler"] == "tvm-tuned" and outcome.row["backend"] == "tvm-tuned"  # a route of its own
