@@ -23,6 +23,7 @@ from benchmarks.engines.tvm_tuning import (
 from benchmarks.harness import ScenarioSettings
 from benchmarks.models import get_model, suite
 from benchmarks.runner import BenchRequest, run_benchmarks
+from runtime.engine_tvm_tuning import SEARCH_POLICY
 
 NEEDS = ("tvm", "xgboost", "psutil")
 installed = all(importlib.util.find_spec(m) is not None for m in NEEDS)
@@ -75,6 +76,10 @@ def test_each_batch_size_is_its_own_static_model_and_records(tmp_path: Path):
     assert with_batch(eight, 2).graph.input[0].type.tensor_type.shape.dim[0].dim_value == 8  # a fixed batch stays
     (tmp_path / TUNING_FILE).write_text("{not json")
     assert cached_search(tmp_path) is None  # an unreadable or interrupted search is searched again
+    (tmp_path / TUNING_FILE).write_text(json.dumps({"tune_s": 9.0, "trials": 4}))
+    assert cached_search(tmp_path) is None  # the first policy's records (a round of min(64, trials) on one task)
+    (tmp_path / TUNING_FILE).write_text(json.dumps({"tune_s": 9.0, "trials": 4, "policy": SEARCH_POLICY}))
+    assert cached_search(tmp_path) == {"tune_s": 9.0, "trials": 4, "policy": SEARCH_POLICY}
 
 
 @pytest.mark.slow
@@ -87,7 +92,9 @@ def test_a_tuned_mlp_matches_onnxruntime_and_its_records_are_reused(tmp_path: Pa
     first = get_backend("tvm-tuned").prepare(model.model(), threads=1)
     assert first.tuning_cached is False and first.tuning_trials == 2 and first.tune_s > 0  # type: ignore[attr-defined]
     (meta,) = tuning_root().glob(f"*/*-2t/{TUNING_FILE}")  # batch 1 only so far
-    assert json.loads(meta.read_text())["tune_s"] == pytest.approx(first.tune_s)  # type: ignore[attr-defined]
+    search = json.loads(meta.read_text())
+    assert search["tune_s"] == pytest.approx(first.tune_s)  # type: ignore[attr-defined]
+    assert search["policy"] == SEARCH_POLICY and search["tasks"] >= 2 and search["trials_per_round"] == 1
     assert (meta.parent / "database_tuning_record.json").stat().st_size > 0
     want = get_backend("onnxruntime").prepare(model.model()).run(feeds)[0]
     np.testing.assert_allclose(first.run(feeds)[0], want, rtol=1e-4, atol=1e-5)
