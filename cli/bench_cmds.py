@@ -6,6 +6,7 @@ optimiser's catalog) and turns user mistakes into one-line errors.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -96,8 +97,17 @@ def run_cmd(
     logs: Annotated[
         Path | None, typer.Option("--logs", help="Directory for LoadGen's logs (default: DB.logs/ next to --db).")
     ] = None,
+    tvm_trials: Annotated[
+        int | None,
+        typer.Option("--tvm-trials", min=1, help="tvm-tuned: MetaSchedule trials per model and batch (default: "
+                     "APPOPT_TVM_TRIALS, else 64); recorded in each row."),
+    ] = None,
 ) -> None:
     """Run suite models through backends and scenarios; show a progress bar, then a results table."""
+    if tvm_trials is not None:  # the backend reads its budget from the variable (and so do the jobs it starts)
+        from benchmarks.engines.tvm_tuning import TRIALS_ENV
+
+        os.environ[TRIALS_ENV] = str(tvm_trials)
     from benchmarks.backends import DEFAULT_BACKENDS, PRECISIONS, all_backends
     from benchmarks.features import model_features
     from benchmarks.harness import SCENARIOS

@@ -7,7 +7,9 @@ precision, rows flagged busy or INVALID left out as the fit leaves them: median 
 compiler's, geometric mean per model, then over the models that have both. A compiler no package installs (Glow,
 Tensor Comprehensions, PlaidML) or that needs a device this machine lacks (TensorRT) is marked unmeasurable with the
 reason, from its catalog entry; a legacy one is measured through its successor (nGraph through OpenVINO) and says
-so. Computed when asked, so it works on any database, empty included ("not measured").
+so. A tuned compiler's claim (TVM's, which needs MetaSchedule's search: ``tvm-tuned``) is shown with what the same
+compiler measures untuned beside it (``tvm``), since the seeds' figure is about the tuned one. Computed when
+asked, so it works on any database, empty included ("not measured").
 """
 
 from __future__ import annotations
@@ -49,6 +51,9 @@ class ClaimCheck:
     #: Why it cannot be measured here ("" when it can).
     unmeasurable: str
     measured: list[Measured]
+    #: A tuned compiler's untuned twin (its catalog id) and what it measures, shown beside the tuned figure.
+    untuned_id: str | None = None
+    untuned: tuple[Measured, ...] = ()
 
     def claim_text(self) -> str:
         s = self.speedup
@@ -63,13 +68,18 @@ class ClaimCheck:
             return f"cannot be measured here: {self.unmeasurable}"
         via = "" if self.measured_as == self.compiler.id else f" (through its successor {self.measured_as})"
         if not self.measured:
-            return f"not measured{via}: no rows of its route with its framework's default on the same models"
-        parts = [
-            f"{m.geomean:.3g}x over {m.framework} ({m.baseline_backend}), geomean of {m.models} model"
-            f"{'s' if m.models != 1 else ''} ({m.pairs} pairs, per model {m.low:.3g}-{m.high:.3g}x)"
-            for m in self.measured
-        ]
-        return "; ".join(parts) + via
+            text = f"not measured{via}: no rows of its route with its framework's default on the same models"
+        else:
+            text = "; ".join(_measured_text(m) for m in self.measured) + via
+        if self.untuned_id is not None:
+            untuned = "; ".join(_measured_text(m) for m in self.untuned) or "not measured"
+            text += f"; untuned ({self.untuned_id}): {untuned}"
+        return text
+
+
+def _measured_text(m: Measured) -> str:
+    return (f"{m.geomean:.3g}x over {m.framework} ({m.baseline_backend}), geomean of {m.models} model"
+            f"{'s' if m.models != 1 else ''} ({m.pairs} pairs, per model {m.low:.3g}-{m.high:.3g}x)")
 
 
 def unmeasurable_reason(compiler: Compiler, has_accelerator: bool = False) -> str:
@@ -148,10 +158,12 @@ def claim_checks(catalog: Catalog, frame: pd.DataFrame, defaults: Mapping[str, s
             stand_in = catalog.compilers[compiler.successor]
             reason = unmeasurable_reason(stand_in)
         measured = [] if reason or stand_in is None else measure_compiler(frame, stand_in.id, defaults)
+        untuned_id = compiler.tuning.untuned if compiler.tuning is not None else None
+        untuned = () if reason or untuned_id is None else tuple(measure_compiler(frame, untuned_id, defaults))
         claims: list[Speedup | None] = list(compiler.speedups) or [None]
         for speedup in claims:
             checks.append(ClaimCheck(compiler, speedup, None if reason else stand_in.id if stand_in else None,
-                                     reason, measured))
+                                     reason, measured, untuned_id, untuned))
     return checks
 
 

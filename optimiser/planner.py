@@ -208,10 +208,12 @@ def model_error(p: Prediction) -> tuple[float, str]:
 
 
 def with_setup(prediction: Prediction, route: Route, workload: Workload) -> Prediction:
-    """``prediction`` with the route's one-off setup paid once over the job: its tuning search (``setup_seconds``)
-    and the compile time measured for its compiler (``detail["compile_s"]``, ``perfmodels.setup_time``). A
-    time-to-solution plan counts it in the whole job, a throughput plan in the samples per second over the job."""
-    return prediction.with_setup(route.setup_seconds + prediction.detail.get("compile_s", 0.0), workload.total_samples)
+    """``prediction`` with the route's one-off setup paid once over the job: the setup measured for its compiler
+    (``detail["compile_s"]``, ``perfmodels.setup_time``: the compile, and a tuned compiler's search), else the
+    catalog's prior search (``setup_seconds``, 0 for a compiler that does not tune). A time-to-solution plan counts
+    it in the whole job, a throughput plan in the samples per second over the job."""
+    measured = prediction.detail.get("compile_s")
+    return prediction.with_setup(route.setup_seconds if measured is None else measured, workload.total_samples)
 
 
 
@@ -243,8 +245,8 @@ class _Enumerator:
             base_image = self._base_image(fw)
             if base_image is None:
                 continue
-            for (comp, variant), libs, prec, layout in itertools.product(compilers, libraries, precisions, layouts):
-                route = self._route(fw, comp, variant, libs, prec, layout)
+            for comp, libs, prec, layout in itertools.product(compilers, libraries, precisions, layouts):
+                route = self._route(fw, comp, libs, prec, layout)
                 yield RouteOption(route, base_image, self._notes(fw, comp, route))
 
     # --- frameworks ---------------------------------------------------------------------------------------------
@@ -386,22 +388,21 @@ class _Enumerator:
 
     # --- compilers ----------------------------------------------------------------------------------------------
 
-    def _compilers(self, fw: Framework) -> list[tuple[Compiler | None, str]]:
-        """Each usable compiler with its variant (``tuned``/``untuned`` for one that needs a tuning search)."""
-        out: list[tuple[Compiler | None, str]] = []
+    def _compilers(self, fw: Framework) -> list[Compiler | None]:
+        """Each usable compiler (None: the framework alone). A tuned compiler (``tvm-tuned``) is an entry of its
+        own beside the untuned one, its search the route's setup."""
+        out: list[Compiler | None] = []
         # An allow list restricts which compilers may be used; running without one stays allowed unless denied.
         if NO_COMPILER in (self.spec.optimisation.deny.compilers or []):
             self._exclude(f"{DENIED}compilers", framework=fw.id, compiler=NO_COMPILER)
         else:
-            out.append((None, ""))
+            out.append(None)
         for comp in self.catalog.compilers.values():
             reason = self._compiler_problem(fw, comp)
             if reason is not None:
                 self._exclude(reason, framework=fw.id, compiler=comp.id)
-            elif comp.tuning is not None:
-                out += [(comp, "untuned"), (comp, "tuned")]
             else:
-                out.append((comp, ""))
+                out.append(comp)
         return out
 
     def _compiler_problem(self, fw: Framework, comp: Compiler) -> str | None:
@@ -427,18 +428,19 @@ class _Enumerator:
     # --- assembling a route -------------------------------------------------------------------------------------
 
     def _route(
-        self, fw: Framework, comp: Compiler | None, variant: str, libs: tuple[str, ...], prec: str, layout: str
+        self, fw: Framework, comp: Compiler | None, libs: tuple[str, ...], prec: str, layout: str
     ) -> Route:
         key = self.target.device_key
         efficiency = fw.efficiency.get(key, 0.5)
         for lib_id in libs:
             efficiency *= self.catalog.libraries[lib_id].efficiency.get(key, 1.0)
         speedup, setup = 1.0, 0.0
-        if comp is not None and variant == "untuned" and comp.tuning is not None:
-            speedup = comp.tuning.untuned
+        if comp is not None and comp.speed_prior is not None:
+            speedup = comp.speed_prior.factor
         elif comp is not None:
             speedup = capped_compiler_speedup(compiler_speedup(comp, key, self.mode, prec), min(efficiency, 1.0))
-            setup = comp.tuning.seconds if comp.tuning is not None else 0.0
+        if comp is not None and comp.tuning is not None:
+            setup = comp.tuning.seconds  # the search's prior; a measured setup replaces it (with_setup)
         return Route(
             framework=fw.id,
             compiler=comp.id if comp else NO_COMPILER,
@@ -448,7 +450,6 @@ class _Enumerator:
             efficiency=min(efficiency, 1.0),
             compiler_speedup=speedup,
             layout_factor=layout_factor(self.target.device.kind, layout, prec, self.convolutions),
-            compiler_variant=variant,
             setup_seconds=setup,
             tf32_share=tf32_share(fw.id, self.workload.flops_by_class) if self._tf32(prec) else 0.0,
         )
@@ -497,8 +498,8 @@ class _Enumerator:
         return tuple(notes)
 
     def _compiler_note(self, comp: Compiler, route: Route) -> str:
-        if route.compiler_variant == "untuned" and comp.tuning is not None:
-            return f"{comp.name} untuned prior: {comp.tuning.untuned:g}x its framework ({comp.tuning.source.citation})"
+        if comp.speed_prior is not None:
+            return f"{comp.name} prior: {comp.speed_prior.factor:g}x its framework ({comp.speed_prior.source.citation})"
         figures = [
             s for s in comp.speedups
             if s.use_as_prior and s.device in (None, self.target.device_key) and s.mode in (None, self.mode)
@@ -509,10 +510,10 @@ class _Enumerator:
             f"{comp.name} prior: {route.compiler_speedup:.2f}x on the compute-bound part ({COMPILER_SOURCE})"
             + (f"; reported {cited}" if cited else "; no applicable figure is reported, so none is assumed")
         )
-        if route.compiler_variant == "tuned" and comp.tuning is not None:
+        if comp.tuning is not None:
             text += (
-                f"; tuned: {comp.tuning.seconds / 3600:g} h of search before the job, counted in the time to "
-                f"solution ({comp.tuning.source.citation})"
+                f"; tuned: {comp.tuning.seconds / 3600:g} h of search before the job unless measured, counted in the "
+                f"time to solution ({comp.tuning.source.citation})"
             )
         return text
 

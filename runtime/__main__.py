@@ -1,6 +1,6 @@
 """``python -m runtime``: the runtime's own command line, for images that carry the runtime without appopt.
 
-    python -m runtime compile MODEL.onnx -o OUT [--engine appopt|openvino|tvm|iree]
+    python -m runtime compile MODEL.onnx -o OUT [--engine appopt|openvino|tvm|iree] [--trials N]
     python -m runtime train MODEL.onnx --data FILE.npz -o TRAINED.onnx [--epochs N] [--checkpoint DIR --resume]
                             [--engine appopt|torch] ...
     python -m runtime train --arch resnet50 (--data FILE.npz | --synthetic N) -o TRAINED.onnx [--classes N]
@@ -30,6 +30,10 @@ def _parser() -> argparse.ArgumentParser:
     comp.add_argument(
         "--engine", default="appopt", choices=["appopt", *COMPILED_ENGINES],
         help="whose artefact to write: this runtime's (default), OpenVINO IR, a TVM library or an IREE .vmfb",
+    )
+    comp.add_argument(
+        "--trials", type=int, default=None, metavar="N",
+        help="--engine tvm: search schedules with MetaSchedule over N trials first (the tuned route's build stage)",
     )
     run = sub.add_parser("run", help="run a model or a compiled directory and print output summaries and latency")
     run.add_argument("model", help="an ONNX file or a directory written by 'compile'")
@@ -105,7 +109,8 @@ def main(argv: list[str] | None = None) -> int:
             _train(args)
             return 0
         if args.command == "compile":
-            manifest = tools.compile_to_dir(args.model, args.out, disable=args.disable, engine=args.engine)
+            manifest = tools.compile_to_dir(args.model, args.out, disable=args.disable, engine=args.engine,
+                                            trials=args.trials)
             lines = tools.format_compile(manifest, args.out)
         else:
             report = tools.run_model(

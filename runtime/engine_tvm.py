@@ -13,6 +13,7 @@ Linking the exported objects needs a linker: a C compiler on PATH when there is 
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
 import subprocess
 import sys
@@ -24,7 +25,15 @@ from typing import Any
 import numpy as np
 import onnx
 
-from runtime.engines import Signature, first_line, read_engine_dir, read_model, require, write_engine_dir
+from runtime.engines import (
+    ENGINE_MANIFEST,
+    Signature,
+    first_line,
+    read_engine_dir,
+    read_model,
+    require,
+    write_engine_dir,
+)
 from runtime.errors import RuntimeModelError
 
 LIBRARY_FILE = "model.so"
@@ -100,13 +109,23 @@ def linker() -> Any:
     )
 
 
-def compile_to_dir(model_path: str | os.PathLike[str], out_dir: str | os.PathLike[str]) -> dict[str, Any]:
-    """Compile ``model_path`` and export ``model.so`` in ``out_dir`` (with ``engine.json`` and ``io.onnx``)."""
+def compile_to_dir(model_path: str | os.PathLike[str], out_dir: str | os.PathLike[str],
+                   trials: int | None = None) -> dict[str, Any]:
+    """Compile ``model_path`` and export ``model.so`` in ``out_dir`` (with ``engine.json`` and ``io.onnx``).
+
+    With ``trials`` (the ``tvm-tuned`` route's image), MetaSchedule searches that many candidates first and the
+    library carries the best schedules; the records stay in ``out_dir/tuning``. A search needs static shapes, so a
+    symbolic batch dimension is fixed at 1 and the signature declares it so."""
     tvm = require("tvm", "tvm")
     model = read_model(model_path)
     signature = Signature(model.graph)
     started = time.perf_counter()
-    executable = compile_model(model, None)
+    extra: dict[str, Any] = {}
+    if trials is None:
+        executable = compile_model(model, None)
+    else:
+        executable, fixed, extra = _tuned(model, trials, Path(out_dir) / "tuning")
+        signature = Signature(fixed.graph)  # the batch fixed for the search
     fcompile = linker()
     try:
         executable.export_library(str(Path(out_dir) / LIBRARY_FILE), fcompile=fcompile)
@@ -117,7 +136,27 @@ def compile_to_dir(model_path: str | os.PathLike[str], out_dir: str | os.PathLik
     seconds = time.perf_counter() - started
     target = llvm_target(None)
     return write_engine_dir(out_dir, "tvm", LIBRARY_FILE, signature,
-                            {"tvm": str(tvm.__version__), "mcpu": str(target.mcpu), "compile_s": round(seconds, 3)})
+                            {"tvm": str(tvm.__version__), "mcpu": str(target.mcpu), "compile_s": round(seconds, 3),
+                             **extra})
+
+
+def _tuned(model: onnx.ModelProto, trials: int, work_dir: Path) -> tuple[Any, onnx.ModelProto, dict[str, Any]]:
+    """The executable tuned with ``trials`` trials in ``work_dir``, the batch-fixed model it was tuned for (whose
+    signature the directory declares), and what ``engine.json`` records of the search."""
+    from runtime.engine_tvm_tuning import tuned_executable, with_batch
+
+    if trials < 1:
+        raise RuntimeModelError(f"--trials: the tuning budget must be at least 1 trial, got {trials}")
+    fixed = with_batch(model, 1)
+    # MetaSchedule refuses a target without its core count: the build machine's usable cores
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    try:
+        tuned = tuned_executable(fixed, cores, trials, work_dir)
+    except RuntimeModelError:
+        raise
+    except Exception as exc:  # the importer's, MetaSchedule's and the builders' errors alike
+        raise RuntimeModelError(f"tvm cannot tune the model: {type(exc).__name__}: {first_line(exc)}") from None
+    return tuned.executable, fixed, {"trials": trials, "tune_s": round(tuned.tune_s, 3), "records": work_dir.name}
 
 
 class TvmRunner:
@@ -134,10 +173,12 @@ class TvmRunner:
                 executable = tvm.runtime.load_module(str(artifact))
             except Exception as exc:
                 raise RuntimeModelError(f"tvm cannot load {str(artifact)!r}: {first_line(exc)}") from None
-            self.describe = f"library {artifact.name}"
+            trials = json.loads((path / ENGINE_MANIFEST).read_text(encoding="utf-8")).get("trials")
+            tuned = f", tuned over {trials} trials" if trials else ""
+            self.describe = f"library {artifact.name}{tuned}"
         else:
             signature = Signature.of_file(path)
-            executable = compile_model(onnx.load(str(path)), threads)
+            executable = compile_model(read_model(path), threads)
             self.describe = "compiled now, untuned"
         set_threads(threads)
         self._tvm = tvm

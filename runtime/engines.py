@@ -36,6 +36,8 @@ ENGINES = ("appopt", "onnxruntime", *_RUNNERS)
 #: Engines whose ``compile`` writes their own artefact (OpenVINO IR, a TVM shared library, an IREE ``.vmfb``) in the
 #: build stage.
 COMPILED_ENGINES = ("openvino", "tvm", "iree")
+#: Engines whose ``compile`` may search schedules first with a trial budget (``--trials``: TVM's MetaSchedule).
+TUNING_ENGINES = ("tvm",)
 #: What names a compiled engine directory, and the model's declared inputs/outputs inside it.
 ENGINE_MANIFEST = "engine.json"
 SIGNATURE = "io.onnx"
@@ -159,12 +161,17 @@ def open_runner(engine: str, model: str | os.PathLike[str], threads: int | None)
     return other, f"{engine} ({other.describe})"
 
 
-def compile_for_engine(engine: str, model: str | os.PathLike[str], out_dir: str | os.PathLike[str]) -> dict[str, Any]:
-    """``python -m runtime compile --engine ENGINE``: the engine's artefact for ``model`` in ``out_dir``."""
+def compile_for_engine(engine: str, model: str | os.PathLike[str], out_dir: str | os.PathLike[str],
+                       trials: int | None = None) -> dict[str, Any]:
+    """``python -m runtime compile --engine ENGINE``: the engine's artefact for ``model`` in ``out_dir`` (``trials``:
+    the tuning search's budget, for engines that search: ``tvm``)."""
     if engine not in COMPILED_ENGINES:
         raise RuntimeModelError(
             f"--engine {engine!r} has no compile step; compiling engines: appopt, {', '.join(COMPILED_ENGINES)}"
         )
+    if trials is not None and engine not in TUNING_ENGINES:
+        raise RuntimeModelError(f"--trials: --engine {engine} has no tuning search; engines that search: "
+                                f"{', '.join(TUNING_ENGINES)}")
     if not Path(model).is_file():
         raise RuntimeModelError(f"model {str(model)!r} does not exist")
     Path(out_dir).mkdir(parents=True, exist_ok=True)
@@ -178,4 +185,4 @@ def compile_for_engine(engine: str, model: str | os.PathLike[str], out_dir: str 
         return compile_iree(model, out_dir)
     from runtime.engine_tvm import compile_to_dir as compile_tvm
 
-    return compile_tvm(model, out_dir)
+    return compile_tvm(model, out_dir, trials)

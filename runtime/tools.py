@@ -69,21 +69,27 @@ def compile_to_dir(
     disable: list[str] | None = None,
     max_alloc_bytes: int | None = None,
     engine: str = "appopt",
+    trials: int | None = None,
 ) -> dict[str, Any]:
-    """Compile ``model_path`` and write it to ``out_dir``; returns the manifest. ``engine`` ``openvino`` or ``tvm``
-    writes that engine's artefact instead (``runtime.engines.compile_for_engine``)."""
+    """Compile ``model_path`` and write it to ``out_dir``; returns the manifest. ``engine`` ``openvino``, ``tvm`` or
+    ``iree`` writes that engine's artefact instead (``runtime.engines.compile_for_engine``; ``trials``: TVM's
+    tuning budget)."""
     if engine != "appopt":
         if disable:
             raise RuntimeModelError("--disable names this runtime's graph passes: it needs --engine appopt")
-        return compile_for_engine(engine, model_path, out_dir)
+        return compile_for_engine(engine, model_path, out_dir, trials)
+    if trials is not None:
+        raise RuntimeModelError("--trials is the tuning budget of --engine tvm; this runtime does not search")
     exe = compile_model(str(model_path), disable=disable or (), max_alloc_bytes=max_alloc_bytes)
     return save_artifact(exe, out_dir)
 
 
 def format_compile(manifest: dict[str, Any], out_dir: str | os.PathLike[str]) -> list[str]:
     if "engine" in manifest:  # another engine's artefact (runtime.engines.write_engine_dir)
+        trials = manifest.get("trials")
+        tuned = f", tuned over {trials} trials in {manifest.get('tune_s', 0):.0f} s" if trials else ""
         return [
-            f"compiled -> {out_dir} (engine: {manifest['engine']}, {manifest['artifact']})",
+            f"compiled -> {out_dir} (engine: {manifest['engine']}, {manifest['artifact']}){tuned}",
             "  inputs:  " + ", ".join(manifest["inputs"]),
             "  outputs: " + ", ".join(manifest["outputs"]),
         ]

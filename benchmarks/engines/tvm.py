@@ -7,7 +7,9 @@ and runs it with ``python -m runtime run --engine tvm``. Untuned TVM is far slow
 anchors: ResNet-18 1,889 ms against 34.5 ms). Every session keeps its compile time (``compile_ms``), which the
 runner records beside the latency.
 
-``tvm-tuned`` (``benchmarks.engines.tvm_tuning``) is the same route after a MetaSchedule search with a trial budget.
+``tvm-tuned`` (``benchmarks.engines.tvm_tuning``) is TVM after a MetaSchedule search with a trial budget: the
+catalog's compiler ``tvm-tuned``, a route of its own (its rows never mix with the untuned ones), whose image tunes in
+its build stage (``python -m runtime compile --engine tvm --trials N``).
 """
 
 from __future__ import annotations
@@ -77,7 +79,7 @@ def _tuned_backend() -> Backend:
 ENGINE = EngineSpec(
     name="tvm",
     framework="onnxruntime",
-    compilers=("tvm",),
+    compilers=("tvm", "tvm-tuned"),
     pip=("apache-tvm",),
     extra="tvm",
     image_engine="tvm",

@@ -131,12 +131,23 @@ class Speedup(_Entry):
 
 
 class Tuning(_Entry):
-    """A compiler that needs a tuning search per model to reach its reported speed-up."""
+    """The search a tuned compiler runs per model before the job can run (TVM's MetaSchedule): its own route,
+    beside the same compiler untuned, paying the search once per job."""
 
-    #: Seconds the search takes per model on the target before the job runs (added to the time to solution).
+    #: Seconds the search is assumed to take per model before the job runs (the prior; measured rows replace it).
     seconds: float
-    #: Speed without the search, relative to the framework alone (the route a plain install gives).
-    untuned: float
+    #: Trials (candidates measured over all tuning tasks) an image's build stage searches with.
+    trials: int = Field(default=64, ge=1)
+    #: The catalog id of the same compiler without the search (its measurements stand beside the tuned claim).
+    untuned: str
+    source: Source
+
+
+class SpeedPrior(_Entry):
+    """A compiler's speed relative to its framework alone where no reported speed-up applies (untuned TVM, far
+    slower than a framework): the prior where its measurements do not reach."""
+
+    factor: float = Field(gt=0)
     source: Source
 
 
@@ -195,8 +206,10 @@ class Compiler(Component):
     #: The framework × compiler matrix: framework id -> modes it supports with that framework (T/I/N).
     support: dict[str, list[Mode]] = Field(default_factory=dict)
     speedups: list[Speedup] = Field(default_factory=list)
-    #: Set when the speed-ups need a tuning search (TVM): the planner ranks the tuned and the untuned route.
+    #: Set on a compiler that searches per model before the job (``tvm-tuned``): the search is the route's setup.
     tuning: Tuning | None = None
+    #: Its speed over the framework alone when that is not a reported speed-up (``tvm``, untuned).
+    speed_prior: SpeedPrior | None = None
     #: Extra steps when used with a given framework id (e.g. Torch-TensorRT for PyTorch), on top of ``install``.
     install_with: dict[str, Install] = Field(default_factory=dict)
 
@@ -349,6 +362,12 @@ class Catalog(_Entry):
                             f"{did_you_mean(library_id, list(self.libraries))}"
                         )
         for compiler in self.compilers.values():
+            untuned = compiler.tuning.untuned if compiler.tuning is not None else None
+            if untuned is not None and untuned not in self.compilers:
+                problems.append(
+                    f"compilers.{compiler.id}.tuning.untuned: unknown compiler '{untuned}'"
+                    f"{did_you_mean(untuned, list(self.compilers))}"
+                )
             for framework_id in compiler.support:
                 if framework_id not in self.frameworks:
                     problems.append(

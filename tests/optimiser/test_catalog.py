@@ -229,7 +229,8 @@ def _speedup(catalog: Catalog, compiler_id: str, baseline: str) -> tuple[float, 
 
 def test_seed_speedups_with_sources(catalog: Catalog) -> None:
     assert _speedup(catalog, "xla", "tensorflow") == (1.15, None, True)
-    tvm = catalog.get_compiler("tvm").speedups[0]
+    tvm = catalog.get_compiler("tvm-tuned").speedups[0]  # the claim needs MetaSchedule's search
+    assert not catalog.get_compiler("tvm").speedups and catalog.get_compiler("tvm").speed_prior is not None
     assert (tvm.low, tvm.high) == (1.2, 3.8) and math.isclose(tvm.typical, math.sqrt(1.2 * 3.8))
     assert _speedup(catalog, "glow", "tensorflow+xla")[0] == 2.7
     assert _speedup(catalog, "glow", "tvm")[0] == 1.3
@@ -375,6 +376,22 @@ def test_user_catalog_overrides_fields_and_adds_entries(tmp_path: Path) -> None:
              support: {tensorflw: [training]}
          """,
             "compilers.xla.support: unknown framework 'tensorflw' (did you mean 'tensorflow'?)",
+        ),
+        (
+            """\
+         compilers:
+           - id: tvm-tuned
+             tuning: {seconds: 60, untuned: tvmm, source: {citation: x}}
+         """,
+            "compilers.tvm-tuned.tuning.untuned: unknown compiler 'tvmm' (did you mean 'tvm'?)",
+        ),
+        (
+            """\
+         compilers:
+           - id: tvm-tuned
+             tuning: {seconds: 60, trials: 0, untuned: tvm, source: {citation: x}}
+         """,
+            "compilers.tvm-tuned.tuning.trials: Input should be greater than or equal to 1",
         ),
         (
             """\

@@ -43,6 +43,21 @@ def test_a_compiler_routes_image_compiles_in_the_build_stage_and_runs_with_the_e
     assert f"--engine {compiler}" in build_stage  # the compile runs in the build stage
 
 
+def test_the_tuned_tvm_routes_image_searches_in_the_build_stage_with_the_catalogs_budget(tmp_path: Path) -> None:
+    from optimiser.catalog import load_catalog
+
+    dep = _deployment(tmp_path, "tvm-tuned")
+    trials = load_catalog().compilers["tvm-tuned"].tuning.trials  # type: ignore[union-attr]
+    assert dep["compile_argv"] == ["python3", "-m", "runtime", "compile", "/opt/app/model.onnx", "-o",
+                                   "/opt/app/compiled", "--engine", "tvm", "--trials", str(trials)]
+    assert dep["run_argv"][:7] == ["python3", "-m", "runtime", "run", "/opt/app/compiled", "--engine", "tvm"]
+    pins = dict(p.split("==") for p in dep["pip_packages"] if "==" in p)
+    assert pins["apache-tvm-ffi"] == "0.1.14.post0"  # 0.1.15.post2 segfaults when MetaSchedule saves a record
+    assert {"xgboost-cpu", "psutil", "cloudpickle", "ziglang"} <= set(pins)  # the search's cost model and pools
+    build_stage = (tmp_path / "out" / "Dockerfile").read_text().split("AS final")[0]
+    assert f"--engine tvm --trials {trials}" in build_stage
+
+
 def test_the_xla_route_runs_the_onnx_file_with_jax_and_its_recipe_validates(tmp_path: Path) -> None:
     """XLA compiles at the first run, for the CPU it runs on: no build-stage compile, the runner is ``--engine jax``."""
     from builders.image_build import load_deployment
@@ -68,7 +83,7 @@ def test_the_xla_route_runs_the_onnx_file_with_jax_and_its_recipe_validates(tmp_
 def test_image_engines_come_from_the_engine_modules() -> None:
     assert image_engine("onnxruntime", "none") == "onnxruntime"
     assert image_engine("onnxruntime", "openvino") == "openvino"
-    assert image_engine("onnxruntime", "tvm") == "tvm"
+    assert image_engine("onnxruntime", "tvm") == "tvm" and image_engine("onnxruntime", "tvm-tuned") == "tvm"
     assert image_engine("onnxruntime", "xla") == "jax" and image_engine("tensorflow", "xla") is None
     assert image_engine("onnxruntime", "iree") == "iree"
     assert image_engine("onnxruntime", "tensorrt") is None and image_engine("pytorch", "none") is None

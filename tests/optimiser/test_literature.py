@@ -57,7 +57,25 @@ def test_every_seed_claim_is_listed_with_what_is_measured_or_why_it_cannot_be() 
     assert "runs only on nvidia GPUs" in by_id["tensorrt"][-1].measured_text()
     assert by_id["tensorrt"][-1].claim_text().startswith("40x over CPU-only")
     assert by_id["xla"][0].measured_text().startswith("not measured")
-    assert by_id["tvm"][0].claim_text().startswith("1.2-3.8x over")
+    assert by_id["tvm-tuned"][0].claim_text().startswith("1.2-3.8x over")  # the claim is the tuned compiler's
+    assert by_id["tvm"][0].speedup is None
+
+
+def test_tvms_claim_shows_the_tuned_and_the_untuned_measurements() -> None:
+    rows = [_row("onnxruntime", "none", m, 10.0) for m in ("a", "b")] + [
+        _row("tvm-tuned", "tvm-tuned", "a", 5.0), _row("tvm-tuned", "tvm-tuned", "b", 20.0),  # 2x and 0.5x: 1x
+        _row("tvm", "tvm", "a", 100.0),  # untuned: 0.1x, one model
+    ]
+    checks = claim_checks(load_catalog(), to_frame(rows), default_backends(REGISTRY))
+    (tuned,) = [c for c in checks if c.compiler.id == "tvm-tuned"]
+    assert tuned.measured_text() == (
+        "1x over onnxruntime (onnxruntime), geomean of 2 models (2 pairs, per model 0.5-2x); untuned (tvm): 0.1x over "
+        "onnxruntime (onnxruntime), geomean of 1 model (1 pairs, per model 0.1-0.1x)")
+    (untuned,) = [c for c in checks if c.compiler.id == "tvm"]
+    assert untuned.measured_text().startswith("0.1x over onnxruntime") and "untuned (" not in untuned.measured_text()
+    empty = [c for c in claim_checks(load_catalog(), to_frame([]), {}) if c.compiler.id == "tvm-tuned"]
+    assert empty[0].measured_text().startswith("not measured") and empty[0].measured_text().endswith(
+        "; untuned (tvm): not measured")
 
 
 def test_the_command_works_on_an_empty_database(tmp_path: Path) -> None:

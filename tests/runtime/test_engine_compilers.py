@@ -85,9 +85,43 @@ def test_tvm_links_with_zig_when_no_c_compiler_is_on_path(tmp_path: Path, monkey
     np.testing.assert_allclose(runner.run({"input": X})["probabilities"], _reference(X), rtol=1e-4, atol=1e-6)
 
 
+@pytest.mark.slow
+def test_a_tuned_tvm_directory_searches_with_zig_ships_its_records_and_runs_at_batch_one(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The tuned route's build stage: a slim image has no C compiler, so the search links its candidates with zig."""
+    _needs("tvm")
+    _needs("ziglang")
+    _needs("xgboost")
+    from tvm.support import cc
+
+    from runtime.engine_tvm_tuning import TUNING_FILE
+
+    monkeypatch.setattr(cc, "get_cc", lambda: None)  # as in a slim base image (the search's workers inherit CC)
+    monkeypatch.delenv("CC", raising=False)
+    monkeypatch.delenv("CXX", raising=False)
+    manifest = compile_to_dir(MLP, tmp_path / "c", engine="tvm", trials=2)
+    assert manifest["trials"] == 2 and manifest["tune_s"] > 0
+    meta = json.loads((tmp_path / "c" / "tuning" / TUNING_FILE).read_text())
+    assert meta["trials"] == 2 and (tmp_path / "c" / "tuning" / "database_tuning_record.json").stat().st_size > 0
+    line = format_compile(manifest, tmp_path / "c")[0]
+    assert line.startswith(f"compiled -> {tmp_path / 'c'} (engine: tvm, model.so), tuned over 2 trials in "), line
+    runner, text = open_runner("tvm", tmp_path / "c", 1)
+    assert text == "tvm (library model.so, tuned over 2 trials)"
+    assert runner.inputs["input"].shape[0] == 1  # the search fixed the symbolic batch; the signature says so
+    np.testing.assert_allclose(runner.run({"input": X[:1]})["probabilities"], _reference(X[:1]), rtol=1e-4,
+                               atol=1e-6)
+
+
 def test_engine_errors_are_one_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     with pytest.raises(RuntimeModelError, match="--engine 'onnxruntime' has no compile step"):
         compile_for_engine("onnxruntime", MLP, tmp_path / "x")
+    with pytest.raises(RuntimeModelError, match=r"^--trials: --engine openvino has no tuning search; engines that "):
+        compile_for_engine("openvino", MLP, tmp_path / "x", trials=4)
+    with pytest.raises(RuntimeModelError, match=r"^--trials is the tuning budget of --engine tvm"):
+        compile_to_dir(MLP, tmp_path / "x", trials=4)
+    if importlib.util.find_spec("tvm") is not None:
+        with pytest.raises(RuntimeModelError, match=r"^--trials: the tuning budget must be at least 1 trial, got 0"):
+            compile_for_engine("tvm", MLP, tmp_path / "x", trials=0)
     with pytest.raises(RuntimeModelError, match="--disable names this runtime's graph passes"):
         compile_to_dir(MLP, tmp_path / "x", disable=["fuse"], engine="tvm")
     (tmp_path / "other").mkdir()
