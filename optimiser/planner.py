@@ -377,14 +377,7 @@ class _Enumerator:
                 return f"{lib.name} does not run on {t.arch} CPUs"
         elif t.device_key not in lib.accelerators:
             return f"{lib.name} does not run on {t.device_key} accelerators"
-        if not lib.install.available:
-            return _no_install(lib.status, lib.successor)
-        selection = _selection_problem("libraries", lib.id, self.spec)
-        if selection:  # after the hardware rules: the report then names only what the lists removed
-            return selection
-        if lib.status != "maintained" and not _explicitly_allowed("libraries", lib.id, self.spec.optimisation.allow):
-            return f"legacy{_successor(lib.successor)}; {_opt_in('libraries')}"
-        return None
+        return self._usable_problem("libraries", lib)
 
     # --- compilers ----------------------------------------------------------------------------------------------
 
@@ -407,7 +400,6 @@ class _Enumerator:
 
     def _compiler_problem(self, fw: Framework, comp: Compiler) -> str | None:
         t = self.target
-        allow = self.spec.optimisation.allow
         modes = comp.support.get(fw.id, [])
         if self.mode not in modes:
             have = "/".join(modes) if modes else "no"
@@ -416,13 +408,19 @@ class _Enumerator:
             return f"{comp.name} does not target {t.arch} CPUs"
         if t.device_key != "cpu" and t.device_key not in comp.accelerators:
             return f"{comp.name} does not target {t.device_key} accelerators"
-        if not comp.install.available:
-            return _no_install(comp.status, comp.successor)
-        selection = _selection_problem("compilers", comp.id, self.spec)
-        if selection:  # after the support rules: the report then names only what the lists removed
+        return self._usable_problem("compilers", comp)
+
+    def _usable_problem(self, category: str, entry: Library | Compiler) -> str | None:
+        """What keeps a library or compiler that suits the hardware out: no install, the spec's allow/deny lists,
+        or legacy status without an explicit allow. The lists come after the hardware rules, so the report names
+        only what the lists removed."""
+        if not entry.install.available:
+            return _no_install(entry.status, entry.successor)
+        selection = _selection_problem(category, entry.id, self.spec)
+        if selection:
             return selection
-        if comp.status != "maintained" and not _explicitly_allowed("compilers", comp.id, allow):
-            return f"legacy{_successor(comp.successor)}; {_opt_in('compilers')}"
+        if entry.status != "maintained" and not _explicitly_allowed(category, entry.id, self.spec.optimisation.allow):
+            return f"legacy{_successor(entry.successor)}; {_opt_in(category)}"
         return None
 
     # --- assembling a route -------------------------------------------------------------------------------------
