@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -87,19 +88,27 @@ def test_tvm_links_with_zig_when_no_c_compiler_is_on_path(tmp_path: Path, monkey
 
 @pytest.mark.slow
 def test_a_tuned_tvm_directory_searches_with_zig_ships_its_records_and_runs_at_batch_one(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+        tmp_path: Path) -> None:
     """The tuned route's build stage: a slim image has no C compiler, so the search links its candidates with zig."""
     _needs("tvm")
     _needs("ziglang")
     _needs("xgboost")
-    from tvm.support import cc
-
     from runtime.engine_tvm_tuning import TUNING_FILE
 
-    monkeypatch.setattr(cc, "get_cc", lambda: None)  # as in a slim base image (the search's workers inherit CC)
-    monkeypatch.delenv("CC", raising=False)
-    monkeypatch.delenv("CXX", raising=False)
-    manifest = compile_to_dir(MLP, tmp_path / "c", engine="tvm", trials=2)
+    # In a child process: a search in this one would inherit TVM state (worker pools, the C compiler it found) from
+    # earlier tests of the suite. The child hides the C compiler, as in a slim base image.
+    env = {k: v for k, v in os.environ.items() if k not in ("CC", "CXX")}
+    child = (
+        "import json, sys\n"
+        "from tvm.support import cc\n"
+        "cc.get_cc = lambda: None\n"
+        "from runtime.tools import compile_to_dir\n"
+        "print(json.dumps(compile_to_dir(sys.argv[1], sys.argv[2], engine='tvm', trials=2)))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", child, str(MLP), str(tmp_path / "c")], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=900, check=False)
+    assert done.returncode == 0, done.stderr[-2000:]
+    manifest = json.loads(done.stdout.strip().splitlines()[-1])
     assert manifest["trials"] == 2 and manifest["tune_s"] > 0
     meta = json.loads((tmp_path / "c" / "tuning" / TUNING_FILE).read_text())
     assert meta["trials"] == 2 and (tmp_path / "c" / "tuning" / "database_tuning_record.json").stat().st_size > 0
