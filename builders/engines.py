@@ -156,7 +156,15 @@ def _failed(engine: str, code: int | str, tail: list[str], log_path: Path | None
     errors = [ln.strip() for ln in tail if re.search(r"error|fail", ln, re.I)]
     problem = errors[-1] if errors else (tail[-1] if tail else "")
     where = f"; full log: {log_path}" if log_path else ""
-    return EngineError(f"{engine} build failed ({code}): {problem.strip()[:300]}{where}")
+    return EngineError(f"{engine} build failed ({code}): {_cause_kept(problem.strip())}{where}")
+
+
+def _cause_kept(line: str, limit: int = 300) -> str:
+    """The line shortened so its cause survives: buildah prints the failing step as a Go struct dump before it
+    (``committing container for step {Env:[...] Command:copy ...}: <cause>``), so dumps become ``{…}`` and an
+    over-long line keeps its end."""
+    line = re.sub(r"\{[^{}]*\}", "{…}", line)
+    return line if len(line) <= limit else "…" + line[-(limit - 1):]
 
 
 def _run(argv: list[str], env: Mapping[str, str], what: str) -> str:

@@ -178,3 +178,20 @@ def test_other_build_failures_get_no_base_image_hint(out: Path, monkeypatch: pyt
     monkeypatch.delenv("DOCKER_HOST", raising=False)
     result = CliRunner().invoke(_app(), ["build", str(out), "--engine", "buildah", "--quiet"])
     assert result.exit_code == 4 and "--base-image" not in result.output
+
+
+_COMMIT_FAILED = ("Error: committing container for step {Env:[PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:"
+                  "/sbin:/bin] Command:copy Args:[/opt/appopt/venv /opt/appopt/venv] Flags:[--from=build] Attrs:map[] "
+                  "Message:COPY --from=build /opt/appopt/venv /opt/appopt/venv Original:COPY --from=build "
+                  "/opt/appopt/venv /opt/appopt/venv}: copying layers and metadata for container: writing blob: "
+                  "storing blob to file: write /var/tmp/storage/blob: no space left on device")
+
+
+def test_a_failed_commit_keeps_its_cause_not_the_steps_dump(out: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PATH", str(_fake_buildah(out, _COMMIT_FAILED)))
+    monkeypatch.delenv("DOCKER_HOST", raising=False)
+    result = CliRunner().invoke(_app(), ["build", str(out), "--engine", "buildah", "--quiet"])
+    assert result.exit_code == 4
+    first = result.output.strip().splitlines()[0]
+    assert first.startswith("error: buildah build failed (125): Error: committing container for step {…}: copying")
+    assert "no space left on device; full log: " in first and "Env:[" not in first

@@ -21,6 +21,7 @@ import os
 import shutil
 import subprocess
 import tempfile
+import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -89,11 +90,50 @@ def _podman(*args: str, check: bool = True, timeout: float = 300) -> subprocess.
     return subprocess.run(["podman", *args], capture_output=True, text=True, check=check, timeout=timeout)
 
 
+STORE_PREFIX = "appopt-realcomp-"
+STORE_PARENT = Path("/var/tmp")
+
+
+def _unmount_under(root: Path) -> None:
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/mounts").read_text().splitlines():
+            mount_point = line.split()[1]
+            if mount_point.startswith(str(root)):
+                subprocess.run(["umount", "-l", mount_point], capture_output=True, check=False)
+
+
+def _reclaim_stale_stores(parent: Path, keep: Path) -> None:
+    """Private stores that no live session holds (a run killed before its teardown) are unmounted and removed.
+
+    A session holds ``<store>/session.lock`` (flock) while it runs; a store without one predates the lock and is
+    reclaimed once it is three hours old (a full test run takes under one). Left behind, each held gigabytes.
+    """
+    for store in parent.glob(STORE_PREFIX + "*"):
+        if store == keep or not store.is_dir():
+            continue
+        lock_path = store / "session.lock"
+        if lock_path.exists():
+            with lock_path.open("a") as lock:
+                try:
+                    fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                except OSError:
+                    continue  # a live session's store
+        else:
+            with contextlib.suppress(OSError):
+                if time.time() - store.stat().st_mtime < 3 * 3600:
+                    continue
+        _unmount_under(store)
+        shutil.rmtree(store, ignore_errors=True)
+
+
 @pytest.fixture(scope="session")
 def containers(session_env: pytest.MonkeyPatch) -> Iterator[Containers]:
     """containers.conf (runc, explicit ulimits, no network namespace), registries.conf and a private store."""
     require("podman", "buildah", "runc", "skopeo")
-    root = Path(tempfile.mkdtemp(prefix="appopt-realcomp-", dir="/var/tmp"))
+    root = Path(tempfile.mkdtemp(prefix=STORE_PREFIX, dir=STORE_PARENT))
+    session_lock = (root / "session.lock").open("w")
+    fcntl.flock(session_lock, fcntl.LOCK_EX)
+    _reclaim_stale_stores(STORE_PARENT, keep=root)
     (root / "containers.conf").write_text(
         '[containers]\ndefault_ulimits = ["nofile=20000:20000", "nproc=32768:32768"]\nnetns = "none"\n'
         '[engine]\nruntime = "runc"\n'
@@ -112,12 +152,33 @@ def containers(session_env: pytest.MonkeyPatch) -> Iterator[Containers]:
     subprocess.run(["buildah", "rm", "--all"], capture_output=True, check=False, timeout=120)
     _podman("rm", "--all", "--force", check=False, timeout=120)
     _podman("rmi", "--all", "--force", check=False, timeout=300)
-    with contextlib.suppress(OSError):
-        for line in Path("/proc/mounts").read_text().splitlines():
-            mount_point = line.split()[1]
-            if mount_point.startswith(str(root)):
-                subprocess.run(["umount", "-l", mount_point], capture_output=True, check=False)
+    _unmount_under(root)
     shutil.rmtree(root, ignore_errors=True)
+    session_lock.close()
+
+
+def _image_ids() -> set[str]:
+    listed = _podman("images", "--all", "--quiet", "--no-trunc", check=False, timeout=120)
+    return set(listed.stdout.split()) if listed.returncode == 0 else set()
+
+
+@pytest.fixture(autouse=True)
+def _images_a_test_made_are_removed(request: pytest.FixtureRequest) -> Iterator[None]:
+    """Images (and cached layers) a test built are removed after it; shared ones, made by wider fixtures, stay.
+
+    Wider-scoped fixtures are set up before this one, so the snapshot holds them. Each compiler or PyTorch image is
+    1-3 GB; kept to the session's end they filled CI's disk (a commit failed in the PyTorch image test).
+    """
+    if "containers" not in request.fixturenames:
+        yield
+        return
+    before = _image_ids()
+    yield
+    subprocess.run(["buildah", "rm", "--all"], capture_output=True, check=False, timeout=120)
+    made = sorted(_image_ids() - before)
+    if made:
+        _podman("rmi", "--force", *made, check=False, timeout=300)
+    _podman("image", "prune", "--force", check=False, timeout=300)
 
 
 def _busybox_rootfs(directory: Path) -> Path:
