@@ -161,9 +161,8 @@ def _commands(
             out = f"{IMAGE_APP_DIR}/compiled"
             engine_compile: tuple[str, ...] = ("python3", "-m", "runtime", "compile", model, "-o", out, "--engine",
                                                engine)
-            tuning = (catalog or load_catalog()).compilers.get(plan.choice.route.compiler)
-            if tuning is not None and tuning.tuning is not None:  # a tuned route searches there with its budget
-                engine_compile += ("--trials", str(tuning.tuning.trials))
+            if plan.choice.route.tuning_trials:  # a tuned route searches there with the plan's budget
+                engine_compile += ("--trials", str(plan.choice.route.tuning_trials))
             return engine_compile, ("python3", "-m", "runtime", "run", out, "--engine", engine, "--random",
                                     "--repeat", "20")
         return None, ("python3", "-m", "runtime", "run", model, "--engine", engine, "--random", "--repeat", "20")

@@ -213,6 +213,9 @@ def with_setup(prediction: Prediction, route: Route, workload: Workload) -> Pred
     catalog's prior search (``setup_seconds``, 0 for a compiler that does not tune). A time-to-solution plan counts
     it in the whole job, a throughput plan in the samples per second over the job."""
     measured = prediction.detail.get("compile_s")
+    search, searched = prediction.detail.get("search_s"), prediction.detail.get("search_trials")
+    if measured is not None and search is not None and searched and route.tuning_trials:
+        measured += search * (route.tuning_trials / searched - 1.0)  # the search grows with the trial budget
     return prediction.with_setup(route.setup_seconds if measured is None else measured, workload.total_samples)
 
 
@@ -432,13 +435,15 @@ class _Enumerator:
         efficiency = fw.efficiency.get(key, 0.5)
         for lib_id in libs:
             efficiency *= self.catalog.libraries[lib_id].efficiency.get(key, 1.0)
-        speedup, setup = 1.0, 0.0
+        speedup, setup, trials = 1.0, 0.0, 0
         if comp is not None and comp.speed_prior is not None:
             speedup = comp.speed_prior.factor
         elif comp is not None:
             speedup = capped_compiler_speedup(compiler_speedup(comp, key, self.mode, prec), min(efficiency, 1.0))
         if comp is not None and comp.tuning is not None:
-            setup = comp.tuning.seconds  # the search's prior; a measured setup replaces it (with_setup)
+            trials = self.spec.optimisation.tuning_trials or comp.tuning.trials
+            # the search's prior, growing with the trials; a measured setup replaces it (with_setup)
+            setup = comp.tuning.seconds * trials / comp.tuning.trials
         return Route(
             framework=fw.id,
             compiler=comp.id if comp else NO_COMPILER,
@@ -449,6 +454,7 @@ class _Enumerator:
             compiler_speedup=speedup,
             layout_factor=layout_factor(self.target.device.kind, layout, prec, self.convolutions),
             setup_seconds=setup,
+            tuning_trials=trials,
             tf32_share=tf32_share(fw.id, self.workload.flops_by_class) if self._tf32(prec) else 0.0,
         )
 
@@ -510,7 +516,8 @@ class _Enumerator:
         )
         if comp.tuning is not None:
             text += (
-                f"; tuned: {comp.tuning.seconds / 3600:g} h of search before the job unless measured, counted in the "
+                f"; tuned: {route.setup_seconds / 3600:.3g} h of search before the job ({route.tuning_trials} "
+                f"trials) unless measured, counted in the "
                 f"time to solution ({comp.tuning.source.citation})"
             )
         return text

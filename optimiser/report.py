@@ -44,7 +44,7 @@ def _route(c: Candidate) -> dict[str, Any]:
     return {
         "framework": r.framework,
         "compiler": r.compiler,
-        "compiler_variant": r.compiler_variant,
+        "tuning_trials": r.tuning_trials,
         "libraries": list(r.libraries),
         "precision": r.precision,
         "layout": r.layout,

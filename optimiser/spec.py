@@ -261,6 +261,9 @@ class Optimisation(_Strict):
     allow: Selection = Field(default_factory=Selection)
     deny: Selection = Field(default_factory=Selection)
     top: Annotated[int, Field(gt=0, le=100)] = Field(5, description="How many ranked candidates the report lists.")
+    tuning_trials: Annotated[int, Field(gt=0, le=100_000)] | None = Field(
+        None, description="Trial budget of a tuned compiler's search (tvm-tuned), run in the image's build stage and "
+        "counted in the time to solution; default: the catalog's.")
 
 
 class AppSpec(_Strict):

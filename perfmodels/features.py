@@ -75,20 +75,19 @@ class Route:
     compiler_speedup: float = 1.0
     #: Multiplier for the layout on this device (1.0 = the device's preferred layout).
     layout_factor: float = 1.0
-    #: How the compiler is used when that matters ("tuned", "untuned"; "" otherwise).
-    compiler_variant: str = ""
     #: One-off seconds before the job can run (a compiler's tuning search); part of the time to solution.
     setup_seconds: float = 0.0
+    #: The trial budget of a tuned compiler's search (0 for a compiler that does not search).
+    tuning_trials: int = 0
     #: Share of the FLOPs run on TF32 tensor cores at fp32 (the framework's default on hardware with TF32).
     tf32_share: float = 0.0
 
     @property
     def compiler_label(self) -> str:
-        """The compiler with its variant: ``tvm (tuned)``."""
-        return f"{self.compiler} ({self.compiler_variant})" if self.compiler_variant else self.compiler
+        """The compiler with its search budget where it searches: ``tvm-tuned (64 trials)``."""
+        return f"{self.compiler} ({self.tuning_trials} trials)" if self.tuning_trials else self.compiler
 
     @property
     def key(self) -> str:
         libs = "+".join(self.libraries) or "-"
-        compiler = f"{self.compiler}[{self.compiler_variant}]" if self.compiler_variant else self.compiler
-        return f"{self.framework}/{compiler}/{libs}/{self.precision}/{self.layout}"
+        return f"{self.framework}/{self.compiler}/{libs}/{self.precision}/{self.layout}"

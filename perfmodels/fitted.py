@@ -583,10 +583,11 @@ class FittedModel:
         steps = None if workload.total_samples is None else workload.total_samples / workload.batch_size
         # the route's measured compile time, paid once per job (added by Prediction.with_setup): only where this
         # compiler itself was measured here
-        compile_s = (
-            self.compile_rates().seconds(group.target, route.framework, route.compiler, workload)
-            if route.compiler == group.route.compiler else None
-        )
+        same_compiler = route.compiler == group.route.compiler
+        rates = self.compile_rates()
+        compile_s = rates.seconds(group.target, route.framework, route.compiler, workload) if same_compiler else None
+        # a tuned route's search within it, and the trial budget it was measured at (the plan scales it to its own)
+        search = rates.search(group.target, route.framework, route.compiler, workload) if same_compiler else None
         figures = self.heldout(group.route.precision, group.route.compiler)
         fitted = Prediction(
             step_seconds=step,
@@ -610,6 +611,7 @@ class FittedModel:
                 **({} if through is None else {"framework_step_s": framework_s * step / raw, "compiler_ratio": factor}),
                 **(figures.as_detail(step) if figures is not None else {}),
                 **({} if compile_s is None else {"compile_s": compile_s}),
+                **({} if search is None else {"search_s": search[0], "search_trials": search[1]}),
             },
         )
         return self._calibrated(fitted, workload, route, group) if device.name in LOCAL_NAMES else fitted

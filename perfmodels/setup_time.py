@@ -6,8 +6,11 @@ compile_model, TVM's and IREE's compile, torch.compile's first call); a tuned co
 keep the search's seconds (``tune_s``, with its ``tuning_trials``), which is that route's setup too: a row's setup is
 its compile plus its search. Both grow with the graph (a search has a task per fused function), so each measured
 (target, framework, compiler) keeps the median over its models of setup seconds per graph node; a workload's setup
-is that rate times its node count. Time-to-solution and throughput plans add it to the whole job
-(``Prediction.with_setup``), where it replaces the catalog's prior search (``optimiser.planner.with_setup``).
+is that rate times its node count. A tuned compiler also keeps the search's share of that rate and its median trial
+budget, so a plan that searches with another budget (``optimisation.tuning_trials``) scales the search
+(``CompileRates.search``; its length grows with the trials, each one a candidate built and timed).
+Time-to-solution and throughput plans add it to the whole job (``Prediction.with_setup``), where it replaces the
+catalog's prior search (``optimiser.planner.with_setup``).
 """
 
 from __future__ import annotations
@@ -33,6 +36,9 @@ class CompileRates:
 
     per_node: dict[SetupKey, float] = field(default_factory=dict)
     models: dict[SetupKey, int] = field(default_factory=dict)
+    #: Of a tuned compiler: the search's seconds per graph node (within ``per_node``) and its median trial budget.
+    search_per_node: dict[SetupKey, float] = field(default_factory=dict)
+    trials: dict[SetupKey, float] = field(default_factory=dict)
 
     def seconds(self, target: str, framework: str, compiler: str, workload: Workload) -> float | None:
         """The workload's setup seconds on the route (compile, plus the search of a tuned compiler), or None where
@@ -41,17 +47,32 @@ class CompileRates:
         nodes = sum(workload.ops_by_class.values())
         return None if rate is None or nodes <= 0 else rate * nodes
 
+    def search(self, target: str, framework: str, compiler: str, workload: Workload) -> tuple[float, float] | None:
+        """(seconds, trials) of the workload's search on a tuned route as measured (part of ``seconds``), or None
+        where no search was measured."""
+        rate, trials = self.search_per_node.get((target, framework, compiler)), self.trials.get((target, framework,
+                                                                                                  compiler))
+        nodes = sum(workload.ops_by_class.values())
+        return None if rate is None or trials is None or nodes <= 0 else (rate * nodes, trials)
 
-def _setup_s(settings: object) -> float | None:
-    """A row's setup seconds: its ``compile_ms`` plus its search's ``tune_s`` (None without a compile time)."""
+
+def _positive(value: object) -> float | None:
+    return float(value) if isinstance(value, (int, float)) and value > 0 else None
+
+
+def _setup_parts(settings: object) -> tuple[float, float, float | None] | None:
+    """A row's (setup seconds, search seconds, search trials): its ``compile_ms`` plus its search's ``tune_s``
+    (None without a compile time; search 0 and trials None for a route that does not search)."""
     try:
         figures = json.loads(str(settings))
-        compile_ms, tune_s = figures.get("compile_ms"), figures.get("tune_s", 0.0)
+        compile_ms, tune_s, trials = figures.get("compile_ms"), figures.get("tune_s"), figures.get("tuning_trials")
     except (ValueError, AttributeError):
         return None
-    if not isinstance(compile_ms, (int, float)) or compile_ms <= 0:
+    compile_s = _positive(compile_ms)
+    if compile_s is None:
         return None
-    return compile_ms / 1e3 + (float(tune_s) if isinstance(tune_s, (int, float)) and tune_s > 0 else 0.0)
+    search = _positive(tune_s) or 0.0
+    return compile_s / 1e3 + search, search, _positive(trials) if search else None
 
 
 def _nodes(ops_by_class: object) -> int:
@@ -68,17 +89,31 @@ def compile_rates(frame: pd.DataFrame | None) -> CompileRates:
         return CompileRates()
     rows = frame[(frame["mode"] == "inference") & frame["settings"].astype(str).str.contains("compile_ms")]
     per_model: dict[SetupKey, dict[str, list[float]]] = {}
+    search_per_model: dict[SetupKey, dict[str, list[float]]] = {}
+    trials: dict[SetupKey, list[float]] = {}
     for target, framework, compiler, model, settings, ops in zip(
         rows["target"], rows["framework"], rows["compiler"], rows["model"], rows["settings"], rows["ops_by_class"],
         strict=True,
     ):
-        setup_s, nodes = _setup_s(settings), _nodes(ops)
-        if setup_s is None or nodes <= 0:
+        parts, nodes = _setup_parts(settings), _nodes(ops)
+        if parts is None or nodes <= 0:
             continue
         key = (str(target), str(framework), str(compiler) or "none")
-        per_model.setdefault(key, {}).setdefault(str(model), []).append(setup_s / nodes)
-    per_node = {
+        per_model.setdefault(key, {}).setdefault(str(model), []).append(parts[0] / nodes)
+        if parts[2] is not None:
+            search_per_model.setdefault(key, {}).setdefault(str(model), []).append(parts[1] / nodes)
+            trials.setdefault(key, []).append(parts[2])
+    return CompileRates(
+        _median_of_models(per_model),
+        {key: len(models) for key, models in per_model.items()},
+        _median_of_models(search_per_model),
+        {key: statistics.median(values) for key, values in trials.items()},
+    )
+
+
+def _median_of_models(per_model: dict[SetupKey, dict[str, list[float]]]) -> dict[SetupKey, float]:
+    """Per key, the median over its models of each model's median."""
+    return {
         key: statistics.median(statistics.median(values) for values in models.values())
         for key, models in per_model.items()
     }
-    return CompileRates(per_node, {key: len(models) for key, models in per_model.items()})

@@ -77,7 +77,7 @@ def test_plan_writes_the_report_and_artifacts(tmp_path: Path, example: str, job_
     assert code == 0, err
     plan = json.loads((tmp_path / "plan.json").read_text())
     assert set(plan["choice"]) == {
-        "framework", "compiler", "compiler_variant", "libraries", "precision", "layout", "base_image"
+        "framework", "compiler", "tuning_trials", "libraries", "precision", "layout", "base_image"
     }
     assert plan["predicted"]["step_seconds"] > 0
     assert plan["candidates"][0]["rank"] == 1

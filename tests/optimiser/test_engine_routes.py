@@ -16,9 +16,9 @@ from tests.compiler_routes import COMPILER_ROUTE_SPEC
 EXAMPLES = Path(__file__).parents[2] / "examples"
 
 
-def _deployment(tmp_path: Path, compiler: str) -> dict:
+def _deployment(tmp_path: Path, compiler: str, extra: str = "") -> dict:
     shutil.copy2(EXAMPLES / "digits_mlp.onnx", tmp_path / "digits_mlp.onnx")
-    (tmp_path / "app.yaml").write_text(COMPILER_ROUTE_SPEC.format(compiler=compiler))
+    (tmp_path / "app.yaml").write_text(COMPILER_ROUTE_SPEC.format(compiler=compiler) + extra)
     result = CliRunner().invoke(app, ["plan", str(tmp_path / "app.yaml"), "-o", str(tmp_path / "out")])
     assert result.exit_code == 0, result.output
     plan = json.loads((tmp_path / "out" / "plan.json").read_text())
@@ -56,6 +56,12 @@ def test_the_tuned_tvm_routes_image_searches_in_the_build_stage_with_the_catalog
     assert {"xgboost-cpu", "psutil", "cloudpickle", "ziglang"} <= set(pins)  # the search's cost model and pools
     build_stage = (tmp_path / "out" / "Dockerfile").read_text().split("AS final")[0]
     assert f"--engine tvm --trials {trials}" in build_stage
+
+
+def test_the_specs_trial_budget_is_the_one_the_image_searches_with(tmp_path: Path) -> None:
+    dep = _deployment(tmp_path, "tvm-tuned", extra="  tuning_trials: 8\n")
+    assert dep["compile_argv"][-4:] == ["--engine", "tvm", "--trials", "8"]
+    assert json.loads((tmp_path / "out" / "plan.json").read_text())["choice"]["tuning_trials"] == 8
 
 
 def test_the_xla_route_runs_the_onnx_file_with_jax_and_its_recipe_validates(tmp_path: Path) -> None:

@@ -18,7 +18,8 @@ from optimiser.ties import explain_ties
 EXAMPLES = Path(__file__).parents[2] / "examples"
 
 
-def plan(model: str, hardware: str, mode: str = "inference", **application: Any) -> Plan:
+def plan(model: str, hardware: str, mode: str = "inference", optimisation: dict[str, Any] | None = None,
+         **application: Any) -> Plan:
     catalog = load_catalog()
     hw = catalog.hardware[hardware]
     target: dict[str, Any] = (
@@ -32,6 +33,7 @@ def plan(model: str, hardware: str, mode: str = "inference", **application: Any)
         "application": {"type": mode, "model": {"architecture": model}, "batch_size": 32, "precision": "auto",
                         **application},
         "target": target,
+        "optimisation": optimisation or {},
     }
     return make_plan(parse_spec(yaml.safe_dump(doc)))
 
@@ -202,3 +204,13 @@ def test_engines_that_only_run_model_files_need_one() -> None:
     assert "onnxruntime" in {c.route.framework for c in with_command.candidates}
     onnx_file = make_plan(load_spec(EXAMPLES / "onnx-mlp-local.yaml"))
     assert {"onnxruntime", "appopt-runtime"} <= {c.route.framework for c in onnx_file.candidates}
+
+
+def test_a_spec_trial_budget_scales_the_tuned_search_and_reaches_the_image() -> None:
+    default = plan("resnet50", "xeon-8380", data={"samples": 50000})
+    quick = plan("resnet50", "xeon-8380", data={"samples": 50000}, optimisation={"tuning_trials": 16})
+    tuned = next(c for c in quick.candidates if c.route.compiler == "tvm-tuned")
+    assert tuned.route.tuning_trials == 16 and tuned.route.compiler_label == "tvm-tuned (16 trials)"
+    assert tuned.prediction.detail["setup_s"] == 3600 * 16 / 64  # the catalog's hour is for its 64 trials
+    assert next(c for c in default.candidates if c.route.compiler == "tvm-tuned").route.tuning_trials == 64
+    assert all(c.route.tuning_trials == 0 for c in quick.candidates if c.route.compiler != "tvm-tuned")

@@ -38,7 +38,8 @@ class StepModel:
         return Prediction(step, BATCH / step, None if samples is None else samples / BATCH * step, "compute", "stub")
 
 
-def _plan(tmp_path: Path, goal: str, job_seconds: float, compile_s: float = 0.0):
+def _plan(tmp_path: Path, goal: str, job_seconds: float, compile_s: float = 0.0, trials: int | None = None,
+          search: tuple[float, int] | None = None):
     shutil.copy2(EXAMPLES / "digits_mlp.onnx", tmp_path / "m.onnx")
     samples = int(job_seconds / STEPS["none"] * BATCH)  # the job's length on the untuned, uncompiled route
     doc = {
@@ -46,7 +47,8 @@ def _plan(tmp_path: Path, goal: str, job_seconds: float, compile_s: float = 0.0)
         "application": {"type": "inference", "model": {"onnx": str(tmp_path / "m.onnx")}, "framework": "onnxruntime",
                         "batch_size": BATCH, "precision": "fp32", "data": {"samples": samples}},
         "target": {"cpu": {"arch": "x86_64", "model": "xeon-8380"}},
-        "optimisation": {"goal": goal, "allow": {"compilers": ["none", "tvm", "tvm-tuned"]}},
+        "optimisation": {"goal": goal, "allow": {"compilers": ["none", "tvm", "tvm-tuned"]},
+                         **({} if trials is None else {"tuning_trials": trials})},
     }
     model = StepModel()
     if compile_s:
@@ -54,8 +56,10 @@ def _plan(tmp_path: Path, goal: str, job_seconds: float, compile_s: float = 0.0)
 
         def predict(workload: Workload, route: Route, device: Device) -> Prediction:
             p = inner(workload, route, device)
+            searched = {"search_s": search[0], "search_trials": search[1]} if search and route.tuning_trials else {}
             return p if route.compiler == "none" else Prediction(
-                p.step_seconds, p.samples_per_second, p.total_seconds, p.bound, p.basis, {"compile_s": compile_s})
+                p.step_seconds, p.samples_per_second, p.total_seconds, p.bound, p.basis,
+                {"compile_s": compile_s, **searched})
 
         model.predict = predict  # type: ignore[method-assign]
     return make_plan(parse_spec(yaml.safe_dump(doc)), model=model)
@@ -117,3 +121,13 @@ def test_a_tuned_routes_measured_setup_counts_its_search_and_its_compile() -> No
     assert rates.per_node[("host-2c", "onnxruntime", "tvm-tuned")] == pytest.approx((10.0 + 3.0) / 2)
     assert rates.per_node[("host-2c", "onnxruntime", "tvm")] == pytest.approx(0.05)
     assert rates.models[("host-2c", "onnxruntime", "tvm-tuned")] == 2
+
+
+def test_a_measured_search_grows_with_the_specs_trial_budget(tmp_path: Path) -> None:
+    """100 s of setup measured, 90 s of it a 32-trial search: the catalog's 64 trials pay 10 + 2 x 90 s, a 128-trial
+    spec 10 + 4 x 90 s."""
+    measured = _plan(tmp_path, "time_to_solution", job_seconds=300, compile_s=100.0, search=(90.0, 32))
+    assert _candidate(measured, "tvm-tuned").prediction.detail["setup_s"] == pytest.approx(10.0 + 2 * 90.0)
+    longer = _plan(tmp_path, "time_to_solution", job_seconds=300, compile_s=100.0, search=(90.0, 32), trials=128)
+    assert _candidate(longer, "tvm-tuned").prediction.detail["setup_s"] == pytest.approx(10.0 + 4 * 90.0)
+    assert _candidate(longer, "tvm").prediction.detail["setup_s"] == pytest.approx(100.0)  # no search to scale

@@ -41,3 +41,20 @@ def test_the_rate_is_the_median_over_models_of_seconds_per_node():
 def test_a_database_without_compile_times_has_no_rates():
     assert compile_rates(pd.DataFrame([_row("a", None, 10)])).per_node == {}
     assert compile_rates(None).per_node == {}
+
+
+def _tuned(model: str, compile_ms: float, tune_s: float, trials: int, nodes: int) -> dict[str, object]:
+    row = _row(model, compile_ms, nodes, compiler="tvm-tuned")
+    row["settings"] = json.dumps({"compile_ms": compile_ms, "tune_s": tune_s, "tuning_trials": trials})
+    return row
+
+
+def test_a_tuned_route_keeps_its_search_and_trial_budget_apart_from_the_compile():
+    frame = pd.DataFrame([_tuned("a", 1000.0, 99.0, 32, 10), _tuned("b", 1000.0, 199.0, 32, 10),
+                          _tuned("c", 1000.0, 49.0, 64, 10), _row("d", 500.0, 10)])
+    rates = compile_rates(frame)
+    key = ("host-2c", "onnxruntime", "tvm-tuned")
+    assert rates.per_node[key] == pytest.approx(10.0)  # median of 10, 20 and 5 s per node, compile included
+    assert rates.search_per_node[key] == pytest.approx(9.9) and rates.trials[key] == 32
+    assert rates.search("host-2c", "onnxruntime", "tvm-tuned", _workload(10)) == (pytest.approx(99.0), 32)
+    assert rates.search("host-2c", "onnxruntime", "openvino", _workload(10)) is None  # compiles, never searches

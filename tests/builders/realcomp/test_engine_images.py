@@ -1,4 +1,4 @@
-"""Images of the graph-compiler routes, built for real and run: OpenVINO, TVM and IREE.
+"""Images of the graph-compiler routes, built for real and run: OpenVINO, TVM (untuned and MetaSchedule-tuned) and IREE.
 
 The plan picks ``onnxruntime + openvino`` (or ``+ tvm``, ``+ iree``) for the digits MLP; the image installs the
 engine from a wheelhouse, compiles the model in its build stage (``python -m runtime compile --engine X``: OpenVINO
@@ -32,7 +32,8 @@ import json, sys
 import numpy as np
 from runtime.engines import open_runner
 runner, text = open_runner(sys.argv[1], "/opt/app/compiled", 1)
-x = np.linspace(-1, 1, 128, dtype=np.float32).reshape(2, 64)
+batch = int(sys.argv[2])
+x = np.linspace(-1, 1, 64 * batch, dtype=np.float32).reshape(batch, 64)
 print(json.dumps({"engine": text, "out": runner.run({"input": x})["probabilities"].tolist()}))
 """
 
@@ -58,15 +59,23 @@ def _reference(x: np.ndarray) -> np.ndarray:
     return np.asarray(session.run(None, {"input": x})[0])
 
 
+#: The tuned route's search budget here: two trials, enough to search, build and time candidates in the build stage.
+TRIALS = 2
+
+
 @pytest.mark.parametrize(("compiler", "module", "artefact"), [("openvino", "openvino", "model.xml"),
                                                               ("tvm", "tvm", "model.so"),
+                                                              ("tvm-tuned", "tvm", "model.so"),
                                                               ("iree", "iree.compiler", "model.vmfb")])
 def test_a_compiler_route_image_compiles_in_the_build_stage_and_runs_the_model(
         compiler: str, module: str, artefact: str, debian_image: str, cache_dir: Path, tmp_path: Path,
         appopt: Callable[..., Result]) -> None:
     if not _installed(module):
         pytest.skip("extra not installed")
-    out = plan_for(COMPILER_ROUTE_SPEC.format(compiler=compiler), tmp_path)
+    tuned = compiler == "tvm-tuned"
+    engine = "tvm" if tuned else compiler
+    spec = COMPILER_ROUTE_SPEC.format(compiler=compiler) + (f"  tuning_trials: {TRIALS}\n" if tuned else "")
+    out = plan_for(spec, tmp_path)
     plan = json.loads((out / "plan.json").read_text())
     assert (plan["choice"]["framework"], plan["choice"]["compiler"]) == ("onnxruntime", compiler)
     ref = f"localhost/appopt-test/digits-{compiler}:ci"
@@ -76,20 +85,27 @@ def test_a_compiler_route_image_compiles_in_the_build_stage_and_runs_the_model(
     built = json.loads((out / "build.json").read_text())
     log = (out / built["log"]).read_text()
     assert "--no-index" in log  # the engine came from the wheelhouse
-    assert f"compiled -> /opt/app/compiled (engine: {compiler}, {artefact})" in log  # in the build stage
+    assert f"compiled -> /opt/app/compiled (engine: {engine}, {artefact})" in log  # in the build stage
+    if tuned:  # the search ran there, linked by zig (the minbase has no C compiler), within the spec's budget
+        assert f"(engine: tvm, model.so), tuned over {TRIALS} trials in " in log
 
     proc = _podman("run", "--rm", ref)
     assert proc.returncode == 0, proc.stderr
-    assert f"engine: {compiler} (" in proc.stdout and RUN_OUTPUT.search(proc.stdout), proc.stdout
+    assert f"engine: {engine} (" in proc.stdout and RUN_OUTPUT.search(proc.stdout), proc.stdout
 
-    probe = _podman("run", "--rm", "--entrypoint", "python3", ref, "-c", PROBE, compiler)
+    batch = 1 if tuned else 2  # a search needs static shapes: the tuned library runs the plan's batch (1) only
+    probe = _podman("run", "--rm", "--entrypoint", "python3", ref, "-c", PROBE, engine, str(batch))
     assert probe.returncode == 0, probe.stderr
     answer = json.loads(probe.stdout.strip().splitlines()[-1])
-    x = np.linspace(-1, 1, 128, dtype=np.float32).reshape(2, 64)
+    x = np.linspace(-1, 1, 64 * batch, dtype=np.float32).reshape(batch, 64)
     np.testing.assert_allclose(np.array(answer["out"], dtype=np.float32), _reference(x), rtol=1e-4, atol=1e-6)
     if compiler == "openvino":
         assert answer["engine"] == "openvino (CPU, f32)"  # fp32 forced, not the bf16 default of AMX CPUs
     elif compiler == "tvm":
         assert answer["engine"] == "tvm (library model.so)"  # the build stage's library, not a compile at start
+    elif tuned:  # the searched library and the records it was searched with
+        assert answer["engine"] == f"tvm (library model.so, tuned over {TRIALS} trials)"
+        records = _podman("run", "--rm", "--entrypoint", "ls", ref, "/opt/app/compiled/tuning")
+        assert "database_tuning_record.json" in records.stdout, records.stdout + records.stderr
     else:  # the build stage's module, run by the runtime wheel (no compile when the container starts)
         assert answer["engine"].startswith("iree (module model.vmfb, entry "), answer["engine"]
