@@ -287,7 +287,7 @@ class FittedModel:
     def training(self) -> TrainingFit:
         """The training step fit of the data's ``mode=training`` rows (empty without)."""
         if self._training is None:
-            self._training = fit_for(self._frame)
+            self._training = fit_for(self._frame, self.units())
         return self._training
 
     def calibration(self) -> Calibration | None:
@@ -737,6 +737,8 @@ _FIT_CODE = (
     "../analysis/units.py",
     "fitted.py",
     "training_fit.py",
+    "training_units.py",
+    "../benchmarks/results/training_units.json",
     "trees.py",
     "calibration.py",
     "hoststore.py",

@@ -22,9 +22,20 @@ hosts: a measured host is predicted with its own peaks, and another host transfe
 calibration path). The FLOPs and nodes are split by the op classes of the rows' ``flops_by_class`` and
 ``ops_by_class`` (a row without them counts every FLOP a matrix product and no node). Why this shape:
 docs/decisions.md (2026-11-26, training step time on corrected features). The fit
-minimises relative error, so RMSPE is what it optimises. The coefficients are shared by every route measured quietly,
-each route scaling them by a factor of its own (``fit_routes``): a handful of families cannot pin six coefficients
-per route (docs/decisions.md). A route measured only under load is fitted alone (``fit_group``; below
+minimises relative error, so RMSPE is what it optimises. The coefficients are shared by the routes of one framework
+measured quietly, each route scaling them by a factor of its own (``fit_routes``, ``fit_frameworks``): a handful of
+families cannot pin six coefficients per route (docs/decisions.md), and frameworks run different backward kernels.
+
+Where the inference unit sweeps measured a framework's kernels on the host (``perfmodels.training_units``), its
+steps have a second, unit-priced model (``UNIT_FEATURES``)::
+
+    step_s = a' · forward_s + c' · depthwise + e' · optimizer + f' · kernel_nodes
+
+``forward_s`` the forward pass of ``batch`` samples priced unit by unit by the framework's unit model at the row's
+threads: a held-out family borrows the rates of other models' kernels of similar shape, where the FLOP model has one
+rate per op class. Plans and the held-out evaluation use it where the workload has kernel units.
+
+A route measured only under load is fitted alone (``fit_group``; below
 ``ROWS_PER_COEFFICIENT`` rows per coefficient, one scale of the roofline terms). Rows measured under load
 (``other_cpu`` > ``BUSY_OTHER_CPU``) are left out of a route's fit unless the route has no other rows (its
 predictions then say so); the held-out evaluation leaves them out unless asked.
@@ -50,9 +61,19 @@ from perfmodels.lazy import lazy_import
 from perfmodels.prediction import Prediction
 from perfmodels.results_db import BUSY_OTHER_CPU
 from perfmodels.targets import local_target_key, target_key
+from perfmodels.training_units import (
+    UnitRouteKey,
+    forward_seconds,
+    read_training_units,
+    row_units,
+    unit_route,
+)
 
 if TYPE_CHECKING:
     import pandas as pd
+
+    from analysis.units import Unit
+    from perfmodels.unitfit import UnitFit, UnitRoute
 else:
     pd = lazy_import("pandas")  # (imported when first used: a cached plan needs no DataFrame)
 
@@ -64,6 +85,12 @@ LIGHT_BYTES_PER_FLOP = 8.0
 FEATURES = ("conv_compute", "matmul_compute", "depthwise", "activations", "optimizer", "kernel_nodes")
 #: The first ``PER_SAMPLE`` features grow with the batch and speed up with threads (``thread_exponent``).
 PER_SAMPLE = 4
+#: The unit-priced model's features (``perfmodels.training_units``): the forward pass priced by the framework's
+#: inference kernel units at the row's threads (already at that thread count), then ``FEATURES``' depthwise,
+#: optimiser and per-node terms.
+UNIT_FEATURES = ("forward_units", "depthwise", "optimizer", "kernel_nodes")
+#: The columns of each feature set that grow with the batch and speed up with ``threads ** thread_exponent``.
+PER_SAMPLE_COLUMNS = {"flops": tuple(range(PER_SAMPLE)), "units": (1,)}
 #: Op classes whose FLOPs run as matrix products; the op class of shape bookkeeping nodes (no kernel of their own).
 MATMUL_CLASSES = ("gemm", "gemv")
 BOOKKEEPING_CLASS = "other"
@@ -116,19 +143,43 @@ def step_seconds(
     x: np.ndarray,
     threads: np.ndarray | float = 1.0,
     exponent: np.ndarray | float = 0.0,
+    floor: np.ndarray | float | None = None,
+    features: str = "flops",
 ) -> np.ndarray:
-    """Fitted step seconds of feature rows ``x`` at ``threads`` (per-sample work sped up by ``threads ** exponent``,
-    the route's ``thread_exponent``), never below the convolution and matrix FLOPs at the host's peak (all cores)."""
+    """Fitted step seconds of feature rows ``x`` (of the ``features`` set) at ``threads`` (per-sample work sped up by
+    ``threads ** exponent``, the route's ``thread_exponent``), never below ``floor``: the convolution and matrix
+    FLOPs at the host's peak on all cores (``roofline_floor``; read from ``x`` for the FLOP features)."""
     x = np.asarray(x)
-    return np.maximum(_sped_up(x, threads, exponent) @ np.asarray(coef), (x[..., 0] + x[..., 1]) / np.asarray(threads))
+    if floor is None:
+        floor = roofline_floor(x, threads)
+    return np.maximum(_sped_up(x, threads, exponent, PER_SAMPLE_COLUMNS[features]) @ np.asarray(coef), floor)
 
 
-def _sped_up(x: np.ndarray, threads: np.ndarray | float, exponent: np.ndarray | float) -> np.ndarray:
-    """``x`` with its per-sample columns (compute at one core's peak, depthwise and activation traffic) divided by
-    ``threads ** exponent``; the per-step terms (optimiser, per-node dispatch) do not speed up."""
+def roofline_floor(flops_x: np.ndarray, threads: np.ndarray | float) -> np.ndarray:
+    """The convolution and matrix FLOPs of ``FEATURES`` rows at the host's peak on all ``threads``."""
+    flops_x = np.asarray(flops_x)
+    return np.asarray((flops_x[..., 0] + flops_x[..., 1]) / np.asarray(threads))
+
+
+def _sped_up(
+    x: np.ndarray,
+    threads: np.ndarray | float,
+    exponent: np.ndarray | float,
+    columns: tuple[int, ...] = PER_SAMPLE_COLUMNS["flops"],
+) -> np.ndarray:
+    """``x`` with its per-sample ``columns`` (compute at one core's peak, depthwise and activation traffic) divided
+    by ``threads ** exponent``; the per-step terms (optimiser, per-node dispatch) do not speed up, nor does work
+    priced by kernel units measured at the row's threads."""
     out = np.array(x, dtype=float)
-    out[..., :PER_SAMPLE] = out[..., :PER_SAMPLE] / np.power(np.asarray(threads, dtype=float), exponent)[..., None]
+    cols = list(columns)
+    out[..., cols] = out[..., cols] / np.power(np.asarray(threads, dtype=float), exponent)[..., None]
     return out
+
+
+def unit_matrix(flops_x: np.ndarray, forward_s: np.ndarray) -> np.ndarray:
+    """``UNIT_FEATURES`` rows from ``FEATURES`` rows and each row's forward pass priced by kernel units (seconds)."""
+    flops_x = np.asarray(flops_x).reshape(-1, len(FEATURES))
+    return np.c_[np.asarray(forward_s, dtype=float), flops_x[:, 2], flops_x[:, 4], flops_x[:, 5]]
 
 
 def thread_exponent(rows: pd.DataFrame) -> float:
@@ -195,9 +246,11 @@ class TrainingGroupFit:
     compiler: str = "none"
     #: Per-sample work speeds up by ``threads ** thread_exponent`` (``thread_exponent``).
     thread_exponent: float = 0.0
+    #: The feature set of ``coef``: ``flops`` (``FEATURES``) or ``units`` (``UNIT_FEATURES``).
+    features: str = "flops"
 
-    def seconds(self, x: np.ndarray, threads: int = 1) -> float:
-        return float(step_seconds(self.coef, x, threads, self.thread_exponent))
+    def seconds(self, x: np.ndarray, threads: int = 1, floor: float | None = None) -> float:
+        return float(step_seconds(self.coef, x, threads, self.thread_exponent, floor, self.features))
 
 
 def fit_group(rows: pd.DataFrame) -> TrainingGroupFit:
@@ -217,20 +270,23 @@ def fit_group(rows: pd.DataFrame) -> TrainingGroupFit:
     return replace(_describe(rows, coef, alpha), train_rmspe=float(np.sqrt(np.mean(((predicted - y) / y) ** 2))))
 
 
-def fit_routes(rows: pd.DataFrame) -> dict[str, TrainingGroupFit]:
+def fit_routes(rows: pd.DataFrame, x: np.ndarray | None = None, features: str = "flops") -> dict[str, TrainingGroupFit]:
     """Every route of ``rows`` at once: shared coefficients ``c`` and a scale ``s_r`` per route (the first route's is
     1), step = s_r * (x . c), minimising the rows' squared relative error. Alternates the two convex halves: the NNLS
     of ``c`` with the scales fixed, then each route's least-squares scale with ``c`` fixed (an exact zero stays
-    reachable, which a fit of log-coefficients never reaches). Routes keyed as ``_route_key``."""
+    reachable, which a fit of log-coefficients never reaches). Routes keyed as ``_route_key``. ``x``: the rows'
+    features of the ``features`` set (default: ``FEATURES`` from the rows)."""
     keys = _route_key(rows).to_numpy()
     routes = list(dict.fromkeys(keys))
     index = np.array([routes.index(k) for k in keys])
     alphas = np.array([thread_exponent(rows[keys == k]) for k in routes])
-    x = _matrix(rows)
+    flops_x = _matrix(rows)
+    x = flops_x if x is None else np.asarray(x)
+    columns = PER_SAMPLE_COLUMNS[features]
     y = rows["value"].to_numpy(dtype=float) / 1e3
-    relative = _sped_up(x, _threads(rows), alphas[index]) / y[:, None]
+    relative = _sped_up(x, _threads(rows), alphas[index], columns) / y[:, None]
     scales = np.ones(len(routes))
-    shared = np.zeros(len(FEATURES))
+    shared = np.zeros(x.shape[1])
     for _ in range(ROUTE_FIT_ROUNDS):
         shared = nnls(relative * scales[index][:, None], np.ones(len(y)))
         explained = relative @ shared
@@ -243,12 +299,32 @@ def fit_routes(rows: pd.DataFrame) -> dict[str, TrainingGroupFit]:
             break
     shared, scales = shared * scales[0], scales / scales[0]
     fits = {}
+    floor = roofline_floor(flops_x, _threads(rows))
     for r, key in enumerate(routes):
         part = rows[index == r]
         coef = scales[r] * shared
-        predicted = step_seconds(coef, x[index == r], _threads(part), alphas[r])
+        predicted = step_seconds(coef, x[index == r], _threads(part), alphas[r], floor[index == r], features)
         error = float(np.sqrt(np.mean((predicted / y[index == r] - 1.0) ** 2)))
-        fits[str(key)] = replace(_describe(part, coef, float(alphas[r])), train_rmspe=error)
+        described = replace(_describe(part, coef, float(alphas[r])), features=features)
+        fits[str(key)] = replace(described, train_rmspe=error)
+    return fits
+
+
+def fit_frameworks(rows: pd.DataFrame, forward_s: np.ndarray | None = None) -> dict[str, TrainingGroupFit]:
+    """``fit_routes`` per framework (routes share coefficients only with routes of their own framework: appopt-runtime
+    and PyTorch run different backward kernels). With ``forward_s`` (each row's forward pass priced by kernel units,
+    NaN where it cannot be), a framework whose rows are all priced gets the unit-priced model (``UNIT_FEATURES``),
+    the others the FLOP model."""
+    fits: dict[str, TrainingGroupFit] = {}
+    frameworks = rows["framework"].astype(str).to_numpy()
+    for framework in dict.fromkeys(frameworks):
+        mask = frameworks == framework
+        part = rows[mask]
+        priced = None if forward_s is None else np.asarray(forward_s, dtype=float)[mask]
+        if priced is not None and len(priced) and np.isfinite(priced).all():
+            fits.update(fit_routes(part, unit_matrix(_matrix(part), priced), "units"))
+        else:
+            fits.update(fit_routes(part))
     return fits
 
 
@@ -277,22 +353,60 @@ def _route_key(rows: pd.DataFrame) -> pd.Series:
     return rows["backend"].astype(str) + "|" + rows["precision"].fillna("fp32").astype(str)
 
 
+def priced_forward(
+    rows: pd.DataFrame,
+    units: UnitFit | None,
+    shipped: Mapping[str, tuple[Unit, ...]],
+    routes: dict[UnitRouteKey, UnitRoute],
+) -> np.ndarray:
+    """Each row's forward pass priced by its framework's kernel units (``perfmodels.training_units``), NaN where it
+    cannot be; the unit routes used are added to ``routes``."""
+    out = np.full(len(rows), math.nan)
+    if units is None or rows.empty:
+        return out
+    for i, (row, forward) in enumerate(zip(rows.itertuples(), row_units(rows, shipped), strict=True)):
+        key = (str(row.target), str(row.framework), int(row.threads))
+        if key not in routes:
+            found = unit_route(units, *key)
+            if found is None:
+                continue
+            routes[key] = found
+        out[i] = forward_seconds(routes[key], forward, int(row.batch))
+    return out
+
+
 @dataclass
 class TrainingFit:
-    """Fitted groups by route, plus the measured peaks of each (target, threads) for predicting there."""
+    """Fitted groups by route (``groups``: the FLOP model; ``unit_groups``: the unit-priced model, for frameworks whose
+    rows were priced by kernel units, with the ``unit_routes`` that priced them), plus the measured peaks of each
+    (target, threads) for predicting there."""
 
     groups: dict[str, TrainingGroupFit] = field(default_factory=dict)
     peaks: dict[tuple[str, int], tuple[float, float]] = field(default_factory=dict)
+    unit_groups: dict[str, TrainingGroupFit] = field(default_factory=dict)
+    unit_routes: dict[UnitRouteKey, UnitRoute] = field(default_factory=dict)
 
     @classmethod
-    def from_frame(cls, frame: pd.DataFrame) -> TrainingFit:
+    def from_frame(
+        cls,
+        frame: pd.DataFrame,
+        units: UnitFit | None = None,
+        shipped: Mapping[str, tuple[Unit, ...]] | None = None,
+    ) -> TrainingFit:
+        """The fit of ``frame``'s training rows; with ``units`` (the inference unit models), also the unit-priced
+        model of the frameworks it prices (rows' units from ``shipped``, default ``read_training_units()``)."""
         rows = step_rows(frame, include_busy=True)
         fit = cls()
         if rows.empty:
             return fit
         quiet = rows[~(rows["other_cpu"].astype(float) > BUSY_OTHER_CPU)]
         if len(quiet):
-            fit.groups.update(fit_routes(quiet))
+            fit.groups.update(fit_frameworks(quiet))
+            shipped = read_training_units() if shipped is None and units is not None else shipped or {}
+            forward = priced_forward(quiet, units, shipped, fit.unit_routes)
+            if np.isfinite(forward).any():
+                priced = fit_frameworks(quiet, forward)
+                fit.unit_groups.update({k: g for k, g in priced.items() if g.features == "units"})
         for key, group in rows.groupby(_route_key(rows)):
             if str(key) not in fit.groups:  # measured only under load: fitted alone, and its predictions say so
                 fit.groups[str(key)] = replace(fit_group(group), under_load=True)
@@ -306,8 +420,9 @@ class TrainingFit:
     def targets(self) -> set[str]:
         return {t for t, _ in self.peaks}
 
-    def group_for(self, route: Route) -> TrainingGroupFit | None:
-        same = [g for g in self.groups.values() if g.framework == route.framework]
+    def group_for(self, route: Route, groups: Mapping[str, TrainingGroupFit] | None = None) -> TrainingGroupFit | None:
+        """The fitted group closest to ``route`` among ``groups`` (default: the FLOP model's) of its framework."""
+        same = [g for g in (self.groups if groups is None else groups).values() if g.framework == route.framework]
         if not same:
             return None
         return min(
@@ -340,11 +455,15 @@ class TrainingFit:
             n,
         )
         step = group.seconds(x, n)
+        coef, how = np.asarray(group.coef), ""
+        compute, memory = float(coef[:2] @ x[:2]), float(coef[2:5] @ x[2:5])
+        priced = self._unit_priced(workload, route, target, n, x)
+        if priced is not None:
+            group, step, compute, memory = priced
+            how = ", forward priced by kernel units"
         if step <= 0:
             return None
-        coef = np.asarray(group.coef)
-        compute, memory = float(coef[:2] @ x[:2]), float(coef[2:5] @ x[2:5])
-        basis = f"fitted-training:{target} ({group.backend} {group.precision}, {group.rows} rows)"
+        basis = f"fitted-training:{target} ({group.backend} {group.precision}, {group.rows} rows{how})"
         return Prediction.for_step(
             workload,
             step,
@@ -352,6 +471,23 @@ class TrainingFit:
             basis + _unmeasured(group, route),
             {"threads": float(n), "fitted_rows": float(group.rows), "train_rmspe": group.train_rmspe},
         )
+
+    def _unit_priced(
+        self, workload: Workload, route: Route, target: str, threads: int, x: np.ndarray
+    ) -> tuple[TrainingGroupFit, float, float, float] | None:
+        """(group, step seconds, compute and memory seconds) of the unit-priced model, when ``route``'s framework has
+        one, the workload has kernel units and the framework's units were swept on ``target`` at ``threads``."""
+        group = self.group_for(route, self.unit_groups)
+        found = self.unit_routes.get((target, route.framework, threads))
+        if group is None or found is None or not workload.units:
+            return None
+        forward = forward_seconds(found, workload.units, workload.batch_size)
+        if not math.isfinite(forward):
+            return None
+        ux = unit_matrix(x, np.array([forward]))[0]
+        step = group.seconds(ux, threads, float(roofline_floor(x, threads)))
+        coef = np.asarray(group.coef)
+        return group, step, float(coef[0] * ux[0]), float(coef[1:3] @ ux[1:3])
 
     def transfer(
         self,
@@ -446,9 +582,17 @@ class TrainingEvaluation:
         return out
 
 
-def leave_one_family_out(frame: pd.DataFrame, include_busy: bool = False) -> TrainingEvaluation:
+def leave_one_family_out(
+    frame: pd.DataFrame,
+    include_busy: bool = False,
+    units: UnitFit | None = None,
+    shipped: Mapping[str, tuple[Unit, ...]] | None = None,
+) -> TrainingEvaluation:
     """Fit each route's step time without one family, predict that family; repeat for every family.
 
+    The unit-priced model (``TrainingFit.unit_groups``) predicts the rows of the frameworks it prices, with the
+    inference unit models ``units`` (default: fitted from ``frame``'s unit sweeps) and the rows' units from
+    ``shipped`` (default ``read_training_units()``; ``{}`` evaluates the FLOP model alone).
     Raises ValueError when there are no usable training rows, or a route measured fewer than two families.
     """
     rows = step_rows(frame, include_busy=include_busy)
@@ -462,14 +606,26 @@ def leave_one_family_out(frame: pd.DataFrame, include_busy: bool = False) -> Tra
     held_out = [k for k, part in rows.groupby(keys) if part["family"].nunique() >= 2]
     rows = rows[keys.isin(held_out)]
     keys = keys[keys.isin(held_out)]
+    shipped = read_training_units() if shipped is None else shipped
+    if units is None and shipped:
+        from perfmodels.unitfit import fit_units
+
+        units = fit_units(frame)
+    forward = priced_forward(rows, units, shipped, {})
+    flops_x = _matrix(rows)
     for family in sorted(set(rows["family"].astype(str))):
-        held = rows[rows["family"] == family]
-        fits = fit_routes(rows[rows["family"] != family])
-        held_keys = keys[rows["family"] == family].to_numpy()
-        coef = np.array([fits[k].coef if k in fits else (math.nan,) * len(FEATURES) for k in held_keys])
-        alpha = np.array([fits[k].thread_exponent if k in fits else math.nan for k in held_keys])
-        x, threads = _matrix(held), _threads(held)
-        predicted = np.maximum(np.einsum("ij,ij->i", _sped_up(x, threads, alpha), coef), (x[:, 0] + x[:, 1]) / threads)
+        is_held = (rows["family"] == family).to_numpy()
+        held = rows[is_held]
+        fits = fit_frameworks(rows[~is_held])
+        by_units = fit_frameworks(rows[~is_held], forward[~is_held]) if np.isfinite(forward).any() else {}
+        predicted = np.array(
+            [
+                _held_out_seconds(fits.get(k), by_units.get(k), x, f, t)
+                for k, x, f, t in zip(
+                    keys[is_held].to_numpy(), flops_x[is_held], forward[is_held], _threads(held), strict=True
+                )
+            ]
+        )
         predictions.append(
             pd.DataFrame(
                 {
@@ -488,6 +644,21 @@ def leave_one_family_out(frame: pd.DataFrame, include_busy: bool = False) -> Tra
         raise ValueError("every training route was measured on a single architecture family: nothing to hold out")
     step = pd.concat(predictions, ignore_index=True)
     return TrainingEvaluation(step, _time_to_target(frame, step, include_busy))
+
+
+def _held_out_seconds(
+    flops_fit: TrainingGroupFit | None,
+    unit_fit: TrainingGroupFit | None,
+    x: np.ndarray,
+    forward: float,
+    threads: float,
+) -> float:
+    """A held-out row's step seconds: the unit-priced model where it was fitted and the row is priced, else the FLOP
+    model (NaN: its route has no fit)."""
+    floor = float(roofline_floor(x, threads))
+    if unit_fit is not None and unit_fit.features == "units" and math.isfinite(forward):
+        return unit_fit.seconds(unit_matrix(x, np.array([forward]))[0], int(threads), floor)
+    return flops_fit.seconds(x, int(threads), floor) if flops_fit is not None else math.nan
 
 
 def _time_to_target(frame: pd.DataFrame, step: pd.DataFrame, include_busy: bool) -> pd.DataFrame:
@@ -525,15 +696,16 @@ def _time_to_target(frame: pd.DataFrame, step: pd.DataFrame, include_busy: bool)
 _FITS: dict[int, tuple[weakref.ref[pd.DataFrame], TrainingFit]] = {}
 
 
-def fit_for(frame: pd.DataFrame | None) -> TrainingFit:
-    """The training fit of ``frame``, computed once per frame object (a DataFrame is not hashable: keyed by id,
-    checked through a weak reference so a reused id never returns another frame's fit)."""
+def fit_for(frame: pd.DataFrame | None, units: UnitFit | None = None) -> TrainingFit:
+    """The training fit of ``frame`` (with ``units``, the unit-priced model too), computed once per frame object (a
+    DataFrame is not hashable: keyed by id, checked through a weak reference so a reused id never returns another
+    frame's fit)."""
     if frame is None:
         return TrainingFit()
     cached = _FITS.get(id(frame))
     if cached is not None and cached[0]() is frame:
         return cached[1]
-    fit = TrainingFit.from_frame(frame)
+    fit = TrainingFit.from_frame(frame, units)
     _FITS[id(frame)] = (weakref.ref(frame), fit)
     return fit
 

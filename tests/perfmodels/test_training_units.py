@@ -1,0 +1,152 @@
+"""Training steps priced by the inference kernel-unit models: rows, held-out evaluation, plans, shipped units."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+
+import numpy as np
+import pytest
+
+from analysis.units import Unit, encode_units
+from perfmodels.features import Route, Workload
+from perfmodels.results_db import make_row, read_results, write_rows
+from perfmodels.targets import local_target_key
+from perfmodels.training_fit import TrainingFit, feature_row, leave_one_family_out
+from perfmodels.training_units import TRAINING_UNITS, forward_seconds, read_training_units
+
+#: name: family, (k, n) of each matrix product of one sample (m = 1 per sample).
+MODELS = {
+    "mlp_a": ("mlp", ((64, 32), (32, 10))),
+    "mlp_b": ("mlp", ((128, 64), (64, 10))),
+    "cnn_a": ("cnn", ((288, 64), (576, 64), (256, 10))),
+    "cnn_b": ("cnn", ((576, 128), (1152, 128), (512, 10))),
+    "res_a": ("resnet", ((1152, 256), (2304, 256), (1024, 10))),
+    "res_b": ("resnet", ((2304, 512), (4608, 512), (2048, 10))),
+    "tf_a": ("transformer", ((512, 1536), (512, 2048), (2048, 512))),
+    "tf_b": ("transformer", ((1024, 3072), (1024, 4096), (4096, 1024))),
+}
+
+
+def _units(shapes: tuple[tuple[int, int], ...]) -> tuple[Unit, ...]:
+    return tuple(Unit("gemm", {"m": 1, "k": k, "n": n, "act": 0, "init_w": 1}) for k, n in shapes)
+
+
+class _SizeDependentRoute:
+    """A unit model whose matrix products run faster the larger they are (as measured kernels do): no single FLOP
+    rate fits them all."""
+
+    def unit_seconds(self, units, batch):
+        scaled = [u.at_batch(batch) for u in units]
+        flops = np.array([2.0 * u["m"] * u["k"] * u["n"] for u in scaled])
+        return flops / (2e8 * np.minimum(flops / 1e6, 40.0) ** 0.5)
+
+
+class _Units:
+    """The inference unit models: PyTorch's kernels swept at 1 thread on this host, nothing else."""
+
+    def route(self, key):
+        target, framework, compiler, layout, precision, threads = key
+        ok = (target, framework, compiler, layout, precision, threads) == (
+            local_target_key(), "pytorch", "none", "NCHW", "fp32", 1
+        )  # fmt: skip
+        return _SizeDependentRoute() if ok else None
+
+
+def _rows():
+    route, rows = _SizeDependentRoute(), []
+    for name, (family, shapes) in MODELS.items():
+        units = _units(shapes)
+        flops = sum(2.0 * k * n for k, n in shapes)
+        params = sum(k * n for k, n in shapes)
+        for batch in (8, 32):
+            # the truth: backward twice the forward, at the forward's (size-dependent) kernel rates; 20 us per node
+            seconds = 3.0 * forward_seconds(route, units, batch) + 20e-6 * len(shapes)  # type: ignore[arg-type]
+            rows.append(make_row(
+                source="measured", target=local_target_key(), backend="torch", framework="pytorch",
+                mode="training", precision="fp32", model=name, family=family, batch=batch, threads=1,
+                scenario="training", flops_per_sample=flops, activation_bytes_per_sample=0.0, params=params,
+                flops_by_class={"gemm": flops}, ops_by_class={"gemm": len(shapes)}, peak_gflops=50.0,
+                bandwidth_gbs=10.0, metric="ms_per_step", value=seconds * 1e3,
+            ))  # fmt: skip
+    return rows
+
+
+def _frame(tmp_path):
+    path = tmp_path / "t.csv"
+    write_rows(path, _rows())
+    return read_results(path)
+
+
+SHIPPED = {name: _units(shapes) for name, (_, shapes) in MODELS.items()}
+
+
+def test_held_out_families_borrow_kernel_rates_from_other_models(tmp_path):
+    """Matrix products measured faster the larger they are: held out by family, the FLOP model (one rate) misses the
+    smallest and largest families, while pricing each model's kernels by the unit model predicts every family."""
+    frame = _frame(tmp_path)
+    by_units = leave_one_family_out(frame, units=_Units(), shipped=SHIPPED)  # type: ignore[arg-type]
+    by_flops = leave_one_family_out(frame, units=_Units(), shipped={})  # type: ignore[arg-type]
+    assert len(by_units.predictions) == len(by_flops.predictions) == 16
+    assert by_units.step_rmspe() < 0.02
+    assert by_flops.step_rmspe() > 0.2
+
+
+def test_a_row_whose_units_are_recorded_needs_no_shipped_units(tmp_path):
+    """A row's own ``units`` column prices it (the shipped file is for rows recorded before rows carried units)."""
+    rows = []
+    for row in _rows():
+        kept = {k: v for k, v in row.items() if k not in ("row_id", "crc", "schema_version")}
+        rows.append(make_row(**{**kept, "units": encode_units(SHIPPED[row["model"]])}))
+    path = tmp_path / "t.csv"
+    write_rows(path, rows)
+    evaluation = leave_one_family_out(read_results(path), units=_Units(), shipped={"unused": ()})  # type: ignore[arg-type]
+    assert evaluation.step_rmspe() < 0.02
+
+
+def test_plans_price_the_workloads_kernels_and_fall_back_without_them(tmp_path):
+    """A PyTorch training plan on the measured host is priced by its kernel units and says so; a workload without
+    units, or at a thread count whose units were never swept, gets the FLOP model."""
+    fit = TrainingFit.from_frame(_frame(tmp_path), units=_Units(), shipped=SHIPPED)  # type: ignore[arg-type]
+    assert set(fit.unit_groups) == {"torch|fp32"} and fit.unit_groups["torch|fp32"].features == "units"
+    _, shapes = MODELS["res_b"]
+    flops = sum(2.0 * k * n for k, n in shapes)
+    workload = Workload(
+        flops_per_sample=flops, activation_bytes_per_sample=0.0, params=1e6, mode="training", batch_size=16,
+        flops_by_class={"gemm": flops}, ops_by_class={"gemm": 3}, model_name="res_b", units=_units(shapes),
+    )  # fmt: skip
+    route = Route("pytorch", "none", ("mkl",), "fp32", "NCHW", efficiency=0.5)
+    priced = fit.predict(workload, route, local_target_key(), 1)
+    assert priced is not None and "forward priced by kernel units" in priced.basis
+    truth = 3.0 * forward_seconds(_SizeDependentRoute(), workload.units, 16) + 60e-6  # type: ignore[arg-type]
+    assert priced.step_seconds == pytest.approx(truth, rel=0.02)
+    bare = fit.predict(Workload(**{**workload.__dict__, "units": ()}), route, local_target_key(), 1)
+    assert bare is not None and "kernel units" not in bare.basis
+
+
+def test_the_fit_prices_nothing_without_unit_models(tmp_path):
+    """Without inference unit models (a database with no unit sweeps) the FLOP model alone is fitted."""
+    fit = TrainingFit.from_frame(_frame(tmp_path))
+    assert fit.groups and not fit.unit_groups
+    x = feature_row(1e6, 0.0, 1e3, 8, 50.0, 10.0, {"gemm": 1e6}, {"gemm": 1})
+    assert fit.groups["torch|fp32"].seconds(x) > 0
+
+
+def test_a_bad_shipped_units_entry_names_its_task(tmp_path):
+    path = tmp_path / "units.json"
+    path.write_text(json.dumps({"resnet8": '[["gemm",[1,2],1]]'}))
+    with pytest.raises(ValueError, match="resnet8: gemm unit has 2 dimensions"):
+        read_training_units(path)
+    assert read_training_units(tmp_path / "missing.json") == {}
+
+
+@pytest.mark.skipif(importlib.util.find_spec("torch") is None, reason="torch: extra not installed")
+def test_the_shipped_units_are_the_suite_models_units():
+    """The shipped file matches what the suite's models cut into now (a drifted model must regenerate it:
+    ``python -m benchmarks.training_units``); the small tasks, to stay fast."""
+    from benchmarks.training_units import suite_units
+
+    names = ("digits_mlp", "digits_cnn", "resnet8", "transformer_tiny")
+    shipped = json.loads(TRAINING_UNITS.read_text())
+    assert set(shipped) >= {*names, "resnet50", "mobilenet_v2", "bert_like"}
+    assert suite_units(names) == {n: shipped[n] for n in names}
