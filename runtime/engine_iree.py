@@ -27,17 +27,8 @@ from typing import Any
 import numpy as np
 import onnx
 
-from runtime.engine_base import (
-    Benchmark,
-    CompiledModel,
-    Engine,
-    Signature,
-    first_line,
-    read_engine_dir,
-    read_model,
-    require,
-    write_engine_dir,
-)
+from runtime import engine_base
+from runtime.engine_base import Signature, first_line, read_engine_dir, read_model, require, write_engine_dir
 from runtime.errors import RuntimeModelError
 
 VMFB_FILE = "model.vmfb"
@@ -212,18 +203,18 @@ class IreeSession:
                 for out in outputs]
 
 
-def compile_session(model: onnx.ModelProto, threads: int, precision: str) -> CompiledModel:
+def compile_session(model: onnx.ModelProto, threads: int, precision: str) -> engine_base.CompiledModel:
     """``model`` compiled in this process and loaded on ``threads`` threads (the benchmark's session)."""
     input_names = Signature(model.graph).input_names
     started = time.perf_counter()
     vmfb = compile_model(model)
     compile_ms = (time.perf_counter() - started) * 1e3
     session = IreeSession(vmfb, threads)
-    return CompiledModel(lambda feeds: session.run([feeds[name] for name in input_names]), compile_ms)
+    return engine_base.CompiledModel(lambda feeds: session.run([feeds[name] for name in input_names]), compile_ms)
 
 
-ENGINE = Engine(
+ENGINE = engine_base.Engine(
     name="iree", runner=IreeRunner, order=40, framework="onnxruntime", compilers=("iree",),
     pip=("iree-base-compiler", "iree-base-runtime"), extra="iree", modules=("iree.compiler", "iree.runtime"),
-    compile=compile_to_dir, benchmark=Benchmark(backend="iree", compiler="iree", prepare=compile_session),
+    compile=compile_to_dir, benchmark=engine_base.Benchmark(backend="iree", compiler="iree", prepare=compile_session),
 )

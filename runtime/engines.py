@@ -22,25 +22,11 @@ import pkgutil
 from pathlib import Path
 from typing import Any
 
-from runtime.engine_base import (
-    ENGINE_MANIFEST,
-    SIGNATURE,
-    Benchmark,
-    CompiledModel,
-    Engine,
-    ModelRunner,
-    Signature,
-    first_line,
-    read_engine_dir,
-    read_model,
-    require,
-    write_engine_dir,
-)
+from runtime.engine_base import ENGINE_MANIFEST, SIGNATURE, Engine, ModelRunner
 from runtime.errors import RuntimeModelError
 
-__all__ = ["ENGINE_MANIFEST", "SIGNATURE", "Benchmark", "CompiledModel", "Engine", "ModelRunner", "Signature",
-           "all_engines", "compile_for_engine", "compiled_engines", "engine_names", "first_line", "image_engine",
-           "open_runner", "read_engine_dir", "read_model", "require", "rescan", "tuning_engines", "write_engine_dir"]
+__all__ = ["ENGINE_MANIFEST", "SIGNATURE", "Engine", "ModelRunner", "all_engines", "compile_for_engine",
+           "compiled_engines", "engine_names", "image_engine", "open_runner", "rescan", "tuning_engines"]
 
 #: The prefix of an engine module's name in this package.
 MODULE_PREFIX = "engine_"

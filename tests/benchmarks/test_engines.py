@@ -4,7 +4,6 @@ module: a throwaway ``runtime/engine_<name>.py`` dropped into the package is fou
 
 from __future__ import annotations
 
-import sys
 import textwrap
 import tomllib
 from collections.abc import Iterator
@@ -20,6 +19,7 @@ from optimiser.catalog import load_catalog
 from runtime.__main__ import main as runtime_main
 from runtime.engines import compiled_engines, engine_names, open_runner, tuning_engines
 from tests.benchmarks.compiled_backends import mlp_row, unrunnable_model
+from tests.drop_in import dropped_module
 
 ROOT = Path(__file__).resolve().parents[2]
 MLP = ROOT / "examples" / "digits_mlp.onnx"
@@ -81,15 +81,11 @@ DROPPED_ENGINE = textwrap.dedent('''
 
     class ReferenceRunner:
         def __init__(self, path: str | os.PathLike[str], threads: int | None = None) -> None:
-            reference = require("onnx.reference", "toyref")
             path = Path(path)
-            if path.is_dir():
-                artifact, signature = read_engine_dir(path, "toyref")
-            else:
-                artifact, signature = path, Signature.of_file(path)
-            self._evaluator = reference.ReferenceEvaluator(read_model(artifact))
-            self.inputs, self.input_names, self.output_names = (
-                signature.inputs, signature.input_names, signature.output_names)
+            artifact, signature = read_engine_dir(path, "toyref") if path.is_dir() else (path, Signature.of_file(path))
+            self._evaluator = require("onnx.reference", "toyref").ReferenceEvaluator(read_model(artifact))
+            self.inputs, self.input_names = signature.inputs, signature.input_names
+            self.output_names = signature.output_names
             self.describe = "onnx's reference evaluator"
 
         def run(self, feeds: Mapping[str, Any]) -> dict[str, Any]:
@@ -123,19 +119,10 @@ DROPPED_ENGINE = textwrap.dedent('''
 
 
 @pytest.fixture
-def dropped_engine(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
+def dropped_engine(tmp_path: Path) -> Iterator[str]:
     """``runtime/engine_toyref.py`` (in a second directory of the package's path), scanned afresh."""
-    folder = tmp_path / "pkg"
-    folder.mkdir()
-    (folder / "engine_toyref.py").write_text(DROPPED_ENGINE)
-    monkeypatch.setattr(runtime, "__path__", [*runtime.__path__, str(folder)])
-    rescan()
-    try:
+    with dropped_module(runtime, "engine_toyref", DROPPED_ENGINE, tmp_path / "pkg", rescan):
         yield "toyref"
-    finally:
-        monkeypatch.undo()
-        sys.modules.pop("runtime.engine_toyref", None)
-        rescan()
 
 
 def test_an_engine_module_dropped_into_the_runtime_is_found_with_no_other_edit(
