@@ -16,7 +16,6 @@ import functools
 import importlib
 import json
 import os
-import pkgutil
 import shutil
 import time
 from collections.abc import Mapping
@@ -37,18 +36,21 @@ __all__ = ["JobScript", "JobStatus", "PBSScheduler", "Scheduler", "SchedulerErro
 
 @functools.cache
 def built_in() -> tuple[SchedulerModule, ...]:
-    """The schedulers the ``builders`` modules export as ``SCHEDULERS``, by ``order`` then name (scanned once)."""
+    """The schedulers the ``builders`` modules export as ``SCHEDULERS``, by ``order`` then name (scanned once).
+
+    Only modules whose source names ``SCHEDULERS`` are imported: the scan costs no import of the image, registry
+    and wheelhouse code that ``appopt submit`` never needs."""
     found: dict[str, SchedulerModule] = {}
-    for info in pkgutil.iter_modules(builders.__path__):
-        if info.ispkg:
-            continue
-        exported = getattr(importlib.import_module(f"builders.{info.name}"), "SCHEDULERS", ())
-        for module in exported:
-            if not isinstance(module, SchedulerModule):
-                raise TypeError(f"builders.{info.name}.SCHEDULERS holds {module!r}, not a SchedulerModule")
-            if module.name in found:
-                raise ValueError(f"scheduler {module.name!r} is exported twice (again by builders.{info.name})")
-            found[module.name] = module
+    for folder in builders.__path__:
+        for path in sorted(Path(folder).glob("*.py")):
+            if "SCHEDULERS" not in path.read_text(encoding="utf-8") or path.stem in ("__init__", "schedulers"):
+                continue
+            for module in getattr(importlib.import_module(f"builders.{path.stem}"), "SCHEDULERS", ()):
+                if not isinstance(module, SchedulerModule):
+                    raise TypeError(f"builders.{path.stem}.SCHEDULERS holds {module!r}, not a SchedulerModule")
+                if module.name in found:
+                    raise ValueError(f"scheduler {module.name!r} is exported twice (again by builders.{path.stem})")
+                found[module.name] = module
     return tuple(sorted(found.values(), key=lambda module: (module.order, module.name)))
 
 
