@@ -1,7 +1,8 @@
 """Inference backends behind one small interface, so the harness measures every engine the same way.
 
-The interface lives in ``benchmarks.engines.base`` (re-exported here); pluggable engines live one module each under
-``benchmarks.engines`` (onnxruntime, OpenVINO…); our runtime, onnx's reference evaluator and PyTorch eager stay here.
+The interface lives in ``benchmarks.engines.base`` (re-exported here); engines come from ``benchmarks.engines``
+(each runtime engine module's record, plus that package's own modules); our runtime, onnx's reference evaluator and
+PyTorch eager stay here.
 
 Example::
 

@@ -2,10 +2,10 @@
 interface (``submit``, ``status``, ``wait``).
 
 Each scheduler is one module that holds its job file, directives, template, launchers and client commands, and
-declares them in one :class:`SchedulerModule`: :mod:`builders.slurm`, :mod:`builders.pbs` (PBS Pro and Torque),
-:mod:`builders.kubernetes` (rendered only: ``kubectl apply``), :mod:`builders.local` (``none``: a plain ``run.sh``).
-:mod:`builders.schedulers` is the registry that lists them; the spec, the plan, the renderer and ``appopt submit``
-read everything from it.
+exports them as ``SCHEDULERS``, a tuple of :class:`SchedulerModule`: :mod:`builders.slurm`, :mod:`builders.pbs` (PBS
+Pro and Torque), :mod:`builders.kubernetes` (rendered only: ``kubectl apply``), :mod:`builders.local` (``none``: a
+plain ``run.sh``). :mod:`builders.schedulers` finds them by scanning the package; the spec, the plan, the renderer and
+``appopt submit`` read everything from it.
 """
 
 from __future__ import annotations
@@ -138,7 +138,7 @@ def _no_notes(dep: Deployment) -> list[str]:
 @dataclass(frozen=True)
 class SchedulerModule:
     """What one scheduler's module declares: everything the spec check, the plan, the renderer and ``appopt
-    submit``/``status`` need to know about it. :mod:`builders.schedulers` lists one per ``target.scheduler`` value.
+    submit``/``status`` need to know about it. A module under ``builders`` exports its own as ``SCHEDULERS``.
     """
 
     #: The ``target.scheduler`` value.
@@ -165,6 +165,8 @@ class SchedulerModule:
     check_rendered: Callable[[str], str] | None = None
     #: Whether the job file is a script to make executable.
     executable: bool = True
+    #: Where messages list it and where ``auto`` tries its client: lower first (Slurm 10, PBS 20...), then by name.
+    order: int = 100
 
     def format_problem(self, formats: Sequence[str]) -> str | None:
         """``container.formats``'s problem for this scheduler, or None when ``formats`` serve it."""

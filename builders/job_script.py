@@ -58,7 +58,7 @@ def render_batch_script(dep: Deployment, template: str, directives: list[str], w
 
 def batch_scheduler(
     name: str, *, job_file: str, template: str, directives: Callable[[Deployment], list[str]], workdir: str,
-    launchers: Mapping[str, Launcher], default_launcher: str, client: type[Scheduler],
+    launchers: Mapping[str, Launcher], default_launcher: str, client: type[Scheduler], order: int = 100,
 ) -> SchedulerModule:
     """A batch scheduler whose job file is ``template`` with ``directives(dep)`` on top, run from ``workdir``."""
 
@@ -67,7 +67,7 @@ def batch_scheduler(
         return render_batch_script(dep, template, directives(dep), workdir, launch)
 
     return SchedulerModule(name=name, job_file=job_file, render=render, launchers=launchers,
-                           default_launcher=default_launcher, template=template, client=client)
+                           default_launcher=default_launcher, template=template, client=client, order=order)
 
 
 def render_local_script(dep: Deployment, template: str, launch: str) -> str:

@@ -303,10 +303,11 @@ def check_rendered(text: str) -> str:
     return f"valid batch/v1 Job for Kubernetes {', '.join(KUBERNETES_VERSIONS)}"
 
 
-#: Kubernetes, as :mod:`builders.schedulers` lists it: a Job manifest that the user applies with kubectl.
+#: Kubernetes: a Job manifest that the user applies with kubectl.
 KUBERNETES = SchedulerModule(
     name="kubernetes", job_file=JOB_FILE, render=render_kubernetes,
     run_hint="the plan targets Kubernetes; submit with `kubectl apply -f {path}`",
     needs_format="docker", needs_format_reason="a Kubernetes Job runs an OCI image",
-    notes=kubernetes_notes, check_rendered=check_rendered, executable=False,
+    notes=kubernetes_notes, check_rendered=check_rendered, executable=False, order=40,
 )
+SCHEDULERS = (KUBERNETES,)

@@ -20,8 +20,9 @@ def render(dep: Deployment) -> str:
     return render_local_script(dep, TEMPLATE, launch_prefix(dep, LAUNCHERS, None))
 
 
-#: No scheduler, as :mod:`builders.schedulers` lists it.
+#: No scheduler: listed last.
 LOCAL = SchedulerModule(
     name="none", job_file=JOB_FILE, render=render, launchers=LAUNCHERS, template=TEMPLATE,
-    run_hint="the plan has no scheduler (target.scheduler: none); run {path} directly",
+    run_hint="the plan has no scheduler (target.scheduler: none); run {path} directly", order=50,
 )
+SCHEDULERS = (LOCAL,)

@@ -104,10 +104,11 @@ class PBSScheduler(Scheduler):
         return slurm if slurm.finished else current
 
 
-#: PBS Pro and Torque, as :mod:`builders.schedulers` lists them: one module, two dialects of the ``-l`` chunk.
+#: PBS Pro and Torque: one module, two dialects of the ``-l`` chunk; listed after Slurm.
 PBS, TORQUE = (
     batch_scheduler(name, job_file=JOB_FILE, template=TEMPLATE, directives=directives, workdir=WORKDIR,
                     launchers={"mpirun": partial(mpirun, hostfile=MPIRUN_HOSTFILE)}, default_launcher="mpirun",
-                    client=PBSScheduler)
-    for name in ("pbs", "torque")
+                    client=PBSScheduler, order=order)
+    for name, order in (("pbs", 20), ("torque", 30))
 )
+SCHEDULERS = (PBS, TORQUE)

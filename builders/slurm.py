@@ -182,6 +182,8 @@ class SlurmScheduler(Scheduler):
         raise SchedulerError(f"job {job_id}: unknown to Slurm ({problem_line(proc)})")
 
 
-#: Slurm, as :mod:`builders.schedulers` lists it: ``job.slurm`` with ``#SBATCH`` lines, run with ``srun``.
+#: Slurm: ``job.slurm`` with ``#SBATCH`` lines, run with ``srun``; listed first (``auto`` tries ``sbatch`` first).
 SLURM = batch_scheduler("slurm", job_file=JOB_FILE, template=TEMPLATE, directives=directives, workdir=WORKDIR,
-                        launchers={"srun": srun, "mpirun": mpirun}, default_launcher="srun", client=SlurmScheduler)
+                        launchers={"srun": srun, "mpirun": mpirun}, default_launcher="srun", client=SlurmScheduler,
+                        order=10)
+SCHEDULERS = (SLURM,)

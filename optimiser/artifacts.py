@@ -32,7 +32,7 @@ from optimiser.errors import AppoptError, SpecError
 from optimiser.output_dir import exclusive_output_dir
 from optimiser.report import appopt_version, plan_to_dict, render_markdown, spec_digest
 from optimiser.stages import Deployed, Plan
-from runtime.engines import COMPILED_ENGINES
+from runtime.engines import compiled_engines, image_engine
 
 #: Where the model lives inside images.
 IMAGE_APP_DIR = "/opt/app"
@@ -43,9 +43,7 @@ OUR_RUNTIME = "appopt-runtime"
 def runner_engine(plan: Plan) -> str | None:
     """The ``python -m runtime run --engine`` value that runs the plan's ONNX model when the spec gives no command
     of its own (the runtime's sources then ship in the image as the runner, with the packages it imports): what the
-    engine module of the route's framework and compiler declares (``benchmarks.engines``), None when none does."""
-    from benchmarks.engines import image_engine
-
+    engine module of the route's framework and compiler declares (``runtime.engines``), None when none does."""
     route = plan.choice.route
     return image_engine(route.framework, route.compiler)
 
@@ -157,7 +155,7 @@ def _commands(
     engine = runner_engine(plan)
     if engine is not None and model_file is not None:
         model = f"{IMAGE_APP_DIR}/{model_file}"
-        if engine in COMPILED_ENGINES:  # the engine's own artefact, made once in the build stage
+        if engine in compiled_engines():  # the engine's own artefact, made once in the build stage
             out = f"{IMAGE_APP_DIR}/compiled"
             engine_compile: tuple[str, ...] = ("python3", "-m", "runtime", "compile", model, "-o", out, "--engine",
                                                engine)

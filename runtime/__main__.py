@@ -16,7 +16,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from runtime.engines import COMPILED_ENGINES, ENGINES
+from runtime.engines import compiled_engines, engine_names
 from runtime.errors import RuntimeModelError
 
 
@@ -28,7 +28,7 @@ def _parser() -> argparse.ArgumentParser:
     comp.add_argument("-o", "--out", required=True, help="output directory")
     comp.add_argument("--disable", action="append", default=[], help="a graph pass to switch off (repeatable)")
     comp.add_argument(
-        "--engine", default="appopt", choices=["appopt", *COMPILED_ENGINES],
+        "--engine", default="appopt", choices=["appopt", *compiled_engines()],
         help="whose artefact to write: this runtime's (default), OpenVINO IR, a TVM library or an IREE .vmfb",
     )
     comp.add_argument(
@@ -43,7 +43,7 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--threads", type=int, default=None, help="threads for kernels and BLAS")
     run.add_argument("--profile", action="store_true", help="print where the time goes, per op type and node")
     run.add_argument(
-        "--engine", default="appopt", choices=list(ENGINES), help="what runs the model (default: appopt)"
+        "--engine", default="appopt", choices=list(engine_names()), help="what runs the model (default: appopt)"
     )
     train = sub.add_parser("train", help="train a model on arrays from an .npz file and write the trained model")
     train.add_argument("model", nargs="?", default=None, help="an ONNX file (or --arch NAME)")

@@ -8,6 +8,11 @@ needs the runtime wheel. The target CPU is ``host`` (the build machine's) unless
 
 The importer names the entry function after the ONNX graph, not ``main``: the runner calls the module's one exported
 function. Threads: ``device_for``.
+
+Catalog: compiler ``iree`` over framework ``onnxruntime`` (the route "ONNX model, compiled by IREE"), no library
+(IREE generates its own kernels); installed by the ``iree`` extra (``iree-base-compiler`` to compile,
+``iree-base-runtime`` to run). The benchmark backend ``iree`` compiles in-process (``compile_session``) and keeps its
+compile time (import plus ``iree-compile``); a model IREE cannot import, compile or load is a skip with the reason.
 """
 
 from __future__ import annotations
@@ -22,7 +27,8 @@ from typing import Any
 import numpy as np
 import onnx
 
-from runtime.engines import Signature, first_line, read_engine_dir, read_model, require, write_engine_dir
+from runtime import engine_base
+from runtime.engine_base import Signature, first_line, read_engine_dir, read_model, require, write_engine_dir
 from runtime.errors import RuntimeModelError
 
 VMFB_FILE = "model.vmfb"
@@ -90,8 +96,10 @@ def compile_model(model: onnx.ModelProto) -> bytes:
     return compile_mlir(import_onnx(model))
 
 
-def compile_to_dir(model_path: str | os.PathLike[str], out_dir: str | os.PathLike[str]) -> dict[str, Any]:
-    """Compile ``model_path`` to ``model.vmfb`` in ``out_dir`` (with ``engine.json`` and ``io.onnx``)."""
+def compile_to_dir(model_path: str | os.PathLike[str], out_dir: str | os.PathLike[str],
+                   trials: int | None = None) -> dict[str, Any]:
+    """Compile ``model_path`` to ``model.vmfb`` in ``out_dir`` (with ``engine.json`` and ``io.onnx``); IREE has no
+    tuning search (``trials`` is refused before this is called)."""
     import importlib.metadata
 
     require("iree.compiler", "iree")
@@ -193,3 +201,20 @@ class IreeSession:
         outputs = result if isinstance(result, (list, tuple)) else [result]
         return [np.array(out.to_host(), copy=True) if hasattr(out, "to_host") else np.asarray(out)
                 for out in outputs]
+
+
+def compile_session(model: onnx.ModelProto, threads: int, precision: str) -> engine_base.CompiledModel:
+    """``model`` compiled in this process and loaded on ``threads`` threads (the benchmark's session)."""
+    input_names = Signature(model.graph).input_names
+    started = time.perf_counter()
+    vmfb = compile_model(model)
+    compile_ms = (time.perf_counter() - started) * 1e3
+    session = IreeSession(vmfb, threads)
+    return engine_base.CompiledModel(lambda feeds: session.run([feeds[name] for name in input_names]), compile_ms)
+
+
+ENGINE = engine_base.Engine(
+    name="iree", runner=IreeRunner, order=40, framework="onnxruntime", compilers=("iree",),
+    pip=("iree-base-compiler", "iree-base-runtime"), extra="iree", modules=("iree.compiler", "iree.runtime"),
+    compile=compile_to_dir, benchmark=engine_base.Benchmark(backend="iree", compiler="iree", prepare=compile_session),
+)

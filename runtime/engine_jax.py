@@ -13,6 +13,12 @@ and those threads do the model's work (the calling thread waits); no compile opt
 thread_eigen=false`` left the work on both of a 2-CPU pool's threads). So ``threads=N`` confines the pool's threads
 to the first N of the process's CPUs (``pin_pool``: thread affinity, Linux) before the graph compiles or runs.
 jax is imported lazily: an image carries it only for this engine's route.
+
+Catalog: compiler ``xla`` over framework ``onnxruntime`` (the route "ONNX model, compiled by XLA"), no library (XLA
+generates its own kernels and calls Eigen for convolutions and matrix products); installed by the ``jax`` extra.
+There is no build-stage compile: XLA compiles at the first run, for the CPU it runs on. The benchmark backend
+``jax-xla`` keeps the cold compile at the declared shapes (batch 1) as ``compile_ms``; another batch size compiles
+during the harness's warm-up queries, and more threads than CPUs is a skip with the reason.
 """
 
 from __future__ import annotations
@@ -28,7 +34,7 @@ import numpy as np
 import onnx
 from onnx import numpy_helper
 
-from runtime.engines import Signature, require
+from runtime.engine_base import Benchmark, CompiledModel, Engine, Signature, require
 from runtime.errors import RuntimeModelError
 
 #: Constants with more elements than this are passed to the compiled function as arguments, not baked into its code.
@@ -208,9 +214,10 @@ class JaxGraph:
 WARMUP_BYTES = 1 << 28
 
 
-def declared_feeds(signature: Signature) -> dict[str, np.ndarray] | None:
+def declared_feeds(signature: Signature, max_bytes: int | None = WARMUP_BYTES) -> dict[str, np.ndarray] | None:
     """Zeros of each input's declared shape and dtype, symbolic dims as 1 (what ``--random`` feeds too); None when
-    an input is not a tensor of a known type or is too large to make just to compile."""
+    an input is not a tensor of a known type or is larger than ``max_bytes`` (None: any size) to make just to
+    compile."""
     from onnx import helper
 
     feeds = {}
@@ -220,7 +227,7 @@ def declared_feeds(signature: Signature) -> dict[str, np.ndarray] | None:
             return None
         shape = [d.dim_value if d.HasField("dim_value") and d.dim_value > 0 else 1 for d in tensor.shape.dim]
         dtype = np.dtype(helper.tensor_dtype_to_np_dtype(tensor.elem_type))
-        if int(np.prod(shape, dtype=np.float64)) * dtype.itemsize > WARMUP_BYTES:
+        if max_bytes is not None and int(np.prod(shape, dtype=np.float64)) * dtype.itemsize > max_bytes:
             return None
         feeds[vi.name] = np.zeros(shape, dtype=dtype)
     return feeds
@@ -262,3 +269,19 @@ class JaxRunner(JaxGraph):
         if feeds is not None:
             self.run_list(feeds)  # compile now, at the declared shapes: loading includes it
         self.describe = f"jax {self._jax.__version__}, XLA CPU, {threads or len(allowed_cpus())} CPUs"
+
+
+def compile_session(model: onnx.ModelProto, threads: int, precision: str) -> CompiledModel:
+    """``model`` translated and compiled at its declared shapes (batch 1) in this process (the benchmark's session)."""
+    graph = JaxGraph(model, threads)
+    feeds = declared_feeds(Signature(model.graph), max_bytes=None)
+    if feeds is not None:
+        graph.run_list(feeds)  # the cold compile at the declared shapes
+    return CompiledModel(graph.run_list, float(graph.compile_ms or 0.0))
+
+
+ENGINE = Engine(
+    name="jax", runner=JaxRunner, order=60, framework="onnxruntime", compilers=("xla",), pip=("jax", "jaxlib"),
+    extra="jax", modules=("jax",),
+    benchmark=Benchmark(backend="jax-xla", compiler="xla", prepare=compile_session),
+)

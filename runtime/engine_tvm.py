@@ -8,6 +8,11 @@ use instructions an older one lacks.
 
 Linking the exported objects needs a linker: a C compiler on PATH when there is one (TVM's own default), else the
 ``ziglang`` wheel's ``zig cc`` (so a slim image builds from the wheelhouse alone).
+
+Catalog: compilers ``tvm`` and ``tvm-tuned`` (after a MetaSchedule search, ``runtime.engine_tvm_tuning``) over
+framework ``onnxruntime``, no library (TVM generates its own kernels); installed by the ``tvm`` extra. The benchmark
+backend ``tvm`` compiles untuned in-process (``compile_session``; untuned TVM is far slower than onnxruntime);
+``tvm-tuned``'s backend, which caches its searches per host, is ``benchmarks.engines.tvm_tuning``.
 """
 
 from __future__ import annotations
@@ -25,8 +30,11 @@ from typing import Any
 import numpy as np
 import onnx
 
-from runtime.engines import (
+from runtime.engine_base import (
     ENGINE_MANIFEST,
+    Benchmark,
+    CompiledModel,
+    Engine,
     Signature,
     first_line,
     read_engine_dir,
@@ -181,7 +189,6 @@ class TvmRunner:
             executable = compile_model(read_model(path), threads)
             self.describe = "compiled now, untuned"
         set_threads(threads)
-        self._tvm = tvm
         self.vm = relax.VirtualMachine(executable, tvm.cpu())
         self.inputs, self.input_names, self.output_names = (
             signature.inputs, signature.input_names, signature.output_names)
@@ -191,7 +198,33 @@ class TvmRunner:
 
     def run_list(self, feeds: Mapping[str, Any]) -> list[np.ndarray]:
         """Outputs in graph order."""
-        args = [self._tvm.runtime.tensor(np.ascontiguousarray(feeds[name])) for name in self.input_names]
-        result = self.vm["main"](*args)
-        outputs = result if isinstance(result, (list, tuple)) or type(result).__name__ == "Array" else [result]
-        return [np.asarray(out.numpy()) for out in outputs]
+        return run_vm(self.vm, self.input_names, feeds)
+
+
+def run_vm(vm: Any, input_names: list[str], feeds: Mapping[str, Any]) -> list[np.ndarray]:
+    """A Relax VM's ``main`` on ``feeds`` (by ``input_names``): its outputs in graph order, as NumPy arrays."""
+    tvm = require("tvm", "tvm")
+    result = vm["main"](*(tvm.runtime.tensor(np.ascontiguousarray(feeds[name])) for name in input_names))
+    outputs = result if isinstance(result, (list, tuple)) or type(result).__name__ == "Array" else [result]
+    return [np.asarray(out.numpy()) for out in outputs]
+
+
+def compile_session(model: onnx.ModelProto, threads: int, precision: str) -> CompiledModel:
+    """``model`` compiled untuned in this process for ``threads`` cores, on a Relax VM (the benchmark's session)."""
+    tvm = require("tvm", "tvm")
+    from tvm import relax
+
+    input_names = Signature(model.graph).input_names
+    started = time.perf_counter()
+    executable = compile_model(model, threads)
+    compile_ms = (time.perf_counter() - started) * 1e3
+    set_threads(threads)
+    vm = relax.VirtualMachine(executable, tvm.cpu())
+    return CompiledModel(lambda feeds: run_vm(vm, input_names, feeds), compile_ms)
+
+
+ENGINE = Engine(
+    name="tvm", runner=TvmRunner, order=30, framework="onnxruntime", compilers=("tvm", "tvm-tuned"),
+    pip=("apache-tvm",), extra="tvm", modules=("tvm",), compile=compile_to_dir, tunes=True,
+    benchmark=Benchmark(backend="tvm", compiler="tvm", prepare=compile_session),
+)

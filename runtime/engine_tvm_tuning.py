@@ -34,7 +34,7 @@ from typing import Any
 
 import onnx
 
-from runtime.engines import require
+from runtime.engine_base import require
 
 #: Seconds one candidate may take to build (TVM's default, 30 s, killed every build on a loaded 2-core host).
 BUILD_TIMEOUT_S = 300.0

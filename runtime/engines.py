@@ -1,188 +1,110 @@
-"""Engines ``python -m runtime run`` can run a model with: this runtime, onnxruntime, and the graph compilers
-OpenVINO, TVM, IREE and XLA (through JAX), for the plans that chose them.
+"""Engines ``python -m runtime run`` can run a model with: this runtime (``appopt``) and every engine module
+``runtime/engine_<name>.py`` that exports an ``ENGINE`` record (onnxruntime, and the graph compilers OpenVINO, TVM,
+IREE and XLA through JAX, for the plans that chose them).
 
 An image built for another engine's route carries this package too, so it runs the model the same way (inputs from
-files or seeded random data, output summaries, latency) with ``--engine X``. Each engine is a ``ModelRunner``:
-declared inputs, output names, ``run(feeds)``. The compiling engines (``COMPILED_ENGINES``) also turn an ONNX file
-into a directory in an image's build stage (``python -m runtime compile --engine X``): the engine's own artefact, an
-``engine.json`` naming it, and ``io.onnx``, the model's inputs and outputs without its nodes or weights, so the
-final stage declares them without the ONNX file.
+files or seeded random data, output summaries, latency) with ``--engine X``. Each engine's runner is a
+``ModelRunner``: declared inputs, output names, ``run(feeds)``. The compiling engines (``compiled_engines()``) also
+turn an ONNX file into a directory in an image's build stage (``python -m runtime compile --engine X``): the engine's
+own artefact, an ``engine.json`` naming it, and ``io.onnx``, the model's inputs and outputs without its nodes or
+weights, so the final stage declares them without the ONNX file.
 
-Every engine package is imported lazily: an image carries only the engine its route needs.
+The engine modules are found by scanning this package (``all_engines``), so a new engine is its module and its test
+(``runtime.engine_base`` says what the module declares). Reading the records imports no engine package.
 """
 
 from __future__ import annotations
 
-import json
+import functools
+import importlib
 import os
-from collections.abc import Mapping
+import pkgutil
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
-import onnx
-from onnx import helper
-
+from runtime.engine_base import ENGINE_MANIFEST, SIGNATURE, Engine, ModelRunner
 from runtime.errors import RuntimeModelError
-from runtime.ir import Value
 
-#: The other engines' runners, imported only when chosen: ``engine -> (module, class)``.
-_RUNNERS = {
-    "openvino": ("runtime.engine_openvino", "OpenVinoRunner"),
-    "tvm": ("runtime.engine_tvm", "TvmRunner"),
-    "iree": ("runtime.engine_iree", "IreeRunner"),
-    "jax": ("runtime.engine_jax", "JaxRunner"),
-}
-ENGINES = ("appopt", "onnxruntime", *_RUNNERS)
-#: Engines whose ``compile`` writes their own artefact (OpenVINO IR, a TVM shared library, an IREE ``.vmfb``) in the
-#: build stage.
-COMPILED_ENGINES = ("openvino", "tvm", "iree")
-#: Engines whose ``compile`` may search schedules first with a trial budget (``--trials``: TVM's MetaSchedule).
-TUNING_ENGINES = ("tvm",)
-#: What names a compiled engine directory, and the model's declared inputs/outputs inside it.
-ENGINE_MANIFEST = "engine.json"
-SIGNATURE = "io.onnx"
+__all__ = ["ENGINE_MANIFEST", "SIGNATURE", "Engine", "ModelRunner", "all_engines", "compile_for_engine",
+           "compiled_engines", "engine_names", "image_engine", "open_runner", "rescan", "tuning_engines"]
+
+#: The prefix of an engine module's name in this package.
+MODULE_PREFIX = "engine_"
 
 
-class ModelRunner(Protocol):
-    input_names: list[str]
-    inputs: dict[str, Value]
-    output_names: list[str]
+@functools.cache
+def all_engines() -> dict[str, Engine]:
+    """Every engine module's record by engine name, in their declared order (the package is scanned once).
 
-    def run(self, feeds: Mapping[str, Any]) -> dict[str, Any]: ...
+    A module named ``engine_*`` without ``ENGINE`` is a helper of an engine (``engine_tvm_tuning``)."""
+    import runtime
 
-
-def read_model(path: str | os.PathLike[str], load_external_data: bool = True) -> onnx.ModelProto:
-    """The ONNX model at ``path``; RuntimeModelError in one line when it is not one."""
-    try:
-        return onnx.load(str(path), load_external_data=load_external_data)
-    except Exception as exc:  # onnx raises DecodeError/OSError/… on what is not a model
-        raise RuntimeModelError(f"cannot read the ONNX model {str(path)!r}: {exc}") from None
-
-
-class Signature:
-    """A model's graph inputs (without initializers) and outputs, as a runner declares them."""
-
-    def __init__(self, graph: onnx.GraphProto) -> None:
-        constant = {init.name for init in graph.initializer}
-        self.graph_inputs = [vi for vi in graph.input if vi.name not in constant]
-        self.graph_outputs = list(graph.output)
-        self.inputs = {vi.name: Value.from_type(vi.name, vi.type) for vi in self.graph_inputs}
-        self.input_names = [vi.name for vi in self.graph_inputs]
-        self.output_names = [vi.name for vi in self.graph_outputs]
-
-    @classmethod
-    def of_file(cls, path: str | os.PathLike[str]) -> Signature:
-        return cls(read_model(path, load_external_data=False).graph)
-
-    def save(self, path: Path) -> None:
-        """``io.onnx``: the inputs and outputs alone (no nodes, no weights)."""
-        graph = helper.make_graph([], "signature", self.graph_inputs, self.graph_outputs)
-        onnx.save(helper.make_model(graph), str(path))
+    found: dict[str, Engine] = {}
+    for info in pkgutil.iter_modules(runtime.__path__):
+        if info.ispkg or not info.name.startswith(MODULE_PREFIX):
+            continue
+        engine = getattr(importlib.import_module(f"runtime.{info.name}"), "ENGINE", None)
+        if engine is None:
+            continue
+        if not isinstance(engine, Engine):
+            raise TypeError(f"runtime.{info.name}.ENGINE is {engine!r}, not a runtime.engine_base.Engine")
+        if engine.name in found or engine.name == "appopt":
+            raise ValueError(f"engine {engine.name!r} is declared twice (again by runtime.{info.name})")
+        found[engine.name] = engine
+    return {e.name: e for e in sorted(found.values(), key=lambda e: (e.order, e.name))}
 
 
-def write_engine_dir(out_dir: str | os.PathLike[str], engine: str, artifact: str, signature: Signature,
-                     extra: Mapping[str, Any] | None = None) -> dict[str, Any]:
-    """Write ``engine.json`` and ``io.onnx`` beside an engine's ``artifact`` in ``out_dir``; returns the manifest."""
-    out = Path(out_dir)
-    signature.save(out / SIGNATURE)
-    manifest = {"engine": engine, "artifact": artifact, "inputs": signature.input_names,
-                "outputs": signature.output_names, **(extra or {})}
-    (out / ENGINE_MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n", encoding="utf-8")
-    return manifest
+def rescan() -> None:
+    """Scan the package again on next use (after an engine module was added while running, e.g. in a test)."""
+    all_engines.cache_clear()
 
 
-def read_engine_dir(path: Path, engine: str) -> tuple[Path, Signature]:
-    """(the artefact, the signature) of a directory written by ``compile --engine ENGINE``."""
-    try:
-        manifest = json.loads((path / ENGINE_MANIFEST).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        raise RuntimeModelError(
-            f"{str(path)!r} is not a directory written by `python -m runtime compile --engine {engine}` "
-            f"(no readable {ENGINE_MANIFEST})"
-        ) from None
-    if manifest.get("engine") != engine:
-        raise RuntimeModelError(f"{str(path)!r} was compiled for engine {manifest.get('engine')!r}, not {engine!r}")
-    return path / str(manifest["artifact"]), Signature.of_file(path / SIGNATURE)
+def engine_names() -> tuple[str, ...]:
+    """Every ``--engine`` value of ``python -m runtime run``: ``appopt`` first, then the engine modules'."""
+    return ("appopt", *all_engines())
 
 
-def first_line(exc: BaseException) -> str:
-    """An engine's exception as one short line (they raise multi-line C++ traces)."""
-    text = str(exc).strip()
-    return (text.splitlines()[0] if text else type(exc).__name__)[:300]
+def compiled_engines() -> tuple[str, ...]:
+    """Engines whose ``compile`` writes their own artefact (OpenVINO IR, a TVM shared library, an IREE ``.vmfb``)
+    in the build stage."""
+    return tuple(name for name, engine in all_engines().items() if engine.compile is not None)
 
 
-def require(module: str, engine: str) -> Any:
-    """Import ``module`` for ``--engine ENGINE``, or a one-line error saying it is not installed."""
-    import importlib
-
-    try:
-        return importlib.import_module(module)
-    except ImportError:
-        raise RuntimeModelError(f"--engine {engine}: the {module} package is not installed") from None
+def tuning_engines() -> tuple[str, ...]:
+    """Engines whose ``compile`` may search schedules first with a trial budget (``--trials``: TVM's MetaSchedule)."""
+    return tuple(name for name, engine in all_engines().items() if engine.compile is not None and engine.tunes)
 
 
-class OnnxRuntimeRunner:
-    """An onnxruntime session (CUDA when its provider is available, else CPU) behind the ``ModelRunner`` face."""
-
-    def __init__(self, path: str | os.PathLike[str], threads: int | None = None) -> None:
-        ort = require("onnxruntime", "onnxruntime")
-        options = ort.SessionOptions()
-        if threads:
-            options.intra_op_num_threads = threads
-            options.inter_op_num_threads = 1
-        available = ort.get_available_providers()
-        providers = [p for p in ("CUDAExecutionProvider", "CPUExecutionProvider") if p in available]
-        try:
-            self.session = ort.InferenceSession(str(path), options, providers=providers)
-        except Exception as exc:  # onnxruntime raises its own Fail/InvalidGraph/NoSuchFile types
-            raise RuntimeModelError(f"onnxruntime cannot load {str(path)!r}: {first_line(exc)}") from None
-        signature = Signature.of_file(path)
-        self.inputs = signature.inputs
-        self.input_names = [i.name for i in self.session.get_inputs() if i.name in self.inputs]
-        self.output_names = [o.name for o in self.session.get_outputs()]
-        self.providers: list[str] = list(self.session.get_providers())
-
-    def run(self, feeds: Mapping[str, Any]) -> dict[str, Any]:
-        values = self.session.run(self.output_names, dict(feeds))
-        return dict(zip(self.output_names, values, strict=True))
+def image_engine(framework: str, compiler: str) -> str | None:
+    """The ``--engine`` value an image of the route ``framework`` + ``compiler`` runs an ONNX model with, or None when
+    no engine module declares that route (``compiler`` "none" or "" for the framework alone)."""
+    wanted = compiler or "none"
+    return next((name for name, engine in all_engines().items()
+                 if engine.framework == framework and wanted in engine.compilers), None)
 
 
 def open_runner(engine: str, model: str | os.PathLike[str], threads: int | None) -> tuple[ModelRunner, str]:
     """A runner of ``engine`` (not ``appopt``) for an ONNX file or a compiled directory, and how to name it."""
-    if engine == "onnxruntime":
-        runner = OnnxRuntimeRunner(model, threads)
-        return runner, f"onnxruntime ({', '.join(runner.providers)})"
-    if engine not in _RUNNERS:
-        raise RuntimeModelError(f"--engine must be one of {', '.join(ENGINES)}, not {engine!r}")
-    import importlib
-
-    module, name = _RUNNERS[engine]
-    other = getattr(importlib.import_module(module), name)(model, threads)
-    return other, f"{engine} ({other.describe})"
+    engines = all_engines()
+    if engine not in engines:
+        raise RuntimeModelError(f"--engine must be one of {', '.join(engine_names())}, not {engine!r}")
+    runner = engines[engine].runner(model, threads)
+    return runner, f"{engine} ({getattr(runner, 'describe', '')})"
 
 
 def compile_for_engine(engine: str, model: str | os.PathLike[str], out_dir: str | os.PathLike[str],
                        trials: int | None = None) -> dict[str, Any]:
     """``python -m runtime compile --engine ENGINE``: the engine's artefact for ``model`` in ``out_dir`` (``trials``:
     the tuning search's budget, for engines that search: ``tvm``)."""
-    if engine not in COMPILED_ENGINES:
+    compile_step = all_engines()[engine].compile if engine in all_engines() else None
+    if compile_step is None:
         raise RuntimeModelError(
-            f"--engine {engine!r} has no compile step; compiling engines: appopt, {', '.join(COMPILED_ENGINES)}"
+            f"--engine {engine!r} has no compile step; compiling engines: appopt, {', '.join(compiled_engines())}"
         )
-    if trials is not None and engine not in TUNING_ENGINES:
+    if trials is not None and engine not in tuning_engines():
         raise RuntimeModelError(f"--trials: --engine {engine} has no tuning search; engines that search: "
-                                f"{', '.join(TUNING_ENGINES)}")
+                                f"{', '.join(tuning_engines())}")
     if not Path(model).is_file():
         raise RuntimeModelError(f"model {str(model)!r} does not exist")
     Path(out_dir).mkdir(parents=True, exist_ok=True)
-    if engine == "openvino":
-        from runtime.engine_openvino import compile_to_dir as compile_openvino
-
-        return compile_openvino(model, out_dir)
-    if engine == "iree":
-        from runtime.engine_iree import compile_to_dir as compile_iree
-
-        return compile_iree(model, out_dir)
-    from runtime.engine_tvm import compile_to_dir as compile_tvm
-
-    return compile_tvm(model, out_dir, trials)
+    return compile_step(model, out_dir, trials)

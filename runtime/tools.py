@@ -21,7 +21,7 @@ import onnx
 from onnx import numpy_helper
 
 from runtime.artifact import save_artifact
-from runtime.engines import ENGINES, ModelRunner, compile_for_engine, open_runner
+from runtime.engines import ModelRunner, compile_for_engine, engine_names, open_runner
 from runtime.errors import RuntimeModelError
 from runtime.executor import compile_model
 from runtime.ir import Value
@@ -230,8 +230,8 @@ def run_model(
     """
     if repeat < 1:
         raise RuntimeModelError(f"--repeat must be at least 1, got {repeat}")
-    if engine not in ENGINES:
-        raise RuntimeModelError(f"--engine must be one of {', '.join(ENGINES)}, not {engine!r}")
+    if engine not in engine_names():
+        raise RuntimeModelError(f"--engine must be one of {', '.join(engine_names())}, not {engine!r}")
     if profile and engine != "appopt":
         raise RuntimeModelError("--profile times this runtime's nodes: it needs --engine appopt")
     if not Path(model).exists():

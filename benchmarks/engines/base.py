@@ -1,5 +1,6 @@
-"""What every engine module shares: the ``Backend`` interface the harness measures through, and ``EngineSpec``,
-the one record an engine module exports (catalog ids, install needs, backends, how an image runs it).
+"""What every engine shares on the benchmark side: the ``Backend`` interface the harness measures through,
+``EngineSpec`` (an engine's catalog ids, install needs, backends and image runner), and ``RuntimeEngineBackend``,
+the backend made from an engine module's ``runtime.engine_base.Benchmark`` record.
 
 A ``Backend`` says whether it can run here (``unavailable_reason``), which versions it uses, what route it stands for
 in the planner's terms (framework, compiler, library, layout), and ``prepare``s a model into a ``Session`` whose
@@ -20,6 +21,8 @@ from typing import Protocol
 import numpy as np
 import onnx
 
+from runtime.engine_base import Engine
+
 #: Precisions a caller may ask for; each backend lists the ones it really runs.
 PRECISIONS = ("fp32", "fp16", "bf16", "int8")
 
@@ -30,18 +33,6 @@ class BackendSkipped(Exception):
 
 class Session(Protocol):
     def run(self, feeds: Mapping[str, np.ndarray]) -> list[np.ndarray]: ...
-
-
-class CompiledSession:
-    """A session over a model an engine compiled whole (IREE, XLA): ``run`` is the engine's, and ``compile_ms`` what
-    the compile took, which the runner records beside the latency."""
-
-    def __init__(self, run: Callable[[Mapping[str, np.ndarray]], list[np.ndarray]], compile_ms: float) -> None:
-        self._run = run
-        self.compile_ms = compile_ms
-
-    def run(self, feeds: Mapping[str, np.ndarray]) -> list[np.ndarray]:
-        return self._run(feeds)
 
 
 @contextlib.contextmanager
@@ -99,23 +90,6 @@ class Backend(ABC):
         return self._prepare(model, threads, precision)
 
 
-class OnnxCompilerBackend(Backend):
-    """A compiler that takes the ONNX model whole (IREE, XLA): the route is "ONNX model, compiled by X" over
-    onnxruntime's framework id, its outputs drift by rounding (``records_error``), it needs ``modules`` (installed by
-    ``extra``), and rows record the versions of ``dists`` beside onnx's and numpy's."""
-
-    records_error = True
-    modules: tuple[str, ...]
-    extra: str
-    dists: tuple[str, ...]
-
-    def unavailable_reason(self) -> str | None:
-        return next((reason for module in self.modules if (reason := missing(module, extra=self.extra))), None)
-
-    def versions(self) -> dict[str, str]:
-        return {**{dist: version(dist) for dist in self.dists}, "onnx": onnx.__version__, "numpy": np.__version__}
-
-
 #: Op types that only convert between a model's NCHW inputs/outputs and a backend's internal layout (ours:
 #: NHWC; onnxruntime's level ``all``: blocked NCHWc).
 LAYOUT_BOUNDARY_OPS = frozenset({"ToNhwc", "ToNchw", "ReorderInput", "ReorderOutput"})
@@ -134,13 +108,14 @@ def boundary_ms(session: Session, feeds: Mapping[str, np.ndarray], runs: int = 1
 
 @dataclass(frozen=True)
 class EngineSpec:
-    """One engine, as its module declares it: everything else in appopt reads engines from these records.
+    """One engine, as the benchmarks and the catalog tests see it.
 
     ``framework`` and ``compilers`` are catalog ids (optimiser/catalog/data); ``pip`` the wheels an image or a venv
     needs and ``extra`` the pyproject extra that installs them (None: not a pip extra: a core dependency, or torch's CPU
-    wheel, which ``scripts/test`` installs); ``image_engine`` the value
-    of ``python -m runtime run --engine`` an image runs it with (None: no image runner yet); ``backends`` builds the
-    benchmark backends (one per configuration, e.g. optimisation level).
+    wheel, which ``scripts/test`` installs); ``image_engine`` the value of ``python -m runtime run --engine`` an image
+    runs it with (None: no image runner); ``backends`` builds the benchmark backends (one per configuration, e.g.
+    optimisation level); ``order`` places it in lists. Most come from a runtime engine module's record
+    (``benchmarks.engines.from_runtime``); an engine without an image runner (torch.compile) declares its own.
     """
 
     name: str
@@ -150,6 +125,45 @@ class EngineSpec:
     extra: str | None
     image_engine: str | None
     backends: Callable[[], list[Backend]]
+    order: int = 100
+
+
+@dataclass(frozen=True)
+class EngineBackends:
+    """Backends a ``benchmarks.engines`` module adds to the runtime engine called ``engine`` (exported as
+    ``BACKENDS``): where the benchmark needs code of its own (onnxruntime's levels and int8, TVM's cached tuning)."""
+
+    engine: str
+    backends: Callable[[], list[Backend]]
+
+
+class RuntimeEngineBackend(Backend):
+    """The benchmark backend of a runtime engine module: it runs where the engine's modules import, records the
+    versions of its wheels, and prepares a model with the module's in-process compile (a model the engine refuses,
+    ``RuntimeModelError``, is a skip with the reason)."""
+
+    def __init__(self, engine: Engine) -> None:
+        if engine.benchmark is None:
+            raise ValueError(f"engine {engine.name!r} declares no benchmark")
+        self.engine = engine
+        self.bench = engine.benchmark
+        self.name = self.bench.backend
+        self.route = RouteInfo(engine.framework, compiler=self.bench.compiler, library=self.bench.library,
+                               layout=self.bench.layout)
+        self.records_error = self.bench.records_error
+        self.precisions = self.bench.precisions()
+
+    def unavailable_reason(self) -> str | None:
+        return next((reason for module in self.engine.modules if (reason := missing(module, extra=self.engine.extra))),
+                    None)
+
+    def versions(self) -> dict[str, str]:
+        return {**{dist: version(dist) for dist in self.engine.pip}, "onnx": onnx.__version__, "numpy": np.__version__}
+
+    def _prepare(self, model: onnx.ModelProto, threads: int, precision: str) -> Session:
+        with refusal_is_a_skip():
+            session: Session = self.bench.prepare(model, threads, precision)
+        return session
 
 
 def version(dist: str) -> str:

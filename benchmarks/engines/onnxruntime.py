@@ -1,8 +1,8 @@
 """onnxruntime's CPU execution provider: the peer every other engine is compared with.
 
-Catalog: framework ``onnxruntime``, compiler ``none`` (its graph optimiser is part of the framework), library
-``mlas``. Installed by the ``test`` extra (a core peer); images run it with ``python -m runtime run --engine
-onnxruntime`` (``runtime.engines.OnnxRuntimeRunner``).
+The engine itself (catalog framework ``onnxruntime``, compiler ``none``, the ``test`` extra, the image runner) is
+``runtime.engine_onnxruntime``'s record; this module adds its benchmark backends, which need code of their own:
+graph optimisation levels, library ``mlas``, dynamic int8 quantisation and the profiler's reorder time.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from benchmarks.engines.base import (
     LAYOUT_BOUNDARY_OPS,
     Backend,
     BackendSkipped,
-    EngineSpec,
+    EngineBackends,
     RouteInfo,
     Session,
     missing,
@@ -137,12 +137,4 @@ def _quantize_dynamic_uncached(data: bytes) -> bytes:
         return dst.read_bytes()
 
 
-ENGINE = EngineSpec(
-    name="onnxruntime",
-    framework="onnxruntime",
-    compilers=("none",),
-    pip=("onnxruntime",),
-    extra="test",
-    image_engine="onnxruntime",
-    backends=lambda: [OnnxRuntimeBackend("all"), OnnxRuntimeBackend("extended")],
-)
+BACKENDS = EngineBackends("onnxruntime", lambda: [OnnxRuntimeBackend("all"), OnnxRuntimeBackend("extended")])

@@ -128,4 +128,5 @@ ENGINE = EngineSpec(
     extra=None,
     image_engine=None,
     backends=lambda: [TorchCompileBackend()],
+    order=50,
 )

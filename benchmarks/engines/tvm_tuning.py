@@ -1,5 +1,6 @@
-"""TVM MetaSchedule tuning with a trial budget: backend ``tvm-tuned``, the catalog's compiler ``tvm-tuned`` ("TVM
-(MetaSchedule-tuned)"), a route of its own beside untuned ``tvm``, its records cached per model and host.
+"""TVM MetaSchedule tuning with a trial budget: backend ``tvm-tuned``, added to the ``tvm`` engine of
+``runtime.engine_tvm``, the catalog's compiler ``tvm-tuned`` ("TVM (MetaSchedule-tuned)"), a route of its own beside
+untuned ``tvm``, its records cached per model and host.
 
 MetaSchedule tunes static shapes, so a session specialises the model per batch size (its dynamic batch dimension
 fixed) and tunes each batch once, before that batch is measured (``batch_figures``). The search itself is
@@ -25,8 +26,7 @@ from typing import Any
 import numpy as np
 import onnx
 
-from benchmarks.engines.base import BackendSkipped, RouteInfo, Session, missing, version
-from benchmarks.engines.tvm import TvmBackend
+from benchmarks.engines.base import Backend, BackendSkipped, EngineBackends, RouteInfo, Session, missing, version
 from runtime.engine_tvm_tuning import (
     BROKEN_FFI,
     TUNING_FILE,
@@ -115,22 +115,20 @@ class _TvmTunedSession:
         return dict(self._figures[batch])
 
     def run(self, feeds: Mapping[str, np.ndarray]) -> list[np.ndarray]:
-        import tvm
+        from runtime.engine_tvm import run_vm
 
         batch = int(np.shape(feeds[self._input_names[0]])[0]) if self._input_names else 1
         self.batch_figures(batch)
-        args = (tvm.runtime.tensor(np.ascontiguousarray(feeds[n])) for n in self._input_names)
-        result = self._vms[batch]["main"](*args)
-        outputs = result if isinstance(result, (list, tuple)) or type(result).__name__ == "Array" else [result]
-        return [np.asarray(out.numpy()) for out in outputs]
+        return run_vm(self._vms[batch], self._input_names, feeds)
 
 
-class TvmTunedBackend(TvmBackend):
+class TvmTunedBackend(Backend):
     """TVM 0.27 Relax after a MetaSchedule search of ``APPOPT_TVM_TRIALS`` trials per batch size (records cached
     per model and host): the catalog's compiler ``tvm-tuned``, a route of its own."""
 
     name = "tvm-tuned"
     route = RouteInfo("onnxruntime", compiler="tvm-tuned", layout="NCHW")
+    records_error = True
 
     def unavailable_reason(self) -> str | None:
         reason = missing("tvm", extra="tvm") or missing("xgboost", extra="tvm") or missing("psutil", extra="tvm")
@@ -140,11 +138,17 @@ class TvmTunedBackend(TvmBackend):
                       "0.1.14.post0 (the 'tvm' extra pins it)")
         return reason
 
+    def versions(self) -> dict[str, str]:
+        return {"apache-tvm": version("apache-tvm"), "onnx": onnx.__version__, "numpy": np.__version__}
+
     def _prepare(self, model: onnx.ModelProto, threads: int, precision: str) -> Session:
         from perfmodels.targets import local_target_key
 
         return _TvmTunedSession(model, threads, trial_budget(), local_target_key())
 
+
+#: ``tvm-tuned`` beside the ``tvm`` engine's untuned backend (``runtime.engine_tvm``).
+BACKENDS = EngineBackends("tvm", lambda: [TvmTunedBackend()])
 
 __all__ = ["BROKEN_FFI", "DEFAULT_TRIALS", "TRIALS_ENV", "TUNING_FILE", "TvmTunedBackend", "cached_search",
            "host_tuned_executable", "model_digest", "trial_budget", "tuning_root", "with_batch", "work_dir_for"]

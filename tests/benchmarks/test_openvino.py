@@ -14,8 +14,8 @@ import pytest
 from onnx import TensorProto, helper
 
 from benchmarks.backends import BackendSkipped, boundary_ms, get_backend
-from benchmarks.engines.openvino import cpu_has_bf16
 from benchmarks.models import get_model
+from runtime.engine_openvino import cpu_has_bf16
 from tests.benchmarks.compiled_backends import mlp_row, unrunnable_model
 
 pytestmark = pytest.mark.skipif(importlib.util.find_spec("openvino") is None, reason="extra not installed")

@@ -1,5 +1,6 @@
 """A scheduler is one module: a throwaway one, registered here and nowhere else, goes through the spec check, the
-plan, ``appopt validate --strict``, the rendered files and ``appopt submit`` like the built-in ones.
+plan, ``appopt validate --strict``, the rendered files and ``appopt submit`` like the built-in ones; and a module
+dropped into the ``builders`` package is found by the scan with no other edit.
 
 The toy scheduler writes ``job.toy`` with ``#TOY`` directives, launches tasks with ``toyrun``, needs a SIF image,
 adds a note to the plan and "submits" by checking the script's syntax with ``bash -n``.
@@ -9,6 +10,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+import textwrap
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -16,16 +18,18 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
+import builders
 from builders.batch import JobStatus, Scheduler, SchedulerModule
 from builders.deployment import Deployment
 from builders.errors import RenderError, SchedulerError
 from builders.job_script import launch_prefix
 from builders.jobs import render_job
 from builders.quoting import shell_join
-from builders.schedulers import BUILT_IN, register, scheduler_names, unregister
+from builders.schedulers import built_in, register, rescan, scheduler_names, unregister
 from cli.main import app
 from optimiser.errors import SpecError
 from optimiser.spec import json_schema, parse_spec
+from tests.drop_in import dropped_module
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
@@ -88,7 +92,7 @@ def test_an_unregistered_scheduler_is_refused_in_one_line_naming_the_field(tmp_p
 
 def test_the_spec_and_its_schema_accept_a_registered_scheduler(toy: SchedulerModule, tmp_path: Path) -> None:
     assert parse_spec(_toy_spec(tmp_path).read_text(), base_dir=tmp_path).target.scheduler == "toy"
-    assert json_schema()["$defs"]["Target"]["properties"]["scheduler"]["enum"] == [*(m.name for m in BUILT_IN), "toy"]
+    assert json_schema()["$defs"]["Target"]["properties"]["scheduler"]["enum"] == [*(m.name for m in built_in()), "toy"]
     with pytest.raises(SpecError) as info:
         parse_spec(_toy_spec(tmp_path, formats=("docker",)).read_text(), base_dir=tmp_path)
     assert info.value.lines[0].startswith("container.formats: a toy job runs a SIF image, so formats must include "
@@ -125,6 +129,53 @@ def test_plan_validate_and_submit_go_through_the_registered_module(toy: Schedule
 
 def test_built_in_schedulers_cannot_be_replaced_or_removed() -> None:
     with pytest.raises(ValueError, match="already registered"):
-        register(BUILT_IN[0])
+        register(built_in()[0])
     with pytest.raises(ValueError, match="built in"):
-        unregister(BUILT_IN[0].name)
+        unregister(built_in()[0].name)
+
+
+def test_the_scan_lists_the_built_in_schedulers_in_their_declared_order() -> None:
+    assert scheduler_names() == ("slurm", "pbs", "torque", "kubernetes", "none")
+
+
+#: A whole scheduler module as a newcomer writes it: ``job.drop`` with ``#DROP`` lines, which the user hands to the
+#: queue (no client: ``appopt submit`` says how).
+DROPPED_MODULE = textwrap.dedent('''
+    from __future__ import annotations
+
+    from builders.batch import SchedulerModule
+    from builders.deployment import Deployment
+    from builders.quoting import shell_join
+
+
+    def render(dep: Deployment) -> str:
+        return f"#!/bin/bash\\n#DROP --nodes={dep.nodes}\\n{shell_join(dep.run_argv)}\\n"
+
+
+    SCHEDULERS = (SchedulerModule(name="drop", job_file="job.drop", render=render, order=45,
+                                  run_hint="hand {path} to the drop queue"),)
+''')
+
+
+@pytest.fixture
+def dropped(tmp_path: Path) -> Iterator[str]:
+    """``builders/appopt_drop_sched.py`` (in a second directory of the package's path), scanned afresh."""
+    with dropped_module(builders, "appopt_drop_sched", DROPPED_MODULE, tmp_path / "pkg", rescan):
+        yield "drop"
+
+
+def test_a_scheduler_module_dropped_into_the_package_is_found_with_no_other_edit(dropped: str, tmp_path: Path) -> None:
+    assert scheduler_names() == ("slurm", "pbs", "torque", "kubernetes", "drop", "none")  # its order: 45
+    spec, out = _toy_spec(tmp_path), tmp_path / "out"
+    spec.write_text(spec.read_text().replace("scheduler: toy", f"scheduler: {dropped}"))
+    assert parse_spec(spec.read_text(), base_dir=tmp_path).target.scheduler == "drop"
+    runner = CliRunner()
+    planned = runner.invoke(app, ["plan", str(spec), "-o", str(out)])
+    assert planned.exit_code == 0, planned.output
+    assert (out / "job.drop").read_text().startswith("#!/bin/bash\n#DROP --nodes=2\n")
+    submitted = runner.invoke(app, ["submit", str(out)])
+    assert submitted.exit_code != 0 and f"hand {out / 'job.drop'} to the drop queue" in submitted.output
+
+
+def test_a_dropped_module_leaves_the_registry_once_it_is_gone() -> None:
+    assert "drop" not in scheduler_names()

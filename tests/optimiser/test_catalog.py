@@ -199,7 +199,7 @@ def test_our_runtime_is_cpu_fp32_and_trains(catalog: Catalog) -> None:
 
 def test_seed_support_matrix(catalog: Catalog) -> None:
     xla = catalog.get_compiler("xla")
-    # the seed matrix has TensorFlow only; ONNX models reach XLA through JAX (benchmarks/engines/jax_xla.py)
+    # the seed matrix has TensorFlow only; ONNX models reach XLA through JAX (runtime/engine_jax.py)
     assert list(xla.support) == ["tensorflow", "onnxruntime"] and "training" in xla.modes_with("tensorflow")
     assert xla.modes_with("onnxruntime") == ["inference"]
     assert xla.modes_with("pytorch") == []

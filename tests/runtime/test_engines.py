@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from runtime import RuntimeModelError
-from runtime.engines import OnnxRuntimeRunner
+from runtime.engine_onnxruntime import OnnxRuntimeRunner
 from runtime.tools import build_feeds, format_run, run_model
 
 pytest.importorskip("onnxruntime", reason="onnxruntime is the peer these tests compare with (a test extra)")
