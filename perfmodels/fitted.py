@@ -645,7 +645,7 @@ class FittedModel:
         )
 
     def describe(self) -> list[str]:
-        """One line per fitted group, then one per graph compiler's ratio model."""
+        """One line per fitted group, then one per graph compiler's ratio model and per compiler's in-graph unit fit."""
         units = self.units() if self.result.ratios else None
         unit_keys = units.keys() if units is not None else ()
         swept = {tuple(key[:5]) for key in unit_keys}
@@ -659,6 +659,7 @@ class FittedModel:
                 ratio.describe() + (" (its route's kernel units answer instead)" if ratio.key in swept else "")
                 for ratio in self.result.ratios
             ),
+            *(scale.describe() for _, scale in sorted(self.in_graph().items())),
         ]
 
 

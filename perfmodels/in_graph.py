@@ -95,21 +95,21 @@ class InGraph:
     #: Root-mean-square relative error on the rows it was fitted on.
     train_rmspe: float = math.nan
 
+    def seconds(self, parts: UnitParts) -> float:
+        """The compiled graph's time for a model of these unit ``parts``."""
+        return parts.call + self.compute * parts.compute + self.memory * parts.memory + self.kernel_s * parts.kernels
+
     @property
     def usable(self) -> bool:
         """Fitted on as many rows and families as a whole-model group needs (``fit.MIN_GROUP_ROWS``)."""
         return self.rows >= MIN_GROUP_ROWS and len(self.families) >= MIN_GROUP_FAMILIES
-
-    def seconds(self, parts: UnitParts) -> float:
-        """The compiled graph's time for a model of these unit ``parts``."""
-        return parts.call + self.compute * parts.compute + self.memory * parts.memory + self.kernel_s * parts.kernels
 
     def describe(self) -> str:
         target, framework, compiler, layout, precision, threads = self.key
         return (
             f"{target} {framework}/{compiler}/{layout}/{precision} {threads}t: in the graph {self.compute:.2f}x its"
             f" compute units + {self.memory:.2f}x its memory-bound units + {self.kernel_s * 1e6:.1f} us/kernel"
-            f" ({self.rows} models of {len(self.families)} families, {self.train_rmspe:.0%})"
+            f" ({self.rows} rows of {len(self.families)} families, train RMSPE {self.train_rmspe:.0%})"
             + ("" if self.usable else " (too little data: not used)")
         )
 
