@@ -41,12 +41,12 @@ import numpy as np
 from analysis.units import Unit, decode_units, encode_units, roofline_seconds
 from perfmodels.lazy import lazy_import
 from perfmodels.unitfit import (
-    MIN_WORK_SHARE,
     UnitFit,
     UnitRoute,
     call_costs,
     row_route,
     sweep_rows,
+    unit_work,
     whole_rows,
 )
 
@@ -225,9 +225,14 @@ def _source_unit_times(
     }
 
 
-def _work(t: float, call_s: float, boundary: float) -> float:
-    """A unit's own time: its measured time less the call and the boundary conversions (``unitfit``'s rule)."""
-    return max(t - call_s - boundary, MIN_WORK_SHARE * t)
+def _work(t: float, call_s: float, boundary: float, prior: float) -> float:
+    """A unit's own time: its measured time less the call and the boundary conversions, the boundary's part never
+    below its roofline time ``prior`` (``unitfit.unit_work``)."""
+    return float(unit_work(np.array([t]), call_s, np.array([boundary]), np.array([prior]))[0])
+
+
+def _roofline(unit: Unit, peak_flops: float, bandwidth: float) -> float:
+    return roofline_seconds(unit, 1, float(peak_flops), float(bandwidth))
 
 
 def _unit_logs(
@@ -253,11 +258,14 @@ def _unit_logs(
             there = measured.get((key, model.threads, encode_units([row.unit])))
             if row.unit.kind == "noop":  # a no-op chain is the call and its nodes (``UnitRoute.call_s``, ``node_s``)
                 ratio = float(row.t) / (there[0] if there else model.call_s + row.unit["nodes"] * model.node_s)
-            elif there is not None:
-                ratio = _work(float(row.t), here_call, float(row.boundary)) / _work(there[0], model.call_s, there[1])
             else:
-                work_there = shipped.seconds(model, [row.unit], 1) - model.call_s
-                ratio = _work(float(row.t), here_call, float(row.boundary)) / work_there
+                prior_here = _roofline(row.unit, row.peak_flops, row.bandwidth)
+                here = _work(float(row.t), here_call, float(row.boundary), prior_here)
+                if there is not None:
+                    prior_there = _roofline(row.unit, model.peak_flops, model.bandwidth)
+                    ratio = here / _work(there[0], model.call_s, there[1], prior_there)
+                else:
+                    ratio = here / (shipped.seconds(model, [row.unit], 1) - model.call_s)
             if ratio > 0 and math.isfinite(ratio):
                 per_route.setdefault(key, []).append((row.unit, math.log(ratio)))
     return per_route

@@ -9,7 +9,8 @@ threads).
 
 The framework's own estimate (whole-model fit and kernel units, as the planner makes it) times the fitted ratio is
 a second estimate of the compiler route, with errors largely independent of its own whole-model fit's; the planner
-takes their geometric mean (``through_framework``). Routes swept kernel by kernel (OpenVINO) keep their unit sums.
+takes their geometric mean (``through_framework``). Routes swept kernel by kernel (OpenVINO) keep their unit sums,
+taken as the compiled graph pays them (``perfmodels.in_graph``).
 
 The regression is robust: the intercept starts at the median ratio, a Huber loss down-weights outlying pairs, and
 the ridge pulls the slopes of the model's descriptors toward zero (toward the median ratio); batch and threads,

@@ -33,8 +33,9 @@ import numpy as np
 from analysis.units import decode_units
 from perfmodels.compiler_ratio import through_framework
 from perfmodels.fit import DEFAULT_RIDGE, FitResult, GroupFit, Statistic, fit, prior_seconds, training_rows
+from perfmodels.in_graph import InGraph, UnitParts, fit_in_graphs, row_parts
 from perfmodels.lazy import lazy_import
-from perfmodels.unitfit import WHOLE_WEIGHT, UnitFit, combine, fit_units
+from perfmodels.unitfit import WHOLE_WEIGHT, Key, UnitFit, combine, fit_units
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -280,7 +281,9 @@ def _held_out(
     """``family``'s rows predicted by a fit on ``data`` less the families ``without``: the whole-model, prior and
     unit estimates, and the share of the whole-model estimate that is overheads (rows of routes the fit cannot
     answer are left out)."""
-    result = fit(frame, ridge=ridge, data=data[~data["family"].isin(without)], share_routes=share_routes)
+    training = data[~data["family"].isin(without)]
+    result = fit(frame, ridge=ridge, data=training, share_routes=share_routes)
+    in_graph = fit_in_graphs(training, by_units.parts)
     groups = {g.key: g for g in result.groups if g.usable}
     records = []
     for index, row in data[data["family"] == family].iterrows():
@@ -291,7 +294,7 @@ def _held_out(
             {
                 **{k: row[k] for k in [*_GROUP, "model", "family", "batch"]},
                 "y": row["y"],
-                **_estimates(result, group, index, row, by_units),
+                **_estimates(result, group, index, row, by_units, in_graph),
                 "prior": prior_seconds(row["x"], row["peak_flops"], row["bandwidth"]),
             }
         )
@@ -303,12 +306,24 @@ def _held_out(
 _BASE_COLUMNS = ("base_whole", "base_units", "base_overhead_share", "ratio", "base_layout")
 
 
-def _estimates(result: FitResult, group: GroupFit, index: object, row: pd.Series, by_units: UnitLookup) -> dict:
-    """What the planner combines for one row of ``group``'s route: the whole-model estimate, the unit sum and the
-    overhead share; for a graph compiler with a ratio model (``FitResult.ratio_for``) and no unit sum of its own,
-    the same of its framework's plain route and the fitted ratio (``compiler_ratio.through_framework``)."""
+def _estimates(
+    result: FitResult,
+    group: GroupFit,
+    index: object,
+    row: pd.Series,
+    by_units: UnitLookup,
+    in_graph: Mapping[Key, InGraph] | None = None,
+) -> dict:
+    """What the planner combines for one row of ``group``'s route: the whole-model estimate, the unit sum (as the
+    compiled graph pays it, for a compiler with a usable ``in_graph`` fit) and the overhead share; for a graph
+    compiler with a ratio model (``FitResult.ratio_for``) and no unit sum of its own, the same of its framework's
+    plain route and the fitted ratio (``compiler_ratio.through_framework``)."""
     x = row["x"]
     units = by_units.own(index)
+    scale = (in_graph or {}).get(group.key)
+    parts = by_units.parts(index) if scale is not None and scale.usable and not math.isnan(units) else None
+    if scale is not None and parts is not None:
+        units = scale.seconds(parts)
     out: dict[str, object] = {
         "whole": group.whole_seconds(x),  # as the planner has it
         "units": units,
@@ -336,6 +351,7 @@ class UnitLookup:
     def __init__(self, unit_fit: UnitFit | None, data: pd.DataFrame, own: Mapping[object, float] | None = None) -> None:
         self.unit_fit, self.data = unit_fit, data
         self._cache: dict[tuple[object, tuple[object, ...]], float] = {}
+        self._parts: dict[object, UnitParts | None] = {}
         for index, seconds in (own or {}).items():
             row = data.loc[index]
             self._cache[(index, tuple(row[k] for k in _GROUP))] = seconds
@@ -350,6 +366,12 @@ class UnitLookup:
     def own(self, index: object) -> float:
         row = self.data.loc[index]
         return self.at(index, tuple(row[k] for k in _GROUP))
+
+    def parts(self, index: object) -> UnitParts | None:
+        """Row ``index``'s unit sum on its own route, split (``in_graph.row_parts``; None without)."""
+        if index not in self._parts:
+            self._parts[index] = row_parts(self.unit_fit, self.data.loc[index])
+        return self._parts[index]
 
 
 def _combined(rows: pd.DataFrame, largest: float | pd.Series | None) -> list[float]:
@@ -461,14 +483,16 @@ def _in_sample(
 ) -> Scores:
     """Scores of a fit on every family, on the rows that were held out one family at a time."""
     result = fit(frame, ridge=ridge, data=data, share_routes=share_routes)
+    in_graph = fit_in_graphs(data, by_units.parts)
     groups = {g.key: g for g in result.groups}
     keys = [*_GROUP, "model", "batch"]
     index_of = {tuple(row[k] for k in keys): index for index, row in data.iterrows()}
     estimates = []
     for _, row in predictions.iterrows():
         index = index_of[tuple(row[k] for k in keys)]
-        estimates.append(_estimates(result, groups[tuple(row[k] for k in _GROUP)], index, data.loc[index], by_units))
-    columns = ["whole", "overhead_share", *_BASE_COLUMNS]
+        group = groups[tuple(row[k] for k in _GROUP)]
+        estimates.append(_estimates(result, group, index, data.loc[index], by_units, in_graph))
+    columns = ["whole", "units", "overhead_share", *_BASE_COLUMNS]
     refitted = pd.DataFrame.from_records(estimates, index=predictions.index)[columns]
     in_sample = predictions.drop(columns=[c for c in columns if c in predictions]).join(refitted)
     return scores(in_sample.assign(in_sample=_combined(in_sample, whole_weight)), "in_sample")

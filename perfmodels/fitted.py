@@ -53,6 +53,7 @@ from perfmodels.evaluate import Evaluation, leave_one_architecture_out, scores
 from perfmodels.features import Device, Route, Workload
 from perfmodels.fit import BYTE_FEATURES, FLOP_FEATURES, FitResult, GroupFit, fit, workload_features
 from perfmodels.hostfit import HostFit, host_fit, host_prediction
+from perfmodels.in_graph import InGraph, fit_in_graphs, row_parts, unit_parts
 from perfmodels.lazy import lazy_import
 from perfmodels.prediction import PerformanceModel, Prediction
 from perfmodels.priors import layout_factor
@@ -188,9 +189,7 @@ def read_evaluation(db: Path) -> StoredEvaluation | None:
         figures.update({k: HeldOutFigures(**f) for k, f in payload.get("by_compiler", {}).items()})
         errors = payload.get("route_errors")
         route_errors = (
-            None
-            if errors is None
-            else {tuple(k.split("|")): (float(v[0]), float(v[1])) for k, v in errors.items()}
+            None if errors is None else {tuple(k.split("|")): (float(v[0]), float(v[1])) for k, v in errors.items()}
         )
         return StoredEvaluation(figures, route_errors)
     except (OSError, ValueError, TypeError, KeyError, IndexError, AttributeError):
@@ -238,6 +237,7 @@ class FittedModel:
         self._units: UnitFit | None = None
         self._training: TrainingFit | None = None
         self._compile_rates: CompileRates | None = None
+        self._in_graph: dict[Key, InGraph] | None = None
 
     @classmethod
     def from_plan_data(
@@ -248,6 +248,7 @@ class FittedModel:
         model = cls(data.result, source=source, db=db, store=store)
         model._training = data.training
         model._compile_rates = data.compile_rates
+        model._in_graph = {scale.key: scale for scale in data.in_graph}
         model._units = UnitFit(
             None,
             cache_dir_for(db) if db is not None else None,
@@ -262,7 +263,7 @@ class FittedModel:
         trains = frame is not None and "mode" in frame and bool((frame["mode"] == "training").any())
         keys = tuple(units.keys()) if units is not None else ()
         kept = FitResult(self.result.groups, ratios=self.result.ratios)  # (without the rows)
-        return PlanData(kept, keys, self.training(), trains, self.compile_rates())
+        return PlanData(kept, keys, self.training(), trains, self.compile_rates(), tuple(self.in_graph().values()))
 
     def frame(self) -> pd.DataFrame | None:
         """The results the model was fitted from (read from its database when first needed; None without)."""
@@ -283,6 +284,18 @@ class FittedModel:
         if self._units is None and self._frame is not None:
             self._units = fit_units(self._frame, cache_dir=cache_dir_for(self._db) if self._db is not None else None)
         return self._units
+
+    def in_graph(self) -> dict[Key, InGraph]:
+        """Each graph compiler route's unit sums as its compiled graph pays them (``perfmodels.in_graph``), fitted
+        from the rows the whole-model fit used (empty without them or without unit sweeps)."""
+        if self._in_graph is None:
+            unit_fit, rows = self.units(), self.result.data
+            self._in_graph = (
+                {}
+                if unit_fit is None or rows is None or rows.empty
+                else fit_in_graphs(rows, lambda index: row_parts(unit_fit, rows.loc[index]))
+            )
+        return self._in_graph
 
     def training(self) -> TrainingFit:
         """The training step fit of the data's ``mode=training`` rows (empty without)."""
@@ -384,6 +397,10 @@ class FittedModel:
         route = unit_fit.route(group.key) if unit_fit is not None else None
         if unit_fit is None or route is None:
             return float("nan")
+        scale = self.in_graph().get(group.key)
+        if scale is not None and scale.usable:  # a graph compiler: the units as its compiled graph pays them
+            parts = unit_parts(route, workload.units, workload.batch_size)
+            return float("nan") if parts is None else scale.seconds(parts)
         return unit_fit.seconds(route, workload.units, workload.batch_size)
 
     def evaluation(self) -> Evaluation | None:
@@ -629,7 +646,7 @@ class FittedModel:
         )
 
     def describe(self) -> list[str]:
-        """One line per fitted group, then one per graph compiler's ratio model."""
+        """One line per fitted group, then one per graph compiler's ratio model and per compiler's in-graph unit fit."""
         units = self.units() if self.result.ratios else None
         unit_keys = units.keys() if units is not None else ()
         swept = {tuple(key[:5]) for key in unit_keys}
@@ -643,6 +660,7 @@ class FittedModel:
                 ratio.describe() + (" (its route's kernel units answer instead)" if ratio.key in swept else "")
                 for ratio in self.result.ratios
             ),
+            *(scale.describe() for _, scale in sorted(self.in_graph().items())),
         ]
 
 
@@ -706,6 +724,8 @@ class PlanData:
     has_training_rows: bool = False
     #: Measured compile seconds per graph node of each compiling route.
     compile_rates: CompileRates = field(default_factory=CompileRates)
+    #: Graph compilers' unit sums as their compiled graphs pay them (``perfmodels.in_graph``).
+    in_graph: tuple[InGraph, ...] = ()
 
 
 @functools.lru_cache(maxsize=4)
@@ -731,6 +751,7 @@ def _load(path: str, stamp: int, store: str = "", store_stamp: int = 0) -> Perfo
 _FIT_CODE = (
     "fit.py",
     "compiler_ratio.py",
+    "in_graph.py",
     "unitfit.py",
     "results_db.py",
     "features.py",

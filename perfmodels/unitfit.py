@@ -49,7 +49,7 @@ else:
     pd = lazy_import("pandas")  # (imported when first used: a cached plan needs no DataFrame)
 
 #: Bump when the fit changes, so that routes cached by an older version are fitted again.
-CACHE_VERSION = 3
+CACHE_VERSION = 4
 #: Family of the unit-sweep rows.
 UNIT_FAMILY = "kernel-unit"
 #: A kind is learned for a route from at least this many sweep rows.
@@ -225,13 +225,28 @@ class UnitTargets:
     target: np.ndarray
 
 
+def unit_work(t: np.ndarray, call_s: float, boundary: np.ndarray, prior: np.ndarray) -> np.ndarray:
+    """Each measured unit's own time: its time ``t`` less the call and the ``boundary`` conversions its profiler
+    reported, but never less than ``MIN_WORK_SHARE`` of ``t``, nor, for the boundary's part, less than its
+    roofline time ``prior`` (or ``t`` less the call, where that is shorter still).
+
+    A profiler's boundary is a node's wall time; with two threads onnxruntime's reorder nodes are reported at up to
+    98% of the whole run, overlapping the kernel they feed, and taking all of it off left convolutions at 4-20x the
+    machine's GEMM peak (docs/decisions.md, 2026-11-26). Where no boundary was taken off, a unit may beat its
+    roofline (data that stays in the caches outruns the copy bandwidth), so the floor guards the subtraction only.
+    """
+    own = t - call_s
+    floor = np.where(boundary > 0, np.minimum(prior, own), -np.inf)
+    return np.maximum(np.maximum(own - boundary, floor), MIN_WORK_SHARE * t)
+
+
 def unit_targets(rows: pd.DataFrame, call_s: float, peak: float, bandwidth: float) -> UnitTargets:
     """``rows``' (work units of one route) ``UnitTargets`` at ``peak`` FLOP/s and ``bandwidth`` B/s."""
     units = list(rows["unit"])
     t = rows["t"].to_numpy(dtype=float)
     boundary = rows["boundary"].to_numpy(dtype=float)
-    work = np.maximum(t - call_s - boundary, MIN_WORK_SHARE * t)
     prior = np.array([roofline_seconds(u, 1, peak, bandwidth) for u in units])
+    work = unit_work(t, call_s, boundary, prior)
     features = [np.asarray(unit_features(u), dtype=float) for u in units]
     return UnitTargets(units, t, boundary, prior, features, np.log(work / prior))
 

@@ -82,9 +82,10 @@ def test_default_model_is_fitted_and_cached():
 #: Held-out figures the shipped data reaches (``appopt models evaluate``), rounded up: the routes with kernel-unit
 #: sweeps, and every measured route (docs/decisions.md, 2026-11-26: 46.4%, regret mean 1.037 and max 1.322 once the
 #: compilers measured as whole models go through their frameworks' routes, from 48.0%, 1.044 and 1.438; 47.1% with
-#: the TVM and IREE rows merged since).
-SWEPT_RMSPE, SWEPT_MAX_REGRET = 0.16, 1.35
-ALL_RMSPE, ALL_MEAN_REGRET, ALL_MAX_REGRET = 0.49, 1.045, 1.35
+#: the TVM and IREE rows merged since; 46.8%, 1.023 and 1.256 once OpenVINO's unit sums are taken as its compiled
+#: graph pays them, ``perfmodels.in_graph``, with OpenVINO's own worst choice 1.182).
+SWEPT_RMSPE, SWEPT_MAX_REGRET = 0.15, 1.20
+ALL_RMSPE, ALL_MEAN_REGRET, ALL_MAX_REGRET = 0.48, 1.03, 1.30
 
 
 def test_leave_one_architecture_out_on_the_shipped_data(shipped):
@@ -98,7 +99,7 @@ def test_leave_one_architecture_out_on_the_shipped_data(shipped):
     assert plain.mean_regret <= 1.10 and plain.max_regret <= 1.10
     # the routes with kernel-unit sweeps (the frameworks and OpenVINO): the unit sums cover every held-out
     # prediction of theirs, each model alone is worse than their combination, and the compilers issue's mean-regret
-    # goal holds with OpenVINO among the choices (its worst-case goal, 1.15, is not met: docs/decisions.md)
+    # goal holds with OpenVINO among the choices (its worst case, 1.182, is near the 1.15 goal: docs/decisions.md)
     predictions = evaluation.predictions
     swept = predictions[predictions["units"].notna()]
     assert set(swept["compiler"]) == {"none", "openvino"}
