@@ -114,8 +114,8 @@ def rank(predicted: Predicted) -> Plan:
     """Stage ``plan``: the candidates ranked by the goal's figure, the model's error band ordered by its rules."""
     spec = predicted.spec
     # Ranked by the goal's figure; equal figures (routes the model cannot tell apart) by the tie rules. The routes
-    # within the model's error of the fastest are then ordered by the band rules (measured over prior, no compiler)
-    # before their figures: the model cannot separate them, so the measured, simpler route is taken.
+    # within the model's error of the fastest, and at most PREFERENCE_BAND from it, are then ordered by the band
+    # rules (measured over prior, no compiler) before their figures: the measured, simpler route is taken.
     # ``explain_ties`` states which rule decided each.
     candidates = sorted(predicted.candidates, key=lambda c: (objective(spec, c.prediction), *tie_break_key(c)))
     band = error_band(spec, candidates)
@@ -186,11 +186,23 @@ def band_key(c: Candidate) -> tuple[Any, ...]:
     return tuple(rule(c) for _, rule in BAND_RULES)
 
 
+#: A route with more moving parts (a compiler) or only a prior behind it is preferred to a measured, simpler one
+#: only when predicted at least this much faster: the difference the issue's tie rule also counts as real (10%).
+#: The whole model error as the band (15-50%) made the planner give up gains the model saw: regret max 1.322 ->
+#: 1.145 in the transfer proxy 2:2 (docs/decisions.md, 2026-11-26, preference band).
+PREFERENCE_BAND = 0.10
+
+
+def band_width(prediction: Prediction) -> float:
+    """The relative width of the band the band rules order: the model's error, at most ``PREFERENCE_BAND``."""
+    return min(model_error(prediction)[0], PREFERENCE_BAND)
+
+
 def error_band(spec: AppSpec, ranked: Sequence[Candidate]) -> int:
-    """How many of the ``ranked`` candidates (fastest first) lie within the fastest one's model error of it."""
+    """How many of the ``ranked`` candidates (fastest first) lie within ``band_width`` of the fastest one."""
     best = objective(spec, ranked[0].prediction)
-    error, _ = model_error(ranked[0].prediction)
-    return sum(1 for c in ranked if abs(objective(spec, c.prediction) - best) <= error * abs(best) * (1 + 1e-12))
+    width = band_width(ranked[0].prediction)
+    return sum(1 for c in ranked if abs(objective(spec, c.prediction) - best) <= width * abs(best) * (1 + 1e-12))
 
 
 #: The error assumed for a prediction whose model has no measured error (the roofline prior's), as a share.

@@ -68,6 +68,11 @@ HUBER_K = 1.345
 #: A ratio model is used with this many pairs from this many architecture families (as a whole-model group).
 MIN_PAIRS = 8
 MIN_FAMILIES = 3
+#: Below that, a compiler measured on this many pairs from this many families still carries its median ratio to a
+#: route whose own rows are too few to fit (``CompilerRatio.median_ratio``): a few measured pairs say more than none
+#: (tuned TVM's six pairs measure it 3-4x slower than onnxruntime on tiny models, where plans tied them).
+MIN_MEDIAN_PAIRS = 4
+MIN_MEDIAN_FAMILIES = 2
 
 _AT = {name: i for i, name in enumerate(FEATURES)}
 #: The op classes whose FLOP shares are features (LRN counts as normalisation), by their ``FEATURES`` indices.
@@ -124,6 +129,8 @@ class CompilerRatio:
     families: tuple[str, ...]
     #: Root-mean-square log error of the ratio on the pairs of families held out one at a time (NaN with too few).
     heldout_log_error: float = math.nan
+    #: The median log ratio of the pairs (``median_ratio``).
+    median_log_ratio: float = math.nan
 
     @property
     def key(self) -> RatioKey:
@@ -133,6 +140,15 @@ class CompilerRatio:
     @property
     def usable(self) -> bool:
         return self.pairs >= MIN_PAIRS and len(self.families) >= MIN_FAMILIES
+
+    @property
+    def median_ratio(self) -> float | None:
+        """The pairs' median ratio, for a route too thinly measured for the regression (None with fewer than
+        ``MIN_MEDIAN_PAIRS`` pairs from ``MIN_MEDIAN_FAMILIES`` families)."""
+        if self.pairs < MIN_MEDIAN_PAIRS or len(self.families) < MIN_MEDIAN_FAMILIES or math.isnan(
+                self.median_log_ratio):
+            return None
+        return math.exp(self.median_log_ratio)
 
     def describe(self) -> str:
         """One line: what the ratio is taken against, from what, and how it did on held-out families."""
@@ -264,6 +280,7 @@ def fit_ratio(part: pd.DataFrame, choose_ridge: bool = False) -> CompilerRatio:
         pairs=len(part),
         families=tuple(sorted(set(families))),
         heldout_log_error=heldout,
+        median_log_ratio=float(np.median(t)),
     )
 
 

@@ -304,6 +304,17 @@ class FitResult:
     def for_target(self, target: str) -> list[GroupFit]:
         return [g for g in self.groups if g.target == target]
 
+    def median_ratio_for(self, group: GroupFit, compiler: str) -> CompilerRatio | None:
+        """For a compiler whose own rows are too few to fit, measured against ``group`` (its framework's plain
+        route): the ratio model whose median ratio stands (``CompilerRatio.median_ratio``; one taken against the
+        group's layout first), or None."""
+        r = group.route
+        if r.compiler not in ("none", ""):
+            return None
+        found = [q for q in self.ratios if q.target == group.target and q.route.framework == r.framework
+                 and q.route.compiler == compiler and q.route.precision == r.precision and q.median_ratio is not None]
+        return min(found, key=lambda q: (q.base_layout != r.layout, -q.pairs), default=None)
+
     def ratio_for(self, group: GroupFit) -> tuple[CompilerRatio, GroupFit] | None:
         """For a graph compiler's group: its usable ratio model and the usable group of its framework's plain route
         at the same threads the ratio multiplies (None for a plain route, or when either is missing)."""

@@ -589,7 +589,12 @@ class FittedModel:
             step *= prior.step_seconds / self.prior.predict(workload, measured_route, device).step_seconds
             scaled = [d for d in differs if d != "compiler"]
             basis += f" x prior({', '.join(scaled)})" if scaled else ""
-            if "compiler" in differs:
+            few = self.result.median_ratio_for(group, route.compiler) if "compiler" in differs else None
+            if few is not None and few.median_ratio is not None:  # too few rows to fit, a few pairs measured
+                step *= few.median_ratio
+                basis += (f" x the {route.compiler} median ratio {few.median_ratio:.3g} ({few.pairs} pairs of "
+                          f"{len(few.families)} families, too few to fit)")
+            elif "compiler" in differs:
                 basis += f" ({route.compiler} not measured here: its reported speed-up is not applied)"
         here = local_kernel_flags() if device.name in LOCAL_NAMES else ()
         if here and group.cpu_flags:  # (no flags readable here: nothing to compare)

@@ -135,3 +135,32 @@ def test_the_planner_joins_a_compiler_routes_own_fit_with_its_framework_times_th
         model.predict(tx, route("fast", "NCHWc", compiler="tvm"), DEVICE).step_seconds
         < model.predict(tx, route("fast", "NCHWc"), DEVICE).step_seconds
     )
+
+
+def _thin(frame: pd.DataFrame, models: tuple[str, ...]) -> pd.DataFrame:
+    """``with_compiler`` at a flat 3.5x slower, its compiler rows kept on ``models`` at batch 1 only."""
+    rows = with_compiler(frame, ratio=lambda name, batch: 3.5, compiler="tvm-tuned")
+    keep = (rows["compiler"] != "tvm-tuned") | (rows["model"].isin(models) & (rows["batch"] == 1))
+    return rows[keep].reset_index(drop=True)
+
+
+def test_a_thinly_measured_compiler_carries_its_median_ratio_instead_of_tying_with_its_framework():
+    model = fit_model(_thin(synthetic_frame(), ("cnn_a", "dw", "tx", "shuffle")))  # 4 pairs of 4 families
+    ratio = next(q for q in model.result.ratios if q.route.compiler == "tvm-tuned")
+    assert not ratio.usable and ratio.pairs == 4 and ratio.median_ratio == pytest.approx(3.5)
+    work = workload("cnn_b", 1)
+    plain = model.predict(work, route("fast", "NCHWc"), DEVICE)
+    tuned = model.predict(work, route("fast", "NCHWc", compiler="tvm-tuned"), DEVICE)
+    assert tuned.step_seconds == pytest.approx(3.5 * plain.step_seconds, rel=1e-9)
+    assert "x the tvm-tuned median ratio 3.5 (4 pairs of 4 families, too few to fit)" in tuned.basis
+
+
+def test_three_pairs_or_one_family_are_too_few_even_for_the_median():
+    for models in (("cnn_a", "dw", "tx"), ("tx", "tx_small")):
+        model = fit_model(_thin(synthetic_frame(), models))
+        ratio = next(q for q in model.result.ratios if q.route.compiler == "tvm-tuned")
+        assert ratio.median_ratio is None
+        work = workload("cnn_b", 1)
+        tuned = model.predict(work, route("fast", "NCHWc", compiler="tvm-tuned"), DEVICE)
+        assert tuned.step_seconds == pytest.approx(model.predict(work, route("fast", "NCHWc"), DEVICE).step_seconds)
+        assert "tvm-tuned not measured here" in tuned.basis

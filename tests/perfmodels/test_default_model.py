@@ -242,10 +242,11 @@ def test_the_local_plan_picks_the_backend_that_measures_fastest(shipped, tmp_pat
             engine = measured[measured.index.get_level_values(0) == engine_of(choice)]
             chosen = measured.get((engine_of(choice), choice.layout), engine.min() if len(engine) else math.inf)
             regret = chosen / measured.iloc[0]
-            # where a graph compiler measured fastest, the compilers issue's figures apply: its routes are predicted
-            # less well (their unit sums need the inverse-variance weight), and the worst held-out regret is 1.32
-            compiler_won = any("+" in engine for engine in tied)
-            if engine_of(choice) not in tied and not (compiler_won and regret <= 1.35):
+            # where a graph compiler measured fastest or is chosen, the compilers issue's goal applies: its routes
+            # are predicted less well, and one predicted past the preference band (planner.PREFERENCE_BAND) is taken;
+            # its regret stays within the goal's 1.15
+            compiler_involved = any("+" in engine for engine in tied) or "+" in engine_of(choice)
+            if engine_of(choice) not in tied and not (compiler_involved and regret <= 1.15):
                 wrong.append((suite_model.name, batch, choice.key, measured.to_dict()))
             regrets.append(regret)
         Path(path).unlink()
