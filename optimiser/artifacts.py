@@ -159,8 +159,9 @@ def _commands(
             out = f"{IMAGE_APP_DIR}/compiled"
             engine_compile: tuple[str, ...] = ("python3", "-m", "runtime", "compile", model, "-o", out, "--engine",
                                                engine)
-            if plan.choice.route.tuning_trials:  # a tuned route searches there with the plan's budget
-                engine_compile += ("--trials", str(plan.choice.route.tuning_trials))
+            if plan.choice.route.tuning_trials:  # a tuned route searches there with the plan's budget and batch
+                engine_compile += ("--trials", str(plan.choice.route.tuning_trials), "--batch",
+                                   str(plan.spec.application.batch_size))
             return engine_compile, ("python3", "-m", "runtime", "run", out, "--engine", engine, "--random",
                                     "--repeat", "20")
         return None, ("python3", "-m", "runtime", "run", model, "--engine", engine, "--random", "--repeat", "20")

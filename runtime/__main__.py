@@ -35,6 +35,10 @@ def _parser() -> argparse.ArgumentParser:
         "--trials", type=int, default=None, metavar="N",
         help="--engine tvm: search schedules with MetaSchedule over N trials first (the tuned route's build stage)",
     )
+    comp.add_argument(
+        "--batch", type=int, default=None, metavar="B",
+        help="with --trials: the batch the search's static shapes fix (the plan's batch; default 1)",
+    )
     run = sub.add_parser("run", help="run a model or a compiled directory and print output summaries and latency")
     run.add_argument("model", help="an ONNX file or a directory written by 'compile'")
     run.add_argument("--input", action="append", default=[], metavar="NAME=FILE.npy", help="an input (repeatable)")
@@ -110,7 +114,7 @@ def main(argv: list[str] | None = None) -> int:
             return 0
         if args.command == "compile":
             manifest = tools.compile_to_dir(args.model, args.out, disable=args.disable, engine=args.engine,
-                                            trials=args.trials)
+                                            trials=args.trials, batch=args.batch)
             lines = tools.format_compile(manifest, args.out)
         else:
             report = tools.run_model(

@@ -78,6 +78,14 @@ class Benchmark:
 
 
 @dataclass(frozen=True)
+class Search:
+    """A tuning search's budget (``--trials``) and the batch its static shapes fix (``--batch``)."""
+
+    trials: int
+    batch: int = 1
+
+
+@dataclass(frozen=True)
 class Engine:
     """One engine, as its module declares it (``ENGINE = Engine(...)``)."""
 
@@ -96,9 +104,9 @@ class Engine:
     extra: str | None
     #: The Python modules it imports (one missing makes its benchmark a skip naming the extra).
     modules: tuple[str, ...]
-    #: ``compile(model, out_dir, trials)``: the build stage's artefact in ``out_dir`` (``python -m runtime compile
+    #: ``compile(model, out_dir, search)``: the build stage's artefact in ``out_dir`` (``python -m runtime compile
     #: --engine NAME``), returning ``engine.json``'s manifest; None when the engine compiles at run time.
-    compile: Callable[[str | os.PathLike[str], str | os.PathLike[str], int | None], dict[str, Any]] | None = None
+    compile: Callable[[str | os.PathLike[str], str | os.PathLike[str], Search | None], dict[str, Any]] | None = None
     #: Whether ``compile`` may search schedules first with a trial budget (``--trials``).
     tunes: bool = False
     #: The benchmark's generic backend; None when ``benchmarks.engines`` has a module of its own for it.

@@ -28,7 +28,7 @@ import numpy as np
 import onnx
 
 from runtime import engine_base
-from runtime.engine_base import Signature, first_line, read_engine_dir, read_model, require, write_engine_dir
+from runtime.engine_base import Search, Signature, first_line, read_engine_dir, read_model, require, write_engine_dir
 from runtime.errors import RuntimeModelError
 
 VMFB_FILE = "model.vmfb"
@@ -97,9 +97,9 @@ def compile_model(model: onnx.ModelProto) -> bytes:
 
 
 def compile_to_dir(model_path: str | os.PathLike[str], out_dir: str | os.PathLike[str],
-                   trials: int | None = None) -> dict[str, Any]:
+                   search: Search | None = None) -> dict[str, Any]:
     """Compile ``model_path`` to ``model.vmfb`` in ``out_dir`` (with ``engine.json`` and ``io.onnx``); IREE has no
-    tuning search (``trials`` is refused before this is called)."""
+    tuning search (``search`` is refused before this is called)."""
     import importlib.metadata
 
     require("iree.compiler", "iree")

@@ -25,7 +25,16 @@ from typing import Any
 import numpy as np
 import onnx
 
-from runtime.engine_base import Benchmark, Engine, Signature, first_line, read_engine_dir, require, write_engine_dir
+from runtime.engine_base import (
+    Benchmark,
+    Engine,
+    Search,
+    Signature,
+    first_line,
+    read_engine_dir,
+    require,
+    write_engine_dir,
+)
 from runtime.errors import RuntimeModelError
 
 #: appopt precision -> OpenVINO's inference precision hint.
@@ -67,9 +76,9 @@ def compile_config(threads: int | None, precision: str) -> dict[str, Any]:
 
 
 def compile_to_dir(model_path: str | os.PathLike[str], out_dir: str | os.PathLike[str],
-                   trials: int | None = None) -> dict[str, Any]:
+                   search: Search | None = None) -> dict[str, Any]:
     """Convert ``model_path`` to OpenVINO IR in ``out_dir`` (with ``engine.json`` and ``io.onnx``); OpenVINO has no
-    tuning search (``trials`` is refused before this is called)."""
+    tuning search (``search`` is refused before this is called)."""
     ov = require("openvino", "openvino")
     started = time.perf_counter()
     try:

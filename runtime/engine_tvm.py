@@ -35,6 +35,7 @@ from runtime.engine_base import (
     Benchmark,
     CompiledModel,
     Engine,
+    Search,
     Signature,
     first_line,
     read_engine_dir,
@@ -118,21 +119,21 @@ def linker() -> Any:
 
 
 def compile_to_dir(model_path: str | os.PathLike[str], out_dir: str | os.PathLike[str],
-                   trials: int | None = None) -> dict[str, Any]:
+                   search: Search | None = None) -> dict[str, Any]:
     """Compile ``model_path`` and export ``model.so`` in ``out_dir`` (with ``engine.json`` and ``io.onnx``).
 
-    With ``trials`` (the ``tvm-tuned`` route's image), MetaSchedule searches that many candidates first and the
-    library carries the best schedules; the records stay in ``out_dir/tuning``. A search needs static shapes, so a
-    symbolic batch dimension is fixed at 1 and the signature declares it so."""
+    With a ``search`` (the ``tvm-tuned`` route's image), MetaSchedule searches its trials first and the library
+    carries the best schedules; the records stay in ``out_dir/tuning``. A search needs static shapes, so a symbolic
+    batch dimension is fixed at the search's batch (the plan's) and the signature declares it so."""
     tvm = require("tvm", "tvm")
     model = read_model(model_path)
     signature = Signature(model.graph)
     started = time.perf_counter()
     extra: dict[str, Any] = {}
-    if trials is None:
+    if search is None:
         executable = compile_model(model, None)
     else:
-        executable, fixed, extra = _tuned(model, trials, Path(out_dir) / "tuning")
+        executable, fixed, extra = _tuned(model, search, Path(out_dir) / "tuning")
         signature = Signature(fixed.graph)  # the batch fixed for the search
     fcompile = linker()
     try:
@@ -148,14 +149,17 @@ def compile_to_dir(model_path: str | os.PathLike[str], out_dir: str | os.PathLik
                              **extra})
 
 
-def _tuned(model: onnx.ModelProto, trials: int, work_dir: Path) -> tuple[Any, onnx.ModelProto, dict[str, Any]]:
-    """The executable tuned with ``trials`` trials in ``work_dir``, the batch-fixed model it was tuned for (whose
+def _tuned(model: onnx.ModelProto, search: Search, work_dir: Path) -> tuple[Any, onnx.ModelProto, dict[str, Any]]:
+    """The executable tuned with the search's trials in ``work_dir``, the batch-fixed model it was tuned for (whose
     signature the directory declares), and what ``engine.json`` records of the search."""
     from runtime.engine_tvm_tuning import tuned_executable, with_batch
 
+    trials = search.trials
     if trials < 1:
         raise RuntimeModelError(f"--trials: the tuning budget must be at least 1 trial, got {trials}")
-    fixed = with_batch(model, 1)
+    if search.batch < 1:
+        raise RuntimeModelError(f"--batch: the batch a search fixes must be at least 1, got {search.batch}")
+    fixed = with_batch(model, search.batch)
     # MetaSchedule refuses a target without its core count: the build machine's usable cores
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
     try:
@@ -164,7 +168,8 @@ def _tuned(model: onnx.ModelProto, trials: int, work_dir: Path) -> tuple[Any, on
         raise
     except Exception as exc:  # the importer's, MetaSchedule's and the builders' errors alike
         raise RuntimeModelError(f"tvm cannot tune the model: {type(exc).__name__}: {first_line(exc)}") from None
-    return tuned.executable, fixed, {"trials": trials, "tune_s": round(tuned.tune_s, 3), "records": work_dir.name}
+    figures = {"trials": trials, "batch": search.batch, "tune_s": round(tuned.tune_s, 3), "records": work_dir.name}
+    return tuned.executable, fixed, figures
 
 
 class TvmRunner:
@@ -198,7 +203,23 @@ class TvmRunner:
 
     def run_list(self, feeds: Mapping[str, Any]) -> list[np.ndarray]:
         """Outputs in graph order."""
+        for name in self.input_names:
+            self._check_shape(name, np.shape(feeds[name]))
         return run_vm(self.vm, self.input_names, feeds)
+
+    def _check_shape(self, name: str, shape: tuple[int, ...]) -> None:
+        """One line where an input's shape differs from a fixed one the library was compiled for (a tuned library
+        runs the batch it was searched at), instead of the VM's traceback."""
+        declared = self.inputs[name].shape
+        if declared is None:
+            return
+        fixed = [d if isinstance(d, int) else None for d in declared]
+        if len(fixed) != len(shape) or any(d is not None and d != s for d, s in zip(fixed, shape, strict=False)):
+            wanted = "(" + ", ".join("?" if d is None else str(d) for d in fixed) + ")"
+            raise RuntimeModelError(
+                f"input {name!r} has shape {tuple(shape)}, but the TVM library takes {wanted} ({self.describe}; a "
+                "tuned library runs the batch it was searched at: compile with --batch)"
+            )
 
 
 def run_vm(vm: Any, input_names: list[str], feeds: Mapping[str, Any]) -> list[np.ndarray]:

@@ -22,7 +22,7 @@ import pkgutil
 from pathlib import Path
 from typing import Any
 
-from runtime.engine_base import ENGINE_MANIFEST, SIGNATURE, Engine, ModelRunner
+from runtime.engine_base import ENGINE_MANIFEST, SIGNATURE, Engine, ModelRunner, Search
 from runtime.errors import RuntimeModelError
 
 __all__ = ["ENGINE_MANIFEST", "SIGNATURE", "Engine", "ModelRunner", "all_engines", "compile_for_engine",
@@ -93,9 +93,10 @@ def open_runner(engine: str, model: str | os.PathLike[str], threads: int | None)
 
 
 def compile_for_engine(engine: str, model: str | os.PathLike[str], out_dir: str | os.PathLike[str],
-                       trials: int | None = None) -> dict[str, Any]:
+                       trials: int | None = None, batch: int | None = None) -> dict[str, Any]:
     """``python -m runtime compile --engine ENGINE``: the engine's artefact for ``model`` in ``out_dir`` (``trials``:
-    the tuning search's budget, for engines that search: ``tvm``)."""
+    the tuning search's budget, for engines that search: ``tvm``; ``batch``: the batch its static shapes fix,
+    default 1)."""
     compile_step = all_engines()[engine].compile if engine in all_engines() else None
     if compile_step is None:
         raise RuntimeModelError(
@@ -104,7 +105,9 @@ def compile_for_engine(engine: str, model: str | os.PathLike[str], out_dir: str 
     if trials is not None and engine not in tuning_engines():
         raise RuntimeModelError(f"--trials: --engine {engine} has no tuning search; engines that search: "
                                 f"{', '.join(tuning_engines())}")
+    if batch is not None and trials is None:
+        raise RuntimeModelError("--batch fixes the batch of a tuning search: it needs --trials")
     if not Path(model).is_file():
         raise RuntimeModelError(f"model {str(model)!r} does not exist")
     Path(out_dir).mkdir(parents=True, exist_ok=True)
-    return compile_step(model, out_dir, trials)
+    return compile_step(model, out_dir, None if trials is None else Search(trials, 1 if batch is None else batch))

@@ -70,6 +70,7 @@ def compile_to_dir(
     max_alloc_bytes: int | None = None,
     engine: str = "appopt",
     trials: int | None = None,
+    batch: int | None = None,
 ) -> dict[str, Any]:
     """Compile ``model_path`` and write it to ``out_dir``; returns the manifest. ``engine`` ``openvino``, ``tvm`` or
     ``iree`` writes that engine's artefact instead (``runtime.engines.compile_for_engine``; ``trials``: TVM's
@@ -77,8 +78,8 @@ def compile_to_dir(
     if engine != "appopt":
         if disable:
             raise RuntimeModelError("--disable names this runtime's graph passes: it needs --engine appopt")
-        return compile_for_engine(engine, model_path, out_dir, trials)
-    if trials is not None:
+        return compile_for_engine(engine, model_path, out_dir, trials, batch)
+    if trials is not None or batch is not None:
         raise RuntimeModelError("--trials is the tuning budget of --engine tvm; this runtime does not search")
     exe = compile_model(str(model_path), disable=disable or (), max_alloc_bytes=max_alloc_bytes)
     return save_artifact(exe, out_dir)

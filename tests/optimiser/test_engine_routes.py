@@ -16,9 +16,9 @@ from tests.compiler_routes import COMPILER_ROUTE_SPEC
 EXAMPLES = Path(__file__).parents[2] / "examples"
 
 
-def _deployment(tmp_path: Path, compiler: str, extra: str = "") -> dict:
+def _deployment(tmp_path: Path, compiler: str, extra: str = "", spec: str | None = None) -> dict:
     shutil.copy2(EXAMPLES / "digits_mlp.onnx", tmp_path / "digits_mlp.onnx")
-    (tmp_path / "app.yaml").write_text(COMPILER_ROUTE_SPEC.format(compiler=compiler) + extra)
+    (tmp_path / "app.yaml").write_text((spec or COMPILER_ROUTE_SPEC.format(compiler=compiler)) + extra)
     result = CliRunner().invoke(app, ["plan", str(tmp_path / "app.yaml"), "-o", str(tmp_path / "out")])
     assert result.exit_code == 0, result.output
     plan = json.loads((tmp_path / "out" / "plan.json").read_text())
@@ -49,18 +49,20 @@ def test_the_tuned_tvm_routes_image_searches_in_the_build_stage_with_the_catalog
     dep = _deployment(tmp_path, "tvm-tuned")
     trials = load_catalog().compilers["tvm-tuned"].tuning.trials  # type: ignore[union-attr]
     assert dep["compile_argv"] == ["python3", "-m", "runtime", "compile", "/opt/app/model.onnx", "-o",
-                                   "/opt/app/compiled", "--engine", "tvm", "--trials", str(trials)]
+                                   "/opt/app/compiled", "--engine", "tvm", "--trials", str(trials), "--batch", "1"]
     assert dep["run_argv"][:7] == ["python3", "-m", "runtime", "run", "/opt/app/compiled", "--engine", "tvm"]
     pins = dict(p.split("==") for p in dep["pip_packages"] if "==" in p)
     assert pins["apache-tvm-ffi"] == "0.1.14.post0"  # 0.1.15.post2 segfaults when MetaSchedule saves a record
     assert {"xgboost-cpu", "psutil", "cloudpickle", "ziglang"} <= set(pins)  # the search's cost model and pools
     build_stage = (tmp_path / "out" / "Dockerfile").read_text().split("AS final")[0]
-    assert f"--engine tvm --trials {trials}" in build_stage
+    assert f"--engine tvm --trials {trials} --batch 1" in build_stage
 
 
 def test_the_specs_trial_budget_is_the_one_the_image_searches_with(tmp_path: Path) -> None:
-    dep = _deployment(tmp_path, "tvm-tuned", extra="  tuning_trials: 8\n")
-    assert dep["compile_argv"][-4:] == ["--engine", "tvm", "--trials", "8"]
+    spec = COMPILER_ROUTE_SPEC.format(compiler="tvm-tuned").replace("  framework: onnxruntime",
+                                                                    "  framework: onnxruntime\n  batch_size: 4")
+    dep = _deployment(tmp_path, "tvm-tuned", extra="  tuning_trials: 8\n", spec=spec)
+    assert dep["compile_argv"][-6:] == ["--engine", "tvm", "--trials", "8", "--batch", "4"]  # the plan's batch
     assert json.loads((tmp_path / "out" / "plan.json").read_text())["choice"]["tuning_trials"] == 8
 
 

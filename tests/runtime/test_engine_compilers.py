@@ -87,7 +87,7 @@ def test_tvm_links_with_zig_when_no_c_compiler_is_on_path(tmp_path: Path, monkey
 
 
 @pytest.mark.slow
-def test_a_tuned_tvm_directory_searches_with_zig_ships_its_records_and_runs_at_batch_one(
+def test_a_tuned_tvm_directory_searches_with_zig_ships_its_records_and_runs_the_batch_it_searched(
         tmp_path: Path) -> None:
     """The tuned route's build stage: a slim image has no C compiler, so the search links its candidates with zig."""
     _needs("tvm")
@@ -103,22 +103,25 @@ def test_a_tuned_tvm_directory_searches_with_zig_ships_its_records_and_runs_at_b
         "from tvm.support import cc\n"
         "cc.get_cc = lambda: None\n"
         "from runtime.tools import compile_to_dir\n"
-        "print(json.dumps(compile_to_dir(sys.argv[1], sys.argv[2], engine='tvm', trials=2)))\n"
+        "print(json.dumps(compile_to_dir(sys.argv[1], sys.argv[2], engine='tvm', trials=2, batch=3)))\n"
     )
     done = subprocess.run([sys.executable, "-c", child, str(MLP), str(tmp_path / "c")], cwd=ROOT, env=env,
                           capture_output=True, text=True, timeout=900, check=False)
     assert done.returncode == 0, done.stderr[-2000:]
     manifest = json.loads(done.stdout.strip().splitlines()[-1])
-    assert manifest["trials"] == 2 and manifest["tune_s"] > 0
+    assert manifest["trials"] == 2 and manifest["batch"] == 3 and manifest["tune_s"] > 0
     meta = json.loads((tmp_path / "c" / "tuning" / TUNING_FILE).read_text())
     assert meta["trials"] == 2 and (tmp_path / "c" / "tuning" / "database_tuning_record.json").stat().st_size > 0
     line = format_compile(manifest, tmp_path / "c")[0]
     assert line.startswith(f"compiled -> {tmp_path / 'c'} (engine: tvm, model.so), tuned over 2 trials in "), line
     runner, text = open_runner("tvm", tmp_path / "c", 1)
     assert text == "tvm (library model.so, tuned over 2 trials)"
-    assert runner.inputs["input"].shape[0] == 1  # the search fixed the symbolic batch; the signature says so
-    np.testing.assert_allclose(runner.run({"input": X[:1]})["probabilities"], _reference(X[:1]), rtol=1e-4,
+    assert runner.inputs["input"].shape[0] == 3  # the search fixed the symbolic batch; the signature says so
+    np.testing.assert_allclose(runner.run({"input": X[:3]})["probabilities"], _reference(X[:3]), rtol=1e-4,
                                atol=1e-6)
+    with pytest.raises(RuntimeModelError, match=r"^input 'input' has shape \(1, 64\), but the TVM library takes "
+                                                r"\(3, 64\) \(library model.so, tuned over 2 trials; a tuned library"):
+        runner.run({"input": X[:1]})
 
 
 def test_engine_errors_are_one_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -128,9 +131,13 @@ def test_engine_errors_are_one_line(tmp_path: Path, monkeypatch: pytest.MonkeyPa
         compile_for_engine("openvino", MLP, tmp_path / "x", trials=4)
     with pytest.raises(RuntimeModelError, match=r"^--trials is the tuning budget of --engine tvm"):
         compile_to_dir(MLP, tmp_path / "x", trials=4)
+    with pytest.raises(RuntimeModelError, match=r"^--batch fixes the batch of a tuning search: it needs --trials"):
+        compile_for_engine("tvm", MLP, tmp_path / "x", batch=4)
     if importlib.util.find_spec("tvm") is not None:
         with pytest.raises(RuntimeModelError, match=r"^--trials: the tuning budget must be at least 1 trial, got 0"):
             compile_for_engine("tvm", MLP, tmp_path / "x", trials=0)
+        with pytest.raises(RuntimeModelError, match=r"^--batch: the batch a search fixes must be at least 1, got 0"):
+            compile_for_engine("tvm", MLP, tmp_path / "x", trials=1, batch=0)
     with pytest.raises(RuntimeModelError, match="--disable names this runtime's graph passes"):
         compile_to_dir(MLP, tmp_path / "x", disable=["fuse"], engine="tvm")
     (tmp_path / "other").mkdir()

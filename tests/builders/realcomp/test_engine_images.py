@@ -37,8 +37,9 @@ x = np.linspace(-1, 1, 64 * batch, dtype=np.float32).reshape(batch, 64)
 print(json.dumps({"engine": text, "out": runner.run({"input": x})["probabilities"].tolist()}))
 """
 
-#: What ``python -m runtime run`` prints for the digits MLP: its output tensor and a latency line.
-RUN_OUTPUT = re.compile(r"output probabilities: float32\[1, 10\].*latency over 20 run\(s\)", re.DOTALL)
+#: What ``python -m runtime run`` prints for the digits MLP: its output tensor (at the plan's batch for the tuned
+#: library, whose search fixed it, else 1) and a latency line.
+RUN_OUTPUT = r"output probabilities: float32\[{batch}, 10\].*latency over 20 run\(s\)"
 
 
 def _installed(module: str) -> bool:
@@ -74,7 +75,10 @@ def test_a_compiler_route_image_compiles_in_the_build_stage_and_runs_the_model(
         pytest.skip("extra not installed")
     tuned = compiler == "tvm-tuned"
     engine = "tvm" if tuned else compiler
-    spec = COMPILER_ROUTE_SPEC.format(compiler=compiler) + (f"  tuning_trials: {TRIALS}\n" if tuned else "")
+    spec = COMPILER_ROUTE_SPEC.format(compiler=compiler)
+    if tuned:  # searched for the plan's batch, which the probe below feeds
+        spec = spec.replace("  framework: onnxruntime", "  framework: onnxruntime\n  batch_size: 2")
+        spec += f"  tuning_trials: {TRIALS}\n"
     out = plan_for(spec, tmp_path)
     plan = json.loads((out / "plan.json").read_text())
     assert (plan["choice"]["framework"], plan["choice"]["compiler"]) == ("onnxruntime", compiler)
@@ -87,13 +91,15 @@ def test_a_compiler_route_image_compiles_in_the_build_stage_and_runs_the_model(
     assert "--no-index" in log  # the engine came from the wheelhouse
     assert f"compiled -> /opt/app/compiled (engine: {engine}, {artefact})" in log  # in the build stage
     if tuned:  # the search ran there, linked by zig (the minbase has no C compiler), within the spec's budget
+        assert f"--trials {TRIALS} --batch 2" in log
         assert f"(engine: tvm, model.so), tuned over {TRIALS} trials in " in log
 
     proc = _podman("run", "--rm", ref)
     assert proc.returncode == 0, proc.stderr
-    assert f"engine: {engine} (" in proc.stdout and RUN_OUTPUT.search(proc.stdout), proc.stdout
+    run_output = re.compile(RUN_OUTPUT.format(batch=2 if tuned else 1), re.DOTALL)
+    assert f"engine: {engine} (" in proc.stdout and run_output.search(proc.stdout), proc.stdout
 
-    batch = 1 if tuned else 2  # a search needs static shapes: the tuned library runs the plan's batch (1) only
+    batch = 2  # a search needs static shapes: the tuned library runs the plan's batch only
     probe = _podman("run", "--rm", "--entrypoint", "python3", ref, "-c", PROBE, engine, str(batch))
     assert probe.returncode == 0, probe.stderr
     answer = json.loads(probe.stdout.strip().splitlines()[-1])
