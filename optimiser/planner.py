@@ -113,9 +113,10 @@ def predict(enumerated: Enumerated, model: PerformanceModel) -> Predicted:
 def rank(predicted: Predicted) -> Plan:
     """Stage ``plan``: the candidates ranked by the goal's figure, the model's error band ordered by its rules."""
     spec = predicted.spec
-    # Ranked by the goal's figure; equal figures (routes the model cannot tell apart) by the tie rules. The routes
-    # within the model's error of the fastest, and at most PREFERENCE_BAND from it, are then ordered by the band
-    # rules (measured over prior, no compiler) before their figures: the measured, simpler route is taken.
+    # Ranked by the goal's figure; equal figures (routes the model cannot tell apart) by the tie rules. Within the
+    # model's error of the fastest, a route whose figure stands on measurements comes before one on a prior alone
+    # (BAND_RULES), then the figures decide: preferring no compiler there too gave up gains the model saw
+    # (docs/decisions.md, 2026-11-26, band rules).
     # ``explain_ties`` states which rule decided each.
     candidates = sorted(predicted.candidates, key=lambda c: (objective(spec, c.prediction), *tie_break_key(c)))
     band = error_band(spec, candidates)
@@ -157,7 +158,7 @@ def has_convolutions(workload: Workload) -> bool:
 _PRECISION_RISK = {"fp32": 0, "bf16": 1, "fp16": 2, "int8": 3}
 Rule = tuple[str, Callable[[Candidate], Any]]
 #: How routes the model cannot separate are ordered, first rule first: (name, key; lower wins). Within the model's
-#: error of the fastest route the first two decide before the figures do (``BAND_RULES``); the rest order routes
+#: error of the fastest route the first decides before the figures do (``BAND_RULES``); the rest order routes
 #: whose figures are equal.
 _MEASURED: Rule = ("measured basis over prior", lambda c: not measured_basis(c.prediction))
 _SIMPLER: Rule = ("fewer moving parts (no compiler)", lambda c: c.route.compiler != NO_COMPILER)
@@ -165,9 +166,10 @@ _SAFER: Rule = (
     "fewer numerical risks (fp32, then bf16: no loss scaling, then fp16, then int8)",
     lambda c: _PRECISION_RISK.get(c.route.precision, 9),
 )
-BAND_RULES: tuple[Rule, ...] = (_MEASURED, _SIMPLER)
+BAND_RULES: tuple[Rule, ...] = (_MEASURED,)
 TIE_RULES: tuple[Rule, ...] = (
     *BAND_RULES,
+    _SIMPLER,
     _SAFER,
     ("the layout the device prefers (layout prior)", lambda c: -c.route.layout_factor),
     ("the framework's and libraries' efficiency prior", lambda c: -c.route.efficiency),
@@ -186,23 +188,11 @@ def band_key(c: Candidate) -> tuple[Any, ...]:
     return tuple(rule(c) for _, rule in BAND_RULES)
 
 
-#: A route with more moving parts (a compiler) or only a prior behind it is preferred to a measured, simpler one
-#: only when predicted at least this much faster: the difference the issue's tie rule also counts as real (10%).
-#: The whole model error as the band (15-50%) made the planner give up gains the model saw: regret max 1.322 ->
-#: 1.145 in the transfer proxy 2:2 (docs/decisions.md, 2026-11-26, preference band).
-PREFERENCE_BAND = 0.10
-
-
-def band_width(prediction: Prediction) -> float:
-    """The relative width of the band the band rules order: the model's error, at most ``PREFERENCE_BAND``."""
-    return min(model_error(prediction)[0], PREFERENCE_BAND)
-
-
 def error_band(spec: AppSpec, ranked: Sequence[Candidate]) -> int:
-    """How many of the ``ranked`` candidates (fastest first) lie within ``band_width`` of the fastest one."""
+    """How many of the ``ranked`` candidates (fastest first) lie within the fastest one's model error of it."""
     best = objective(spec, ranked[0].prediction)
-    width = band_width(ranked[0].prediction)
-    return sum(1 for c in ranked if abs(objective(spec, c.prediction) - best) <= width * abs(best) * (1 + 1e-12))
+    error, _ = model_error(ranked[0].prediction)
+    return sum(1 for c in ranked if abs(objective(spec, c.prediction) - best) <= error * abs(best) * (1 + 1e-12))
 
 
 #: The error assumed for a prediction whose model has no measured error (the roofline prior's), as a share.

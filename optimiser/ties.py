@@ -12,7 +12,6 @@ from collections.abc import Sequence
 from optimiser.planner import (
     BAND_RULES,
     NO_COMPILER,
-    PREFERENCE_BAND,
     TIE_RULES,
     Candidate,
     Plan,
@@ -121,10 +120,6 @@ def explain_ties(plan: Plan, top: int | None = None) -> list[str]:
     if band > 1:
         fastest = min(range(band), key=lambda k: (plan.objective(ranked[k]), k))
         error, source = model_error(ranked[fastest].prediction)
-        width = min(error, PREFERENCE_BAND)
-        within = (f"within the model's error (±{error:.0%}, {source})" if width == error else
-                  f"within {width:.0%} of the fastest, inside the model's error (±{error:.0%}, {source}); a compiler "
-                  f"or an unmeasured route must be predicted {width:.0%} faster to be preferred")
         gap = abs(plan.objective(ranked[0]) / plan.objective(ranked[fastest]) - 1)
         lead = (
             "#1 is also the fastest predicted"
@@ -137,8 +132,8 @@ def explain_ties(plan: Plan, top: int | None = None) -> list[str]:
         steps = "; ".join(by_rule) + rest
         more = f" (steps shown to #{shown})" if band > shown + 1 else ""
         lines.append(
-            f"{within}: #1-#{band} cannot be separated by the model, so they "
-            f"are ordered by measured basis and fewer moving parts before their figures; {lead}; "
+            f"within the model's error (±{error:.0%}, {source}): #1-#{band} cannot be separated by the model, so they "
+            f"are ordered by measured basis (over a prior) before their figures; {lead}; "
             f"broken by: {steps}{more}; measure them on the target (appopt bench run) to be sure"
         )
     i = band
