@@ -62,7 +62,7 @@ def resolve_target(target: Target, catalog: Catalog) -> ResolvedTarget:
     device = Device(
         name=hw.id, kind="cpu", peak_flops={k: v * scale for k, v in hw.peak_flops.items()},
         mem_bandwidth=hw.mem_bandwidth * max(1.0, round(scale)), per_node=1, nodes=target.nodes,
-        interconnect=gbps * 1e9 / 8,
+        interconnect=gbps * 1e9 / 8, arch=target.cpu.arch,
     )
     arch = target.cpu.arch
     return ResolvedTarget(hw, device, "cpu", arch, f"cpu-{arch}", tuple(notes))

@@ -54,6 +54,8 @@ class Device:
     nodes: int = 1
     #: Node-to-node bandwidth in bytes/s (for gradient all-reduce).
     interconnect: float = 12.5e9
+    #: A CPU's instruction set (``x86_64``, ``aarch64``; "" when unknown).
+    arch: str = ""
 
     @property
     def count(self) -> int:

@@ -538,7 +538,8 @@ class FittedModel:
             )
         group = self.anchor(workload, route, device)
         if group is None:
-            return self._host_predicted(workload, route, device, prior) or prior
+            return self._host_predicted(workload, route, device, prior) or self._ratio_carried(
+                workload, route, device, prior) or prior
         x = workload_features(workload, group.route.precision)
         below = f" (below the fitted range of {group.target})" if group.below_range(x) else ""
         by_units = self.units_seconds(workload, group)
@@ -648,6 +649,34 @@ class FittedModel:
             return None
         return host_prediction(
             fit, workload, route, usable_cores(), prior, lambda r: self.prior.predict(workload, r, device)
+        )
+
+    def _ratio_carried(self, workload: Workload, route: Route, device: Device, prior: Prediction) -> Prediction | None:
+        """On a target nothing was measured on (a catalog preset), a graph compiler's route as the prior of its
+        framework alone times the compiler's ratio measured elsewhere (``compiler_ratio``): what a compiler changes
+        relative to its framework carries across CPUs better than either's time, and the prior alone credits it with
+        nothing where no speed-up is reported, tying the two."""
+        if workload.mode != "inference" or route.compiler in ("none", "") or device.kind != "cpu":
+            return None
+        arches = {g.target: flags_arch(g.cpu_flags) for g in self.result.groups}
+        ratio = next((q for q in self.result.ratios if q.usable and q.route.framework == route.framework
+                      and q.route.compiler == route.compiler and q.route.precision == route.precision
+                      and device.arch and arches.get(q.target) == device.arch), None)
+        if ratio is None:
+            return None
+        plain = self.prior.predict(workload, replace(route, compiler="none", compiler_speedup=1.0), device)
+        # at the most threads the ratio's host measured (a preset has more cores than any of them)
+        threads = max((g.threads for g in self.result.for_target(ratio.target)), default=1)
+        factor = ratio.ratio(workload_features(workload, route.precision), workload.batch_size, threads)
+        step = plain.step_seconds * factor
+        steps = None if workload.total_samples is None else workload.total_samples / workload.batch_size
+        return replace(
+            prior,
+            step_seconds=step,
+            samples_per_second=workload.batch_size / step,
+            total_seconds=None if steps is None else steps * step,
+            basis=f"{plain.basis} x the {route.compiler} ratio measured on {ratio.target} ({ratio.pairs} pairs)",
+            detail={**prior.detail, "framework_step_s": plain.step_seconds, "compiler_ratio": factor},
         )
 
     def describe(self) -> list[str]:
@@ -819,3 +848,12 @@ def _write_pickle(path: Path, value: object) -> None:
         os.replace(handle.name, path)
     except OSError:
         return
+
+
+def flags_arch(flags: tuple[str, ...]) -> str:
+    """The instruction set a host's CPU flags name (``x86_64``, ``aarch64``; "" when they say neither)."""
+    if any(f.startswith(("avx", "sse")) for f in flags):
+        return "x86_64"
+    if any(f in ("asimd", "sve", "fphp") for f in flags):
+        return "aarch64"
+    return ""

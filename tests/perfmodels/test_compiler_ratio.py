@@ -164,3 +164,22 @@ def test_three_pairs_or_one_family_are_too_few_even_for_the_median():
         tuned = model.predict(work, route("fast", "NCHWc", compiler="tvm-tuned"), DEVICE)
         assert tuned.step_seconds == pytest.approx(model.predict(work, route("fast", "NCHWc"), DEVICE).step_seconds)
         assert "tvm-tuned not measured here" in tuned.basis
+
+
+def test_a_preset_nothing_was_measured_on_carries_the_compiler_ratio_of_a_host_of_its_instruction_set():
+    from perfmodels import Device
+
+    frame = with_compiler(synthetic_frame()).assign(cpu_flags="avx2 avx512f fma sse4_2")
+    model = fit_model(frame)
+    work = workload("tx", 1)
+    for arch, carried in (("x86_64", True), ("aarch64", False), ("", False)):
+        preset = Device("some-preset", "cpu", {"fp32": 2e12}, 200e9, arch=arch)
+        compiled = model.predict(work, route("fast", "NCHWc", compiler="tvm"), preset)
+        plain = model.predict(work, route("fast", "NCHWc"), preset)
+        if carried:  # the prior of the framework alone, times the ratio measured on the x86 host
+            assert "x the tvm ratio measured on " in compiled.basis, compiled.basis
+            assert compiled.step_seconds == pytest.approx(plain.step_seconds * compiled.detail["compiler_ratio"])
+            assert compiled.detail["compiler_ratio"] == pytest.approx(true_ratio("tx", 1), rel=0.3)
+        else:  # another instruction set (or none known): the prior alone, as before
+            assert "ratio measured on" not in compiled.basis
+            assert compiled.step_seconds == pytest.approx(plain.step_seconds)
