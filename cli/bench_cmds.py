@@ -436,6 +436,10 @@ def refresh_features_cmd(
     typer.echo(f"updated the features of {changed} row(s) in {db or DEFAULT_DB}")
 
 
+#: Where this module's commands sit in ``appopt --help`` (``cli.main.command_modules``).
+ORDER = 40
+
+
 def register(app: typer.Typer) -> None:
     """Add ``appopt bench ...`` to the main CLI."""
     app.add_typer(bench_app, name="bench")

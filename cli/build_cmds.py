@@ -211,6 +211,10 @@ def status_cmd(
         raise typer.Exit(current.shell_exit_code)
 
 
+#: Where this module's commands sit in ``appopt --help`` (``cli.main.command_modules``).
+ORDER = 30
+
+
 def register(app: typer.Typer) -> None:
     """Add build, push, submit and status to the ``appopt`` app (errors through the CLI's ``user_errors``)."""
     from cli.errors import user_errors

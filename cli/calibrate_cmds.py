@@ -155,6 +155,10 @@ def _run_quick_probe(quick: Path) -> ProbeCount:
     return count
 
 
+#: Where this module's commands sit in ``appopt --help`` (``cli.main.command_modules``).
+ORDER = 60
+
+
 def register(app: typer.Typer) -> None:
     """Add ``calibrate`` to the root command."""
     app.command("calibrate")(user_errors(calibrate_cmd))

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import importlib
 import json
+import pkgutil
 from pathlib import Path
+from types import ModuleType
 from typing import Annotated
 
 import typer
@@ -196,15 +199,28 @@ def catalog(
     typer.echo(list_category(category))
 
 
-def _register_commands() -> None:
-    """Commands that live in cli/, one module per area, each with ``register(app)``."""
-    from cli import bench_cmds, build_cmds, calibrate_cmds, models_cmds, runtime_cmds, train_cmds
-
-    for module in (runtime_cmds, train_cmds, build_cmds, bench_cmds, models_cmds, calibrate_cmds):
-        module.register(app)
+#: Where a command module without ``ORDER`` goes in ``appopt --help``: after the declared ones, by module name.
+LAST = 1000
 
 
-_register_commands()
+def command_modules() -> list[ModuleType]:
+    """The ``cli/*_cmds.py`` modules that define ``register(app)``, by their ``ORDER`` and then name (the order of
+    ``appopt --help``)."""
+    import cli
+
+    found = [importlib.import_module(f"cli.{info.name}") for info in pkgutil.iter_modules(cli.__path__)
+             if info.name.endswith("_cmds")]
+    with_register = [module for module in found if callable(getattr(module, "register", None))]
+    return sorted(with_register, key=lambda module: (getattr(module, "ORDER", LAST), module.__name__))
+
+
+def register_commands(target: typer.Typer) -> None:
+    """Add every command module's commands to ``target`` (the ``appopt`` app, or a test's own)."""
+    for module in command_modules():
+        module.register(target)
+
+
+register_commands(app)
 
 
 def main() -> None:

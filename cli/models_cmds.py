@@ -189,6 +189,10 @@ def literature_cmd(db: DbOption = None) -> None:
         typer.echo(line)
 
 
+#: Where this module's commands sit in ``appopt --help`` (``cli.main.command_modules``).
+ORDER = 50
+
+
 def register(app: typer.Typer) -> None:
     """Add ``appopt models ...`` to the main CLI."""
     app.add_typer(models_app, name="models")

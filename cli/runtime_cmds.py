@@ -81,6 +81,10 @@ def model_source(model: Path, engine: str) -> Path:
     return model
 
 
+#: Where this module's commands sit in ``appopt --help`` (``cli.main.command_modules``).
+ORDER = 10
+
+
 def register(app: typer.Typer) -> None:
     """Add the runtime commands to the appopt CLI."""
     app.command("compile")(user_errors(compile_cmd))

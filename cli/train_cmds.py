@@ -48,6 +48,10 @@ def train_cmd(
     run_training(request, echo=typer.echo)
 
 
+#: Where this module's commands sit in ``appopt --help`` (``cli.main.command_modules``).
+ORDER = 20
+
+
 def register(app: typer.Typer) -> None:
     """Add ``appopt train`` to the CLI."""
     app.command("train")(user_errors(train_cmd))

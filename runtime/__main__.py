@@ -7,6 +7,7 @@
                             [--image-size S] ...
     python -m runtime run MODEL_OR_OUT [--input name=file.npy ...] [--random] [--repeat N] [--threads N]
                           [--profile] [--engine appopt|onnxruntime|openvino|tvm|iree|jax]
+    python -m runtime passes          (the graph passes in running order, each with why it sits there)
 
 Only argparse and the runtime's own dependencies: this is what runs inside the built images.
 """
@@ -74,6 +75,7 @@ def _parser() -> argparse.ArgumentParser:
     train.add_argument(
         "--engine", default="appopt", choices=["appopt", "torch"], help="who trains (default: this runtime)"
     )
+    sub.add_parser("passes", help="list the graph passes in running order, each with why it sits there")
     return parser
 
 
@@ -109,6 +111,11 @@ def main(argv: list[str] | None = None) -> int:
     from runtime import tools
 
     try:
+        if args.command == "passes":
+            from runtime.passes.pipeline import describe
+
+            print("\n".join(describe()))
+            return 0
         if args.command == "train":
             _train(args)
             return 0

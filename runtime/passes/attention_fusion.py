@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 import onnx
 
 from runtime.ir import Graph, Node
+from runtime.passes.pipeline import Pass
 from runtime.passes.util import GraphIndex, elem_type_of, is_float32, rebuild, remove_nodes, scalar_of, shape_of
 
 if TYPE_CHECKING:
@@ -320,3 +321,13 @@ def run(graph: Graph, ctx: PassContext) -> int:
             index.refresh()
             rewrites += 1
     return rewrites
+
+
+PASS = Pass(
+    "attention_fusion",
+    run,
+    "before matmul_fusion: attention's MatMuls and their scale Mul must still be plain ops to be recognised; after "
+    "gelu_fusion: no dependence, kept from the hand-written order",
+    after=("gelu_fusion",),
+    before=("matmul_fusion",),
+)

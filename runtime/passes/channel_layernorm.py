@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from runtime.ir import Graph, Node
+from runtime.passes.pipeline import Pass
 from runtime.passes.util import (
     FLOAT,
     GraphIndex,
@@ -155,3 +156,13 @@ def run(graph: Graph, ctx: PassContext) -> int:
         substitute(graph, index, last, new, [n for n in nodes if n is not last])
         rewrites += 1
     return rewrites
+
+
+PASS = Pass(
+    "channel_layernorm",
+    run,
+    "just before layout: a written-out LayerNorm over NCHW channels becomes an NHWC LayerNormalization; after "
+    "transpose_layout: no dependence, kept from the hand-written order",
+    after=("squeeze_excite", "transpose_layout"),
+    before=("layout",),
+)

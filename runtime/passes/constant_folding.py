@@ -23,6 +23,7 @@ from runtime.errors import RuntimeModelError
 from runtime.ir import Graph, Node, value_of_array
 from runtime.kernels.base import Kernel
 from runtime.op_traits import NEVER_FOLD
+from runtime.passes.pipeline import Pass
 from runtime.steps import node_context
 
 if TYPE_CHECKING:
@@ -120,3 +121,11 @@ def _fold(node: Node, consts: dict[str, np.ndarray], limit: int) -> list[np.ndar
     if any(a.nbytes > max(limit, in_bytes) for a in arrays):
         return None
     return arrays
+
+
+PASS = Pass(
+    "constant_folding",
+    run,
+    "after identities are gone, so chains of constant ops fold in one sweep; turns Constant nodes into initializers",
+    after=("identity_elimination",),
+)

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from runtime.ir import Graph, Node
+from runtime.passes.pipeline import Pass
 from runtime.passes.util import (
     GraphIndex,
     add_constant,
@@ -247,3 +248,11 @@ def _orphan_squeeze(node: Node, graph: Graph, index: GraphIndex) -> bool:
     out = node.outputs[0] if node.outputs else ""
     unread = not index.consumers.get(out) and out not in index.outputs
     return unread and _squeezed_axis2(node, graph, index) is not None
+
+
+PASS = Pass(
+    "conv1d_lift",
+    run,
+    "before the conv fusions: a 1-d Conv becomes a 2-d one of height 1, then fuses and goes NHWC like the rest",
+    before=("conv_bn_fusion", "conv_fusion"),
+)

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from runtime.ir import Graph, Node
+from runtime.passes.pipeline import Pass
 from runtime.passes.util import GraphIndex, add_constant, remove_nodes
 
 if TYPE_CHECKING:
@@ -151,3 +152,11 @@ def run(graph: Graph, ctx: PassContext) -> int:
     remove_nodes(graph, dead)
     index.refresh()
     return folded + _fold_affine(graph, index)
+
+
+PASS = Pass(
+    "conv_bn_fusion",
+    run,
+    "before conv_fusion: a BatchNormalization between a Conv and its activation would block that fusion",
+    before=("conv_fusion",),
+)

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from runtime.ir import Graph, Node
+from runtime.passes.pipeline import Pass
 from runtime.passes.util import (
     GraphIndex,
     absorb_consumers,
@@ -72,3 +73,13 @@ def run(graph: Graph, ctx: PassContext) -> int:
         return conv.op_type != "Conv" or conv.opset >= 1
 
     return absorb_consumers(graph, GraphIndex(graph), fusable, "FusedConv", _absorb_add)
+
+
+PASS = Pass(
+    "conv_fusion",
+    run,
+    "Conv absorbs bias, residual and activation (after BN folding, before the layout change); after matmul_fusion: no "
+    "dependence, kept from the hand-written order",
+    after=("conv_bn_fusion", "matmul_fusion"),
+    before=("layout",),
+)

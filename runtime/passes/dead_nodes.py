@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from runtime.ir import Graph, node_reads
+from runtime.passes.pipeline import Pass
 
 if TYPE_CHECKING:
     from runtime.passes.pipeline import PassContext
@@ -29,3 +30,11 @@ def run(graph: Graph, ctx: PassContext) -> int:
         del graph.initializers[name]
         removed += 1
     return removed
+
+
+PASS = Pass(
+    "dead_node_elimination",
+    run,
+    "removes what the earlier passes orphaned (folded producers, unused initializers)",
+    after=("transpose_reshape",),
+)

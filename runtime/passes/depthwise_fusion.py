@@ -14,6 +14,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from runtime.ir import Graph, Node
+from runtime.passes.pipeline import Pass
 from runtime.passes.util import GraphIndex, make_node, substitute
 
 if TYPE_CHECKING:
@@ -77,3 +78,11 @@ def run(graph: Graph, ctx: PassContext) -> int:
         substitute(graph, index, dw, [node], [pw])
         fused += 1
     return fused
+
+
+PASS = Pass(
+    "depthwise_fusion",
+    run,
+    "after layout, on NHWC convolutions: a depthwise conv and the 1x1 conv reading it become one pass",
+    after=("layout",),
+)

@@ -19,6 +19,7 @@ import numpy as np
 
 from runtime.ir import Graph, Node
 from runtime.kernels.fused import CHAIN_BINARY, CHAIN_UNARY, KIND_FULL, KIND_INNER, KIND_NONE, KIND_SCALAR
+from runtime.passes.pipeline import Pass
 from runtime.passes.util import (
     GraphIndex,
     activation_of,
@@ -167,3 +168,11 @@ def run(graph: Graph, ctx: PassContext) -> int:
         substitute(graph, index, chain.nodes[0], [node], chain.nodes[1:])
         fused += max(1, len(chain.nodes) - 1)
     return fused
+
+
+PASS = Pass(
+    "elementwise_chain",
+    run,
+    "after layout: what is left elementwise (e.g. BatchNormalization turned affine, then Relu) joins one chain",
+    after=("layout",),
+)

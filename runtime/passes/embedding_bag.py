@@ -20,6 +20,7 @@ import numpy as np
 from onnx import GraphProto, numpy_helper
 
 from runtime.ir import Graph, Node
+from runtime.passes.pipeline import Pass
 from runtime.passes.util import (
     GraphIndex,
     elem_type_of,
@@ -270,3 +271,12 @@ def run(graph: Graph, ctx: PassContext) -> int:
         substitute(graph, index, node, [bag], dead)
         rewrites += 1
     return rewrites
+
+
+PASS = Pass(
+    "embedding_bag",
+    run,
+    "after constant folding (the bag's column index is then a constant): Gather + ReduceSum become one op; after "
+    "conv_bn_fusion: no dependence, kept from the hand-written order",
+    after=("constant_folding", "conv_bn_fusion"),
+)

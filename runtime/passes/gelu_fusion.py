@@ -14,6 +14,7 @@ import math
 from typing import TYPE_CHECKING
 
 from runtime.ir import Graph, Node
+from runtime.passes.pipeline import Pass
 from runtime.passes.util import GraphIndex, is_float32, make_node, scalar_of, substitute
 
 if TYPE_CHECKING:
@@ -112,3 +113,13 @@ def run(graph: Graph, ctx: PassContext) -> int:
         substitute(graph, index, root, [gelu], inner)
         fused += 1
     return fused
+
+
+PASS = Pass(
+    "gelu_fusion",
+    run,
+    "before matmul_fusion and elementwise_chain: the Erf pattern becomes one op before its Muls look fusable; after "
+    "embedding_bag: no dependence, kept from the hand-written order",
+    after=("embedding_bag",),
+    before=("matmul_fusion", "elementwise_chain"),
+)

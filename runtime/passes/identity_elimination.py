@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from runtime.ir import Graph, Node
+from runtime.passes.pipeline import Pass
 
 if TYPE_CHECKING:
     from runtime.passes.pipeline import PassContext
@@ -68,3 +69,11 @@ def run(graph: Graph, ctx: PassContext) -> int:
         removed += 1
     graph.nodes = keep
     return removed
+
+
+PASS = Pass(
+    "identity_elimination",
+    run,
+    "first: cheapest rewrite, and later passes then see producers and consumers directly connected",
+    before=("constant_folding",),
+)

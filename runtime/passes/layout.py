@@ -26,6 +26,7 @@ import numpy as np
 
 from runtime.ir import Graph, Node
 from runtime.kernels.conv import resolve_pads
+from runtime.passes.pipeline import Pass
 from runtime.passes.util import (
     FLOAT,
     GraphIndex,
@@ -432,3 +433,11 @@ def _nhwc_wins(node: Node, pads: list[int], w: np.ndarray, graph: Graph, ctx: Pa
     from runtime import tuning
 
     return tuning.conv_layout(node, pads, w, shape_of(graph, node.inputs[0])) == "nhwc"
+
+
+PASS = Pass(
+    "layout",
+    run,
+    "after the fusions: converts fused convolutions to NHWC and sinks the remaining ops between them",
+    after=("conv_fusion",),
+)

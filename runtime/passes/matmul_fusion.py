@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from runtime.ir import Graph, Node
+from runtime.passes.pipeline import Pass
 from runtime.passes.util import (
     GraphIndex,
     absorb_consumers,
@@ -132,3 +133,11 @@ def run(graph: Graph, ctx: PassContext) -> int:
 
 def _is_fused_matmul(node: Node) -> bool:
     return node.op_type == "FusedMatMul" and node.domain == "com.appopt"
+
+
+PASS = Pass(
+    "matmul_fusion",
+    run,
+    "Gemm/MatMul absorb scale, bias, residual and activation while those are still separate nodes",
+    before=("elementwise_chain",),
+)

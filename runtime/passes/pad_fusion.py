@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 from onnx import helper
 
 from runtime.ir import Graph, Node
+from runtime.passes.pipeline import Pass
 from runtime.passes.util import GraphIndex, remove_nodes
 
 if TYPE_CHECKING:
@@ -83,3 +84,12 @@ def run(graph: Graph, ctx: PassContext) -> int:
         index.refresh()
         folded += 1
     return folded
+
+
+PASS = Pass(
+    "pad_fusion",
+    run,
+    "before conv1d_lift and the layout pass: a causal conv's zero Pad becomes the Conv's own padding, so no NCHW op "
+    "is left between NHWC convolutions",
+    before=("conv1d_lift", "layout"),
+)

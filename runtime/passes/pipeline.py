@@ -1,42 +1,27 @@
-"""The ordered pass list. Each entry says why it sits where it does; any pass can be disabled by name.
+"""The ordered pass list, derived from the passes themselves; any pass can be disabled by name.
 
 Every pass takes ``(graph, ctx)``, rewrites the graph in place and returns how many rewrites it made. When a
 guard is unsure (value read by a subgraph, graph output, overridable initializer...) a pass leaves the graph as is.
+
+A pass is one module of this package that declares ``PASS = Pass(name, run, reason, after=..., before=...)``: the
+reason says why it sits where it does and ``after``/``before`` are the orderings the reason states. The pipeline is
+those passes in a topological order of the constraints (ties broken by name), then ``memory_plan``. Modules without
+``PASS`` (``util``, ``amp``, ``memory_plan``...) are helpers. ``python -m runtime passes`` prints the order with
+reasons.
 """
 
 from __future__ import annotations
 
+import functools
+import heapq
+import importlib
+import pkgutil
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from runtime.check import topological_order
 from runtime.errors import RuntimeModelError
 from runtime.ir import Graph, Model
-from runtime.passes import (
-    attention_fusion,
-    channel_layernorm,
-    constant_folding,
-    conv1d_lift,
-    conv_bn_fusion,
-    conv_fusion,
-    dead_nodes,
-    depthwise_fusion,
-    elementwise_chain,
-    embedding_bag,
-    gelu_fusion,
-    identity_elimination,
-    layout,
-    matmul_fusion,
-    pad_fusion,
-    recurrent_layout,
-    recurrent_outputs,
-    shape_values,
-    silu_fusion,
-    squeeze_excite,
-    transpose_layout,
-    transpose_reshape,
-    view_chain,
-)
 from runtime.passes.util import APPOPT_DOMAIN
 
 
@@ -58,140 +43,109 @@ PassFn = Callable[[Graph, PassContext], int]
 
 @dataclass(frozen=True)
 class Pass:
+    """A graph pass: its name, what it runs, why it sits where it does, and the passes it must follow/precede."""
+
     name: str
     run: PassFn
     reason: str
+    after: tuple[str, ...] = ()
+    before: tuple[str, ...] = ()
 
 
-PIPELINE: tuple[Pass, ...] = (
-    Pass(
-        "identity_elimination",
-        identity_elimination.run,
-        "first: cheapest rewrite, and later passes then see producers and consumers directly connected",
-    ),
-    Pass(
-        "constant_folding",
-        constant_folding.run,
-        "after identities are gone, so chains of constant ops fold in one sweep; turns Constant nodes into "
-        "initializers",
-    ),
-    Pass(
-        "shape_values",
-        shape_values.run,
-        "after constant folding, which then (next round) folds the shape arithmetic reading the static dims it "
-        "writes; Reshapes get constant targets before the fusions look at them",
-    ),
-    Pass(
-        "view_chain",
-        view_chain.run,
-        "after shape_values (Reshape targets are constants by then), before the fusions: head splits become one "
-        "Reshape, Transpose and Gather, the form attention_fusion reads in place",
-    ),
-    Pass(
-        "pad_fusion",
-        pad_fusion.run,
-        "before conv1d_lift and the layout pass: a causal conv's zero Pad becomes the Conv's own padding, so no "
-        "NCHW op is left between NHWC convolutions",
-    ),
-    Pass(
-        "conv1d_lift",
-        conv1d_lift.run,
-        "before the conv fusions: a 1-d Conv becomes a 2-d one of height 1, then fuses and goes NHWC like the rest",
-    ),
-    Pass(
-        "conv_bn_fusion",
-        conv_bn_fusion.run,
-        "before conv_fusion: a BatchNormalization between a Conv and its activation would block that fusion",
-    ),
-    Pass(
-        "embedding_bag",
-        embedding_bag.run,
-        "after constant folding (the bag's column index is then a constant): Gather + ReduceSum become one op",
-    ),
-    Pass(
-        "gelu_fusion",
-        gelu_fusion.run,
-        "before matmul_fusion and elementwise_chain: the Erf pattern becomes one op before its Muls look fusable",
-    ),
-    Pass(
-        "attention_fusion",
-        attention_fusion.run,
-        "before matmul_fusion: attention's MatMuls and their scale Mul must still be plain ops to be recognised",
-    ),
-    Pass(
-        "matmul_fusion",
-        matmul_fusion.run,
-        "Gemm/MatMul absorb scale, bias, residual and activation while those are still separate nodes",
-    ),
-    Pass(
-        "conv_fusion",
-        conv_fusion.run,
-        "Conv absorbs bias, residual and activation (after BN folding, before the layout change)",
-    ),
-    Pass(
-        "silu_fusion",
-        silu_fusion.run,
-        "after conv_fusion and matmul_fusion (bias and residual absorbed first): x * sigmoid(x) joins the epilogue",
-    ),
-    Pass(
-        "squeeze_excite",
-        squeeze_excite.run,
-        "after silu_fusion (its layers carry their activations), before layout, which then sinks it into NHWC",
-    ),
-    Pass(
-        "transpose_layout",
-        transpose_layout.run,
-        "just before layout: the model's own NCHW <-> NHWC transposes become layout nodes it can cancel and sink",
-    ),
-    Pass(
-        "channel_layernorm",
-        channel_layernorm.run,
-        "just before layout: a written-out LayerNorm over NCHW channels becomes an NHWC LayerNormalization",
-    ),
-    Pass(
-        "layout",
-        layout.run,
-        "after the fusions: converts fused convolutions to NHWC and sinks the remaining ops between them",
-    ),
-    Pass(
-        "depthwise_fusion",
-        depthwise_fusion.run,
-        "after layout, on NHWC convolutions: a depthwise conv and the 1x1 conv reading it become one pass",
-    ),
-    Pass(
-        "elementwise_chain",
-        elementwise_chain.run,
-        "after layout: what is left elementwise (e.g. BatchNormalization turned affine, then Relu) joins one chain",
-    ),
-    Pass(
-        "transpose_reshape",
-        transpose_reshape.run,
-        "late: layout changes and fusions have settled, so only truly redundant shuffles remain",
-    ),
-    Pass(
-        "dead_node_elimination",
-        dead_nodes.run,
-        "removes what the earlier passes orphaned (folded producers, unused initializers)",
-    ),
-    Pass(
-        "recurrent_outputs",
-        recurrent_outputs.run,
-        "after dead_node_elimination, once readers are final: a recurrent layer computes only what is read (Y "
-        "alone runs as one prebound call)",
-    ),
-    Pass(
-        "recurrent_layout",
-        recurrent_layout.run,
-        "after recurrent_outputs (it takes layers whose only output is Y): PyTorch's batch-first transposes "
-        "become the layer's layout 1; the next round's dead_node_elimination drops what they leave",
-    ),
-    Pass(
-        "memory_plan",
-        lambda graph, ctx: 0,
-        "last, and run by the executor: static buffer reuse once every shape is known (no graph change, so it "
-        "stays on with passes=[]; disable it by name)",
-    ),
+#: Not a graph pass: the executor plans static buffers once every shape is known. It is always last.
+MEMORY_PLAN = Pass(
+    "memory_plan",
+    lambda graph, ctx: 0,
+    "last, and run by the executor: static buffer reuse once every shape is known (no graph change, so it "
+    "stays on with passes=[]; disable it by name)",
 )
+
+
+def _declared() -> dict[str, tuple[str, Pass]]:
+    """Every ``PASS`` of this package's modules by pass name, with the module that declares it."""
+    import runtime.passes as package
+
+    found: dict[str, tuple[str, Pass]] = {}
+    for info in pkgutil.iter_modules(package.__path__):
+        module = f"{package.__name__}.{info.name}"
+        declared = getattr(importlib.import_module(module), "PASS", None)
+        if declared is None:
+            continue
+        if not isinstance(declared, Pass):
+            raise RuntimeModelError(f"{module}.PASS is {declared!r}, not a runtime.passes.pipeline.Pass")
+        if declared.name in found or declared.name == MEMORY_PLAN.name:
+            raise RuntimeModelError(f"pass {declared.name!r} is declared twice (again by {module})")
+        found[declared.name] = (module, declared)
+    return found
+
+
+def _ordered(declared: dict[str, tuple[str, Pass]]) -> list[Pass]:
+    """The passes in an order that keeps every ``after``/``before``; of the passes free to run next, the first by
+    name (so the order is the same on every machine)."""
+    follows: dict[str, set[str]] = {name: set() for name in declared}  # the passes each one must come after
+    for name, (module, p) in declared.items():
+        for field_name, others in (("after", p.after), ("before", p.before)):
+            unknown = [other for other in others if other not in declared]
+            if unknown:
+                raise RuntimeModelError(f"pass {name!r} ({module}): {field_name} names unknown pass {unknown[0]!r}")
+        follows[name].update(p.after)
+        for other in p.before:
+            follows[other].add(name)
+    waiting: dict[str, set[str]] = {name: set() for name in declared}  # the passes that wait on each one
+    for name, firsts in follows.items():
+        for first in firsts:
+            waiting[first].add(name)
+    blockers = {name: len(firsts) for name, firsts in follows.items()}
+    free = [name for name, count in blockers.items() if count == 0]
+    heapq.heapify(free)
+    order: list[Pass] = []
+    while free:
+        name = heapq.heappop(free)
+        order.append(declared[name][1])
+        for later in waiting[name]:
+            blockers[later] -= 1
+            if blockers[later] == 0:
+                heapq.heappush(free, later)
+    if len(order) < len(declared):
+        raise RuntimeModelError(_cycle({p.name for p in order}, follows))
+    return order
+
+
+def _cycle(placed: set[str], follows: dict[str, set[str]]) -> str:
+    """The line for constraints that leave passes unplaced: one cycle among them, named from its first pass."""
+    # every unplaced pass follows at least one other unplaced pass, so walking back from one meets a cycle
+    name = min(n for n in follows if n not in placed)
+    path: list[str] = []
+    while name not in path:
+        path.append(name)
+        name = min(n for n in follows[name] if n not in placed)
+    cycle = path[path.index(name):]
+    return f"pass {cycle[0]!r}: after/before constraints form a cycle: {' after '.join([*cycle, cycle[0]])}"
+
+
+@functools.cache
+def ordered_passes() -> tuple[Pass, ...]:
+    """The whole pipeline in running order (the package is scanned once; :func:`rescan` scans it again)."""
+    return (*_ordered(_declared()), MEMORY_PLAN)
+
+
+def rescan() -> None:
+    """Scan the package again on next use (after a pass module was added while running, e.g. in a test)."""
+    ordered_passes.cache_clear()
+
+
+def describe() -> list[str]:
+    """The pipeline as text: one line per pass, in running order, with its reason."""
+    width = max(len(p.name) for p in ordered_passes())
+    return [f"{i:2d}. {p.name:<{width}}  {p.reason}" for i, p in enumerate(ordered_passes(), 1)]
+
+
+def __getattr__(name: str) -> tuple[Pass, ...]:
+    """``PIPELINE``: the current :func:`ordered_passes` (derived on first use: pass modules import this one)."""
+    if name == "PIPELINE":
+        return ordered_passes()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 #: The pipeline repeats while it still changes something, at most this often.
 MAX_ROUNDS = 3
@@ -220,7 +174,7 @@ def verify_graph(graph: Graph, after: str = "") -> None:
 
 
 def pass_names() -> list[str]:
-    return [p.name for p in PIPELINE]
+    return [p.name for p in ordered_passes()]
 
 
 def run_passes(
@@ -237,7 +191,7 @@ def run_passes(
         if name not in known:
             raise RuntimeModelError(f"unknown pass {name!r}; known passes: {', '.join(known)}")
     wanted = set(names) if names is not None else set(known)
-    selected = [p for p in PIPELINE if p.name in wanted and p.name not in set(disable)]
+    selected = [p for p in ordered_passes() if p.name in wanted and p.name not in set(disable)]
     limit = 1 << 20
     if max_alloc_bytes is not None:
         limit = min(limit, max_alloc_bytes)

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from runtime.ir import Graph, Node
+from runtime.passes.pipeline import Pass
 from runtime.passes.recurrent_outputs import RECURRENT_OPS
 from runtime.passes.util import add_constant, make_node, remove_nodes, set_value
 
@@ -142,3 +143,12 @@ def run(graph: Graph, ctx: PassContext) -> int:
         _rewrite(graph, node, chain, consumers)
         rewritten += 1
     return rewritten
+
+
+PASS = Pass(
+    "recurrent_layout",
+    run,
+    "after recurrent_outputs (it takes layers whose only output is Y): PyTorch's batch-first transposes become the "
+    "layer's layout 1; the next round's dead_node_elimination drops what they leave",
+    after=("recurrent_outputs",),
+)

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from runtime.ir import Graph, Node
+from runtime.passes.pipeline import Pass
 from runtime.passes.util import add_constant, make_node, set_value
 
 if TYPE_CHECKING:
@@ -65,3 +66,12 @@ def _state_from_y(graph: Graph, node: Node) -> bool:
     gather = make_node(graph, "Gather", [y, step], [state], f"{node.name}__state", "", node.opset, {"axis": axis})
     graph.nodes.append(gather)
     return True
+
+
+PASS = Pass(
+    "recurrent_outputs",
+    run,
+    "after dead_node_elimination, once readers are final: a recurrent layer computes only what is read (Y alone runs "
+    "as one prebound call)",
+    after=("dead_node_elimination",),
+)

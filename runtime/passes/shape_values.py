@@ -30,6 +30,7 @@ import numpy as np
 
 from runtime.ir import Graph, Node, value_of_array
 from runtime.passes import constant_folding
+from runtime.passes.pipeline import Pass
 from runtime.passes.util import GraphIndex, add_constant, elem_type_of, set_value, shape_of
 
 if TYPE_CHECKING:
@@ -271,3 +272,12 @@ def _sweep(graph: Graph, ctx: PassContext) -> int:
         # folding does not evaluate (an ElementwiseChain over a scale computed from a shape)
         rewrites += constant_folding.run(graph, ctx)
     return rewrites
+
+
+PASS = Pass(
+    "shape_values",
+    run,
+    "after constant folding, which then (next round) folds the shape arithmetic reading the static dims it writes; "
+    "Reshapes get constant targets before the fusions look at them",
+    after=("constant_folding",),
+)

@@ -13,6 +13,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from runtime.ir import Graph, Node
+from runtime.passes.pipeline import Pass
 from runtime.passes.util import GraphIndex, is_float32, plain_attrs, rebuild, remove_nodes
 
 if TYPE_CHECKING:
@@ -62,3 +63,11 @@ def run(graph: Graph, ctx: PassContext) -> int:
         index.refresh()
         rewrites += 1
     return rewrites
+
+
+PASS = Pass(
+    "silu_fusion",
+    run,
+    "after conv_fusion and matmul_fusion (bias and residual absorbed first): x * sigmoid(x) joins the epilogue",
+    after=("conv_fusion", "matmul_fusion"),
+)

@@ -20,6 +20,7 @@ import numpy as np
 from runtime.ir import Graph, Node
 from runtime.native.abi import ACTIVATIONS
 from runtime.passes.layout import nhwc_value, replace_with_nhwc
+from runtime.passes.pipeline import Pass
 from runtime.passes.util import (
     GraphIndex,
     is_float32,
@@ -147,3 +148,12 @@ def sink_channels_last(node: Node, graph: Graph, index: GraphIndex) -> bool:
     new = make_node(graph, node.op_type, inputs, [y_nhwc], f"{node.name}_nhwc", attributes=attrs)
     replace_with_nhwc(graph, node, [new], y_nhwc)
     return True
+
+
+PASS = Pass(
+    "squeeze_excite",
+    run,
+    "after silu_fusion (its layers carry their activations), before layout, which then sinks it into NHWC",
+    after=("silu_fusion",),
+    before=("layout",),
+)

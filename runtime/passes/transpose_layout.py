@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from runtime.passes.pipeline import Pass
 from runtime.passes.util import GraphIndex, is_float32, make_node, replace_node, shape_of
 
 if TYPE_CHECKING:
@@ -60,3 +61,11 @@ def _layout_conv(node: Node, index: GraphIndex) -> bool:
         return False
     w = index.constant(node.inputs[1])
     return w is not None and w.ndim == 4
+
+
+PASS = Pass(
+    "transpose_layout",
+    run,
+    "just before layout: the model's own NCHW <-> NHWC transposes become layout nodes it can cancel and sink",
+    after=("squeeze_excite",), before=("layout",),
+)

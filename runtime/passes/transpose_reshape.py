@@ -14,6 +14,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from runtime.ir import Graph, Node
+from runtime.passes.pipeline import Pass
 from runtime.passes.util import GraphIndex, shape_of
 
 if TYPE_CHECKING:
@@ -95,3 +96,11 @@ def run(graph: Graph, ctx: PassContext) -> int:
                 index.refresh()
                 rewrites += 1
     return rewrites
+
+
+PASS = Pass(
+    "transpose_reshape",
+    run,
+    "late: layout changes and fusions have settled, so only truly redundant shuffles remain",
+    after=("layout", "depthwise_fusion", "elementwise_chain"),
+)

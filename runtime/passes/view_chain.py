@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from runtime.ir import Graph, Node
+from runtime.passes.pipeline import Pass
 from runtime.passes.util import GraphIndex, add_constant, elem_type_of, make_node, set_value, shape_of
 
 if TYPE_CHECKING:
@@ -311,3 +312,13 @@ def run(graph: Graph, ctx: PassContext) -> int:
             rewrites += 1
             index.refresh()
     return rewrites
+
+
+PASS = Pass(
+    "view_chain",
+    run,
+    "after shape_values (Reshape targets are constants by then), before the fusions: head splits become one Reshape, "
+    "Transpose and Gather, the form attention_fusion reads in place",
+    after=("shape_values",),
+    before=("pad_fusion", "embedding_bag", "gelu_fusion", "attention_fusion"),
+)
