@@ -180,5 +180,5 @@ def missing(module: str, extra: str | None = None) -> str | None:
         importlib.import_module(module)
     except ImportError as error:
         hint = f"; install the {extra!r} extra" if extra else ""
-        return f"{module} is not installed ({error}){hint}"
+        return f"{module}: extra not installed ({error}){hint}"
     return None

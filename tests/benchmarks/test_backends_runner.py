@@ -73,7 +73,7 @@ def test_onnxruntime_int8_runs_and_stays_close():
 
 
 def test_int8_quantises_a_model_once_for_every_thread_count(monkeypatch):
-    pytest.importorskip("onnxruntime", reason="onnxruntime is the peer these tests compare with (a test extra)")
+    pytest.importorskip("onnxruntime", reason="onnxruntime: extra not installed (the peer compared with)")
     import benchmarks.engines.onnxruntime as backends
 
     calls: list[int] = []

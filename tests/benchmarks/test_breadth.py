@@ -47,7 +47,7 @@ def test_breadth_models_run_and_agree_with_onnxruntime(name: str) -> None:
 
 def assert_agrees_with_onnxruntime(name: str) -> None:
     """Suite model ``name`` at batch 3 through our runtime and onnxruntime: same shape, values within 1e-3."""
-    ort = pytest.importorskip("onnxruntime", reason="extra not installed")
+    ort = pytest.importorskip("onnxruntime", reason="onnxruntime: extra not installed")
     from runtime import compile_model
 
     model = suite(name)[0]

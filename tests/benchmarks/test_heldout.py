@@ -38,7 +38,7 @@ def test_without_torch_the_heldout_suite_is_empty(monkeypatch: pytest.MonkeyPatc
 
 @torch_needed
 def test_cpu_time_peers_prints_a_ratio_per_batch_and_their_geomean(capsys: pytest.CaptureFixture[str]) -> None:
-    pytest.importorskip("onnxruntime", reason="extra not installed")
+    pytest.importorskip("onnxruntime", reason="onnxruntime: extra not installed")
     from benchmarks import cpu_time_peers
 
     assert cpu_time_peers.main(["--models", "dlrm_bags", "--batch", "1", "2"]) == 0

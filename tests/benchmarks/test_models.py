@@ -79,7 +79,7 @@ def test_built_models_are_reproducible_from_their_seed():
 
 @pytest.mark.parametrize("name", ["mlp", "bert", "mobilenetv2", "zoo_squeezenet", *(m.name for m in suite("tiny"))])
 def test_models_run_on_onnxruntime_with_finite_outputs(name):
-    ort = pytest.importorskip("onnxruntime", reason="onnxruntime is the peer these tests compare with (a test extra)")
+    ort = pytest.importorskip("onnxruntime", reason="onnxruntime: extra not installed (the peer compared with)")
     model = get_model(name)
     session = ort.InferenceSession(model.model().SerializeToString(), providers=["CPUExecutionProvider"])
     out = session.run(None, model.feeds(batch=1))

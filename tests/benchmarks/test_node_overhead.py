@@ -32,7 +32,7 @@ def test_elementwise_chain_computes_what_its_ops_say() -> None:
 
 
 def test_measure_reports_both_engines_and_our_kept_nodes() -> None:
-    pytest.importorskip("onnxruntime", reason="extra not installed")
+    pytest.importorskip("onnxruntime", reason="onnxruntime: extra not installed")
     res = node_overhead.measure("softmax", 5, threads=1, rounds=1, target_s=0.001)
     assert set(res) == {"ours", "ort"}
     assert all(math.isfinite(chain) and chain > 0 and one > 0 for chain, one, _ in res.values())

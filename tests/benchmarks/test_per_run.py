@@ -17,7 +17,7 @@ def test_runs_alternate_in_blocks_and_every_run_is_timed() -> None:
 
 
 def test_one_model_is_measured_and_tabulated(capsys: pytest.CaptureFixture[str]) -> None:
-    pytest.importorskip("onnxruntime", reason="extra not installed")
+    pytest.importorskip("onnxruntime", reason="onnxruntime: extra not installed")
     assert per_run.main(["--models", "tiny_dscnn", "--batch", "1", "--threads", "1", "--blocks", "1"]) == 0
     line = next(row for row in capsys.readouterr().out.splitlines() if row.startswith("tiny_dscnn"))
     fields = line.split()

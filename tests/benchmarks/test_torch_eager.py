@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-torch = pytest.importorskip("torch", reason="the eager interpreter runs ONNX graphs with PyTorch")
+torch = pytest.importorskip("torch", reason="torch: extra not installed (the eager interpreter runs on it)")
 
 from benchmarks.torch_eager import compile_torch  # noqa: E402
 

@@ -91,7 +91,7 @@ def test_unit_kernels_carry_their_unit():
 
 @pytest.mark.slow
 def test_a_small_sweep_on_our_runtime_records_rows_a_unit_model_fits(tmp_path):
-    pytest.importorskip("sklearn", reason="the unit models are scikit-learn regressors")
+    pytest.importorskip("sklearn", reason="scikit-learn: extra not installed (the unit models are its regressors)")
     db = tmp_path / "units.csv"
     units = sample_units(per_kind=8, kinds=("gemm", "eltwise", "conv", "noop"))
     outcomes = list(run_unit_sweep(units, str(db), backends=("appopt-runtime",), threads=(1,), int8=False))
@@ -138,7 +138,7 @@ def test_sweep_rounds_leaves_out_the_unit_rows_of_later_rounds():
 def test_computed_weights_are_quantised_by_onnxruntime_in_a_convolution_and_left_alone_in_a_matrix_product():
     """The fifth round's computed-weight units are what the light zoo's int8 models run: onnxruntime's dynamic
     quantiser converts such a convolution (its weights quantised on every run) and keeps such a matrix product."""
-    pytest.importorskip("onnxruntime.quantization", reason="onnxruntime's quantiser is the subject")
+    pytest.importorskip("onnxruntime.quantization", reason="onnxruntime: extra not installed (the subject)")
     from benchmarks.engines.onnxruntime import _quantize_dynamic_uncached
 
     computed = [u for u in sample_rounds()[4] if u.dims.get("init_w") == 0]

@@ -37,7 +37,7 @@ def _needs(engine: str) -> None:
 
 
 def _reference(x: np.ndarray) -> np.ndarray:
-    ort = pytest.importorskip("onnxruntime", reason="onnxruntime is the peer these tests compare with")
+    ort = pytest.importorskip("onnxruntime", reason="onnxruntime: extra not installed (the peer compared with)")
     session = ort.InferenceSession(str(MLP), providers=["CPUExecutionProvider"])
     return np.asarray(session.run(None, {"input": x})[0])
 

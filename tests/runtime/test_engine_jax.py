@@ -27,7 +27,7 @@ def _w(*shape: int) -> np.ndarray:
 
 
 def _onnxruntime(proto: onnx.ModelProto, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
-    ort = pytest.importorskip("onnxruntime", reason="onnxruntime is the peer these tests compare with")
+    ort = pytest.importorskip("onnxruntime", reason="onnxruntime: extra not installed (the peer compared with)")
     session = ort.InferenceSession(proto.SerializeToString(), providers=["CPUExecutionProvider"])
     return [np.asarray(v) for v in session.run(None, feeds)]
 

@@ -13,7 +13,7 @@ from runtime import RuntimeModelError
 from runtime.engine_onnxruntime import OnnxRuntimeRunner
 from runtime.tools import build_feeds, format_run, run_model
 
-pytest.importorskip("onnxruntime", reason="onnxruntime is the peer these tests compare with (a test extra)")
+pytest.importorskip("onnxruntime", reason="onnxruntime: extra not installed (the peer compared with)")
 
 ROOT = Path(__file__).resolve().parents[2]
 MLP = ROOT / "examples" / "digits_mlp.onnx"

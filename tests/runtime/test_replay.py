@@ -17,7 +17,7 @@ from onnx import TensorProto, helper
 
 from runtime import compile_model
 
-ort = pytest.importorskip("onnxruntime", reason="onnxruntime is the peer these tests compare with (a test extra)")
+ort = pytest.importorskip("onnxruntime", reason="onnxruntime: extra not installed (the peer compared with)")
 
 F, I64 = TensorProto.FLOAT, TensorProto.INT64
 RNG = np.random.default_rng(21)

@@ -12,7 +12,7 @@ from onnx import helper
 from runtime import compile_model
 
 ort = __import__("pytest").importorskip(
-    "onnxruntime", reason="onnxruntime is the peer these tests compare with (a test extra)"
+    "onnxruntime", reason="onnxruntime: extra not installed (the peer compared with)"
 )
 
 

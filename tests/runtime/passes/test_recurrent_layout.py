@@ -108,7 +108,7 @@ def test_pytorch_exports_bind_every_recurrent_layer_and_match_onnxruntime(name: 
     """The breadth suite's PyTorch exports at batch 3: every recurrent layer a prebound call, outputs as
     onnxruntime's."""
     pytest.importorskip("torch", reason="extra not installed (torch exports the breadth models)")
-    ort = pytest.importorskip("onnxruntime", reason="extra not installed")
+    ort = pytest.importorskip("onnxruntime", reason="onnxruntime: extra not installed")
     from benchmarks.models import get_model
 
     suite_model = get_model(name)

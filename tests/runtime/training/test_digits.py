@@ -47,7 +47,7 @@ def test_cnn_reaches_97_percent_on_digits() -> None:
 
 @pytest.mark.slow
 def test_export_round_trip_runs_unchanged_here_and_in_onnxruntime() -> None:
-    ort = pytest.importorskip("onnxruntime", reason="onnxruntime is the peer these tests compare with (a test extra)")
+    ort = pytest.importorskip("onnxruntime", reason="onnxruntime: extra not installed (the peer compared with)")
     trainer, accuracy = _trained("fp32")
     exported = trainer.export()
     onnx.checker.check_model(exported)
