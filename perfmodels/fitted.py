@@ -59,7 +59,14 @@ from perfmodels.prediction import PerformanceModel, Prediction
 from perfmodels.priors import layout_factor
 from perfmodels.roofline import RooflinePrior
 from perfmodels.setup_time import CompileRates, compile_rates
-from perfmodels.targets import host_difference, local_kernel_flags, local_target_key, target_key, usable_cores
+from perfmodels.targets import (
+    flags_arch,
+    host_difference,
+    local_kernel_flags,
+    local_target_key,
+    target_key,
+    usable_cores,
+)
 from perfmodels.training_fit import TrainingFit, fit_for, training_prediction
 from perfmodels.unitfit import Key, UnitFit, cache_dir_for, combine, fit_units, sweep_rows, whole_weight
 
@@ -658,26 +665,26 @@ class FittedModel:
         nothing where no speed-up is reported, tying the two."""
         if workload.mode != "inference" or route.compiler in ("none", "") or device.kind != "cpu":
             return None
-        arches = {g.target: flags_arch(g.cpu_flags) for g in self.result.groups}
         ratio = next((q for q in self.result.ratios if q.usable and q.route.framework == route.framework
                       and q.route.compiler == route.compiler and q.route.precision == route.precision
-                      and device.arch and arches.get(q.target) == device.arch), None)
+                      and device.arch and self._target_arch(q.target) == device.arch), None)
         if ratio is None:
             return None
         plain = self.prior.predict(workload, replace(route, compiler="none", compiler_speedup=1.0), device)
         # at the most threads the ratio's host measured (a preset has more cores than any of them)
         threads = max((g.threads for g in self.result.for_target(ratio.target)), default=1)
         factor = ratio.ratio(workload_features(workload, route.precision), workload.batch_size, threads)
-        step = plain.step_seconds * factor
-        steps = None if workload.total_samples is None else workload.total_samples / workload.batch_size
-        return replace(
-            prior,
-            step_seconds=step,
-            samples_per_second=workload.batch_size / step,
-            total_seconds=None if steps is None else steps * step,
-            basis=f"{plain.basis} x the {route.compiler} ratio measured on {ratio.target} ({ratio.pairs} pairs)",
-            detail={**prior.detail, "framework_step_s": plain.step_seconds, "compiler_ratio": factor},
+        return Prediction.for_step(
+            workload,
+            plain.step_seconds * factor,
+            prior.bound,
+            f"{plain.basis} x the {route.compiler} ratio measured on {ratio.target} ({ratio.pairs} pairs)",
+            {**prior.detail, "framework_step_s": plain.step_seconds, "compiler_ratio": factor},
         )
+
+    def _target_arch(self, target: str) -> str:
+        """The instruction set of a measured target, from its groups' CPU flags ("" when they do not say)."""
+        return next((arch for g in self.result.for_target(target) if (arch := flags_arch(g.cpu_flags))), "")
 
     def describe(self) -> list[str]:
         """One line per fitted group, then one per graph compiler's ratio model and per compiler's in-graph unit fit."""
@@ -848,12 +855,3 @@ def _write_pickle(path: Path, value: object) -> None:
         os.replace(handle.name, path)
     except OSError:
         return
-
-
-def flags_arch(flags: tuple[str, ...]) -> str:
-    """The instruction set a host's CPU flags name (``x86_64``, ``aarch64``; "" when they say neither)."""
-    if any(f.startswith(("avx", "sse")) for f in flags):
-        return "x86_64"
-    if any(f in ("asimd", "sve", "fphp") for f in flags):
-        return "aarch64"
-    return ""

@@ -80,3 +80,17 @@ def host_difference(measured: Iterable[str], here: Iterable[str]) -> str:
     if here - measured:
         parts.append(f"this CPU also has {', '.join(sorted(here - measured))}")
     return "; ".join(parts)
+
+
+def flags_arch(flags: Iterable[str]) -> str:
+    """The instruction set that a host's ``kernel_flags`` belong to ("" when they name neither).
+
+    >>> flags_arch(["avx2", "fma"]), flags_arch(["asimd", "sve"]), flags_arch([])
+    ('x86_64', 'aarch64', '')
+    """
+    flags = set(kernel_flags(flags))
+    if any(f.startswith(("avx", "sse", "amx")) for f in flags):
+        return "x86_64"
+    if any(f.startswith(("asimd", "sve", "neon")) for f in flags):
+        return "aarch64"
+    return ""
