@@ -29,6 +29,12 @@ def _models() -> None:
     """Fit, evaluate and inspect the performance models."""
 
 
+def cpu_rows(frame: pd.DataFrame) -> pd.DataFrame:
+    from perfmodels.results_db import cpu_rows as without_gpu
+
+    return without_gpu(frame)
+
+
 def _frame(db: list[Path] | None) -> pd.DataFrame:
     from perfmodels.fitted import default_db_path
     from perfmodels.results_db import ResultsSchemaError, read_results
@@ -85,20 +91,30 @@ def evaluate_cmd(
             max=1.0,
         ),
     ] = None,
-    mode: Annotated[str, typer.Option(help="inference | training (step time and time to target).")] = "inference",
+    mode: Annotated[
+        str, typer.Option(help="inference | training (step time and time to target) | gpu (GPU rows, both modes).")
+    ] = "inference",
     include_busy: Annotated[bool, typer.Option(help="Training: also rows measured under load.")] = False,
 ) -> None:
     """Leave-one-architecture-out: RMSPE, share within ±10%, Spearman, top-1 regret (fitted vs prior)."""
     from perfmodels.evaluate import leave_one_architecture_out
     from perfmodels.fitted import default_db_path, write_evaluation_summary
 
-    if mode not in ("inference", "training"):
-        raise AppoptError(f"--mode: {mode!r} is not one of inference, training")
+    if mode not in ("inference", "training", "gpu"):
+        raise AppoptError(f"--mode: {mode!r} is not one of inference, training, gpu")
+    if mode == "gpu":
+        from optimiser.catalog import load_catalog
+        from optimiser.target import gpu_presets
+        from perfmodels.gpu_fit import GpuFit, evaluation_lines
+
+        for line in evaluation_lines(GpuFit.from_frame(_frame(db), gpu_presets(load_catalog()))):
+            typer.echo(line)
+        return
     if mode == "training":
         from perfmodels.training_fit import leave_one_family_out
 
         try:
-            for line in leave_one_family_out(_frame(db), include_busy=include_busy).lines():
+            for line in leave_one_family_out(cpu_rows(_frame(db)), include_busy=include_busy).lines():
                 typer.echo(line)
         except ValueError as error:
             raise AppoptError(f"--db: {error}") from None
@@ -107,7 +123,7 @@ def evaluate_cmd(
         raise AppoptError(f"--statistic: {statistic!r} is not one of auto, wall, cpu")
     if by not in ("family", "host"):
         raise AppoptError(f"--by: {by!r} is not one of family, host")
-    frame = _frame(db)
+    frame = cpu_rows(_frame(db))  # (GPU rows: --mode gpu)
     if by == "host":
         from perfmodels.evaluate import leave_one_host_out
 

@@ -40,7 +40,7 @@ from optimiser.stages import (
     objective,
 )
 from optimiser.suggest import unknown_id_message
-from optimiser.target import ResolvedTarget, resolve_target
+from optimiser.target import ResolvedTarget, gpu_presets, resolve_target
 from optimiser.workload import workload_for
 from perfmodels import PerformanceModel, Prediction, Route, Workload
 from perfmodels.fitted import load_default_model
@@ -98,6 +98,8 @@ def enumerate_routes(analysed: Analysed) -> Enumerated:
 def predict(enumerated: Enumerated, model: PerformanceModel) -> Predicted:
     """Stage ``predictions``: the model's figures for every route (with its setup time, e.g. tuning)."""
     device = enumerated.target.device
+    if device.kind == "gpu" and hasattr(model, "gpu_presets"):  # names the GPUs that measured rows were taken on
+        model.gpu_presets = gpu_presets(enumerated.catalog)
     candidates = tuple(
         Candidate(
             route=o.route,

@@ -44,13 +44,7 @@ def resolve_target(target: Target, catalog: Catalog) -> ResolvedTarget:
         hw = _preset(catalog, gpu.model, "target.accelerator.model", _gpu_ids(catalog, gpu.vendor))
         if hw.kind != "gpu" or hw.vendor != gpu.vendor:
             raise SpecError(f"target.accelerator.model: {hw.id} is a {hw.vendor} {hw.kind}, not a {gpu.vendor} GPU")
-        peaks = {str(k): v for k, v in hw.peak_flops.items()}
-        if hw.tf32_flops:  # fp32 layers run on TF32 tensor cores by default in most frameworks (perfmodels.priors)
-            peaks["tf32"] = hw.tf32_flops
-        device = Device(
-            name=hw.id, kind="gpu", peak_flops=peaks,
-            mem_bandwidth=hw.mem_bandwidth, per_node=gpu.count, nodes=target.nodes, interconnect=gbps * 1e9 / 8,
-        )
+        device = gpu_device(hw, per_node=gpu.count, nodes=target.nodes, interconnect=gbps * 1e9 / 8)
         vendor: DeviceKey = gpu.vendor  # type: ignore[assignment]  # "none" was ruled out by target.gpu
         return ResolvedTarget(hw, device, vendor, target.cpu.arch, vendor, tuple(notes))
     hw = _cpu_hardware(target, catalog, notes)
@@ -66,6 +60,29 @@ def resolve_target(target: Target, catalog: Catalog) -> ResolvedTarget:
     )
     arch = target.cpu.arch
     return ResolvedTarget(hw, device, "cpu", arch, f"cpu-{arch}", tuple(notes))
+
+
+def gpu_device(hw: Hardware, per_node: int = 1, nodes: int = 1, interconnect: float = 12.5e9) -> Device:
+    """A GPU preset as a performance-model device: its data-sheet peaks, TF32 among them where it has it."""
+    peaks = {str(k): v for k, v in hw.peak_flops.items()}
+    if hw.tf32_flops:  # fp32 layers run on TF32 tensor cores by default in most frameworks (perfmodels.priors)
+        peaks["tf32"] = hw.tf32_flops
+    return Device(
+        name=hw.id, kind="gpu", peak_flops=peaks, mem_bandwidth=hw.mem_bandwidth, per_node=per_node, nodes=nodes,
+        interconnect=interconnect,
+    )
+
+
+def gpu_presets(catalog: Catalog) -> dict[str, Device]:
+    """Every GPU preset by id and by alias: what names the GPUs measured rows were taken on
+    (``perfmodels.gpu_fit.match_source``)."""
+    out: dict[str, Device] = {}
+    for hw in catalog.hardware.values():
+        if hw.kind == "gpu":
+            device = gpu_device(hw)
+            for key in (hw.id, *hw.aliases):
+                out[key] = device
+    return out
 
 
 def _cpu_hardware(target: Target, catalog: Catalog, notes: list[str]) -> Hardware:

@@ -50,7 +50,16 @@ def workload_for(spec: AppSpec, catalog: Catalog) -> Workload:
         batch_size=spec.application.batch_size,
         total_samples=total,
         flops_by_class={str(k): v.flops for k, v in cost.by_class.items()},
-        ops_by_class={str(k): v.count for k, v in cost.by_class.items()},
+        ops_by_class=_node_counts(spec, catalog) or {str(k): v.count for k, v in cost.by_class.items()},
         model_name=name,
         units=tuple(graph_units(path)) if path is not None else (),
     )
+
+
+def _node_counts(spec: AppSpec, catalog: Catalog) -> dict[str, int] | None:
+    """A named architecture's graph node counts from the catalog (None for an ONNX model: its graph gives them)."""
+    name = spec.application.model.architecture
+    if spec.model_path() is not None or name is None:
+        return None
+    counts = find_architecture(catalog, name).ops_by_class
+    return dict(counts) if counts else None

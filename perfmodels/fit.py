@@ -50,7 +50,7 @@ import numpy as np
 
 from perfmodels.features import BYTES_PER_ELEMENT, Device, Route, Workload
 from perfmodels.lazy import lazy_import
-from perfmodels.results_db import BUSY_OTHER_CPU
+from perfmodels.results_db import BUSY_OTHER_CPU, on_gpu
 from perfmodels.roofline import RooflinePrior
 from perfmodels.targets import kernel_flags
 
@@ -402,6 +402,7 @@ def training_rows(frame: pd.DataFrame, statistic: Statistic = "auto", include_fl
         frame = frame[~unreliable(frame)]
     rows = frame[
         (frame["source"] == "measured")
+        & ~on_gpu(frame)  # GPU rows are perfmodels.gpu_fit's
         & (frame["scenario"] == "SingleStream")
         & (frame["mode"].fillna("inference") == "inference")
     ].dropna(subset=needed)

@@ -39,7 +39,7 @@ import hashlib
 import json
 import math
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -52,11 +52,13 @@ from perfmodels.digests import file_digest
 from perfmodels.evaluate import Evaluation, leave_one_architecture_out, scores
 from perfmodels.features import Device, Route, Workload
 from perfmodels.fit import BYTE_FEATURES, FLOP_FEATURES, FitResult, GroupFit, fit, workload_features
+from perfmodels.gpu_fit import GpuFit, GpuRow, gpu_rows
 from perfmodels.hostfit import HostFit, host_fit, host_prediction
 from perfmodels.in_graph import InGraph, fit_in_graphs, row_parts, unit_parts
 from perfmodels.lazy import lazy_import
 from perfmodels.prediction import PerformanceModel, Prediction
 from perfmodels.priors import layout_factor
+from perfmodels.results_db import cpu_rows
 from perfmodels.roofline import RooflinePrior
 from perfmodels.setup_time import CompileRates, compile_rates
 from perfmodels.targets import (
@@ -245,6 +247,11 @@ class FittedModel:
         self._training: TrainingFit | None = None
         self._compile_rates: CompileRates | None = None
         self._in_graph: dict[Key, InGraph] | None = None
+        #: The measured GPU rows (``perfmodels.gpu_fit``; None: not read yet) and the GPU presets (data sheets, by id
+        #: and alias) that name the GPUs they were measured on: the planner sets them for a GPU target.
+        self._gpu_rows: tuple[GpuRow, ...] | None = None
+        self.gpu_presets: Mapping[str, Device] = {}
+        self._gpu: GpuFit | None = None
 
     @classmethod
     def from_plan_data(
@@ -254,6 +261,7 @@ class FittedModel:
         the cache does not hold is asked for (a unit route not fitted yet, a held-out evaluation)."""
         model = cls(data.result, source=source, db=db, store=store)
         model._training = data.training
+        model._gpu_rows = data.gpu_rows
         model._compile_rates = data.compile_rates
         model._in_graph = {scale.key: scale for scale in data.in_graph}
         model._units = UnitFit(
@@ -270,15 +278,31 @@ class FittedModel:
         trains = frame is not None and "mode" in frame and bool((frame["mode"] == "training").any())
         keys = tuple(units.keys()) if units is not None else ()
         kept = FitResult(self.result.groups, ratios=self.result.ratios)  # (without the rows)
-        return PlanData(kept, keys, self.training(), trains, self.compile_rates(), tuple(self.in_graph().values()))
+        return PlanData(
+            kept, keys, self.training(), trains, self.compile_rates(), tuple(self.in_graph().values()), self.gpu_rows()
+        )
 
     def frame(self) -> pd.DataFrame | None:
         """The results the model was fitted from (read from its database when first needed; None without)."""
         if self._frame is None and self._db is not None and self._db.exists():
             from perfmodels import results_db
 
-            self._frame = results_db.read_results(self._db, warn=False)
+            frame = results_db.read_results(self._db, warn=False)
+            self._gpu_rows = gpu_rows(frame) if self._gpu_rows is None else self._gpu_rows
+            self._frame = cpu_rows(frame)
         return self._frame
+
+    def gpu_rows(self) -> tuple[GpuRow, ...]:
+        """The measured GPU step rows of the data (read with the database when not cached)."""
+        if self._gpu_rows is None:
+            self.frame()
+        return self._gpu_rows or ()
+
+    def gpu(self) -> GpuFit:
+        """The GPU fits of the measured GPU rows, for the presets the planner set."""
+        if self._gpu is None or self._gpu.presets is not self.gpu_presets:
+            self._gpu = GpuFit(self.gpu_rows(), self.gpu_presets)
+        return self._gpu
 
     def compile_rates(self) -> CompileRates:
         """Measured compile seconds per graph node of each compiling route (``perfmodels.setup_time``)."""
@@ -533,6 +557,10 @@ class FittedModel:
 
     def predict(self, workload: Workload, route: Route, device: Device) -> Prediction:
         prior = self.prior.predict(workload, route, device)
+        if device.kind == "gpu" and self.gpu_presets:  # measured GPU rows, fitted there and carried over
+            on_gpu = self.gpu().predict(workload, route, device)
+            if on_gpu is not None:
+                return replace(on_gpu, detail={**on_gpu.detail, "prior_step_s": prior.step_seconds})
         if workload.mode == "training":  # measured training rows (perfmodels.training_fit), else the prior
             return training_prediction(
                 self.training(),
@@ -717,7 +745,9 @@ def _host_fit_of(store: Path) -> HostFit | None:
 def fit_model(frame: pd.DataFrame, source: str = "", db: Path | None = None, store: Path | None = None) -> FittedModel:
     """A ``FittedModel`` from a results DataFrame (``perfmodels.results_db.read_results``) read from ``db``, with
     this host's calibration ``store`` when there is one."""
-    return FittedModel(fit(frame), source=source, frame=frame, db=db, store=store)
+    model = FittedModel(fit(cpu_rows(frame)), source=source, frame=cpu_rows(frame), db=db, store=store)
+    model._gpu_rows = gpu_rows(frame)
+    return model
 
 
 def default_db_path() -> Path:
@@ -767,6 +797,8 @@ class PlanData:
     compile_rates: CompileRates = field(default_factory=CompileRates)
     #: Graph compilers' unit sums as their compiled graphs pay them (``perfmodels.in_graph``).
     in_graph: tuple[InGraph, ...] = ()
+    #: The measured GPU step rows (``perfmodels.gpu_fit``): a few hundred, fitted per plan in milliseconds.
+    gpu_rows: tuple[GpuRow, ...] = ()
 
 
 @functools.lru_cache(maxsize=4)
@@ -784,7 +816,7 @@ def _load(path: str, stamp: int, store: str = "", store_stamp: int = 0) -> Perfo
         data = model.plan_data()
         _write_fit_cache(db, data)
     # a database with nothing fitted still carries this host's own store (``perfmodels.hostfit``)
-    return model if model.result.groups or data.has_training_rows or store_path else RooflinePrior()
+    return model if model.result.groups or data.has_training_rows or data.gpu_rows or store_path else RooflinePrior()
 
 
 #: Modules whose code shapes a fitted model: their text is part of the cache key, so an edit refits.
@@ -798,6 +830,7 @@ _FIT_CODE = (
     "features.py",
     "../analysis/units.py",
     "fitted.py",
+    "gpu_fit.py",
     "training_fit.py",
     "training_units.py",
     "../benchmarks/results/training_units.json",

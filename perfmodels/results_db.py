@@ -650,3 +650,18 @@ def schema_markdown() -> str:
         lines.append(f"| {c.name} | {c.kind} | {'yes' if c.required else ''} | {meaning} |")
     lines.append("| crc | hex | yes | CRC-32 of the line before its last comma (detects torn writes). |")
     return "\n".join(lines)
+
+
+_NO_ACCELERATOR = ("", "none", "nan")
+
+
+def on_gpu(frame: pd.DataFrame) -> pd.Series:
+    """Rows measured on an accelerator (the ``accelerator`` column names one)."""
+    if "accelerator" not in frame:
+        return pd.Series(False, index=frame.index)
+    return ~frame["accelerator"].fillna("").astype(str).str.strip().str.lower().isin(_NO_ACCELERATOR)
+
+
+def cpu_rows(frame: pd.DataFrame) -> pd.DataFrame:
+    """``frame`` without the rows measured on an accelerator: what the CPU models fit."""
+    return frame[~on_gpu(frame)] if len(frame) else frame

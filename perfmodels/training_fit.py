@@ -59,7 +59,7 @@ from perfmodels.features import Device, Route, Workload
 from perfmodels.fit import nnls
 from perfmodels.lazy import lazy_import
 from perfmodels.prediction import Prediction
-from perfmodels.results_db import BUSY_OTHER_CPU
+from perfmodels.results_db import BUSY_OTHER_CPU, on_gpu
 from perfmodels.targets import local_target_key, target_key
 from perfmodels.training_units import (
     UnitRouteKey,
@@ -199,7 +199,12 @@ def step_rows(frame: pd.DataFrame, include_busy: bool = False) -> pd.DataFrame:
     """Measured training ms-per-step rows that carry the features the fit needs (busy rows only on request)."""
     if frame.empty or "mode" not in frame:
         return frame.iloc[0:0]
-    rows = frame[(frame["mode"] == "training") & (frame["metric"] == "ms_per_step") & (frame["source"] == "measured")]
+    rows = frame[
+        (frame["mode"] == "training")
+        & (frame["metric"] == "ms_per_step")
+        & (frame["source"] == "measured")
+        & ~on_gpu(frame)  # GPU rows are perfmodels.gpu_fit's
+    ]
     needed = ["flops_per_sample", "activation_bytes_per_sample", "params", "peak_gflops", "bandwidth_gbs", "batch"]
     rows = rows.dropna(subset=needed)
     if not include_busy:
@@ -726,7 +731,7 @@ def training_prediction(
     if not fit.groups:
         return prior
     if device.kind != "cpu":
-        return replace(prior, basis=f"{prior.basis} (no GPU training measured)")
+        return replace(prior, basis=f"{prior.basis} (no GPU training measured for {route.framework} {route.precision})")
     targets = fit.targets()
     target = local_target_key() if device.name in ("local",) else device.name
     if target not in targets:

@@ -279,6 +279,9 @@ class Architecture(_Entry):
     input_shape: list[int]
     #: Bytes of activations written per sample in a forward pass (estimate; drives the memory-bound term).
     activation_mbytes: float | None = None
+    #: Graph nodes per op class of one forward pass (``conv``, ``gemm``, ``elementwise``…), where a graph of the
+    #: architecture was analysed: per-node costs (kernel launches) need them; None leaves one node per model.
+    ops_by_class: dict[str, int] | None = None
     aliases: list[str] = Field(default_factory=list)
     sources: list[Source] = Field(default_factory=list)
 

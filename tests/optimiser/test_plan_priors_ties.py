@@ -54,7 +54,9 @@ def test_a100_fp32_runs_on_tf32_and_bf16_equals_fp16() -> None:
     fp16 = best(p, framework="tensorflow", compiler="none", precision="fp16", layout="NHWC")
     assert 1.3 < fp32 / bf16 < 2.5
     assert bf16 == fp16  # same tensor-core peak on the A100 data sheet, so the tie is stated below
-    assert any("bf16 and fp16 have the same peak on a100" in t for t in explain_ties(p))
+    # (PyTorch's GPU routes stand on measured GPU rows: the prior's tie shows among TensorFlow's alone)
+    tf = plan("resnet50", "a100", mode="training", framework="tensorflow")
+    assert any("bf16 and fp16 have the same peak on a100" in t for t in explain_ties(tf))
     v100 = plan("resnet50", "v100", mode="training")  # no TF32 on Volta: fp32 stays on CUDA cores
     assert best(v100, framework="tensorflow", compiler="none", precision="fp32", layout="NHWC") > 2 * best(
         v100, framework="tensorflow", compiler="none", precision="fp16", layout="NHWC")
