@@ -134,6 +134,19 @@ class Evaluation:
             *(scores(p[p["compiler"].isin(["none", c])], "predicted").line(f"  + {c}"[:18]) for c in compilers),
         ]
 
+    def decision_lines(self, worst: int = 10) -> list[str]:
+        """The ``worst`` decisions by top-1 regret (``decisions``), one line each: the measured fastest route and
+        the route ranked first, each with its predicted and measured ms."""
+        table = decisions(self.predictions, "predicted").head(worst)
+        out = [f"the {len(table)} worst held-out decisions (regret: measured ms of the first-ranked / of the fastest):"]
+        for _, d in table.iterrows():
+            out.append(
+                f"  {d['regret']:.3f} {d['model']} b{d['batch']} {d['threads']}t {d['precision']}: fastest"
+                f" {d['best']} {d['best_predicted_ms']:.3f}/{d['best_ms']:.3f}, ranked first {d['chosen']}"
+                f" {d['chosen_predicted_ms']:.3f}/{d['chosen_ms']:.3f} (predicted/measured ms)"
+            )
+        return out
+
     def per_family(self) -> pd.DataFrame:
         """RMSPE and worst error per held-out family."""
         p = self.predictions.assign(err=(self.predictions["predicted"] - self.predictions["y"]) / self.predictions["y"])
@@ -175,6 +188,33 @@ def scores(predictions: pd.DataFrame, column: str) -> Scores:
         predictions=len(y),
         decisions=len(regrets),
     )
+
+
+def decisions(predictions: pd.DataFrame, column: str) -> pd.DataFrame:
+    """One row per decision of two or more routes (``_DECISION``), worst top-1 regret first: the measured fastest
+    route and the one ``column`` ranks first (the first of equally ranked ones; ``scores`` counts ties as a random
+    pick), with their predicted and measured ms."""
+    records = []
+    for key, decision in predictions.groupby(_DECISION):
+        if len(decision) < 2:
+            continue
+        best = decision.loc[decision["y"].astype(float).idxmin()]
+        chosen = decision.loc[decision[column].astype(float).idxmin()]
+        records.append(
+            {
+                **dict(zip(_DECISION, key, strict=True)),
+                "regret": float(chosen["y"]) / float(best["y"]),
+                **{side: _route_name(r) for side, r in (("best", best), ("chosen", chosen))},
+                **{f"{side}_ms": float(r["y"]) * 1e3 for side, r in (("best", best), ("chosen", chosen))},
+                **{f"{side}_predicted_ms": float(r[column]) * 1e3 for side, r in (("best", best), ("chosen", chosen))},
+            }
+        )
+    table = pd.DataFrame.from_records(records)
+    return table.sort_values("regret", ascending=False, kind="stable", ignore_index=True) if records else table
+
+
+def _route_name(row: pd.Series) -> str:
+    return f"{row['framework']}/{row['compiler']}/{row['layout']}"
 
 
 def leave_one_architecture_out(
