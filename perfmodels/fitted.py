@@ -53,7 +53,7 @@ from perfmodels.evaluate import Evaluation, leave_one_architecture_out, scores
 from perfmodels.features import Device, Route, Workload
 from perfmodels.fit import BYTE_FEATURES, FLOP_FEATURES, FitResult, GroupFit, fit, workload_features
 from perfmodels.hostfit import HostFit, host_fit, host_prediction
-from perfmodels.in_graph import InGraph, fit_in_graphs, row_parts, unit_parts
+from perfmodels.in_graph import InGraph, as_compiled, fit_in_graphs, row_parts, unit_parts
 from perfmodels.lazy import lazy_import
 from perfmodels.prediction import PerformanceModel, Prediction
 from perfmodels.priors import layout_factor
@@ -72,6 +72,8 @@ from perfmodels.unitfit import Key, UnitFit, cache_dir_for, combine, fit_units, 
 
 if TYPE_CHECKING:
     import pandas as pd
+
+    from analysis.units import Unit
 else:
     pd = lazy_import("pandas")  # (imported when first used: a cached plan needs no DataFrame)
 
@@ -357,7 +359,15 @@ class FittedModel:
         if frame is None or source is None or unit_fit is None:
             return None
         via = "quick probe" if is_quick_store(store) else "calibration"
-        return calibration_from(frame, unit_fit, source, local_target_key(), via, shipped_rows=self.frame)
+        return calibration_from(
+            frame, unit_fit, source, local_target_key(), via, shipped_rows=self.frame, paid=self._as_paid
+        )
+
+    def _as_paid(self, key: Key, timed: list[tuple[Unit, float]]) -> list[tuple[Unit, float]]:
+        """A route's timed units (``calibration.timed_units``) weighed as its prediction pays them: a graph
+        compiler's as its compiled graph does (``in_graph.as_compiled``), a framework's as swept."""
+        scale = self.in_graph().get(key)
+        return as_compiled(timed, scale) if scale is not None and scale.usable else timed
 
     @staticmethod
     def _calibration_source(unit_fit: UnitFit) -> str | None:
@@ -377,7 +387,9 @@ class FittedModel:
         unit_fit = self.units()
         unit_route = unit_fit.route(group.key) if unit_fit is not None and workload.units else None
         timed = timed_units(unit_route, workload.units, workload.batch_size) if unit_route is not None else []
-        factor = calibration.factor((route.framework, route.compiler, route.layout, route.precision), timed)
+        factor = calibration.factor(
+            (route.framework, route.compiler, route.layout, route.precision), self._as_paid(group.key, timed)
+        )
         if factor is None:
             return prediction
         step = prediction.step_seconds * factor
