@@ -55,6 +55,7 @@ from perfmodels.fit import BYTE_FEATURES, FLOP_FEATURES, FitResult, GroupFit, fi
 from perfmodels.hostfit import HostFit, host_fit, host_prediction
 from perfmodels.in_graph import InGraph, as_compiled, fit_in_graphs, row_parts, unit_parts
 from perfmodels.lazy import lazy_import
+from perfmodels.op_mix import RouteKey, coverage, exercised_by_route
 from perfmodels.prediction import PerformanceModel, Prediction
 from perfmodels.priors import layout_factor
 from perfmodels.roofline import RooflinePrior
@@ -247,6 +248,7 @@ class FittedModel:
         self._training: TrainingFit | None = None
         self._compile_rates: CompileRates | None = None
         self._in_graph: dict[Key, InGraph] | None = None
+        self._exercised: dict[RouteKey, tuple[float, ...]] | None = None
 
     @classmethod
     def from_plan_data(
@@ -258,6 +260,7 @@ class FittedModel:
         model._training = data.training
         model._compile_rates = data.compile_rates
         model._in_graph = {scale.key: scale for scale in data.in_graph}
+        model._exercised = dict(data.exercised)
         model._units = UnitFit(
             None,
             cache_dir_for(db) if db is not None else None,
@@ -272,7 +275,15 @@ class FittedModel:
         trains = frame is not None and "mode" in frame and bool((frame["mode"] == "training").any())
         keys = tuple(units.keys()) if units is not None else ()
         kept = FitResult(self.result.groups, ratios=self.result.ratios)  # (without the rows)
-        return PlanData(kept, keys, self.training(), trains, self.compile_rates(), tuple(self.in_graph().values()))
+        return PlanData(
+            kept,
+            keys,
+            self.training(),
+            trains,
+            self.compile_rates(),
+            tuple(self.in_graph().values()),
+            tuple(self.exercised().items()),
+        )
 
     def frame(self) -> pd.DataFrame | None:
         """The results the model was fitted from (read from its database when first needed; None without)."""
@@ -305,6 +316,14 @@ class FittedModel:
                 else fit_in_graphs(rows, lambda index: row_parts(unit_fit, rows.loc[index]))
             )
         return self._in_graph
+
+    def exercised(self) -> dict[RouteKey, tuple[float, ...]]:
+        """Each route's largest FLOP share per op class over the rows its whole-model fit used (``op_mix``;
+        empty without them)."""
+        if self._exercised is None:
+            rows = self.result.data
+            self._exercised = {} if rows is None else exercised_by_route(rows)
+        return self._exercised
 
     def training(self) -> TrainingFit:
         """The training step fit of the data's ``mode=training`` rows (empty without)."""
@@ -569,14 +588,21 @@ class FittedModel:
         whole = group.whole_seconds(x)
         share = group.overhead_share(x)
         errors = self.route_errors(group) if not np.isnan(by_units) else None
-        step = raw = combine(whole, by_units, group.route.precision, share, errors=errors)
+        seen = self.exercised()
+        covered = coverage(x, seen.get(group.key))
+        step = raw = combine(whole, by_units, group.route.precision, share, errors=errors, coverage=covered)
         framework_s = factor = math.nan
         if through is not None:
             ratio, base = through
             base_units = self.units_seconds(workload, base)
             base_errors = self.route_errors(base) if not np.isnan(base_units) else None
             framework_s = combine(
-                base.whole_seconds(x), base_units, base.route.precision, base.overhead_share(x), errors=base_errors
+                base.whole_seconds(x),
+                base_units,
+                base.route.precision,
+                base.overhead_share(x),
+                errors=base_errors,
+                coverage=coverage(x, seen.get(base.key)),
             )
             factor = ratio.ratio(x, workload.batch_size, group.threads)
             step = raw = through_framework(whole, framework_s, factor)
@@ -642,7 +668,11 @@ class FittedModel:
                 "whole_model_step_s": whole * step / raw if raw > 0 else whole,
                 **({} if np.isnan(by_units) else {"kernel_units_step_s": by_units * step / raw}),
                 # the whole-model fit's weight in the combination (unitfit.whole_weight)
-                "whole_model_weight": whole_weight(share, errors=errors) if through is None else 1 - RATIO_WEIGHT,
+                "whole_model_weight": (
+                    whole_weight(share, errors=errors) * covered if through is None else 1 - RATIO_WEIGHT
+                ),
+                # the share of the model's FLOPs in op classes the fit's rows exercised (op_mix.coverage)
+                "whole_model_coverage": covered,
                 "correction": step / prior.step_seconds,
                 "threads": float(group.threads),
                 "fitted_rows": float(group.rows),
@@ -779,6 +809,8 @@ class PlanData:
     compile_rates: CompileRates = field(default_factory=CompileRates)
     #: Graph compilers' unit sums as their compiled graphs pay them (``perfmodels.in_graph``).
     in_graph: tuple[InGraph, ...] = ()
+    #: Each route's op classes exercised by its rows (``op_mix.exercised``): the whole-model fit's coverage.
+    exercised: tuple[tuple[RouteKey, tuple[float, ...]], ...] = ()
 
 
 @functools.lru_cache(maxsize=4)
@@ -805,6 +837,7 @@ _FIT_CODE = (
     "fit.py",
     "compiler_ratio.py",
     "in_graph.py",
+    "op_mix.py",
     "unitfit.py",
     "results_db.py",
     "features.py",
