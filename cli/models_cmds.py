@@ -72,6 +72,9 @@ def evaluate_cmd(
     db: DbOption = None,
     plot: Annotated[Path | None, typer.Option("--plot", help="Write a predicted-vs-measured PNG here.")] = None,
     per_family: Annotated[bool, typer.Option(help="Also print RMSPE per held-out family.")] = False,
+    worst: Annotated[
+        int, typer.Option("--decisions", help="Also print this many worst decisions by top-1 regret.", min=0)
+    ] = 0,
     by: Annotated[
         str, typer.Option("--by", help="family (leave-one-architecture-out) | host (leave-one-host-out).")
     ] = "family",
@@ -155,6 +158,9 @@ def evaluate_cmd(
             typer.echo(f"wrote {write_evaluation_summary(paths[0], evaluation)}")
         except OSError as error:
             typer.echo(f"note: could not store the figures next to {paths[0]}: {error.strerror}", err=True)
+    if worst:
+        for line in evaluation.decision_lines(worst):
+            typer.echo(line)
     if per_family:
         typer.echo(evaluation.per_family().to_string(float_format=lambda v: f"{v:.3f}"))
     if plot is not None:

@@ -68,6 +68,8 @@ MIN_SPREAD = 2.0
 _NOMINAL = (1e11, 2e10)
 #: The call of a model, as its kind mix counts it: a no-op chain's ratio.
 CALL = Unit("noop", {"nodes": 1})
+#: A route's timed units (``timed_units``) weighed as its prediction pays them (unit route key, timed) -> timed.
+Paid = Callable[[tuple[str, str, str, str, str, int], list[tuple[Unit, float]]], list[tuple[Unit, float]]]
 
 
 def unit_size(unit: Unit) -> float:
@@ -321,11 +323,13 @@ def calibration_from(
     host: str,
     via: str = "calibration",
     shipped_rows: Callable[[], pd.DataFrame | None] | None = None,
+    paid: Paid | None = None,
 ) -> Calibration | None:
     """The corrections of ``store``'s rows against ``shipped``'s models on ``source`` (None: nothing comparable).
     Wall-clock times of every store row are used: a calibration is what this host has. ``shipped_rows`` gives the
     shipped database's rows: the source's own times of the units and anchors (without, units are compared with
-    the source's unit models and anchors are not used)."""
+    the source's unit models and anchors are not used). ``paid`` weighs an anchor's timed units as its route's
+    prediction pays them (a graph compiler's, ``in_graph.as_compiled``), as the predictions it corrects do."""
     frame = shipped_rows() if shipped_rows is not None else None
     per_route = _unit_logs(store, shipped, source, _source_unit_times(frame, source))
     ratios: dict[RouteKey, dict[str, KindRatio]] = {}
@@ -342,13 +346,13 @@ def calibration_from(
     whole = whole_rows(store)
     if frame is None or not len(whole):
         return partial
-    anchors, anchor_errors = _anchors(partial, whole, frame, shipped)
+    anchors, anchor_errors = _anchors(partial, whole, frame, shipped, paid)
     errors = anchor_errors if len(anchor_errors) >= MIN_HELDOUT else unit_errors
     return Calibration(host, source, units, ratios, log_ratios, tuple(errors), via, anchors)
 
 
 def _anchors(
-    partial: Calibration, here: pd.DataFrame, shipped: pd.DataFrame, unit_fit: UnitFit
+    partial: Calibration, here: pd.DataFrame, shipped: pd.DataFrame, unit_fit: UnitFit, paid: Paid | None = None
 ) -> tuple[dict[RouteKey, Anchor], list[float]]:
     """Per calibrated route, the anchors measured both here and on the source, and their leave-one-model-out
     errors."""
@@ -370,6 +374,7 @@ def _anchors(
         nearest = min(threads, key=lambda t: (abs(t - int(row.threads)), -t))
         there_s = float(np.median(np.asarray(source_times[(key, str(row.model), int(row.batch), nearest)])))
         timed = timed_units(route, decode_units(str(row.units)), int(row.batch))
+        timed = paid(route.key, timed) if paid is not None else timed
         ratio = math.log(float(row.median_ms) / 1e3 / there_s)
         found.setdefault(key, {}).setdefault(str(row.model), []).append((ratio, math.log(partial.mix(key, timed))))
     anchors: dict[RouteKey, Anchor] = {}

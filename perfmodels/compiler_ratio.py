@@ -33,6 +33,7 @@ import numpy as np
 
 from perfmodels.fit import FEATURES, RouteKey
 from perfmodels.lazy import lazy_import
+from perfmodels.op_mix import FLOP_CLASSES
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -75,18 +76,6 @@ MIN_MEDIAN_PAIRS = 4
 MIN_MEDIAN_FAMILIES = 2
 
 _AT = {name: i for i, name in enumerate(FEATURES)}
-#: The op classes whose FLOP shares are features (LRN counts as normalisation), by their ``FEATURES`` indices.
-_FLOP_CLASSES = {
-    klass: tuple(_AT[f"{c}_flops"] for c in members)
-    for klass, members in (
-        ("conv", ("conv",)),
-        ("conv_dw", ("conv_dw",)),
-        ("gemm", ("gemm",)),
-        ("gemv", ("gemv",)),
-        ("norm", ("norm", "lrn")),
-        ("other", ("other",)),
-    )
-}
 _ACTIVATION_BYTES = _AT["activation_bytes"]
 _NODES = (_AT["conv_nodes"], _AT["other_nodes"])
 
@@ -95,9 +84,9 @@ RatioKey = tuple[str, str, str, str, str]
 
 def ratio_features(x: np.ndarray, batch: int, threads: int) -> np.ndarray:
     """The ``RATIO_FEATURES`` of one query: ``x`` is its ``perfmodels.fit.query_features`` vector."""
-    flops = float(sum(x[i] for idx in _FLOP_CLASSES.values() for i in idx))
+    flops = float(sum(x[i] for idx in FLOP_CLASSES.values() for i in idx))
     total = max(flops, 1.0)
-    shares = [float(sum(x[i] for i in idx)) / total for idx in _FLOP_CLASSES.values()]
+    shares = [float(sum(x[i] for i in idx)) / total for idx in FLOP_CLASSES.values()]
     per_sample = total / max(batch, 1)
     return np.array(
         [

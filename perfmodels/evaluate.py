@@ -35,6 +35,7 @@ from perfmodels.compiler_ratio import through_framework
 from perfmodels.fit import DEFAULT_RIDGE, FitResult, GroupFit, Statistic, fit, prior_seconds, training_rows
 from perfmodels.in_graph import InGraph, UnitParts, fit_in_graphs, row_parts
 from perfmodels.lazy import lazy_import
+from perfmodels.op_mix import RouteKey, coverage, exercised_by_route
 from perfmodels.unitfit import WHOLE_WEIGHT, Key, UnitFit, combine, fit_units
 
 if TYPE_CHECKING:
@@ -134,6 +135,19 @@ class Evaluation:
             *(scores(p[p["compiler"].isin(["none", c])], "predicted").line(f"  + {c}"[:18]) for c in compilers),
         ]
 
+    def decision_lines(self, worst: int = 10) -> list[str]:
+        """The ``worst`` decisions by top-1 regret (``decisions``), one line each: the measured fastest route and
+        the route ranked first, each with its predicted and measured ms."""
+        table = decisions(self.predictions, "predicted").head(worst)
+        out = [f"the {len(table)} worst held-out decisions (regret: measured ms of the first-ranked / of the fastest):"]
+        for _, d in table.iterrows():
+            out.append(
+                f"  {d['regret']:.3f} {d['model']} b{d['batch']} {d['threads']}t {d['precision']}: fastest"
+                f" {d['best']} {d['best_predicted_ms']:.3f}/{d['best_ms']:.3f}, ranked first {d['chosen']}"
+                f" {d['chosen_predicted_ms']:.3f}/{d['chosen_ms']:.3f} (predicted/measured ms)"
+            )
+        return out
+
     def per_family(self) -> pd.DataFrame:
         """RMSPE and worst error per held-out family."""
         p = self.predictions.assign(err=(self.predictions["predicted"] - self.predictions["y"]) / self.predictions["y"])
@@ -175,6 +189,33 @@ def scores(predictions: pd.DataFrame, column: str) -> Scores:
         predictions=len(y),
         decisions=len(regrets),
     )
+
+
+def decisions(predictions: pd.DataFrame, column: str) -> pd.DataFrame:
+    """One row per decision of two or more routes (``_DECISION``), worst top-1 regret first: the measured fastest
+    route and the one ``column`` ranks first (the first of equally ranked ones; ``scores`` counts ties as a random
+    pick), with their predicted and measured ms."""
+    records = []
+    for key, decision in predictions.groupby(_DECISION):
+        if len(decision) < 2:
+            continue
+        best = decision.loc[decision["y"].astype(float).idxmin()]
+        chosen = decision.loc[decision[column].astype(float).idxmin()]
+        records.append(
+            {
+                **dict(zip(_DECISION, key, strict=True)),
+                "regret": float(chosen["y"]) / float(best["y"]),
+                **{side: _route_name(r) for side, r in (("best", best), ("chosen", chosen))},
+                **{f"{side}_ms": float(r["y"]) * 1e3 for side, r in (("best", best), ("chosen", chosen))},
+                **{f"{side}_predicted_ms": float(r[column]) * 1e3 for side, r in (("best", best), ("chosen", chosen))},
+            }
+        )
+    table = pd.DataFrame.from_records(records)
+    return table.sort_values("regret", ascending=False, kind="stable", ignore_index=True) if records else table
+
+
+def _route_name(row: pd.Series) -> str:
+    return f"{row['framework']}/{row['compiler']}/{row['layout']}"
 
 
 def leave_one_architecture_out(
@@ -284,6 +325,7 @@ def _held_out(
     training = data[~data["family"].isin(without)]
     result = fit(frame, ridge=ridge, data=training, share_routes=share_routes)
     in_graph = fit_in_graphs(training, by_units.parts)
+    seen = exercised_by_route(training)
     groups = {g.key: g for g in result.groups if g.usable}
     records = []
     for index, row in data[data["family"] == family].iterrows():
@@ -294,7 +336,7 @@ def _held_out(
             {
                 **{k: row[k] for k in [*_GROUP, "model", "family", "batch"]},
                 "y": row["y"],
-                **_estimates(result, group, index, row, by_units, in_graph),
+                **_estimates(result, group, index, row, by_units, in_graph, seen),
                 "prior": prior_seconds(row["x"], row["peak_flops"], row["bandwidth"]),
             }
         )
@@ -303,7 +345,7 @@ def _held_out(
 
 #: The columns ``_estimates`` gives a row of a graph compiler's route predicted through its framework's plain route
 #: (NaN elsewhere).
-_BASE_COLUMNS = ("base_whole", "base_units", "base_overhead_share", "ratio", "base_layout")
+_BASE_COLUMNS = ("base_whole", "base_units", "base_overhead_share", "ratio", "base_layout", "base_coverage")
 
 
 def _estimates(
@@ -313,9 +355,11 @@ def _estimates(
     row: pd.Series,
     by_units: UnitLookup,
     in_graph: Mapping[Key, InGraph] | None = None,
+    seen: Mapping[RouteKey, tuple[float, ...]] | None = None,
 ) -> dict:
     """What the planner combines for one row of ``group``'s route: the whole-model estimate, the unit sum (as the
-    compiled graph pays it, for a compiler with a usable ``in_graph`` fit) and the overhead share; for a graph
+    compiled graph pays it, for a compiler with a usable ``in_graph`` fit), the overhead share and the share of the
+    row's FLOPs in op classes the fit's rows of the route exercised (``op_mix.coverage`` of ``seen``); for a graph
     compiler with a ratio model (``FitResult.ratio_for``) and no unit sum of its own, the same of its framework's
     plain route and the fitted ratio (``compiler_ratio.through_framework``)."""
     x = row["x"]
@@ -329,6 +373,7 @@ def _estimates(
         "units": units,
         "overhead_share": group.overhead_share(x),
         "below_range": group.below_range(x),
+        "coverage": coverage(x, (seen or {}).get(group.key)),
         **dict.fromkeys(_BASE_COLUMNS, math.nan),
     }
     through = result.ratio_for(group) if math.isnan(units) else None
@@ -340,6 +385,7 @@ def _estimates(
             base_overhead_share=base.overhead_share(x),
             ratio=ratio.ratio(x, int(row["batch"]), int(row["threads"])),
             base_layout=base.route.layout,
+            base_coverage=coverage(x, (seen or {}).get(base.key)),
         )
     return out
 
@@ -389,13 +435,25 @@ def _combined(rows: pd.DataFrame, largest: float | pd.Series | None) -> list[flo
         if "ratio" in rows and not pd.isna(r["ratio"]):
             errors = (float(r["base_units_error"]), float(r["base_whole_error"])) if has_base_errors else None
             base = combine(
-                r["base_whole"], r["base_units"], r["precision"], r["base_overhead_share"], largest_weight, errors
+                r["base_whole"], r["base_units"], r["precision"], r["base_overhead_share"], largest_weight, errors,
+                _coverage(r, "base_coverage"),
             )
             out.append(through_framework(float(r["whole"]), base, float(r["ratio"])))
             continue
         errors = (float(r["units_error"]), float(r["whole_error"])) if has_errors else None
-        out.append(combine(r["whole"], r["units"], r["precision"], r["overhead_share"], largest_weight, errors))
+        out.append(
+            combine(
+                r["whole"], r["units"], r["precision"], r["overhead_share"], largest_weight, errors,
+                _coverage(r, "coverage"),
+            )
+        )
     return out
+
+
+def _coverage(row: pd.Series, column: str) -> float:
+    """The row's ``op_mix.coverage`` in ``column`` (1 where not recorded)."""
+    value = row.get(column, math.nan)
+    return 1.0 if value is None or pd.isna(value) else float(value)
 
 
 def _log_errors(rows: pd.DataFrame) -> pd.DataFrame:
@@ -484,6 +542,7 @@ def _in_sample(
     """Scores of a fit on every family, on the rows that were held out one family at a time."""
     result = fit(frame, ridge=ridge, data=data, share_routes=share_routes)
     in_graph = fit_in_graphs(data, by_units.parts)
+    seen = exercised_by_route(data)
     groups = {g.key: g for g in result.groups}
     keys = [*_GROUP, "model", "batch"]
     index_of = {tuple(row[k] for k in keys): index for index, row in data.iterrows()}
@@ -491,8 +550,8 @@ def _in_sample(
     for _, row in predictions.iterrows():
         index = index_of[tuple(row[k] for k in keys)]
         group = groups[tuple(row[k] for k in _GROUP)]
-        estimates.append(_estimates(result, group, index, data.loc[index], by_units, in_graph))
-    columns = ["whole", "units", "overhead_share", *_BASE_COLUMNS]
+        estimates.append(_estimates(result, group, index, data.loc[index], by_units, in_graph, seen))
+    columns = ["whole", "units", "overhead_share", "coverage", *_BASE_COLUMNS]
     refitted = pd.DataFrame.from_records(estimates, index=predictions.index)[columns]
     in_sample = predictions.drop(columns=[c for c in columns if c in predictions]).join(refitted)
     return scores(in_sample.assign(in_sample=_combined(in_sample, whole_weight)), "in_sample")

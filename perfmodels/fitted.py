@@ -54,8 +54,9 @@ from perfmodels.features import Device, Route, Workload
 from perfmodels.fit import BYTE_FEATURES, FLOP_FEATURES, FitResult, GroupFit, fit, workload_features
 from perfmodels.gpu_fit import GpuFit, GpuRow, gpu_rows
 from perfmodels.hostfit import HostFit, host_fit, host_prediction
-from perfmodels.in_graph import InGraph, fit_in_graphs, row_parts, unit_parts
+from perfmodels.in_graph import InGraph, as_compiled, fit_in_graphs, row_parts, unit_parts
 from perfmodels.lazy import lazy_import
+from perfmodels.op_mix import RouteKey, coverage, exercised_by_route
 from perfmodels.prediction import PerformanceModel, Prediction
 from perfmodels.priors import layout_factor
 from perfmodels.results_db import cpu_rows
@@ -74,6 +75,8 @@ from perfmodels.unitfit import Key, UnitFit, cache_dir_for, combine, fit_units, 
 
 if TYPE_CHECKING:
     import pandas as pd
+
+    from analysis.units import Unit
 else:
     pd = lazy_import("pandas")  # (imported when first used: a cached plan needs no DataFrame)
 
@@ -247,6 +250,7 @@ class FittedModel:
         self._training: TrainingFit | None = None
         self._compile_rates: CompileRates | None = None
         self._in_graph: dict[Key, InGraph] | None = None
+        self._exercised: dict[RouteKey, tuple[float, ...]] | None = None
         #: The measured GPU rows (``perfmodels.gpu_fit``; None: not read yet) and the GPU presets (data sheets, by id
         #: and alias) that name the GPUs they were measured on: the planner sets them for a GPU target.
         self._gpu_rows: tuple[GpuRow, ...] | None = None
@@ -264,6 +268,7 @@ class FittedModel:
         model._gpu_rows = data.gpu_rows
         model._compile_rates = data.compile_rates
         model._in_graph = {scale.key: scale for scale in data.in_graph}
+        model._exercised = dict(data.exercised)
         model._units = UnitFit(
             None,
             cache_dir_for(db) if db is not None else None,
@@ -279,7 +284,14 @@ class FittedModel:
         keys = tuple(units.keys()) if units is not None else ()
         kept = FitResult(self.result.groups, ratios=self.result.ratios)  # (without the rows)
         return PlanData(
-            kept, keys, self.training(), trains, self.compile_rates(), tuple(self.in_graph().values()), self.gpu_rows()
+            kept,
+            keys,
+            self.training(),
+            trains,
+            self.compile_rates(),
+            tuple(self.in_graph().values()),
+            tuple(self.exercised().items()),
+            self.gpu_rows(),
         )
 
     def frame(self) -> pd.DataFrame | None:
@@ -327,6 +339,14 @@ class FittedModel:
                 else fit_in_graphs(rows, lambda index: row_parts(unit_fit, rows.loc[index]))
             )
         return self._in_graph
+
+    def exercised(self) -> dict[RouteKey, tuple[float, ...]]:
+        """Each route's largest FLOP share per op class over the rows its whole-model fit used (``op_mix``;
+        empty without them)."""
+        if self._exercised is None:
+            rows = self.result.data
+            self._exercised = {} if rows is None else exercised_by_route(rows)
+        return self._exercised
 
     def training(self) -> TrainingFit:
         """The training step fit of the data's ``mode=training`` rows (empty without)."""
@@ -381,7 +401,15 @@ class FittedModel:
         if frame is None or source is None or unit_fit is None:
             return None
         via = "quick probe" if is_quick_store(store) else "calibration"
-        return calibration_from(frame, unit_fit, source, local_target_key(), via, shipped_rows=self.frame)
+        return calibration_from(
+            frame, unit_fit, source, local_target_key(), via, shipped_rows=self.frame, paid=self._as_paid
+        )
+
+    def _as_paid(self, key: Key, timed: list[tuple[Unit, float]]) -> list[tuple[Unit, float]]:
+        """A route's timed units (``calibration.timed_units``) weighed as its prediction pays them: a graph
+        compiler's as its compiled graph does (``in_graph.as_compiled``), a framework's as swept."""
+        scale = self.in_graph().get(key)
+        return as_compiled(timed, scale) if scale is not None and scale.usable else timed
 
     @staticmethod
     def _calibration_source(unit_fit: UnitFit) -> str | None:
@@ -401,7 +429,9 @@ class FittedModel:
         unit_fit = self.units()
         unit_route = unit_fit.route(group.key) if unit_fit is not None and workload.units else None
         timed = timed_units(unit_route, workload.units, workload.batch_size) if unit_route is not None else []
-        factor = calibration.factor((route.framework, route.compiler, route.layout, route.precision), timed)
+        factor = calibration.factor(
+            (route.framework, route.compiler, route.layout, route.precision), self._as_paid(group.key, timed)
+        )
         if factor is None:
             return prediction
         step = prediction.step_seconds * factor
@@ -585,14 +615,21 @@ class FittedModel:
         whole = group.whole_seconds(x)
         share = group.overhead_share(x)
         errors = self.route_errors(group) if not np.isnan(by_units) else None
-        step = raw = combine(whole, by_units, group.route.precision, share, errors=errors)
+        seen = self.exercised()
+        covered = coverage(x, seen.get(group.key))
+        step = raw = combine(whole, by_units, group.route.precision, share, errors=errors, coverage=covered)
         framework_s = factor = math.nan
         if through is not None:
             ratio, base = through
             base_units = self.units_seconds(workload, base)
             base_errors = self.route_errors(base) if not np.isnan(base_units) else None
             framework_s = combine(
-                base.whole_seconds(x), base_units, base.route.precision, base.overhead_share(x), errors=base_errors
+                base.whole_seconds(x),
+                base_units,
+                base.route.precision,
+                base.overhead_share(x),
+                errors=base_errors,
+                coverage=coverage(x, seen.get(base.key)),
             )
             factor = ratio.ratio(x, workload.batch_size, group.threads)
             step = raw = through_framework(whole, framework_s, factor)
@@ -658,7 +695,11 @@ class FittedModel:
                 "whole_model_step_s": whole * step / raw if raw > 0 else whole,
                 **({} if np.isnan(by_units) else {"kernel_units_step_s": by_units * step / raw}),
                 # the whole-model fit's weight in the combination (unitfit.whole_weight)
-                "whole_model_weight": whole_weight(share, errors=errors) if through is None else 1 - RATIO_WEIGHT,
+                "whole_model_weight": (
+                    whole_weight(share, errors=errors) * covered if through is None else 1 - RATIO_WEIGHT
+                ),
+                # the share of the model's FLOPs in op classes the fit's rows exercised (op_mix.coverage)
+                "whole_model_coverage": covered,
                 "correction": step / prior.step_seconds,
                 "threads": float(group.threads),
                 "fitted_rows": float(group.rows),
@@ -797,6 +838,8 @@ class PlanData:
     compile_rates: CompileRates = field(default_factory=CompileRates)
     #: Graph compilers' unit sums as their compiled graphs pay them (``perfmodels.in_graph``).
     in_graph: tuple[InGraph, ...] = ()
+    #: Each route's op classes exercised by its rows (``op_mix.exercised``): the whole-model fit's coverage.
+    exercised: tuple[tuple[RouteKey, tuple[float, ...]], ...] = ()
     #: The measured GPU step rows (``perfmodels.gpu_fit``): a few hundred, fitted per plan in milliseconds.
     gpu_rows: tuple[GpuRow, ...] = ()
 
@@ -825,6 +868,7 @@ _FIT_CODE = (
     "fit.py",
     "compiler_ratio.py",
     "in_graph.py",
+    "op_mix.py",
     "unitfit.py",
     "results_db.py",
     "features.py",

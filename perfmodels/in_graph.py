@@ -127,6 +127,20 @@ def fit_in_graph(key: Key, parts: Sequence[UnitParts], seconds: Sequence[float],
     return InGraph(scale.key, scale.compute, scale.memory, scale.kernel_s, scale.rows, scale.families, rmspe)
 
 
+def as_compiled(timed: Sequence[tuple[Unit, float]], scale: InGraph) -> list[tuple[Unit, float]]:
+    """``timed`` (the route's call first, then each unit with its swept seconds: ``calibration.timed_units``)
+    weighted as ``scale``'s compiled graph pays them: compute units by its compute share, memory-bound ones by its
+    memory share, and the per-kernel cost added to the call's (a fixed cost per launch, as a call is)."""
+    if not timed:
+        return []
+    (call, call_s), units = timed[0], timed[1:]
+    kernels = sum(u.count for u, _ in units if u.kind != "noop")
+    return [
+        (call, call_s + scale.kernel_s * kernels),
+        *((u, t * (scale.compute if u.kind in COMPUTE_KINDS else scale.memory)) for u, t in units),
+    ]
+
+
 def applies(key: Key) -> bool:
     """Whether a route's unit sums are taken as a compiled graph pays them: graph compilers' fp32 routes."""
     return key[2] not in ("none", "") and key[4] == "fp32"

@@ -432,6 +432,7 @@ def combine(
     overhead_share: float = 0.0,
     largest: float | None = None,
     errors: tuple[float, float] | None = None,
+    coverage: float = 1.0,
 ) -> float:
     """The planner's estimate from the whole-model fit and the kernel-unit sum: a weighted geometric mean of the two
     when both exist (two estimates with largely independent errors), else whichever exists.
@@ -441,7 +442,9 @@ def combine(
     model's: those are the weakly determined part of the fit, while the units measured each kernel's small-size
     cost).
     ``errors``, the route's held-out (unit sum, whole-model fit) log errors, raise the whole-model fit's weight where
-    the unit sums erred more (``inverse_variance_weight``).
+    the unit sums erred more (``inverse_variance_weight``). ``coverage``, the share of the model's FLOPs in op
+    classes the whole-model fit's rows exercised (``op_mix.coverage``), scales that weight: a rate no row
+    exercised is the fit's pull alone, while the units swept every kind.
     At a quantised precision the unit sum alone: the whole-model fit sees the fp32 graph's totals, which cannot
     tell which layers the quantiser converted (computed weights stay fp32), while the units know (``init_w``).
     """
@@ -451,7 +454,7 @@ def combine(
         return units
     if math.isnan(whole) or whole <= 0:
         return units
-    weight = whole_weight(overhead_share, largest, errors)
+    weight = whole_weight(overhead_share, largest, errors) * min(max(coverage, 0.0), 1.0)
     return math.exp(weight * math.log(whole) + (1.0 - weight) * math.log(units))
 
 

@@ -311,3 +311,27 @@ def test_a_units_ratio_is_of_its_own_work_each_hosts_call_taken_off() -> None:
     assert cal is not None
     assert cal.ratios[FW]["gemm"].ratio == pytest.approx(2.0, rel=0.02)
     assert cal.ratios[FW]["noop"].ratio == pytest.approx(math.exp((4 * math.log(3.0) + 2 * math.log(2.0)) / 6))
+
+
+def test_anchors_weigh_their_units_as_the_predictions_they_correct_pay_them() -> None:
+    """``paid`` (a graph compiler's units as its compiled graph pays them) weighs the anchors' unit mix too, so an
+    anchor's factor on its own paid mix is exactly its measured ratio."""
+    from analysis.units import encode_units
+    from perfmodels.calibration import calibration_from, source_route, timed_units
+    from perfmodels.results_db import to_frame
+    from tests.analysis.test_units import TARGET, sampled_gemms
+
+    model = encode_units(sampled_gemms(3, seed=11))
+    shipped, store = _shipped_and_store(2.0, extra=[_whole("a", "here-2c", 3.0, model)])
+    there = to_frame([_whole("a", TARGET, 1.0, model)])
+    keys = []
+
+    def paid(key: tuple[str, str, str, str, str, int], timed: list[tuple[Unit, float]]) -> list[tuple[Unit, float]]:
+        keys.append(key)
+        return [(u, t * (50.0 if u.kind == "noop" else 1.0)) for u, t in timed]  # the call weighs 50x
+
+    cal = calibration_from(store, shipped, TARGET, "here-2c", shipped_rows=lambda: there, paid=paid)  # type: ignore[arg-type]
+    route = source_route(shipped, TARGET, FW, 1)  # type: ignore[arg-type]
+    assert cal is not None and route is not None and keys == [route.key]
+    mix = paid(route.key, timed_units(route, sampled_gemms(3, seed=11), 1))
+    assert cal.factor(FW, mix) == pytest.approx(3.0, rel=1e-6)

@@ -85,7 +85,7 @@ def test_default_model_is_fitted_and_cached():
 #: the TVM and IREE rows merged since; 46.8%, 1.023 and 1.256 once OpenVINO's unit sums are taken as its compiled
 #: graph pays them, ``perfmodels.in_graph``, with OpenVINO's own worst choice 1.182).
 SWEPT_RMSPE, SWEPT_MAX_REGRET = 0.15, 1.20
-ALL_RMSPE, ALL_MEAN_REGRET, ALL_MAX_REGRET = 0.48, 1.03, 1.30
+ALL_RMSPE, ALL_MEAN_REGRET, ALL_MAX_REGRET = 0.49, 1.03, 1.15
 
 
 def test_leave_one_architecture_out_on_the_shipped_data(shipped):

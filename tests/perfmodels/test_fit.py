@@ -7,7 +7,7 @@ import pandas as pd
 import pytest
 
 from perfmodels import Device, Route, Workload
-from perfmodels.evaluate import WEIGHT_GRID, leave_one_architecture_out, nested_weights, scores
+from perfmodels.evaluate import WEIGHT_GRID, decisions, leave_one_architecture_out, nested_weights, scores
 from perfmodels.fit import FEATURES, fit, query_features, training_rows
 from perfmodels.fitted import FittedModel, fit_model
 from perfmodels.results_db import make_row, to_frame
@@ -190,23 +190,41 @@ def test_leave_one_architecture_out_scores_the_nested_weight_too():
     assert leave_one_architecture_out(synthetic_frame(noise=0.03), ridge=0.0, nested=False).nested is None
 
 
-def test_scores_compute_regret_against_the_measured_best():
-    predictions = pd.DataFrame(
+def _two_decisions(y: list[float], predicted: list[float]) -> pd.DataFrame:
+    """Two decisions (models a and b) of two routes each (fw/none, fw/jit) with these measured and predicted s."""
+    return pd.DataFrame(
         {
             "target": ["t"] * 4,
             "threads": [1] * 4,
             "model": ["a", "a", "b", "b"],
             "batch": [1] * 4,
             "precision": ["fp32"] * 4,
-            "y": [1.0, 2.0, 1.0, 3.0],
-            "predicted": [2.0, 1.0, 1.0, 2.0],
+            "framework": ["fw"] * 4,
+            "compiler": ["none", "jit", "none", "jit"],
+            "layout": ["NCHW"] * 4,
+            "y": y,
+            "predicted": predicted,
         }
     )
-    s = scores(predictions, "predicted")
+
+
+def test_scores_compute_regret_against_the_measured_best():
+    s = scores(_two_decisions([1.0, 2.0, 1.0, 3.0], [2.0, 1.0, 1.0, 2.0]), "predicted")
     assert s.max_regret == pytest.approx(2.0)  # model a: picked the 2.0 s route over the 1.0 s one
     assert s.mean_regret == pytest.approx(1.5)
     assert s.top1_hits == pytest.approx(0.5)
     assert s.within_10pct == pytest.approx(0.25)
+
+
+def test_the_decision_table_names_the_fastest_and_the_first_ranked_route_worst_first():
+    table = decisions(_two_decisions([1.0, 2.0, 1.0, 1.2], [2.0, 1.5, 1.0, 2.0]), "predicted")
+    assert list(table["model"]) == ["a", "b"]  # worst first
+    worst = table.iloc[0]
+    assert worst["regret"] == pytest.approx(2.0)
+    assert (worst["best"], worst["chosen"]) == ("fw/none/NCHW", "fw/jit/NCHW")
+    assert (worst["best_ms"], worst["best_predicted_ms"]) == pytest.approx((1e3, 2e3))
+    assert (worst["chosen_ms"], worst["chosen_predicted_ms"]) == pytest.approx((2e3, 1.5e3))
+    assert table.iloc[1]["regret"] == pytest.approx(1.0)
 
 
 def test_fitted_predictions_use_measurements_and_say_so():

@@ -165,3 +165,40 @@ def test_the_planner_takes_a_compilers_units_as_its_graph_pays_them_and_keeps_th
     assert model.units_seconds(workload, _Group()) == pytest.approx(scale.seconds(parts))  # type: ignore[arg-type]
     # a plan read from the cache has the same fit without the rows
     assert model.plan_data().in_graph == (scale,)
+
+
+def test_a_compilers_calibration_mix_weighs_its_units_as_its_graph_pays_them():
+    from perfmodels.calibration import CALL
+    from perfmodels.in_graph import as_compiled
+
+    conv, move = _conv(), Unit("move", {"elements": 100_000}, count=4)
+    timed = [(CALL, 30e-6), (conv, 3e-3), (move, 1e-3)]
+    scale = InGraph(KEY, 0.9, 0.1, 8e-6, 12, ("a", "b", "c"))
+    paid = as_compiled(timed, scale)
+    assert [u for u, _ in paid] == [CALL, conv, move]
+    # the per-kernel cost joins the call's (3 convolutions and 4 copies launched); compute and memory-bound units
+    # weigh as the graph pays them
+    assert [t for _, t in paid] == pytest.approx([30e-6 + 7 * 8e-6, 0.9 * 3e-3, 0.1 * 1e-3])
+    assert as_compiled([], scale) == []
+
+
+def test_the_planner_carries_a_compilers_prediction_by_the_mix_its_graph_pays():
+    """A calibration that makes copies 3x slower here and convolutions 1x: a compiled graph that fuses its copies
+    (memory share 0) is carried by the convolutions' ratio, a framework's plain unit sum by the mix of both."""
+    import math
+
+    from perfmodels.calibration import Calibration, KindRatio, timed_units
+    from perfmodels.fit import FitResult
+    from perfmodels.fitted import FittedModel
+
+    route_key = KEY[1:5]
+    plain_key = ("onnxruntime", "none", "NCHWc", "fp32")
+    ratios = {"conv": KindRatio(0.0, 4), "move": KindRatio(math.log(3.0), 4), "noop": KindRatio(0.0, 4)}
+    cal = Calibration("here", "t", 12, {route_key: ratios, plain_key: ratios}, {route_key: [0.0], plain_key: [0.0]})
+    model = FittedModel(FitResult(()))
+    model._in_graph = {KEY: InGraph(KEY, 1.0, 0.0, 0.0, 12, ("a", "b", "c"))}
+    timed = timed_units(_route(), (_conv(), Unit("move", {"elements": 1_000_000}, count=4)), 1)
+    compiled = cal.factor(route_key, model._as_paid(KEY, timed))
+    plain = cal.factor(plain_key, model._as_paid(("t", *plain_key, 2), timed))
+    assert compiled == pytest.approx(1.0)
+    assert plain is not None and plain > 1.2  # the copies' 3x counts where they are paid
