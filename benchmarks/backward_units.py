@@ -5,8 +5,9 @@ A *backward unit* is the gradient kernels the runtime's autodiff emits for one f
 activation, a matrix product's dX/dW products, a pool's, a normalisation's, an element-wise node's gradient. Each
 sampled unit is built as its one-unit ONNX model (``benchmarks.unit_sweep.unit_model``) with every input made a
 trainable tensor, so the gradient of the unit's input is computed as it is for every unit of a model but the first;
-the model gets an ``mse`` loss, is differentiated by the runtime (``runtime.training.build_training_graph``) and run
-under the runtime's profiler. The unit's nodes are its forward; the nodes named after them (``<node>__<Grad>``) and
+every convolution gets the batch normalisation CNNs train it with (inference graphs fold it away, so the unit cannot
+say; ``_normalise_convolutions``); the model gets an ``mse`` loss, is differentiated by the runtime
+(``runtime.training.build_training_graph``) and run under the runtime's profiler. The unit's nodes are its forward; the nodes named after them (``<node>__<Grad>``) and
 the gradient outputs of its own weights are its backward; the loss and its gradient are left out (a model has one).
 Rows (``mode`` ``training``, ``scenario`` ``kernel``) keep the forward unit in ``units``, so
 ``perfmodels.training_units`` learns each part per unit kind with the inference units' machinery
@@ -111,11 +112,16 @@ def training_unit_model(unit: Unit, seed: int = 0) -> TrainingUnitModel:
     """``unit``'s one-unit model with named nodes and its inputs turned into initializers (see the module
     docstring)."""
     proto, inputs = unit_model(trained(unit))
+    running = _normalise_convolutions(proto)
     names = []
     for index, node in enumerate(proto.graph.node):
         node.name = f"{_UNIT_PREFIX}{index}"
         names.append(node.name)
-    weights = tuple(t.name for t in proto.graph.initializer if t.data_type == onnx.TensorProto.FLOAT and t.dims)
+    weights = tuple(
+        t.name
+        for t in proto.graph.initializer
+        if t.data_type == onnx.TensorProto.FLOAT and t.dims and t.name not in running
+    )
     rng = np.random.default_rng(seed)
     kept = [v for v in proto.graph.input if v.name not in inputs]
     del proto.graph.input[:]
@@ -125,6 +131,34 @@ def training_unit_model(unit: Unit, seed: int = 0) -> TrainingUnitModel:
         proto.graph.initializer.append(numpy_helper.from_array(value, name))
     dims = proto.graph.output[0].type.tensor_type.shape.dim
     return TrainingUnitModel(proto, tuple(names), weights, dict(inputs), tuple(int(d.dim_value) for d in dims))
+
+
+def _normalise_convolutions(proto: onnx.ModelProto) -> set[str]:
+    """Put a ``BatchNormalization`` after every ``Conv`` of ``proto`` (before its residual add and activation), as
+    CNNs train them; returns the names of the running statistics (not trained). An inference graph folds the
+    normalisation into the convolution (``analysis.unitgraph``), so a unit cannot say whether it had one; every
+    convolution of the training suite's CNNs has one, and in training it is two passes forward and three backward
+    over the convolution's output (a quarter of ResNet-8's step: docs/decisions.md, backward units)."""
+    from onnx import helper
+
+    shapes = {t.name: tuple(t.dims) for t in proto.graph.initializer}
+    running: set[str] = set()
+    nodes = []
+    for index, node in enumerate(proto.graph.node):
+        nodes.append(node)
+        if node.op_type != "Conv":
+            continue
+        channels = shapes[node.input[1]][0]
+        stats = [f"bn{index}_{part}" for part in ("scale", "bias", "mean", "var")]
+        for name, value in zip(stats, (1.0, 0.0, 0.0, 1.0), strict=True):
+            proto.graph.initializer.append(numpy_helper.from_array(np.full(channels, value, np.float32), name))
+        running.update(stats[2:])
+        raw = f"{node.output[0]}__conv"
+        nodes.append(helper.make_node("BatchNormalization", [raw, *stats], [node.output[0]]))
+        node.output[0] = raw
+    del proto.graph.node[:]
+    proto.graph.node.extend(nodes)
+    return running
 
 
 def split_profile(

@@ -72,6 +72,7 @@ from perfmodels.prediction import Prediction
 from perfmodels.results_db import BUSY_OTHER_CPU
 from perfmodels.targets import local_target_key, target_key
 from perfmodels.training_units import (
+    UNIT_PRICED_FRAMEWORKS,
     TrainingUnitRoute,
     UnitRouteKey,
     fit_training_units,
@@ -373,7 +374,8 @@ def fit_frameworks(
     and PyTorch run different backward kernels). Each framework's rows are fitted with the first of
     ``FEATURE_SETS`` that prices all of them, or the set ``choice`` names for it: the training-unit model where
     ``parts`` (each row's forward, backward and optimiser seconds priced by training units) are finite, the
-    unit-priced model where ``forward_s`` (the forward pass priced by inference units) is, else the FLOP model."""
+    unit-priced model where ``forward_s`` (the forward pass priced by inference units) is and the framework is a
+    ``UNIT_PRICED_FRAMEWORKS`` one, else the FLOP model."""
     priced = PricedRows(
         _matrix(rows),
         np.full(len(rows), math.nan) if forward_s is None else np.asarray(forward_s, dtype=float),
@@ -386,7 +388,8 @@ def fit_frameworks(
         mine = priced.take(mask)
         usable = usable_features(mine)
         wanted = (choice or {}).get(framework)
-        features = wanted if wanted in usable else usable[0]
+        preferred = [f for f in usable if f != "units" or framework in UNIT_PRICED_FRAMEWORKS]
+        features = wanted if wanted in usable else preferred[0]
         fits.update(fit_routes(rows[mask], mine.matrix(features), features))
     return fits
 
@@ -426,16 +429,18 @@ def priced_forward(
     units: UnitFit | None,
     shipped: Mapping[str, tuple[Unit, ...]],
     routes: dict[UnitRouteKey, UnitRoute],
+    any_framework: bool = False,
 ) -> np.ndarray:
     """Each row's forward pass priced by its framework's kernel units (``perfmodels.training_units``), NaN where it
-    cannot be; the unit routes used are added to ``routes``."""
+    cannot be (or its framework is not a ``UNIT_PRICED_FRAMEWORKS`` one, unless ``any_framework``); the unit routes
+    used are added to ``routes``."""
     out = np.full(len(rows), math.nan)
     if units is None or rows.empty:
         return out
     for i, (row, forward) in enumerate(zip(rows.itertuples(), row_units(rows, shipped), strict=True)):
         key = (str(row.target), str(row.framework), int(row.threads))
         if key not in routes:
-            found = unit_route(units, *key)
+            found = unit_route(units, *key, any_framework=any_framework)
             if found is None:
                 continue
             routes[key] = found
@@ -722,7 +727,9 @@ def leave_one_family_out(
     training-unit sweeps), the unit-priced model with the inference unit models ``units`` (default: fitted from
     ``frame``'s unit sweeps), else the FLOP model; rows' units from ``shipped`` (default ``read_training_units()``;
     ``{}`` evaluates the FLOP model alone). With ``nested``, also the figure of the set chosen per framework by an
-    inner leave-one-family-out on the other families (``_inner_choice``), which the choice by feature set is not.
+    inner leave-one-family-out on the other families (``_HeldOut.inner_choice``), among every set that prices the
+    framework's rows (the inference units too where ``UNIT_PRICED_FRAMEWORKS`` leaves them out): the rule above was
+    chosen after seeing held-out figures, and the nested figure is the one that was not.
     Raises ValueError when there are no usable training rows, or a route measured fewer than two families.
     """
     rows = step_rows(frame, include_busy=include_busy)
@@ -743,9 +750,8 @@ def leave_one_family_out(
         units = fit_units(frame)
     if training_routes is None:
         training_routes = fit_training_units(frame) if shipped else {}
-    priced = PricedRows(
-        _matrix(rows), priced_forward(rows, units, shipped, {}), priced_training(rows, training_routes, shipped)
-    )
+    forward = priced_forward(rows, units, shipped, {}, any_framework=nested)  # every framework's, as a candidate
+    priced = PricedRows(_matrix(rows), forward, priced_training(rows, training_routes, shipped))
     held = _HeldOut(rows, priced)
     predictions, nested_predictions, picks = [], [], []
     for family in sorted(set(held.families)):

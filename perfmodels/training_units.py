@@ -80,10 +80,12 @@ def row_units(rows: pd.DataFrame, shipped: Mapping[str, tuple[Unit, ...]]) -> li
     ]
 
 
-def unit_route(units: UnitFit | None, target: str, framework: str, threads: int) -> UnitRoute | None:
+def unit_route(
+    units: UnitFit | None, target: str, framework: str, threads: int, any_framework: bool = False
+) -> UnitRoute | None:
     """The unit model a ``framework`` trainer's kernels are priced by on ``target`` at ``threads`` (None: not swept,
-    or not a ``UNIT_PRICED_FRAMEWORKS`` framework)."""
-    if units is None or framework not in UNIT_PRICED_FRAMEWORKS:
+    or not a ``UNIT_PRICED_FRAMEWORKS`` framework unless ``any_framework``: the held-out evaluation's candidates)."""
+    if units is None or (framework not in UNIT_PRICED_FRAMEWORKS and not any_framework):
         return None
     return units.route((target, framework, *_SWEPT_ROUTE, int(threads)))
 

@@ -42,13 +42,25 @@ def _run_training_graph(unit: Unit) -> tuple[dict[str, np.ndarray], dict[str, tu
 
 def test_a_units_backward_computes_every_gradient_at_its_forward_shapes():
     """The unit's inputs are trained tensors, so its backward has the input gradient (dX) a model's inner units
-    compute, beside the weight and bias gradients, each of its forward tensor's shape."""
+    compute, beside the weight and bias gradients (the convolution's, its batch normalisation's), each of its
+    forward tensor's shape."""
     grads, shapes, weights = _run_training_graph(CONV)
-    assert len(weights) == 2  # the convolution's weight and bias
-    assert set(grads) == set(shapes)  # dX, d(residual), dW, dB
+    assert len(weights) == 4  # the convolution's weight and bias, the normalisation's scale and shift
+    assert set(grads) == set(shapes)  # dX, d(residual), and the four weights'
     for name, grad in grads.items():
         assert grad.shape == shapes[name], name
         assert np.abs(grad).sum() > 0, name
+
+
+def test_a_convolution_trains_with_a_batch_normalisation_before_its_residual_add():
+    """Inference graphs fold the normalisation into the convolution; the training unit puts it back where CNNs
+    train it: Conv, BatchNormalization, then the residual Add and the activation; its running statistics are not
+    trained weights."""
+    model = training_unit_model(CONV)
+    assert [n.op_type for n in model.proto.graph.node] == ["Conv", "BatchNormalization", "Add", "Relu"]
+    assert len(model.forward_nodes) == 4 and not any(w.endswith(("_mean", "_var")) for w in model.weights)
+    gemm = training_unit_model(Unit("gemm", {"m": 4, "k": 16, "n": 8, "act": 1, "init_w": 1}))
+    assert [n.op_type for n in gemm.proto.graph.node] == ["Gemm", "Relu"]
 
 
 def test_a_matrix_product_with_computed_weights_is_swept_with_stored_ones():
