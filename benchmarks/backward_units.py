@@ -7,11 +7,11 @@ sampled unit is built as its one-unit ONNX model (``benchmarks.unit_sweep.unit_m
 trainable tensor, so the gradient of the unit's input is computed as it is for every unit of a model but the first;
 every convolution gets the batch normalisation CNNs train it with (inference graphs fold it away, so the unit cannot
 say; ``_normalise_convolutions``); the model gets an ``mse`` loss, is differentiated by the runtime
-(``runtime.training.build_training_graph``) and run under the runtime's profiler. The unit's nodes are its forward; the nodes named after them (``<node>__<Grad>``) and
-the gradient outputs of its own weights are its backward; the loss and its gradient are left out (a model has one).
-Rows (``mode`` ``training``, ``scenario`` ``kernel``) keep the forward unit in ``units``, so
-``perfmodels.training_units`` learns each part per unit kind with the inference units' machinery
-(``perfmodels.unitfit``).
+(``runtime.training.build_training_graph``) and run under the runtime's profiler. The unit's nodes are its forward;
+the nodes named after them (``<node>__<Grad>``) and the gradient outputs of its own weights are its backward; the loss
+and its gradient are left out (a model has one). Rows (``mode`` ``training``, ``scenario`` ``kernel``) keep the
+forward unit in ``units``, so ``perfmodels.training_units`` learns each part per unit kind as the inference units are
+learned (``perfmodels.unitfit``).
 
 The optimiser is swept apart (``OPTIMIZER_SHAPES``): SGD with momentum (the suite's trainers') over sets of equal
 tensors, the runtime's per-tensor NumPy calls and per-element traffic.
