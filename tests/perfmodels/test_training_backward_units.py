@@ -10,7 +10,7 @@ import pytest
 
 from analysis.units import Unit, encode_units, unit_features
 from perfmodels.features import Route, Workload
-from perfmodels.results_db import make_row, read_results, write_rows
+from perfmodels.results_db import make_row
 from perfmodels.targets import local_target_key
 from perfmodels.training_fit import TrainingFit, leave_one_family_out
 from perfmodels.training_units import (
@@ -26,23 +26,10 @@ from perfmodels.training_units import (
     trained,
     training_unit_features,
 )
+from tests.perfmodels.test_training_fit import _frame
+from tests.perfmodels.test_training_units import MODELS, _units
 
-#: name: family, (k, n) of each matrix product of one sample (m = 1 per sample).
-MODELS = {
-    "mlp_a": ("mlp", ((64, 32), (32, 10))),
-    "mlp_b": ("mlp", ((128, 64), (64, 10))),
-    "cnn_a": ("cnn", ((288, 64), (576, 64), (256, 10))),
-    "cnn_b": ("cnn", ((576, 128), (1152, 128), (512, 10))),
-    "res_a": ("resnet", ((1152, 256), (2304, 256), (1024, 10))),
-    "res_b": ("resnet", ((2304, 512), (4608, 512), (2048, 10))),
-    "tf_a": ("transformer", ((512, 1536), (512, 2048), (2048, 512))),
-    "tf_b": ("transformer", ((1024, 3072), (1024, 4096), (4096, 1024))),
-}
 OPTIMIZER = OptimizerCost(tensor_s=2e-6, element_s=1e-9)
-
-
-def _units(shapes: tuple[tuple[int, int], ...]) -> tuple[Unit, ...]:
-    return tuple(Unit("gemm", {"m": 1, "k": k, "n": n, "act": 0, "init_w": 1}) for k, n in shapes)
 
 
 class _Forward:
@@ -94,12 +81,6 @@ def _rows():
                 value=_true_step(units, batch) * 1e3,
             ))  # fmt: skip
     return rows
-
-
-def _frame(tmp_path, rows):
-    path = tmp_path / "t.csv"
-    write_rows(path, rows)
-    return read_results(path)
 
 
 def test_held_out_steps_are_priced_by_the_training_units(tmp_path):
