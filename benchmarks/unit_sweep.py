@@ -405,6 +405,11 @@ def _draw(rng: np.random.Generator, sizes: dict[str, int], per_kind: int | None)
     return units
 
 
+def draw_units(sizes: dict[str, int], seed: int) -> list[Unit]:
+    """``sizes[name]`` units from each named sampler (``SAMPLER_KINDS``), in order, from one stream seeded ``seed``."""
+    return _draw(np.random.default_rng(seed), sizes, None)
+
+
 def sample_rounds(seed: int = 0) -> list[list[Unit]]:
     """The full sweep's units, round by round (``SWEEP_ROUNDS``), from one seeded stream."""
     rng = np.random.default_rng(seed)

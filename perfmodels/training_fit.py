@@ -35,6 +35,16 @@ steps have a second, unit-priced model (``UNIT_FEATURES``)::
 threads: a held-out family borrows the rates of other models' kernels of similar shape, where the FLOP model has one
 rate per op class. Plans and the held-out evaluation use it where the workload has kernel units.
 
+Where a framework's own training kernels were swept as units (``benchmarks.backward_units``; appopt-runtime, whose
+NumPy gradients no inference sweep times), its steps have a third model (``TRAIN_UNIT_FEATURES``)::
+
+    step_s = a'' · forward_train_s + b'' · backward_s + e'' · optimizer_s + f'' · kernel_nodes
+
+the forward pass in training mode and the backward pass priced unit by unit, and the optimiser update priced by its
+own sweep (``perfmodels.training_units.TrainingUnitRoute``). Each framework's rows are fitted with the most specific
+of the three that prices them all (``FEATURE_SETS``); the held-out evaluation also reports the model chosen per
+framework by an inner leave-one-family-out, the unbiased figure for that choice.
+
 A route measured only under load is fitted alone (``fit_group``; below
 ``ROWS_PER_COEFFICIENT`` rows per coefficient, one scale of the roofline terms). Rows measured under load
 (``other_cpu`` > ``BUSY_OTHER_CPU``) are left out of a route's fit unless the route has no other rows (its
@@ -62,7 +72,10 @@ from perfmodels.prediction import Prediction
 from perfmodels.results_db import BUSY_OTHER_CPU, on_gpu
 from perfmodels.targets import local_target_key, target_key
 from perfmodels.training_units import (
+    UNIT_PRICED_FRAMEWORKS,
+    TrainingUnitRoute,
     UnitRouteKey,
+    fit_training_units,
     forward_seconds,
     read_training_units,
     row_units,
@@ -89,8 +102,16 @@ PER_SAMPLE = 4
 #: inference kernel units at the row's threads (already at that thread count), then ``FEATURES``' depthwise,
 #: optimiser and per-node terms.
 UNIT_FEATURES = ("forward_units", "depthwise", "optimizer", "kernel_nodes")
-#: The columns of each feature set that grow with the batch and speed up with ``threads ** thread_exponent``.
-PER_SAMPLE_COLUMNS = {"flops": tuple(range(PER_SAMPLE)), "units": (1,)}
+#: The training-unit model's features (``perfmodels.training_units.TrainingUnitRoute``): the forward pass in
+#: training mode and the backward pass priced unit by unit by the framework's own swept training kernels, its
+#: optimiser update priced by the optimiser sweep, and ``FEATURES``' per-node term.
+TRAIN_UNIT_FEATURES = ("forward_train_units", "backward_units", "optimizer_units", "kernel_nodes")
+#: The columns of each feature set that grow with the batch and speed up with ``threads ** thread_exponent`` (the
+#: training units are priced at their swept thread count, ``TRAINING_UNIT_THREADS``, for every row).
+PER_SAMPLE_COLUMNS = {"flops": tuple(range(PER_SAMPLE)), "units": (1,), "train_units": ()}
+#: Feature sets from the most specific to the least: a framework's rows are fitted with the first that prices all
+#: of them (``fit_frameworks``).
+FEATURE_SETS = ("train_units", "units", "flops")
 #: Op classes whose FLOPs run as matrix products; the op class of shape bookkeeping nodes (no kernel of their own).
 MATMUL_CLASSES = ("gemm", "gemv")
 BOOKKEEPING_CLASS = "other"
@@ -180,6 +201,39 @@ def unit_matrix(flops_x: np.ndarray, forward_s: np.ndarray) -> np.ndarray:
     """``UNIT_FEATURES`` rows from ``FEATURES`` rows and each row's forward pass priced by kernel units (seconds)."""
     flops_x = np.asarray(flops_x).reshape(-1, len(FEATURES))
     return np.c_[np.asarray(forward_s, dtype=float), flops_x[:, 2], flops_x[:, 4], flops_x[:, 5]]
+
+
+def train_unit_matrix(flops_x: np.ndarray, parts: np.ndarray) -> np.ndarray:
+    """``TRAIN_UNIT_FEATURES`` rows from ``FEATURES`` rows and each row's (forward, backward, optimiser) seconds
+    priced by the framework's training units (``TrainingUnitRoute.parts``)."""
+    flops_x = np.asarray(flops_x).reshape(-1, len(FEATURES))
+    return np.c_[np.asarray(parts, dtype=float).reshape(-1, 3), flops_x[:, 5]]
+
+
+@dataclass(frozen=True)
+class PricedRows:
+    """Rows' features in every set: ``FEATURES`` (``flops``), the forward pass priced by inference units
+    (``forward``, NaN where not priced) and the step's parts priced by training units (``parts``, NaN rows where
+    not priced)."""
+
+    flops: np.ndarray
+    forward: np.ndarray
+    parts: np.ndarray
+
+    def matrix(self, features: str) -> np.ndarray:
+        """The rows' features of ``features`` (NaN where that set does not price a row)."""
+        if features == "units":
+            return unit_matrix(self.flops, self.forward)
+        if features == "train_units":
+            return train_unit_matrix(self.flops, self.parts)
+        return self.flops
+
+    def priced(self, features: str) -> np.ndarray:
+        """Which rows ``features`` prices."""
+        return np.isfinite(self.matrix(features)).all(axis=1)
+
+    def take(self, mask: np.ndarray) -> PricedRows:
+        return PricedRows(self.flops[mask], self.forward[mask], self.parts[mask])
 
 
 def thread_exponent(rows: pd.DataFrame) -> float:
@@ -315,22 +369,39 @@ def fit_routes(rows: pd.DataFrame, x: np.ndarray | None = None, features: str = 
     return fits
 
 
-def fit_frameworks(rows: pd.DataFrame, forward_s: np.ndarray | None = None) -> dict[str, TrainingGroupFit]:
+def fit_frameworks(
+    rows: pd.DataFrame,
+    forward_s: np.ndarray | None = None,
+    parts: np.ndarray | None = None,
+    choice: Mapping[str, str] | None = None,
+) -> dict[str, TrainingGroupFit]:
     """``fit_routes`` per framework (routes share coefficients only with routes of their own framework: appopt-runtime
-    and PyTorch run different backward kernels). With ``forward_s`` (each row's forward pass priced by kernel units,
-    NaN where it cannot be), a framework whose rows are all priced gets the unit-priced model (``UNIT_FEATURES``),
-    the others the FLOP model."""
+    and PyTorch run different backward kernels). Each framework's rows are fitted with the first of
+    ``FEATURE_SETS`` that prices all of them, or the set ``choice`` names for it: the training-unit model where
+    ``parts`` (each row's forward, backward and optimiser seconds priced by training units) are finite, the
+    unit-priced model where ``forward_s`` (the forward pass priced by inference units) is and the framework is a
+    ``UNIT_PRICED_FRAMEWORKS`` one, else the FLOP model."""
+    priced = PricedRows(
+        _matrix(rows),
+        np.full(len(rows), math.nan) if forward_s is None else np.asarray(forward_s, dtype=float),
+        np.full((len(rows), 3), math.nan) if parts is None else np.asarray(parts, dtype=float).reshape(-1, 3),
+    )
     fits: dict[str, TrainingGroupFit] = {}
     frameworks = rows["framework"].astype(str).to_numpy()
     for framework in dict.fromkeys(frameworks):
         mask = frameworks == framework
-        part = rows[mask]
-        priced = None if forward_s is None else np.asarray(forward_s, dtype=float)[mask]
-        if priced is not None and len(priced) and np.isfinite(priced).all():
-            fits.update(fit_routes(part, unit_matrix(_matrix(part), priced), "units"))
-        else:
-            fits.update(fit_routes(part))
+        mine = priced.take(mask)
+        usable = usable_features(mine)
+        wanted = (choice or {}).get(framework)
+        preferred = [f for f in usable if f != "units" or framework in UNIT_PRICED_FRAMEWORKS]
+        features = wanted if wanted in usable else preferred[0]
+        fits.update(fit_routes(rows[mask], mine.matrix(features), features))
     return fits
+
+
+def usable_features(priced: PricedRows) -> list[str]:
+    """The ``FEATURE_SETS`` that price every one of ``priced``'s rows (the FLOP model always does)."""
+    return [f for f in FEATURE_SETS if f == "flops" or (len(priced.flops) and priced.priced(f).all())]
 
 
 def _describe(rows: pd.DataFrame, coef: np.ndarray, exponent: float = 0.0) -> TrainingGroupFit:
@@ -363,20 +434,39 @@ def priced_forward(
     units: UnitFit | None,
     shipped: Mapping[str, tuple[Unit, ...]],
     routes: dict[UnitRouteKey, UnitRoute],
+    any_framework: bool = False,
 ) -> np.ndarray:
     """Each row's forward pass priced by its framework's kernel units (``perfmodels.training_units``), NaN where it
-    cannot be; the unit routes used are added to ``routes``."""
+    cannot be (or its framework is not a ``UNIT_PRICED_FRAMEWORKS`` one, unless ``any_framework``); the unit routes
+    used are added to ``routes``."""
     out = np.full(len(rows), math.nan)
     if units is None or rows.empty:
         return out
     for i, (row, forward) in enumerate(zip(rows.itertuples(), row_units(rows, shipped), strict=True)):
         key = (str(row.target), str(row.framework), int(row.threads))
         if key not in routes:
-            found = unit_route(units, *key)
+            found = unit_route(units, *key, any_framework=any_framework)
             if found is None:
                 continue
             routes[key] = found
         out[i] = forward_seconds(routes[key], forward, int(row.batch))
+    return out
+
+
+def priced_training(
+    rows: pd.DataFrame,
+    routes: Mapping[tuple[str, str], TrainingUnitRoute],
+    shipped: Mapping[str, tuple[Unit, ...]],
+) -> np.ndarray:
+    """Each row's (forward, backward, optimiser) seconds priced by its framework's training units on its target
+    (``perfmodels.training_units.TrainingUnitRoute``), NaN where they cannot be."""
+    out = np.full((len(rows), 3), math.nan)
+    if not routes or rows.empty:
+        return out
+    for i, (row, units) in enumerate(zip(rows.itertuples(), row_units(rows, shipped), strict=True)):
+        route = routes.get((str(row.target), str(row.framework)))
+        if route is not None and units:
+            out[i] = route.parts(units, int(row.batch), float(row.params))
     return out
 
 
@@ -390,6 +480,9 @@ class TrainingFit:
     peaks: dict[tuple[str, int], tuple[float, float]] = field(default_factory=dict)
     unit_groups: dict[str, TrainingGroupFit] = field(default_factory=dict)
     unit_routes: dict[UnitRouteKey, UnitRoute] = field(default_factory=dict)
+    #: The training-unit models (``perfmodels.training_units``) by (target, framework); ``unit_groups`` holds the
+    #: groups fitted on them (``features`` ``train_units``).
+    training_routes: dict[tuple[str, str], TrainingUnitRoute] = field(default_factory=dict)
 
     @classmethod
     def from_frame(
@@ -397,9 +490,12 @@ class TrainingFit:
         frame: pd.DataFrame,
         units: UnitFit | None = None,
         shipped: Mapping[str, tuple[Unit, ...]] | None = None,
+        training_routes: Mapping[tuple[str, str], TrainingUnitRoute] | None = None,
     ) -> TrainingFit:
         """The fit of ``frame``'s training rows; with ``units`` (the inference unit models), also the unit-priced
-        model of the frameworks it prices (rows' units from ``shipped``, default ``read_training_units()``)."""
+        model of the frameworks it prices, and with training-unit sweeps in ``frame`` (or ``training_routes``) the
+        training-unit model of the frameworks swept (rows' units from ``shipped``, default
+        ``read_training_units()``)."""
         rows = step_rows(frame, include_busy=True)
         fit = cls()
         if rows.empty:
@@ -407,11 +503,14 @@ class TrainingFit:
         quiet = rows[~(rows["other_cpu"].astype(float) > BUSY_OTHER_CPU)]
         if len(quiet):
             fit.groups.update(fit_frameworks(quiet))
-            shipped = read_training_units() if shipped is None and units is not None else shipped or {}
+            fit.training_routes = dict(fit_training_units(frame) if training_routes is None else training_routes)
+            wants_units = units is not None or fit.training_routes
+            shipped = read_training_units() if shipped is None and wants_units else shipped or {}
             forward = priced_forward(quiet, units, shipped, fit.unit_routes)
-            if np.isfinite(forward).any():
-                priced = fit_frameworks(quiet, forward)
-                fit.unit_groups.update({k: g for k, g in priced.items() if g.features == "units"})
+            parts = priced_training(quiet, fit.training_routes, shipped)
+            if np.isfinite(forward).any() or np.isfinite(parts).all(axis=1).any():
+                priced = fit_frameworks(quiet, forward, parts)
+                fit.unit_groups.update({k: g for k, g in priced.items() if g.features != "flops"})
         for key, group in rows.groupby(_route_key(rows)):
             if str(key) not in fit.groups:  # measured only under load: fitted alone, and its predictions say so
                 fit.groups[str(key)] = replace(fit_group(group), under_load=True)
@@ -465,7 +564,11 @@ class TrainingFit:
         priced = self._unit_priced(workload, route, target, n, x)
         if priced is not None:
             group, step, compute, memory = priced
-            how = ", forward priced by kernel units"
+            how = (
+                ", forward and backward priced by its training kernel units"
+                if group.features == "train_units"
+                else ", forward priced by kernel units"
+            )
         if step <= 0:
             return None
         basis = f"fitted-training:{target} ({group.backend} {group.precision}, {group.rows} rows{how})"
@@ -480,18 +583,30 @@ class TrainingFit:
     def _unit_priced(
         self, workload: Workload, route: Route, target: str, threads: int, x: np.ndarray
     ) -> tuple[TrainingGroupFit, float, float, float] | None:
-        """(group, step seconds, compute and memory seconds) of the unit-priced model, when ``route``'s framework has
-        one, the workload has kernel units and the framework's units were swept on ``target`` at ``threads``."""
+        """(group, step seconds, compute and memory seconds) of the unit-priced or training-unit model, when
+        ``route``'s framework has one, the workload has kernel units and the framework's units were swept on
+        ``target`` (the inference units at ``threads``)."""
         group = self.group_for(route, self.unit_groups)
+        if group is None or not workload.units:
+            return None
+        floor = float(roofline_floor(x, threads))
+        coef = np.asarray(group.coef)
+        if group.features == "train_units":
+            trained = self.training_routes.get((target, route.framework))
+            if trained is None:
+                return None
+            tx = train_unit_matrix(x, np.array(trained.parts(workload.units, workload.batch_size, workload.params)))[0]
+            if not np.isfinite(tx).all():
+                return None
+            return group, group.seconds(tx, threads, floor), float(coef[:2] @ tx[:2]), float(coef[2] * tx[2])
         found = self.unit_routes.get((target, route.framework, threads))
-        if group is None or found is None or not workload.units:
+        if found is None:
             return None
         forward = forward_seconds(found, workload.units, workload.batch_size)
         if not math.isfinite(forward):
             return None
         ux = unit_matrix(x, np.array([forward]))[0]
-        step = group.seconds(ux, threads, float(roofline_floor(x, threads)))
-        coef = np.asarray(group.coef)
+        step = group.seconds(ux, threads, floor)
         return group, step, float(coef[0] * ux[0]), float(coef[1:3] @ ux[1:3])
 
     def transfer(
@@ -554,6 +669,11 @@ class TrainingEvaluation:
 
     predictions: pd.DataFrame
     time_to_target: pd.DataFrame
+    #: The same rows predicted by the feature set chosen per framework by an inner leave-one-family-out (None: not
+    #: evaluated), the sets ``predictions`` used ("framework features"), and the inner choices per held-out family.
+    nested: pd.DataFrame | None = None
+    models: tuple[str, ...] = ()
+    picks: tuple[str, ...] = ()
 
     @staticmethod
     def _rmspe(frame: pd.DataFrame) -> float:
@@ -577,6 +697,16 @@ class TrainingEvaluation:
             out.append(f"  {backend:20s} {'(all)':12s} RMSPE {self._rmspe(part):6.1%} ({len(part)} rows)")
         for (backend, family), part in self.predictions.groupby(["backend", "family"]):
             out.append(f"  {backend:20s} {family:12s} RMSPE {self._rmspe(part):6.1%} ({len(part)} rows)")
+        if self.models:
+            out.append("  models: " + "; ".join(self.models))
+        if self.nested is not None:
+            out.append(
+                f"nested (feature set chosen per framework by an inner leave-one-family-out): RMSPE "
+                f"{self._rmspe(self.nested):.1%} over {len(self.nested)} rows"
+            )
+            for backend, part in self.nested.groupby("backend"):
+                out.append(f"  {backend:20s} {'(all)':12s} RMSPE {self._rmspe(part):6.1%} ({len(part)} rows)")
+            out.extend(f"  chosen without {pick}" for pick in self.picks)
         if not self.time_to_target.empty:
             out.append(
                 f"time to target accuracy, predicted from held-out step times: RMSPE {self.tta_rmspe():.1%} over "
@@ -592,12 +722,19 @@ def leave_one_family_out(
     include_busy: bool = False,
     units: UnitFit | None = None,
     shipped: Mapping[str, tuple[Unit, ...]] | None = None,
+    training_routes: Mapping[tuple[str, str], TrainingUnitRoute] | None = None,
+    nested: bool = True,
 ) -> TrainingEvaluation:
     """Fit each route's step time without one family, predict that family; repeat for every family.
 
-    The unit-priced model (``TrainingFit.unit_groups``) predicts the rows of the frameworks it prices, with the
-    inference unit models ``units`` (default: fitted from ``frame``'s unit sweeps) and the rows' units from
-    ``shipped`` (default ``read_training_units()``; ``{}`` evaluates the FLOP model alone).
+    Each framework's rows are predicted by the most specific feature set that prices them all (``fit_frameworks``):
+    the training-unit model with the training units ``training_routes`` (default: fitted from ``frame``'s
+    training-unit sweeps), the unit-priced model with the inference unit models ``units`` (default: fitted from
+    ``frame``'s unit sweeps), else the FLOP model; rows' units from ``shipped`` (default ``read_training_units()``;
+    ``{}`` evaluates the FLOP model alone). With ``nested``, also the figure of the set chosen per framework by an
+    inner leave-one-family-out on the other families (``_HeldOut.inner_choice``), among every set that prices the
+    framework's rows (the inference units too where ``UNIT_PRICED_FRAMEWORKS`` leaves them out): the rule above was
+    chosen after seeing held-out figures, and the nested figure is the one that was not.
     Raises ValueError when there are no usable training rows, or a route measured fewer than two families.
     """
     rows = step_rows(frame, include_busy=include_busy)
@@ -606,64 +743,104 @@ def leave_one_family_out(
             "no measured training step rows with model features"
             + ("" if include_busy else " measured quietly (add --include-busy to use rows measured under load)")
         )
-    predictions = []
     keys = _route_key(rows)
     held_out = [k for k, part in rows.groupby(keys) if part["family"].nunique() >= 2]
     rows = rows[keys.isin(held_out)]
-    keys = keys[keys.isin(held_out)]
+    if rows.empty:
+        raise ValueError("every training route was measured on a single architecture family: nothing to hold out")
     shipped = read_training_units() if shipped is None else shipped
     if units is None and shipped:
         from perfmodels.unitfit import fit_units
 
         units = fit_units(frame)
-    forward = priced_forward(rows, units, shipped, {})
-    flops_x = _matrix(rows)
-    for family in sorted(set(rows["family"].astype(str))):
-        is_held = (rows["family"] == family).to_numpy()
-        held = rows[is_held]
-        fits = fit_frameworks(rows[~is_held])
-        by_units = fit_frameworks(rows[~is_held], forward[~is_held]) if np.isfinite(forward).any() else {}
-        predicted = np.array(
-            [
-                _held_out_seconds(fits.get(k), by_units.get(k), x, f, t)
-                for k, x, f, t in zip(
-                    keys[is_held].to_numpy(), flops_x[is_held], forward[is_held], _threads(held), strict=True
-                )
-            ]
-        )
-        predictions.append(
-            pd.DataFrame(
-                {
-                    "backend": held["backend"].to_numpy(),
-                    "family": family,
-                    "model": held["model"].to_numpy(),
-                    "batch": held["batch"].to_numpy(),
-                    "threads": held["threads"].to_numpy(),
-                    "target": held["target"].to_numpy(),
-                    "measured": held["value"].to_numpy(dtype=float) / 1e3,
-                    "predicted": predicted,
-                }
-            ).dropna(subset=["predicted"])
-        )
-    if not predictions:
-        raise ValueError("every training route was measured on a single architecture family: nothing to hold out")
+    if training_routes is None:
+        training_routes = fit_training_units(frame) if shipped else {}
+    forward = priced_forward(rows, units, shipped, {}, any_framework=nested)  # every framework's, as a candidate
+    priced = PricedRows(_matrix(rows), forward, priced_training(rows, training_routes, shipped))
+    held = _HeldOut(rows, priced)
+    predictions, nested_predictions, picks = [], [], []
+    for family in sorted(set(held.families)):
+        test = held.families == family
+        predictions.append(held.frame(test, held.predict(~test, test)))
+        if nested:
+            choice = held.inner_choice(~test)
+            picks.append(f"{family}: " + ", ".join(f"{k} {v}" for k, v in sorted(choice.items())))
+            nested_predictions.append(held.frame(test, held.predict(~test, test, choice)))
     step = pd.concat(predictions, ignore_index=True)
-    return TrainingEvaluation(step, _time_to_target(frame, step, include_busy))
+    models = fit_frameworks(rows, priced.forward, priced.parts)
+    used = sorted({f"{g.framework} {g.features}" for g in models.values()})
+    return TrainingEvaluation(
+        step,
+        _time_to_target(frame, step, include_busy),
+        pd.concat(nested_predictions, ignore_index=True) if nested_predictions else None,
+        tuple(used),
+        tuple(picks),
+    )
 
 
-def _held_out_seconds(
-    flops_fit: TrainingGroupFit | None,
-    unit_fit: TrainingGroupFit | None,
-    x: np.ndarray,
-    forward: float,
-    threads: float,
-) -> float:
-    """A held-out row's step seconds: the unit-priced model where it was fitted and the row is priced, else the FLOP
-    model (NaN: its route has no fit)."""
-    floor = float(roofline_floor(x, threads))
-    if unit_fit is not None and unit_fit.features == "units" and math.isfinite(forward):
-        return unit_fit.seconds(unit_matrix(x, np.array([forward]))[0], int(threads), floor)
-    return flops_fit.seconds(x, int(threads), floor) if flops_fit is not None else math.nan
+class _HeldOut:
+    """The evaluation's rows with their features in every set, and held-out predictions from fits on some of
+    them."""
+
+    def __init__(self, rows: pd.DataFrame, priced: PricedRows) -> None:
+        self.rows, self.priced = rows, priced
+        self.families = rows["family"].astype(str).to_numpy()
+        self.frameworks = rows["framework"].astype(str).to_numpy()
+        self.keys = _route_key(rows).to_numpy()
+        self.threads = _threads(rows)
+        self.floor = roofline_floor(priced.flops, self.threads)
+        self.measured = rows["value"].to_numpy(dtype=float) / 1e3
+        self.matrices = {f: priced.matrix(f) for f in FEATURE_SETS}
+
+    def predict(self, train: np.ndarray, test: np.ndarray, choice: Mapping[str, str] | None = None) -> np.ndarray:
+        """Seconds of the ``test`` rows from fits on the ``train`` rows (``fit_frameworks`` with ``choice``); a row
+        the chosen set does not price is predicted by the FLOP model (NaN: its route has no fit)."""
+        p = self.priced
+        fits = fit_frameworks(self.rows[train], p.forward[train], p.parts[train], choice)
+        flops_fits = fit_frameworks(self.rows[train])
+        out = np.full(int(test.sum()), math.nan)
+        for j, i in enumerate(np.flatnonzero(test)):
+            group = fits.get(self.keys[i])
+            if group is not None and not np.isfinite(self.matrices[group.features][i]).all():
+                group = flops_fits.get(self.keys[i])
+            if group is not None:
+                x = self.matrices[group.features][i]
+                out[j] = group.seconds(x, int(self.threads[i]), float(self.floor[i]))
+        return out
+
+    def inner_choice(self, train: np.ndarray) -> dict[str, str]:
+        """Per framework of the ``train`` rows, the feature set whose leave-one-family-out over those rows' families
+        erred least (RMSPE)."""
+        choice = {}
+        for framework in dict.fromkeys(self.frameworks[train]):
+            mine = train & (self.frameworks == framework)
+            errors = {}
+            for features in usable_features(self.priced.take(mine)):
+                relative = []
+                for family in sorted(set(self.families[mine])):
+                    test = mine & (self.families == family)
+                    predicted = self.predict(mine & ~test, test, {framework: features})
+                    relative.extend(predicted / self.measured[test] - 1.0)
+                values = np.array(relative, dtype=float)
+                values = values[np.isfinite(values)]
+                errors[features] = float(np.sqrt(np.mean(values**2))) if len(values) else math.inf
+            choice[str(framework)] = min(errors, key=lambda f: errors[f])
+        return choice
+
+    def frame(self, test: np.ndarray, predicted: np.ndarray) -> pd.DataFrame:
+        held = self.rows[test]
+        return pd.DataFrame(
+            {
+                "backend": held["backend"].to_numpy(),
+                "family": self.families[test],
+                "model": held["model"].to_numpy(),
+                "batch": held["batch"].to_numpy(),
+                "threads": held["threads"].to_numpy(),
+                "target": held["target"].to_numpy(),
+                "measured": self.measured[test],
+                "predicted": predicted,
+            }
+        ).dropna(subset=["predicted"])
 
 
 def _time_to_target(frame: pd.DataFrame, step: pd.DataFrame, include_busy: bool) -> pd.DataFrame:

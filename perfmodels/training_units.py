@@ -11,6 +11,11 @@ Only frameworks whose backward pass runs the kernels their inference units measu
 forward, while appopt-runtime's gradients run NumPy im2col and ``matmul`` kernels (``runtime/kernels/grad_conv.py``)
 that no unit sweep timed. Why: docs/decisions.md (2026-11-26, training step time priced by kernel units).
 
+appopt-runtime's own training kernels are swept apart (``benchmarks.backward_units``): each sampled unit's forward
+pass in training mode and its backward pass (the gradient kernels the autodiff emits for it), and the optimiser's
+update. ``fit_training_units`` learns each part per unit kind, as the inference units are learned, and
+``TrainingUnitRoute`` prices a step's forward, backward and optimiser update from them.
+
 Where a row's units come from: its ``units`` column when recorded, else ``TRAINING_UNITS``, the units of the
 training suite's shipped models keyed by task name (written by ``python -m benchmarks.training_units``).
 """
@@ -21,12 +26,14 @@ import importlib.resources
 import json
 import math
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from analysis.units import Unit, decode_units
+from analysis.units import Unit, decode_units, roofline_seconds, unfused, unit_features
+from perfmodels.fit import nnls
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -73,10 +80,12 @@ def row_units(rows: pd.DataFrame, shipped: Mapping[str, tuple[Unit, ...]]) -> li
     ]
 
 
-def unit_route(units: UnitFit | None, target: str, framework: str, threads: int) -> UnitRoute | None:
+def unit_route(
+    units: UnitFit | None, target: str, framework: str, threads: int, any_framework: bool = False
+) -> UnitRoute | None:
     """The unit model a ``framework`` trainer's kernels are priced by on ``target`` at ``threads`` (None: not swept,
-    or not a ``UNIT_PRICED_FRAMEWORKS`` framework)."""
-    if units is None or framework not in UNIT_PRICED_FRAMEWORKS:
+    or not a ``UNIT_PRICED_FRAMEWORKS`` framework unless ``any_framework``: the held-out evaluation's candidates)."""
+    if units is None or (framework not in UNIT_PRICED_FRAMEWORKS and not any_framework):
         return None
     return units.route((target, framework, *_SWEPT_ROUTE, int(threads)))
 
@@ -91,3 +100,190 @@ def forward_seconds(route: UnitRoute, units: Sequence[Unit], batch: int) -> floa
     if np.isnan(times).any():
         return math.nan
     return float(np.array([u.count for u in units], dtype=float) @ times)
+
+
+# --- a framework's own training kernels, swept as units (``benchmarks.backward_units``) ---------------------------
+
+#: Families of the training-unit sweep's rows: each unit's forward nodes in training mode, its backward nodes (the
+#: gradient kernels the autodiff emits for it), and the optimiser's update over sets of tensors.
+TRAIN_FORWARD_FAMILY = "kernel-unit-train-forward"
+BACKWARD_FAMILY = "kernel-unit-backward"
+OPTIMIZER_FAMILY = "kernel-optimizer"
+#: The thread count the training units are swept at: appopt-runtime's steps gain 0-8% from a second thread (its
+#: gradients are NumPy), so one thread's units price every thread count (docs/decisions.md, backward units).
+TRAINING_UNIT_THREADS = 1
+#: A part's time is taken as at least this (s): a two-input add's gradient passes through with no node of its own
+#: (0 measured), and the fit learns log(time / roofline time).
+PART_FLOOR_S = 1e-7
+#: A kind is learned from at least this many rows (as ``perfmodels.unitfit.MIN_KIND_ROWS``).
+MIN_PART_ROWS = 6
+#: Weight tensors (with their biases) of one unit of each kind: what the optimiser loops over.
+PARAM_TENSORS = {"conv": 2, "dwconv": 2, "dwpw": 4, "gemm": 2, "layernorm": 2, "skipnorm": 2}
+#: The dimensions of each kind that are a row stride of the arrays its gradient kernels transpose and copy.
+STRIDED_DIMS = {
+    "conv": ("cin", "cout"),
+    "dwpw": ("c", "cout"),
+    "dwconv": ("c",),
+    "gemm": ("k", "n"),
+    "bmm": ("k", "n"),
+    "layernorm": ("cols",),
+    "softmax": ("cols",),
+    "skipnorm": ("cols",),
+}
+#: ``alignment`` counts powers of two up to this: 2**12 floats is 16 KiB, past the L1 cache's set span.
+MAX_ALIGNMENT = 12
+
+
+def alignment(size: int) -> int:
+    """How many times 2 divides ``size`` (at most ``MAX_ALIGNMENT``)."""
+    size, count = int(size), 0
+    while size > 0 and size % 2 == 0 and count < MAX_ALIGNMENT:
+        size, count = size // 2, count + 1
+    return count
+
+
+def trained(unit: Unit) -> Unit:
+    """``unit`` as a trainer runs it: its weights stored and trained (``init_w`` 1). A forward graph may compute a
+    weight (a transposed ``MatMul`` weight is ``init_w`` 0), but training reads the stored tensor and writes its
+    gradient, which a unit with computed weights would not have (its backward then has no weight gradient)."""
+    if unit.dims.get("init_w", 1) == 1:
+        return unit
+    return Unit(unit.kind, {**unit.dims, "init_w": 1}, unit.count)
+
+
+def training_unit_features(unit: Unit) -> list[float]:
+    """What a training part's regressor sees: the inference units' features (``analysis.units.unit_features``) and
+    the power-of-two alignment of the unit's row strides (``STRIDED_DIMS``). The runtime's weight gradients
+    transpose and copy weight-sized arrays; at 512-2048 channels, a power of two, those copies hit the same cache
+    sets row after row, and a convolution's backward took 3.7-5.2x as long as with 8 channels more or fewer
+    (docs/decisions.md, backward units)."""
+    return [*unit_features(unit), *(float(alignment(unit[d])) for d in STRIDED_DIMS.get(unit.kind, ()))]
+
+
+@dataclass(frozen=True)
+class PartModel:
+    """One part (forward in training mode, or backward) of a framework's training kernels on a target: per unit
+    kind, log(time / roofline time) learned from ``training_unit_features`` (as ``perfmodels.unitfit`` learns
+    inference units, without a call cost: the profiler timed the nodes alone)."""
+
+    peak_flops: float
+    bandwidth: float
+    kinds: dict[str, Any] = field(compare=False)
+    rows: int = 0
+
+    def unit_seconds(self, units: Sequence[Unit], batch: int) -> np.ndarray:
+        """Seconds of each unit at ``batch``; NaN for a kind not learned (a ``skipnorm`` then as its ``unfused``
+        parts where those are learned)."""
+        out = np.full(len(units), math.nan)
+        for i, unit in enumerate(units):
+            model = self.kinds.get(unit.kind)
+            if model is None:
+                parts = unfused(unit)
+                if parts is not None and all(p.kind in self.kinds for p in parts):
+                    out[i] = float(np.sum(self.unit_seconds(parts, batch)))
+                continue
+            scaled = trained(unit).at_batch(batch)
+            features = np.array([training_unit_features(scaled)])
+            prior = roofline_seconds(scaled, 1, self.peak_flops, self.bandwidth)
+            out[i] = prior * float(np.exp(model.predict(features)[0]))
+        return out
+
+    def seconds(self, units: Sequence[Unit], batch: int) -> float:
+        """The sum of ``units``' times (counts included); NaN when empty or a kind is not learned."""
+        if not units:
+            return math.nan
+        times = self.unit_seconds(units, batch)
+        return math.nan if np.isnan(times).any() else float(np.array([u.count for u in units], dtype=float) @ times)
+
+
+def fit_part(rows: pd.DataFrame) -> PartModel:
+    """A ``PartModel`` from one part's sweep rows (``perfmodels.unitfit.sweep_rows`` form: ``unit``, ``t``,
+    ``peak_flops``, ``bandwidth``)."""
+    from perfmodels.trees import compile_ensemble
+    from perfmodels.unitfit import _regressor
+
+    peak, bandwidth = float(rows["peak_flops"].median()), float(rows["bandwidth"].median())
+    kinds: dict[str, Any] = {}
+    for kind, group in rows.groupby([u.kind for u in rows["unit"]]):
+        if len(group) < MIN_PART_ROWS:
+            continue
+        units = list(group["unit"])
+        features = np.array([training_unit_features(u) for u in units])
+        prior = np.array([roofline_seconds(u, 1, peak, bandwidth) for u in units])
+        target = np.log(np.maximum(group["t"].to_numpy(dtype=float), PART_FLOOR_S) / prior)
+        regressor = _regressor().fit(features, target)
+        kinds[str(kind)] = compile_ensemble(regressor, features) or regressor
+    return PartModel(peak, bandwidth, kinds, len(rows))
+
+
+@dataclass(frozen=True)
+class OptimizerCost:
+    """One optimiser update: seconds per parameter tensor (its NumPy calls) and per element (its traffic)."""
+
+    tensor_s: float
+    element_s: float
+
+    def seconds(self, tensors: float, elements: float) -> float:
+        return self.tensor_s * tensors + self.element_s * elements
+
+
+def fit_optimizer(rows: pd.DataFrame) -> OptimizerCost | None:
+    """Non-negative least squares of ``OPTIMIZER_FAMILY`` rows' seconds on (tensors, elements), relative error;
+    None with fewer than two shapes."""
+    if len(rows) < 2:
+        return None
+    settings = [json.loads(text) for text in rows["settings"]]
+    a = np.array([[float(s["tensors"]), float(s["tensors"]) * float(s["elements"])] for s in settings])
+    t = _seconds(rows)
+    tensor_s, element_s = nnls(a / t[:, None], np.ones(len(t)))
+    return OptimizerCost(float(tensor_s), float(element_s))
+
+
+def param_tensors(units: Sequence[Unit]) -> int:
+    """How many parameter tensors ``units`` hold (``PARAM_TENSORS`` per unit)."""
+    return sum(PARAM_TENSORS.get(u.kind, 0) * u.count for u in units)
+
+
+@dataclass(frozen=True)
+class TrainingUnitRoute:
+    """A framework's training step priced by its own swept training kernels on one target: the forward in
+    training mode and the backward unit by unit, and the optimiser update."""
+
+    forward: PartModel
+    backward: PartModel
+    optimizer: OptimizerCost | None
+
+    def parts(self, units: Sequence[Unit], batch: int, params: float) -> tuple[float, float, float]:
+        """(forward, backward, optimiser) seconds of one step of ``batch`` through ``units`` with ``params``
+        parameters; NaN for a part that cannot be priced (no units, or a kind not swept)."""
+        optimizer = math.nan if self.optimizer is None else self.optimizer.seconds(param_tensors(units), params)
+        return self.forward.seconds(units, batch), self.backward.seconds(units, batch), optimizer
+
+
+def _seconds(rows: pd.DataFrame) -> np.ndarray:
+    """Rows' times in seconds by ``perfmodels.fit``'s rule (a one-thread row measured under load: its CPU time)."""
+    from perfmodels.fit import effective_ms
+
+    return effective_ms(rows).to_numpy(dtype=float) / 1e3
+
+
+def fit_training_units(frame: pd.DataFrame) -> dict[tuple[str, str], TrainingUnitRoute]:
+    """The training-unit models of every (target, framework) ``frame`` swept both parts of, at
+    ``TRAINING_UNIT_THREADS``."""
+    from perfmodels.unitfit import UNIT_FAMILY, sweep_rows
+
+    if frame.empty or "family" not in frame:
+        return {}
+    measured = frame[(frame["source"] == "measured") & (frame["threads"] == TRAINING_UNIT_THREADS)]
+    parts = {}
+    for family in (TRAIN_FORWARD_FAMILY, BACKWARD_FAMILY):
+        rows = sweep_rows(measured[measured["family"] == family].assign(family=UNIT_FAMILY))
+        parts[family] = {(str(k[0]), str(k[1])): g for k, g in rows.groupby(["target", "framework"])}
+    optimizer_rows = measured[measured["family"] == OPTIMIZER_FAMILY]
+    out = {}
+    for key in sorted(set(parts[TRAIN_FORWARD_FAMILY]) & set(parts[BACKWARD_FAMILY])):
+        mine = optimizer_rows[(optimizer_rows["target"] == key[0]) & (optimizer_rows["framework"] == key[1])]
+        out[key] = TrainingUnitRoute(
+            fit_part(parts[TRAIN_FORWARD_FAMILY][key]), fit_part(parts[BACKWARD_FAMILY][key]), fit_optimizer(mine)
+        )
+    return out

@@ -1,0 +1,209 @@
+"""Training steps priced by a framework's own training kernels swept as units: forward, backward, optimiser."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pytest
+
+from analysis.units import Unit, encode_units, unit_features
+from perfmodels.features import Route, Workload
+from perfmodels.results_db import make_row
+from perfmodels.targets import local_target_key
+from perfmodels.training_fit import TrainingFit, leave_one_family_out
+from perfmodels.training_units import (
+    BACKWARD_FAMILY,
+    OPTIMIZER_FAMILY,
+    TRAIN_FORWARD_FAMILY,
+    OptimizerCost,
+    TrainingUnitRoute,
+    alignment,
+    fit_optimizer,
+    fit_training_units,
+    param_tensors,
+    trained,
+    training_unit_features,
+)
+from tests.perfmodels.test_training_fit import _frame
+from tests.perfmodels.test_training_units import MODELS, _units
+
+OPTIMIZER = OptimizerCost(tensor_s=2e-6, element_s=1e-9)
+
+
+class _Forward:
+    """Matrix products at a rate that grows with their size (no single FLOP rate fits them all)."""
+
+    def seconds(self, units, batch):
+        return float(sum(u.count * _forward(u.at_batch(batch)) for u in units))
+
+
+class _Backward:
+    """dX and dW at the forward's rate, plus writing a weight-sized gradient at 1 GB/s: at a small batch the
+    weight gradient, not the FLOPs, is the time (as the runtime's is)."""
+
+    def seconds(self, units, batch):
+        return float(sum(u.count * _backward(u.at_batch(batch)) for u in units))
+
+
+def _forward(u: Unit) -> float:
+    flops = 2.0 * u["m"] * u["k"] * u["n"]
+    return flops / (2e8 * min(flops / 1e6, 40.0) ** 0.5)
+
+
+def _backward(u: Unit) -> float:
+    return 2.0 * _forward(u) + 4.0 * u["k"] * u["n"] / 1e9
+
+
+ROUTES = {(local_target_key(), "appopt-runtime"): TrainingUnitRoute(_Forward(), _Backward(), OPTIMIZER)}  # type: ignore[arg-type]
+SHIPPED = {name: _units(shapes) for name, (_, shapes) in MODELS.items()}
+
+
+def _true_step(units: tuple[Unit, ...], batch: int) -> float:
+    params = sum(u["k"] * u["n"] for u in units)
+    optimizer = OPTIMIZER.seconds(param_tensors(units), params)
+    return _Forward().seconds(units, batch) + _Backward().seconds(units, batch) + optimizer + 20e-6 * len(units)
+
+
+def _rows():
+    rows = []
+    for name, (family, shapes) in MODELS.items():
+        units = SHIPPED[name]
+        flops = sum(2.0 * k * n for k, n in shapes)
+        for batch in (4, 32):
+            rows.append(make_row(
+                source="measured", target=local_target_key(), backend="appopt-runtime", framework="appopt-runtime",
+                mode="training", precision="fp32", model=name, family=family, batch=batch, threads=1,
+                scenario="training", flops_per_sample=flops, activation_bytes_per_sample=0.0,
+                params=sum(k * n for k, n in shapes), flops_by_class={"gemm": flops},
+                ops_by_class={"gemm": len(shapes)}, peak_gflops=50.0, bandwidth_gbs=10.0, metric="ms_per_step",
+                value=_true_step(units, batch) * 1e3,
+            ))  # fmt: skip
+    return rows
+
+
+def test_held_out_steps_are_priced_by_the_training_units(tmp_path):
+    """The truth is forward + backward (weight-gradient bound at small batches) + optimiser + per node: priced by
+    its training units every family is predicted held out, where the FLOP model (work at fitted FLOP rates) misses;
+    the inner choice picks the training units in every fold."""
+    frame = _frame(tmp_path, _rows())
+    priced = leave_one_family_out(frame, shipped=SHIPPED, training_routes=ROUTES)
+    by_flops = leave_one_family_out(frame, shipped={}, training_routes=ROUTES)
+    assert len(priced.predictions) == len(by_flops.predictions) == 16
+    assert priced.step_rmspe() < 0.02
+    assert by_flops.step_rmspe() > 0.1
+    assert priced.models == ("appopt-runtime train_units",)
+    assert priced.nested is not None and _rmspe(priced.nested) < 0.02
+    assert len(priced.picks) == 4 and all("appopt-runtime train_units" in p for p in priced.picks)
+    assert any(line.startswith("nested (feature set chosen") for line in priced.lines())
+
+
+def _rmspe(frame) -> float:
+    return float(np.sqrt(np.mean((frame["predicted"] / frame["measured"] - 1) ** 2)))
+
+
+def test_the_backward_is_priced_at_each_rows_batch(tmp_path):
+    """A route that priced every row at one sample (the forward unit's shape, not the batch's) fails the same
+    evaluation: the parts must be priced at the row's batch."""
+
+    class _OneSample(TrainingUnitRoute):
+        def parts(self, units, batch, params):
+            return super().parts(units, 1, params)
+
+    wrong = {key: _OneSample(r.forward, r.backward, r.optimizer) for key, r in ROUTES.items()}
+    evaluation = leave_one_family_out(_frame(tmp_path, _rows()), shipped=SHIPPED, training_routes=wrong)
+    assert evaluation.step_rmspe() > 0.1
+
+
+def test_plans_price_the_workloads_training_kernels(tmp_path):
+    """An appopt-runtime training plan is priced by its training units and says so; without units, the FLOP
+    model."""
+    fit = TrainingFit.from_frame(_frame(tmp_path, _rows()), shipped=SHIPPED, training_routes=ROUTES)
+    assert fit.unit_groups["appopt-runtime|fp32"].features == "train_units"
+    units = SHIPPED["res_b"]
+    flops = sum(2.0 * u["k"] * u["n"] for u in units)
+    workload = Workload(
+        flops_per_sample=flops, activation_bytes_per_sample=0.0, params=sum(u["k"] * u["n"] for u in units),
+        mode="training", batch_size=16, flops_by_class={"gemm": flops}, ops_by_class={"gemm": 3},
+        model_name="res_b", units=units,
+    )  # fmt: skip
+    route = Route("appopt-runtime", "none", ("numpy",), "fp32", "NCHW", efficiency=0.5)
+    priced = fit.predict(workload, route, local_target_key(), 1)
+    assert priced is not None and "training kernel units" in priced.basis
+    assert priced.step_seconds == pytest.approx(_true_step(units, 16), rel=0.02)
+    bare = fit.predict(Workload(**{**workload.__dict__, "units": ()}), route, local_target_key(), 1)
+    assert bare is not None and "kernel units" not in bare.basis
+
+
+# --- the unit models themselves ---------------------------------------------------------------------------------
+
+
+def _sweep_rows(rng: np.random.Generator) -> list[dict]:
+    """Sweep rows of matrix products whose parts take ``_forward`` / ``_backward`` seconds, and optimiser rows."""
+    common = dict(
+        source="measured", target=local_target_key(), backend="appopt-runtime", framework="appopt-runtime",
+        compiler="none", layout="NCHW", precision="fp32", threads=1, mode="training", batch=1, scenario="kernel",
+        metric="ms", unit="ms", peak_gflops=50.0, bandwidth_gbs=10.0, other_cpu=0.0,
+    )  # fmt: skip
+    rows = []
+    for i in range(60):
+        m, k, n = int(rng.integers(1, 64)), int(2 ** rng.uniform(6, 12)), int(2 ** rng.uniform(6, 12))
+        unit = Unit("gemm", {"m": m, "k": k, "n": n, "act": 0, "init_w": 1})
+        for family, seconds in ((TRAIN_FORWARD_FAMILY, _forward(unit)), (BACKWARD_FAMILY, _backward(unit))):
+            rows.append(make_row(**common, model=f"u{i}", family=family, units=encode_units([unit]),
+                                 value=seconds * 1e3, median_ms=seconds * 1e3))  # fmt: skip
+    for tensors, elements in ((1, 1 << 20), (8, 1 << 16), (64, 256), (16, 1 << 18)):
+        seconds = OPTIMIZER.seconds(tensors, tensors * elements)
+        settings = json.dumps({"tensors": tensors, "elements": elements})
+        rows.append(make_row(**common, model=f"sgd{tensors}", family=OPTIMIZER_FAMILY, settings=settings,
+                             value=seconds * 1e3, median_ms=seconds * 1e3))  # fmt: skip
+    return rows
+
+
+def test_training_units_are_learned_from_sweep_rows_and_price_other_shapes(tmp_path):
+    """Each part's kinds are learned per target and framework from its sweep rows; a shape not swept is priced
+    within the regressor's error, a kind not swept is not priced (NaN), and the optimiser's costs are recovered."""
+    frame = _frame(tmp_path, _sweep_rows(np.random.default_rng(0)))
+    (key, route), = fit_training_units(frame).items()  # fmt: skip
+    assert key == (local_target_key(), "appopt-runtime")
+    assert _costs(route.optimizer) == pytest.approx(_costs(OPTIMIZER), rel=1e-3)
+    units = [Unit("gemm", {"m": 1, "k": 700, "n": 300, "act": 0, "init_w": 1}, count=2)]
+    forward, backward, optimizer = route.parts(units, 8, 210_000)
+    truth = units[0].at_batch(8)
+    assert forward == pytest.approx(2 * _forward(truth), rel=0.3)
+    assert backward == pytest.approx(2 * _backward(truth), rel=0.3)
+    assert optimizer == pytest.approx(OPTIMIZER.seconds(4, 210_000), rel=1e-3)
+    assert math.isnan(route.parts([Unit("pool", dict.fromkeys(("n", "c", "h", "w", "kh", "kw", "stride", "oh",
+                                                                "ow", "avg"), 1))], 1, 0.0)[1])  # fmt: skip
+
+
+def test_the_optimiser_is_not_fitted_from_one_shape(tmp_path):
+    rows = [r for r in _sweep_rows(np.random.default_rng(0)) if r["family"] == OPTIMIZER_FAMILY]
+    assert fit_optimizer(_frame(tmp_path, rows[:1])) is None
+    assert _costs(fit_optimizer(_frame(tmp_path, rows[:2]))) == pytest.approx(_costs(OPTIMIZER), rel=1e-3)
+
+
+def _costs(cost: OptimizerCost | None) -> tuple[float, float]:
+    assert cost is not None
+    return cost.tensor_s, cost.element_s
+
+
+def test_alignment_counts_powers_of_two_of_the_strided_dimensions():
+    """Power-of-two widths are what slowed the runtime's weight gradients 4-5x: the regressors see each strided
+    dimension's alignment beside the inference features."""
+    assert [alignment(n) for n in (1, 3, 8, 520, 2048, 1 << 20)] == [0, 0, 3, 3, 11, 12]
+    conv = Unit("conv", {"n": 1, "cin": 512, "cout": 2040, "h": 1, "w": 1, "kh": 1, "kw": 1, "stride": 1,
+                         "group": 1, "oh": 1, "ow": 1, "act": 0, "residual": 0, "init_w": 1})  # fmt: skip
+    assert training_unit_features(conv) == [*unit_features(conv), 9.0, 3.0]
+    eltwise = Unit("eltwise", {"elements": 1024, "inputs": 2, "heavy": 0})
+    assert training_unit_features(eltwise) == unit_features(eltwise)
+
+
+def test_a_trainer_runs_stored_weights():
+    computed = Unit("gemm", {"m": 4, "k": 16, "n": 8, "act": 0, "init_w": 0}, count=3)
+    assert trained(computed).dims["init_w"] == 1 and trained(computed).count == 3
+    stored = trained(computed)
+    assert trained(stored) is stored
+    assert param_tensors([computed, Unit("pool", dict.fromkeys(("n", "c", "h", "w", "kh", "kw", "stride", "oh",
+                                                                "ow", "avg"), 1))]) == 6  # fmt: skip
