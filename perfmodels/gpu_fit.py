@@ -57,6 +57,8 @@ class GpuRow:
     layout: str
     workload: Workload
     seconds: float
+    #: The first step's seconds (a compiled route's compile, cuDNN's autotuning); nan where not recorded.
+    first_step_s: float = math.nan
 
     @property
     def eager_key(self) -> tuple[str, str, str, str]:
@@ -93,9 +95,11 @@ def gpu_rows(frame: pd.DataFrame) -> tuple[GpuRow, ...]:
             ops_by_class={k: int(v) for k, v in _by_class(r.ops_by_class).items()},
             model_name=str(r.model),
         )
+        settings = json.loads(r.settings) if isinstance(r.settings, str) and r.settings.startswith("{") else {}
+        first = float(settings.get("first_step_ms", math.nan)) / 1e3
         out.append(
             GpuRow(str(r.accelerator), str(r.model), str(r.family), str(r.mode), str(r.framework), str(r.compiler),
-                   str(r.precision), str(r.layout), workload, ms / 1e3)
+                   str(r.precision), str(r.layout), workload, ms / 1e3, first)
         )
     return tuple(out)
 
@@ -251,6 +255,20 @@ class GpuFit:
                        f"{ratio:.2f} ({line.rows} {compiler} rows of {line.families} families)")
         return seconds, how
 
+    @staticmethod
+    def setup_seconds(rows: Sequence[GpuRow], workload: Workload, route: Route) -> float | None:
+        """A compiled route's one-off compile: the median over its measured rows of the first step's excess over a
+        steady step per kernel node, times the workload's nodes (None for eager routes or without such rows)."""
+        if route.compiler in ("none", ""):
+            return None
+        rates = [
+            max(r.first_step_s - r.seconds, 0.0) / kernel_nodes(r.workload)
+            for r in rows
+            if (r.mode, r.framework, r.compiler) == (workload.mode, route.framework, route.compiler)
+            and math.isfinite(r.first_step_s)
+        ]
+        return float(np.median(rates)) * kernel_nodes(workload) if rates else None
+
     # --- predicting ------------------------------------------------------------------------------------------------
 
     def predict(self, workload: Workload, route: Route, device: Device) -> Prediction | None:
@@ -278,6 +296,9 @@ class GpuFit:
                 basis += f"; {devices} devices, batch {share.batch_size} each, scaled as the prior scales them"
             rmspe, low, high = self.heldout(workload.mode)
             detail = {"gpu_device_step_s": one, "fitted_rows": float(len(rows))}
+            setup = self.setup_seconds(rows, workload, route)
+            if setup is not None:  # paid once per job (optimiser.planner.with_setup)
+                detail["compile_s"] = setup
             if math.isfinite(rmspe):
                 detail.update(heldout_rmspe=rmspe, p10_step_s=step * math.exp(low), p90_step_s=step * math.exp(high))
             return Prediction.for_step(workload, step, prior.bound, basis, detail)

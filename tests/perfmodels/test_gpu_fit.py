@@ -121,3 +121,17 @@ def test_cpu_fits_never_see_gpu_rows() -> None:
     frame = pd.DataFrame({"accelerator": ["none", "", None, "NVIDIA H200"], "value": [1, 2, 3, 4]})
     assert on_gpu(frame).tolist() == [False, False, False, True]
     assert cpu_rows(frame)["value"].tolist() == [1, 2, 3]
+
+
+def test_a_compiled_route_pays_its_measured_compile_per_node_once() -> None:
+    from dataclasses import replace
+
+    base = rows(compiled_speedup=1.25)
+    timed = tuple(replace(r, first_step_s=r.seconds + 0.1 * kernel_nodes(r.workload)) if r.compiler == "inductor"
+                  else r for r in base)
+    fit = GpuFit(timed, {"h200": SOURCE})
+    w = workload("new", 3.0, 100, 64)
+    compiled = fit.predict(w, Route("pytorch", "inductor", (), "bf16", "NCHW", efficiency=0.5), SOURCE)
+    eager = fit.predict(w, ROUTE, SOURCE)
+    assert compiled is not None and compiled.detail["compile_s"] == pytest.approx(0.1 * 100)
+    assert eager is not None and "compile_s" not in eager.detail
