@@ -211,18 +211,18 @@ class GpuFit:
     def _route_line(
         self, rows: Sequence[GpuRow], mode: str, framework: str, compiler: str, precision: str, layout: str,
         source: Device,
-    ) -> tuple[StepLine, str] | None:
-        """The route's own fit where it measured enough rows and families; else one over the compiler's rows at
-        every precision and layout (the roofline carries the precision, not the layout), else None. An empty
-        ``precision`` asks for the latter."""
+    ) -> tuple[StepLine, str, bool] | None:
+        """The route's own fit where it measured enough rows and families (``True``: its own); else one over the
+        compiler's rows at every precision and layout (the roofline carries the precision, not the layout), else
+        None. An empty ``precision`` asks for the latter."""
         same = [r for r in rows if (r.mode, r.framework, r.compiler) == (mode, framework, compiler)]
         own = [r for r in same if (r.precision, r.layout) == (precision, layout)]
         if precision and len(own) >= MIN_ROWS and len({r.family for r in own}) >= MIN_FAMILIES:
             line = self._line(own, source)
-            return (line, f"{framework} {compiler} {precision} {layout} {mode}") if line else None
+            return (line, f"{framework} {compiler} {precision} {layout} {mode}", True) if line else None
         if len(same) >= MIN_ROWS and len({r.family for r in same}) >= MIN_FAMILIES:
             line = self._line(same, source)
-            return (line, f"{framework} {compiler} {mode} at every precision and layout") if line else None
+            return (line, f"{framework} {compiler} {mode} at every precision and layout", False) if line else None
         return None
 
     def _seconds(
@@ -242,10 +242,10 @@ class GpuFit:
         found = self._route_line(rows, mode, framework, compiler, precision, layout, source)
         if found is None:
             return None
-        line, what = found
+        line, what, own = found
         how = f"{what}: {line.rows} rows of {line.families} families"
         seconds = line(nodes, roofline)
-        if compiler != "none" and "every precision" in what:
+        if compiler != "none" and not own:
             eager = self._route_line(rows, mode, framework, "none", precision, layout, source)
             pooled = self._route_line(rows, mode, framework, "none", "", "", source)
             if eager is not None and pooled is not None:
