@@ -26,6 +26,6 @@ def test_overlaps_agrees_with_may_share_memory() -> None:
     for _ in range(200):
         start = int(rng.integers(0, 4000))
         stop = int(rng.integers(start, 4096))
-        candidates.append(arena[start:stop : int(rng.integers(1, 4))])
+        candidates.append(arena[start : stop : int(rng.integers(1, 4))])
     for value in candidates:
         assert spans.overlaps(value) == any(np.may_share_memory(value, b) for b in buffers), value.shape

@@ -111,3 +111,60 @@ def test_matmul_grad_of_a_stack_by_one_weight_matches_float64(
     scale = np.sqrt(a.size / a.shape[-1])
     np.testing.assert_allclose(da.astype(np.float64), want_da, rtol=tol, atol=tol * scale)
     np.testing.assert_allclose(db.astype(np.float64), want_db, rtol=tol, atol=tol * scale)
+
+
+def _batch_norm_grad_reference(dy: np.ndarray, x: np.ndarray, scale: np.ndarray, eps: float) -> tuple[np.ndarray, ...]:
+    """The textbook batch-statistics gradient in float64, over every axis but the channels."""
+    axes = tuple(i for i in range(x.ndim) if i != 1)
+    shape = (1, -1, *([1] * (x.ndim - 2)))
+    mean = x.mean(axis=axes)
+    inv_std = 1 / np.sqrt(x.var(axis=axes) + eps)
+    xhat = (x - mean.reshape(shape)) * inv_std.reshape(shape)
+    dbias, dscale = dy.sum(axis=axes), (dy * xhat).sum(axis=axes)
+    count = x.size // x.shape[1]
+    gain = (scale * inv_std).reshape(shape)
+    dx = gain * (dy - (dbias / count).reshape(shape) - xhat * (dscale / count).reshape(shape))
+    return dx, dscale, dbias
+
+
+@pytest.mark.parametrize("shape", [(4, 3, 5, 6), (6, 5), (2, 4, 7)])
+@pytest.mark.parametrize("saved", [True, False])  # the forward's saved statistics, or recomputed from X
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_batch_norm_grad_per_channel_sums_match_float64(shape: tuple[int, ...], saved: bool, dtype: type) -> None:
+    from runtime.kernels.grad_norm import BatchNormGrad
+
+    rng = np.random.default_rng(9)
+    x = rng.standard_normal(shape) * 3 + 2
+    dy, scale = rng.standard_normal(shape), rng.standard_normal(shape[1])
+    eps = 1e-5
+    want = _batch_norm_grad_reference(dy, x, scale, eps)
+    axes = tuple(i for i in range(x.ndim) if i != 1)
+    stats = (x.mean(axis=axes), 1 / np.sqrt(x.var(axis=axes) + eps)) if saved else ()
+    kernel = BatchNormGrad(NodeContext("g", "BatchNormGrad", n_inputs=5, n_outputs=3), {"epsilon": eps})
+    got = kernel.compute(*(a.astype(dtype) for a in (dy, x, scale, *stats)))
+    tol = 1e-10 if dtype == np.float64 else 1e-4
+    for value, expected in zip(got, want, strict=True):
+        assert value is not None and value.dtype == dtype
+        np.testing.assert_allclose(value, expected, rtol=tol, atol=tol * np.sqrt(x.size))
+
+
+@pytest.mark.parametrize("shape", [(4, 3, 5, 6), (6, 5), (2, 4, 7)])
+def test_batch_norm_training_forward_matches_float64(shape: tuple[int, ...]) -> None:
+    from runtime.kernels.grad_norm import BatchNormTraining
+
+    rng = np.random.default_rng(10)
+    x = rng.standard_normal(shape) * 3 + 2
+    scale, bias = rng.standard_normal(shape[1]), rng.standard_normal(shape[1])
+    mean, var = rng.standard_normal(shape[1]), rng.random(shape[1]) + 0.5
+    axes = tuple(i for i in range(x.ndim) if i != 1)
+    cs = (1, -1, *([1] * (x.ndim - 2)))
+    inv_std = 1 / np.sqrt(x.var(axis=axes) + 1e-5)
+    y = (x - x.mean(axis=axes).reshape(cs)) * (scale * inv_std).reshape(cs) + bias.reshape(cs)
+    new_mean, new_var = mean * 0.9 + x.mean(axis=axes) * 0.1, var * 0.9 + x.var(axis=axes) * 0.1
+    want = (y, new_mean, new_var, x.mean(axis=axes), inv_std)
+    kernel = BatchNormTraining(NodeContext("b", "BatchNormTraining", n_inputs=5, n_outputs=5), {})
+    for dtype, tol in ((np.float64, 1e-10), (np.float32, 1e-4)):
+        got = kernel.compute(*(a.astype(dtype) for a in (x, scale, bias, mean, var)))
+        for value, expected in zip(got, want, strict=True):
+            np.testing.assert_allclose(value, expected, rtol=tol, atol=tol)
+        assert got[0].dtype == dtype and got[0].shape == x.shape

@@ -74,7 +74,7 @@ def test_the_compiled_sgd_pass_is_numpys_update(momentum: float, weight_decay: f
     if lib is None:
         pytest.skip(f"compiled kernels unavailable: {native.status()}")
     rng = np.random.default_rng(3)
-    shape = (70_000, 3)  # more than one task of the kernel's split
+    shape = (70_000, 3)  # more than one task of the kernel's split, above the optimiser's fused-pass minimum
     config = TrainConfig(optimizer="sgd", lr=0.05, weight_decay=weight_decay, momentum=momentum)
     x = rng.standard_normal(shape).astype(np.float32)
     fused, plain = {"w": x.copy()}, {"w": x.copy()}
