@@ -10,6 +10,7 @@ values may change between runs of one input signature.
 
 from __future__ import annotations
 
+import bisect
 import threading
 import time
 from collections.abc import Mapping, Sequence
@@ -146,7 +147,7 @@ class _StaticPlan:
         memory = plan_buffers(infos, set(), {v: c for v, (c, _) in slices.items()})
         return set(), memory, {v: where for v, where in slices.items() if v in memory.placed}
 
-    def _state(self) -> tuple[dict[str, Any], list[_Entry], list[_Entry], list[np.ndarray]]:
+    def _state(self) -> tuple[dict[str, Any], list[_Entry], list[_Entry], BufferSpans]:
         """This thread's environment template, programs (step by step, and with stretches of compiled calls
         merged) and buffers (built once per thread)."""
         state = getattr(self._local, "state", None)
@@ -155,7 +156,7 @@ class _StaticPlan:
             self._local.state = state
         return state
 
-    def _build_state(self) -> tuple[dict[str, Any], list[_Entry], list[_Entry], list[np.ndarray]]:
+    def _build_state(self) -> tuple[dict[str, Any], list[_Entry], list[_Entry], BufferSpans]:
         """Allocate (and touch) the slots and input buffers, then decide per step how it runs:
 
         ``bound``: a prebound compiled call (every input lives at a fixed address: a constant, a staged input, a
@@ -234,7 +235,7 @@ class _StaticPlan:
             for i, ((kind, payload), step) in enumerate(zip(program, plan.steps, strict=True))
             if kind != "skip"
         ]
-        return env, compact, _merge_compiled(compact), buffers
+        return env, compact, _merge_compiled(compact), BufferSpans(buffers)
 
     def execute(self, env: dict[str, Any]) -> list[Any]:
         plan = self.plan
@@ -281,7 +282,7 @@ class _StaticPlan:
         finally:
             plan._local.env = previous
 
-    def _copy_out_profiled(self, env: dict[str, Any], buffers: Sequence[np.ndarray], profile: Profile) -> list[Any]:
+    def _copy_out_profiled(self, env: dict[str, Any], buffers: BufferSpans, profile: Profile) -> list[Any]:
         """``_detach`` every output, timing each copy: a view op's output is materialised here (its node's time),
         any other output living in a planned buffer is copied out (``COPY_OUTPUTS``)."""
         values = []
@@ -384,9 +385,44 @@ def _is_view_op(node: Node) -> bool:
     return node.op_type in VIEW_OPS and not node.domain
 
 
-def _detach(value: Any, buffers: Sequence[np.ndarray]) -> Any:
+class BufferSpans:
+    """The byte ranges of a thread's planned buffers, merged and sorted: whether a value may share memory with any
+    of them (``np.may_share_memory``'s bounds test) is one bisection, not a test per buffer (a training graph's
+    200 outputs against its 400 buffers took a sixth of ResNet-50's step)."""
+
+    def __init__(self, buffers: Sequence[np.ndarray]) -> None:
+        spans: list[list[int]] = []
+        for low, high in sorted(byte_bounds(b) for b in buffers if b.size):
+            if spans and low < spans[-1][1]:
+                spans[-1][1] = max(spans[-1][1], high)
+            else:
+                spans.append([low, high])
+        self.starts = [low for low, _ in spans]
+        self.ends = [high for _, high in spans]
+
+    def overlaps(self, value: np.ndarray) -> bool:
+        if not value.size:
+            return False
+        low, high = byte_bounds(value)
+        index = bisect.bisect_left(self.starts, high) - 1  # the last span starting before the value ends
+        return index >= 0 and self.ends[index] > low
+
+
+def byte_bounds(a: np.ndarray) -> tuple[int, int]:
+    """The first byte an array's elements use and one past the last (``numpy.lib.array_utils.byte_bounds``,
+    which NumPy 1.26 keeps elsewhere)."""
+    low = high = int(a.__array_interface__["data"][0])
+    for size, stride in zip(a.shape, a.strides, strict=True):
+        if stride < 0:
+            low += stride * (size - 1)
+        else:
+            high += stride * (size - 1)
+    return low, high + a.itemsize
+
+
+def _detach(value: Any, buffers: BufferSpans) -> Any:
     """A copy of an output that lives in (or views) this thread's reusable buffers; the value itself otherwise."""
-    if isinstance(value, np.ndarray) and any(np.may_share_memory(value, b) for b in buffers):
+    if isinstance(value, np.ndarray) and buffers.overlaps(value):
         return value.copy()
     return value
 

@@ -41,6 +41,25 @@ def wide(x: np.ndarray) -> np.ndarray:
     return x.astype(np.float32)
 
 
+#: Rows of the source that ``swap_leading`` copies at once: a strip's reads and writes stay in cache.
+_STRIP = 64
+
+
+def swap_leading(a: np.ndarray) -> np.ndarray:
+    """A C-contiguous copy of ``a`` with its first two axes swapped, ``(R, C, *rest) -> (C, R, *rest)``.
+
+    One NumPy copy of a transposed view walks the destination with a stride of a whole source row; when that row
+    is a power of two bytes long, every element lands in the same few cache sets (ResNet-50's 512x2048 weight
+    gradient took 5x as long to transpose as a 520x2040 one). Copying strips of ``_STRIP`` source rows keeps the
+    strip's lines in cache whatever the stride.
+    """
+    rows = a.shape[0]
+    out = np.empty((a.shape[1], rows, *a.shape[2:]), dtype=a.dtype)
+    for start in range(0, rows, _STRIP):
+        out[:, start : start + _STRIP] = a[start : start + _STRIP].swapaxes(0, 1)
+    return out
+
+
 def shape_tuple(value: Any) -> tuple[int, ...]:
     """A shape given as an int64 tensor (the output of ``Shape`` or a constant) as a tuple."""
     return tuple(int(d) for d in np.asarray(value).reshape(-1))

@@ -23,7 +23,15 @@ import numpy as np
 
 from runtime.kernels.base import register
 from runtime.kernels.conv import pad_spatial, resolve_pads, spatial_attrs, window_view
-from runtime.kernels.grad_base import GradKernel, crop_spatial, kernel_offsets, offset_slab, refuse_cropping, wide
+from runtime.kernels.grad_base import (
+    GradKernel,
+    crop_spatial,
+    kernel_offsets,
+    offset_slab,
+    refuse_cropping,
+    swap_leading,
+    wide,
+)
 from runtime.kernels.step_conv import StepConv, conv_input_grad
 
 
@@ -39,6 +47,10 @@ class Window:
 
 #: Upper bound of one chunk's im2col columns.
 _COLS_BYTES = 128 << 20
+
+#: ``_flat_conv_grad`` forms dW directly (no transpose) while its reduction (batch x pixels) is shorter than this
+#: many times the output channels; past it, the transposed GEMM and a copy win (docs/decisions.md, 2026-11-26).
+_SHORT_REDUCTION = 4
 
 
 @register
@@ -71,7 +83,7 @@ class ConvGrad(GradKernel):
             want_dx = False
         elif want_dx:
             dx = np.empty(x.shape, dtype=xc.dtype)
-        dw = np.zeros((group, w.shape[0] // group, w.shape[1] * math.prod(kernel)), dtype=xc.dtype)
+        dw: np.ndarray | None = None
         grad_chunk = _flat_conv_grad if flat else _conv_grad_chunk
         win = Window(pads, strides, dilations, group)
         for start in range(0, n, chunk) if want_dx or want_dw else ():
@@ -80,11 +92,13 @@ class ConvGrad(GradKernel):
             if dx is not None and dx_part is not None:
                 dx[part] = dx_part
             if dw_part is not None:
-                dw += dw_part
+                dw = dw_part if dw is None else np.add(dw, dw_part, out=dw)
+        if want_dw and dw is None:  # an empty batch
+            dw = np.zeros((group, w.shape[0] // group, w.shape[1] * math.prod(kernel)), dtype=xc.dtype)
         db = dyc.sum(axis=(0, *range(2, dy.ndim))) if self.wants(2) else None
         return (
             None if dx is None else dx.astype(out_dtype, copy=False),
-            dw.reshape(w.shape).astype(w.dtype, copy=False) if want_dw else None,
+            None if dw is None else dw.reshape(w.shape).astype(w.dtype, copy=False),
             None if db is None else db.astype(w.dtype, copy=False),
         )
 
@@ -146,19 +160,21 @@ def _flat_conv_grad(
         cols = np.empty((c, k_size, n, span), dtype=x.dtype)  # (C*K, N*span): one copy of long runs per offset
         for index, shift in enumerate(shifts):
             cols[:, index] = xf[:, :, shift : shift + span].transpose(1, 0, 2)
-        # dY as rows of pixels at the padded width, (N*span, M), zero in the extra columns: dW^T = cols @ rows is
-        # the GEMM orientation BLAS runs fastest here (the long N*span dimension inside, M=32 outside; 1.5x)
+        # dY as rows of pixels at the padded width, (N*span, M), zero in the extra columns
         dy_rows = np.zeros((n, out_h, pad_w, m), dtype=dy.dtype)
         dy_rows[:, :, :out_w] = dy.transpose(0, 2, 3, 1)
-        dw_t = np.matmul(cols.reshape(c * k_size, n * span), dy_rows.reshape(n * span, m))
-        dw = dw_t.T.reshape(1, m, c * k_size)
+        cols2, rows2 = cols.reshape(c * k_size, n * span), dy_rows.reshape(n * span, m)
+        if n * span < _SHORT_REDUCTION * m:  # few pixels per channel: BLAS writes dW in place, nothing to transpose
+            dw = np.matmul(rows2.T, cols2.T).reshape(1, m, c * k_size)
+        else:  # a long reduction runs fastest as dW^T = cols @ rows, then one strip-wise transpose
+            dw = swap_leading(np.matmul(cols2, rows2)).reshape(1, m, c * k_size)
     dx = None
     if want_dx:
         # dY at the padded width: (N, M, out_h * pad_w), zero in the extra columns
         dy_wide = np.zeros((n, m, out_h, pad_w), dtype=dy.dtype)
         dy_wide[..., :out_w] = dy
         dy_wide = dy_wide.reshape(n, m, span)
-        w_t = np.ascontiguousarray(w.reshape(m, c * k_size).T)  # (C*K, M)
+        w_t = swap_leading(w.reshape(m, c * k_size))  # (C*K, M)
         dcols = np.matmul(w_t, dy_wide).reshape(n, c, k_size, span)
         dxf = np.zeros((n, c, plane), dtype=dcols.dtype)
         for index, shift in enumerate(shifts):

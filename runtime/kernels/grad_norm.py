@@ -19,8 +19,9 @@ def _channel_shape(x: np.ndarray) -> tuple[int, ...]:
     return (1, x.shape[1], *([1] * (x.ndim - 2)))
 
 
-def _reduce_axes(x: np.ndarray) -> tuple[int, ...]:
-    return tuple(i for i in range(x.ndim) if i != 1)
+def _channel_sum(a3: np.ndarray) -> np.ndarray:
+    """Per-channel sums of ``(N, C, pixels)``: along the contiguous pixels first, then over the batch."""
+    return a3.sum(axis=2).sum(axis=0)
 
 
 @register
@@ -35,13 +36,15 @@ class BatchNormTraining(GradKernel):
     ) -> tuple[np.ndarray, ...]:
         xc = wide(x)
         ct = xc.dtype.type
-        cs = _channel_shape(x)
-        axes = _reduce_axes(x)
-        batch_mean = xc.mean(axis=axes)
-        centred = xc - batch_mean.reshape(cs)
-        batch_var = (centred * centred).mean(axis=axes)
+        x3 = xc.reshape(x.shape[0], x.shape[1], -1)  # sums along contiguous pixels (see BatchNormGrad)
+        count = ct(x3.shape[0] * x3.shape[2])
+        batch_mean = _channel_sum(x3) / count
+        centred = x3 - batch_mean[:, None]
+        batch_var = _channel_sum(centred * centred) / count
         inv_std = 1 / np.sqrt(batch_var + ct(self.attrs["epsilon"]))
-        y = centred * (wide(scale) * inv_std).reshape(cs) + wide(bias).reshape(cs)
+        np.multiply(centred, (wide(scale) * inv_std)[:, None], out=centred)
+        centred += wide(bias)[:, None]
+        y = centred.reshape(x.shape)
         momentum = ct(self.attrs["momentum"])
         new_mean = wide(mean) * momentum + batch_mean * (1 - momentum)
         new_var = wide(var) * momentum + batch_var * (1 - momentum)
@@ -76,29 +79,35 @@ class BatchNormGrad(GradKernel):
     ) -> tuple[np.ndarray | None, ...]:
         dyc, xc, sc = wide(dy), wide(x), wide(scale)
         ct = xc.dtype.type
-        cs = _channel_shape(x)
-        axes = _reduce_axes(x)
         eps = ct(self.attrs["epsilon"])
         running = self.attrs["mode"] == "running"
+        # (N, C, pixels): every per-channel sum runs along contiguous pixels, then over the batch, where NumPy's
+        # sums over axes (0, 2, 3) walked strided; and dX is three in-place passes instead of seven temporaries
+        n, c = x.shape[:2]
+        x3, dy3 = xc.reshape(n, c, -1), dyc.reshape(n, c, -1)
+        count = ct(n * x3.shape[2])
         if mean is None or spread is None:
-            mean = xc.mean(axis=axes)
-            centred = xc - mean.reshape(cs)
-            inv_std = 1 / np.sqrt((centred * centred).mean(axis=axes) + eps)
+            mean = _channel_sum(x3) / count
+            centred = x3 - mean[:, None]
+            inv_std = 1 / np.sqrt(_channel_sum(centred * centred) / count + eps)
         else:
             mean = wide(mean)
             inv_std = 1 / np.sqrt(wide(spread) + eps) if running else wide(spread)
-            centred = xc - mean.reshape(cs)
-        xhat = centred * inv_std.reshape(cs)
-        dbias = dyc.sum(axis=axes)
-        dscale = (dyc * xhat).sum(axis=axes)
+            centred = x3 - mean[:, None]
+        prod = dy3 * centred
+        dscale = _channel_sum(prod) * inv_std  # sum(dY * xhat)
+        dbias = _channel_sum(dy3)
         dx = None
         if self.wants(0):
-            gain = (sc * inv_std).reshape(cs)
+            gain = sc * inv_std
             if running:
-                dx = dyc * gain
-            else:
-                count = ct(x.size // x.shape[1])
-                dx = gain * (dyc - (dbias / count).reshape(cs) - xhat * (dscale / count).reshape(cs))
+                dx = dyc * gain.reshape(_channel_shape(x))
+            else:  # gain * (dY - dbias / count - xhat * dscale / count), xhat = centred * inv_std
+                np.multiply(centred, (-gain * inv_std * dscale / count)[:, None], out=centred)
+                np.multiply(dy3, gain[:, None], out=prod)
+                centred += prod
+                centred += (-gain * dbias / count)[:, None]
+                dx = centred.reshape(x.shape)
         return (
             None if dx is None else dx.astype(x.dtype, copy=False),
             dscale.astype(scale.dtype, copy=False) if self.wants(1) else None,

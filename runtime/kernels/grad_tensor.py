@@ -42,6 +42,10 @@ class MatMulGrad(GradKernel):
         if a.ndim == 1:
             g = g[..., None, :]
         da = db = None
+        if g.ndim > 2 and b2.ndim == 2 and a2.shape[:-2] == g.shape[:-2]:
+            # a stack of rows times one matrix (a transformer's activations by a weight): flatten the stack, so
+            # dB is one GEMM over every row, not one per sample summed afterwards
+            a2, g = a2.reshape(-1, a2.shape[-1]), g.reshape(-1, g.shape[-1])
         if self.wants(0):
             da = sum_to_shape(np.matmul(g, np.swapaxes(wide(b2), -1, -2)), a2.shape).reshape(a.shape)
         if self.wants(1):

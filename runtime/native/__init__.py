@@ -83,6 +83,7 @@ ENTRY_POINTS = (
     "ap_run_program",
     "ap_maxpool_grad_tiled",
     "ap_maxpool_2x2",
+    "ap_sgd_momentum",
 )
 
 _lock = threading.Lock()

@@ -157,3 +157,42 @@ TR_API void ap_maxpool_2x2(const int64_t *a) {
   }
   ap_pool_for(tasks, maxpool_2x2_pairs, a);
 }
+
+/* SGD with momentum over one float32 tensor, in place and in one pass over the weights, velocity and gradient
+ * (the NumPy update takes five): PyTorch's rule with dampening 0, as ONNX's Momentum op in standard mode.
+ * g' = scale * g + decay * x; v = momentum * v + g' (v = g' when momentum is 0); x -= lr * v. */
+enum { SG_X, SG_G, SG_V, SG_N, SG_SCALE, SG_DECAY, SG_MOMENTUM, SG_LR, SG_NARGS };
+#define SG_PER_TASK (1L << 16)
+
+static inline float tr_f32(int64_t bits) {
+  union {
+    int32_t i;
+    float f;
+  } u = {.i = (int32_t)bits};
+  return u.f;
+}
+
+static void sgd_momentum_part(const void *ctx, long task) {
+  const int64_t *a = (const int64_t *)ctx;
+  float *x = (float *)(intptr_t)a[SG_X];
+  const float *g = (const float *)(intptr_t)a[SG_G];
+  float *v = (float *)(intptr_t)a[SG_V];
+  const float scale = tr_f32(a[SG_SCALE]), decay = tr_f32(a[SG_DECAY]);
+  const float momentum = tr_f32(a[SG_MOMENTUM]), lr = tr_f32(a[SG_LR]);
+  const long i0 = task * SG_PER_TASK, i1 = i0 + SG_PER_TASK < a[SG_N] ? i0 + SG_PER_TASK : a[SG_N];
+  for (long i = i0; i < i1; i++) {
+    const float step = scale * g[i] + decay * x[i];
+    const float vi = momentum != 0.0f ? momentum * v[i] + step : step;
+    v[i] = vi;
+    x[i] -= lr * vi;
+  }
+}
+
+TR_API void ap_sgd_momentum(const int64_t *a) {
+  const long tasks = (a[SG_N] + SG_PER_TASK - 1) / SG_PER_TASK;
+  if (a[SG_N] < MG_SERIAL) {
+    for (long t = 0; t < tasks; t++) sgd_momentum_part(a, t);
+    return;
+  }
+  ap_pool_for(tasks, sgd_momentum_part, a);
+}

@@ -1,7 +1,9 @@
-"""Compiled kernels the training graphs need (``training.c``): the tiled max-pool backward, and a 2x2/2 NCHW max
-pool for narrow planes."""
+"""Compiled kernels the training graphs need (``training.c``): the tiled max-pool backward, a 2x2/2 NCHW max
+pool for narrow planes, and the trainer's one-pass SGD-with-momentum update."""
 
 from __future__ import annotations
+
+import struct
 
 import numpy as np
 
@@ -11,6 +13,8 @@ from runtime.native import Args, NativeLib, addr
 MG_X, MG_DY, MG_DX, MG_PLANES, MG_H, MG_W, MG_KH, MG_KW, MG_NARGS = range(9)
 #: ``ap_maxpool_2x2``'s argument block (training.c's ``MQ_*`` enum).
 MQ_X, MQ_Y, MQ_PAIRS, MQ_W, MQ_NARGS = range(5)
+#: ``ap_sgd_momentum``'s argument block (training.c's ``SG_*`` enum).
+SG_X, SG_G, SG_V, SG_N, SG_SCALE, SG_DECAY, SG_MOMENTUM, SG_LR, SG_NARGS = range(9)
 
 
 def maxpool_2x2_args(x: np.ndarray, out: np.ndarray) -> Args | None:
@@ -41,3 +45,21 @@ def maxpool_grad_tiled(lib: NativeLib, dy: np.ndarray, x: np.ndarray, kernel: tu
     args[MG_KH], args[MG_KW] = kernel
     lib.maxpool_grad_tiled(args.ptr)
     return dx
+
+
+def sgd_momentum(
+    lib: NativeLib, x: np.ndarray, g: np.ndarray, v: np.ndarray, scale: float, decay: float, momentum: float, lr: float
+) -> bool:
+    """``v = momentum v + (scale g + decay x); x -= lr v`` in place, one pass; False (nothing written) unless all
+    three are C-contiguous float32 of one shape and ``x`` and ``v`` are writeable. Called once per tensor per
+    step, so the argument block is filled in one assignment (a few microseconds matter on an MLP's tensors)."""
+    arrays = (x, g, v)
+    if any(a.dtype != np.float32 or not a.flags.c_contiguous or a.shape != x.shape for a in arrays):
+        return False
+    if not (x.flags.writeable and v.flags.writeable):
+        return False
+    args = Args(SG_NARGS)
+    floats = struct.unpack("<4i", struct.pack("<4f", scale, decay, momentum, lr))
+    args.block[:] = (*(a.__array_interface__["data"][0] for a in arrays), x.size, *floats)
+    lib.sgd_momentum(args.ptr)
+    return True

@@ -62,3 +62,33 @@ def test_a_read_only_parameter_is_copied_not_written() -> None:
     params = {"w": frozen}
     make_optimizer(TrainConfig(lr=0.5), params).apply(params, {"w": np.ones(3, np.float32)}, 0.5, 1.0)
     assert np.array_equal(frozen, np.ones(3)) and np.allclose(params["w"], 0.5)
+
+
+@pytest.mark.parametrize("momentum", [0.0, 0.9])
+@pytest.mark.parametrize("weight_decay", [0.0, 0.01])
+def test_the_compiled_sgd_pass_is_numpys_update(momentum: float, weight_decay: float) -> None:
+    from runtime import native
+    from runtime.native.training import sgd_momentum
+
+    lib = native.lib()
+    if lib is None:
+        pytest.skip(f"compiled kernels unavailable: {native.status()}")
+    rng = np.random.default_rng(3)
+    shape = (70_000, 3)  # more than one task of the kernel's split, above the optimiser's fused-pass minimum
+    config = TrainConfig(optimizer="sgd", lr=0.05, weight_decay=weight_decay, momentum=momentum)
+    x = rng.standard_normal(shape).astype(np.float32)
+    fused, plain = {"w": x.copy()}, {"w": x.copy()}
+    opt_fused, opt_plain = make_optimizer(config, fused), make_optimizer(config, plain)
+    opt_plain._fused = lambda *args: False  # type: ignore[method-assign]  # the NumPy update, the yardstick
+    for _ in range(3):
+        grad = rng.standard_normal(shape).astype(np.float32)
+        opt_fused.apply(fused, {"w": grad}, config.lr, grad_scale=0.25)
+        opt_plain.apply(plain, {"w": grad}, config.lr, grad_scale=0.25)
+        np.testing.assert_allclose(fused["w"], plain["w"], rtol=1e-6, atol=1e-6)
+        np.testing.assert_allclose(opt_fused.state["v:w"], opt_plain.state["v:w"], rtol=1e-6, atol=1e-6)
+    assert not np.array_equal(fused["w"], x)
+    v = np.zeros(shape, np.float32)
+    strided = np.zeros((shape[0], 6), np.float32)[:, ::2]
+    assert sgd_momentum(lib, x.copy(), grad, v, 1.0, 0.0, momentum, 0.1)
+    assert not sgd_momentum(lib, x.copy(), strided, v, 1.0, 0.0, momentum, 0.1)  # NumPy takes a strided one
+    assert not sgd_momentum(lib, x.astype(np.float64), grad, v, 1.0, 0.0, momentum, 0.1)
