@@ -303,8 +303,25 @@ def header(torch: Any) -> dict[str, Any]:
         "cpu_flags": _cpu_model_and_flags()[1],
         "cores": len(os.sched_getaffinity(0)),
         "timestamp": time.strftime("%Y-%m-%dT%H:%M:%S+00:00", time.gmtime()),
+        "revision": _git_revision(),
         "probes": _safe_probes(torch),
     }
+
+
+def _git_revision() -> str:
+    """The checkout's commit (``+dirty`` with local changes) where git and the repository travelled, else ""."""
+    import subprocess
+
+    root = Path(__file__).resolve().parents[1]
+    try:
+        rev = subprocess.run(["git", "rev-parse", "--short=12", "HEAD"], cwd=root, capture_output=True, text=True)
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=root,
+                               capture_output=True, text=True)
+    except OSError:
+        return ""
+    if rev.returncode != 0:
+        return ""
+    return rev.stdout.strip() + ("+dirty" if dirty.stdout.strip() else "")
 
 
 def _safe_probes(torch: Any) -> dict[str, Any]:
@@ -448,7 +465,9 @@ def rows_of(head: dict[str, Any], runs: list[dict[str, Any]]) -> list[dict[str, 
     from benchmarks.trainers.base import export_onnx
     from perfmodels.results_db import make_row
 
-    revision = f"{appopt_revision()} (measured with benchmarks/gpu_bench.py of this revision's working tree)"
+    revision = head.get("revision") or (
+        f"not recorded on the GPU machine (an early header); rows made at {appopt_revision()}"
+    )
     features: dict[str, Any] = {}
     probes_ = head.get("probes", {})
     rows = []
