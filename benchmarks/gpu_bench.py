@@ -37,6 +37,8 @@ from typing import Any
 import numpy as np
 
 from benchmarks import training_suite as suite
+from benchmarks.results.provenance import appopt_revision
+from perfmodels.targets import cpu_model_and_flags, kernel_flags, slug, usable_cores
 
 BLOCKS = 3
 STEPS_PER_BLOCK = 5
@@ -258,29 +260,10 @@ def probes(torch: Any) -> dict[str, float]:
     return out
 
 
-def _cpu_model_and_flags() -> tuple[str, str]:
-    """The host CPU's model name and its DL-relevant ISA flags (``perfmodels.targets.KERNEL_FLAGS``'s pattern, kept
-    here so the GPU side imports nothing of ours beyond the suite)."""
-    import re
-
-    model, flags = "", ""
-    try:
-        for line in Path("/proc/cpuinfo").read_text(encoding="utf-8", errors="replace").splitlines():
-            key, _, value = line.partition(":")
-            if not model and key.strip().lower() == "model name":
-                model = value.strip()
-            if not flags and key.strip().lower() == "flags":
-                kernel = re.compile(r"^(fma|avx|avx2|avx512\w*|avx_vnni|amx\w*|f16c|sse4_2)$")
-                flags = " ".join(f for f in value.split() if kernel.match(f))
-    except OSError:
-        pass
-    return model or platform.processor() or platform.machine(), flags
-
-
 def header(torch: Any) -> dict[str, Any]:
-    import os
     import subprocess
 
+    cpu_model, flags = cpu_model_and_flags()
     gpu = torch.cuda.get_device_name(0) if torch.cuda.is_available() else "none"
     driver = ""
     with contextlib.suppress(OSError):
@@ -299,29 +282,13 @@ def header(torch: Any) -> dict[str, Any]:
         "cuda": torch.version.cuda or "",
         "cudnn": torch.backends.cudnn.version() if torch.backends.cudnn.is_available() else 0,
         "host": platform.node(),
-        "cpu_model": _cpu_model_and_flags()[0],
-        "cpu_flags": _cpu_model_and_flags()[1],
-        "cores": len(os.sched_getaffinity(0)),
+        "cpu_model": cpu_model,
+        "cpu_flags": " ".join(kernel_flags(flags)),
+        "cores": usable_cores(),
         "timestamp": time.strftime("%Y-%m-%dT%H:%M:%S+00:00", time.gmtime()),
-        "revision": _git_revision(),
+        "revision": appopt_revision(),
         "probes": _safe_probes(torch),
     }
-
-
-def _git_revision() -> str:
-    """The checkout's commit (``+dirty`` with local changes) where git and the repository travelled, else ""."""
-    import subprocess
-
-    root = Path(__file__).resolve().parents[1]
-    try:
-        rev = subprocess.run(["git", "rev-parse", "--short=12", "HEAD"], cwd=root, capture_output=True, text=True)
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=root,
-                               capture_output=True, text=True)
-    except OSError:
-        return ""
-    if rev.returncode != 0:
-        return ""
-    return rev.stdout.strip() + ("+dirty" if dirty.stdout.strip() else "")
 
 
 def _safe_probes(torch: Any) -> dict[str, Any]:
@@ -406,10 +373,7 @@ def gpu_target_key(gpu: str, count: int = 1) -> str:
     >>> gpu_target_key("NVIDIA H100 80GB HBM3")
     'nvidia-h100-80gb-hbm3-1g'
     """
-    import re
-
-    slug = re.sub(r"[^a-z0-9]+", "-", gpu.lower()).strip("-") or "unknown-gpu"
-    return f"{slug}-{count}g"
+    return f"{slug(gpu, 'unknown-gpu')}-{count}g"
 
 
 def merged_runs(paths: list[Path]) -> tuple[dict[str, Any], list[dict[str, Any]]]:
@@ -442,11 +406,12 @@ def read_runs(path: Path) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     """The header and the run records of a ``gpu_runs.jsonl`` (a torn last line is dropped)."""
     head: dict[str, Any] | None = None
     runs = []
-    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+    lines = path.read_text(encoding="utf-8").splitlines()
+    for number, line in enumerate(lines, 1):
         try:
             item = json.loads(line)
         except json.JSONDecodeError:
-            if number == len(path.read_text(encoding="utf-8").splitlines()):
+            if number == len(lines):
                 break  # cut off mid-write
             raise ValueError(f"{path}:{number}: not a JSON line") from None
         if item.get("kind") == "header":
@@ -461,7 +426,6 @@ def read_runs(path: Path) -> tuple[dict[str, Any], list[dict[str, Any]]]:
 def rows_of(head: dict[str, Any], runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Result-database rows of the measured runs (runs with an error give none: ``measure`` printed them)."""
     from benchmarks.features import model_features
-    from benchmarks.results.provenance import appopt_revision
     from benchmarks.trainers.base import export_onnx
     from perfmodels.results_db import make_row
 

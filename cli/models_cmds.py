@@ -29,12 +29,6 @@ def _models() -> None:
     """Fit, evaluate and inspect the performance models."""
 
 
-def cpu_rows(frame: pd.DataFrame) -> pd.DataFrame:
-    from perfmodels.results_db import cpu_rows as without_gpu
-
-    return without_gpu(frame)
-
-
 def _frame(db: list[Path] | None) -> pd.DataFrame:
     from perfmodels.fitted import default_db_path
     from perfmodels.results_db import ResultsSchemaError, read_results
@@ -102,15 +96,19 @@ def evaluate_cmd(
     """Leave-one-architecture-out: RMSPE, share within ±10%, Spearman, top-1 regret (fitted vs prior)."""
     from perfmodels.evaluate import leave_one_architecture_out
     from perfmodels.fitted import default_db_path, write_evaluation_summary
+    from perfmodels.results_db import cpu_rows
 
     if mode not in ("inference", "training", "gpu"):
         raise AppoptError(f"--mode: {mode!r} is not one of inference, training, gpu")
     if mode == "gpu":
         from optimiser.catalog import load_catalog
+        from optimiser.gpu_baseline import prior_on_rows
         from optimiser.target import gpu_presets
         from perfmodels.gpu_fit import GpuFit, evaluation_lines
 
-        for line in evaluation_lines(GpuFit.from_frame(_frame(db), gpu_presets(load_catalog()))):
+        catalog = load_catalog()
+        fit = GpuFit.from_frame(_frame(db), gpu_presets(catalog))
+        for line in evaluation_lines(fit, baseline=prior_on_rows(fit, catalog)):
             typer.echo(line)
         return
     if mode == "training":

@@ -361,19 +361,22 @@ def regret(frame: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(out)
 
 
-def evaluation_lines(fit: GpuFit) -> list[str]:
-    """The held-out report: RMSPE per mode and compiler, and the choice's regret."""
+def _rmspe(frame: pd.DataFrame) -> float:
+    rel = frame["predicted"] / frame["measured"] - 1
+    return float(np.sqrt(np.mean(rel**2)))
+
+
+def evaluation_lines(fit: GpuFit, baseline: pd.DataFrame | None = None) -> list[str]:
+    """The held-out report: RMSPE per mode and compiler, and the choice's regret; with ``baseline`` (the same rows
+    predicted another way, e.g. the planner's roofline prior), its RMSPE, regret and tied sets beside them."""
     frame = fit.held_out()
     if frame.empty:
         return ["GPU: no measured GPU rows a preset covers"]
     lines = []
     for (gpu, mode), part in frame.groupby(["accelerator", "mode"]):
-        rel = part["predicted"] / part["measured"] - 1
-        lines.append(f"GPU {gpu} {mode}, held out by family: RMSPE {float(np.sqrt(np.mean(rel**2))):.1%} over "
-                     f"{len(part)} rows")
+        lines.append(f"GPU {gpu} {mode}, held out by family: RMSPE {_rmspe(part):.1%} over {len(part)} rows")
         for (compiler, family), sub in part.groupby(["compiler", "family"]):
-            r = sub["predicted"] / sub["measured"] - 1
-            lines.append(f"  {compiler:9s} {family:12s} RMSPE {float(np.sqrt(np.mean(r**2))):6.1%} ({len(sub)} rows)")
+            lines.append(f"  {compiler:9s} {family:12s} RMSPE {_rmspe(sub):6.1%} ({len(sub)} rows)")
     choices = regret(frame)
     if not choices.empty:
         lines.append(f"GPU route choice among measured routes (held out): regret mean {choices['regret'].mean():.3f}, "
@@ -381,5 +384,12 @@ def evaluation_lines(fit: GpuFit) -> list[str]:
         worst = choices.sort_values("regret", ascending=False).head(3)
         for w in worst.itertuples():
             lines.append(f"  {w.model} {w.mode} b{w.batch}: chose {w.chosen}, best {w.best}: {w.regret:.3f}")
+    if baseline is not None and not baseline.empty:
+        for mode, part in baseline.groupby("mode"):
+            lines.append(f"baseline {mode}: RMSPE {_rmspe(part):.1%} over {len(part)} rows")
+        theirs = regret(baseline)
+        sets = [p for _, p in baseline.groupby(["accelerator", "model", "mode", "batch"])["predicted"] if len(p) > 1]
+        tied = sum(1 for p in sets if p.round(12).duplicated().any())
+        lines.append(f"baseline route choice: regret mean {theirs['regret'].mean():.3f}, max "
+                     f"{theirs['regret'].max():.3f}; {tied} of {len(sets)} sets with tied routes")
     return lines
-

@@ -16,10 +16,14 @@ from pathlib import Path
 KERNEL_FLAGS = re.compile(r"^(fma|avx|avx2|avx512\w*|avx_vnni|amx\w*|sve\w*|asimd\w*|neon|f16c|sse4_2)$")
 
 
+def slug(name: str, fallback: str) -> str:
+    """``Intel(R) Xeon(R) Processor`` -> ``intel-r-xeon-r-processor``: lower-case words joined by dashes."""
+    return re.sub(r"[^a-z0-9]+", "-", name.lower()).strip("-") or fallback
+
+
 def target_key(cpu_model: str, cores: int) -> str:
     """``intel-r-xeon-r-processor-2c``: a slug of the CPU model plus the usable core count."""
-    slug = re.sub(r"[^a-z0-9]+", "-", cpu_model.lower()).strip("-") or "unknown-cpu"
-    return f"{slug}-{cores}c"
+    return f"{slug(cpu_model, 'unknown-cpu')}-{cores}c"
 
 
 def cpu_model_and_flags() -> tuple[str, list[str]]:

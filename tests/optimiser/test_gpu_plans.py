@@ -39,3 +39,19 @@ def test_an_h200_target_is_the_measuring_gpu_itself(tmp_path: Path) -> None:
     assert other and all(not c.prediction.basis.startswith(("fitted-gpu", "transferred-gpu")) for c in other)
     torch = [c.prediction.step_seconds for c in plan.candidates if c.route.framework == "pytorch"]
     assert len(set(torch)) == len(torch), "routes measured at different speeds must not tie"
+
+
+def test_the_gpu_evaluation_sets_the_fit_against_the_planners_prior_on_the_same_rows() -> None:
+    from optimiser.catalog import load_catalog
+    from optimiser.gpu_baseline import prior_on_rows
+    from optimiser.target import gpu_presets
+    from perfmodels.fitted import load_default_model
+    from perfmodels.gpu_fit import GpuFit, evaluation_lines
+
+    catalog = load_catalog()
+    fit = GpuFit(load_default_model().gpu_rows(), gpu_presets(catalog))  # type: ignore[attr-defined]
+    baseline = prior_on_rows(fit, catalog)
+    assert len(baseline) == len(fit.rows) and (baseline["predicted"] > 0).all()
+    lines = evaluation_lines(fit, baseline)
+    assert any(line.startswith("baseline training: RMSPE") for line in lines)
+    assert any(line.startswith("baseline route choice:") and "sets with tied routes" in line for line in lines)

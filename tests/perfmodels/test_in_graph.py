@@ -13,6 +13,7 @@ from perfmodels.evaluate import UnitLookup, _estimates
 from perfmodels.fit import RouteKey
 from perfmodels.in_graph import InGraph, UnitParts, applies, fit_in_graph, fit_in_graphs, unit_parts
 from perfmodels.unitfit import KindModel, UnitRoute
+from tests.perfmodels.doubles import NoRatios, WholeModelGroup
 
 KEY = ("t", "onnxruntime", "openvino", "NCHWc", "fp32", 2)
 
@@ -98,27 +99,6 @@ def test_only_graph_compilers_fp32_routes_are_fitted():
     assert fitted[KEY].rows == 9
 
 
-class _Group:
-    """A usable whole-model group of the compiler's route (what ``_estimates`` reads of it)."""
-
-    key = KEY
-    route = RouteKey(*KEY[1:5])
-
-    def whole_seconds(self, x: object) -> float:
-        return 2e-3
-
-    def overhead_share(self, x: object) -> float:
-        return 0.0
-
-    def below_range(self, x: object) -> bool:
-        return False
-
-
-class _Result:
-    def ratio_for(self, group: object) -> None:
-        return None
-
-
 def test_held_out_estimates_take_a_compilers_units_as_its_graph_pays_them():
     row = pd.Series(
         {
@@ -132,14 +112,15 @@ def test_held_out_estimates_take_a_compilers_units_as_its_graph_pays_them():
     parts = UnitParts(30e-6, 2e-3, 4e-3, 100.0)
     lookup = UnitLookup(None, data, own={0: parts.total})
     lookup._parts[0] = parts
-    plain = _estimates(_Result(), _Group(), 0, row, lookup)  # type: ignore[arg-type]
+    plain = _estimates(NoRatios(), WholeModelGroup(KEY), 0, row, lookup)  # type: ignore[arg-type]
     assert plain["units"] == pytest.approx(parts.total)
     scale = InGraph(KEY, 1.0, 0.05, 8e-6, 12, ("a", "b", "c"))
-    compiled = _estimates(_Result(), _Group(), 0, row, lookup, {KEY: scale})  # type: ignore[arg-type]
+    compiled = _estimates(NoRatios(), WholeModelGroup(KEY), 0, row, lookup, {KEY: scale})  # type: ignore[arg-type]
     assert compiled["units"] == pytest.approx(30e-6 + 2e-3 + 0.05 * 4e-3 + 100 * 8e-6)
     # a fit from too few families is not used
     thin = InGraph(KEY, 1.0, 0.05, 8e-6, 12, ("a",))
-    assert _estimates(_Result(), _Group(), 0, row, lookup, {KEY: thin})["units"] == pytest.approx(parts.total)  # type: ignore[arg-type]
+    group, result = WholeModelGroup(KEY), NoRatios()
+    assert _estimates(result, group, 0, row, lookup, {KEY: thin})["units"] == pytest.approx(parts.total)  # type: ignore[arg-type]
     assert not math.isnan(compiled["whole"])
 
 
@@ -157,12 +138,12 @@ def test_the_planner_takes_a_compilers_units_as_its_graph_pays_them_and_keeps_th
     )
     model = FittedModel(FitResult(()))
     model._units = unit_fit
-    plain = model.units_seconds(workload, _Group())  # type: ignore[arg-type]
+    plain = model.units_seconds(workload, WholeModelGroup(KEY))  # type: ignore[arg-type]
     parts = unit_parts(_route(), units, 1)
     assert parts is not None and plain == pytest.approx(parts.total)
     scale = InGraph(KEY, 0.9, 0.1, 8e-6, 12, ("a", "b", "c"))
     model._in_graph = {KEY: scale}
-    assert model.units_seconds(workload, _Group()) == pytest.approx(scale.seconds(parts))  # type: ignore[arg-type]
+    assert model.units_seconds(workload, WholeModelGroup(KEY)) == pytest.approx(scale.seconds(parts))  # type: ignore[arg-type]
     # a plan read from the cache has the same fit without the rows
     assert model.plan_data().in_graph == (scale,)
 

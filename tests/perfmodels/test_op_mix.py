@@ -12,6 +12,7 @@ from perfmodels.evaluate import _combined, _estimates
 from perfmodels.fit import FEATURES
 from perfmodels.op_mix import EXERCISED_SHARE, coverage, exercised, exercised_by_route, flop_shares
 from perfmodels.unitfit import WHOLE_WEIGHT, combine
+from tests.perfmodels.doubles import NoRatios, WholeModelGroup
 
 KEY = ("t", "fw", "none", "NCHW", "fp32", 1)
 
@@ -70,33 +71,15 @@ def test_combine_leans_on_the_units_as_far_as_the_fit_never_saw_the_models_class
     assert combine(whole, math.nan, coverage=0.0) == whole  # without units the fit still answers
 
 
-class _Group:
-    key = KEY
-
-    def whole_seconds(self, x: object) -> float:
-        return 2e-3
-
-    def overhead_share(self, x: object) -> float:
-        return 0.0
-
-    def below_range(self, x: object) -> bool:
-        return False
-
-
-class _Result:
-    def ratio_for(self, group: object) -> None:
-        return None
-
-
 def test_held_out_rows_carry_their_coverage_and_the_combination_uses_it():
     from perfmodels.evaluate import UnitLookup
 
     row = pd.Series({"x": BERT, "batch": 1, "threads": 1, **dict(zip(
         ("target", "framework", "compiler", "layout", "precision"), KEY[:5], strict=True))})
     lookup = UnitLookup(None, pd.DataFrame([row]), own={0: 1e-3})
-    held_out = _estimates(_Result(), _Group(), 0, row, lookup, None, {KEY: exercised(np.vstack([CNN]))})  # type: ignore[arg-type]
+    held_out = _estimates(NoRatios(), WholeModelGroup(KEY), 0, row, lookup, None, {KEY: exercised(np.vstack([CNN]))})  # type: ignore[arg-type]
     assert held_out["coverage"] == pytest.approx(0.01)
-    assert _estimates(_Result(), _Group(), 0, row, lookup)["coverage"] == 1.0  # type: ignore[arg-type]
+    assert _estimates(NoRatios(), WholeModelGroup(KEY), 0, row, lookup)["coverage"] == 1.0  # type: ignore[arg-type]
     rows = pd.DataFrame(
         [
             {**held_out, "precision": "fp32"},
