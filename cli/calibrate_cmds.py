@@ -70,6 +70,7 @@ def calibrate_cmd(
     if units_left(chosen, already) + anchors_left(chosen, already, budget) == 0:
         typer.echo(f"nothing left to measure: the store holds every covering unit of {', '.join(chosen)}")
         return
+    build_runtime_kernels(chosen)
     started = time.monotonic()
     with progress("probing the hardware"):
         probes = measure_probes(threads)
@@ -141,9 +142,10 @@ def probe_before_plan(no_probe: bool) -> tuple[list[str], bool]:
 def _run_quick_probe(quick: Path) -> ProbeCount:
     """Probe into a file beside ``quick`` and move it into place when anything was measured (a killed or empty
     probe leaves no store behind, so the next plan probes again)."""
-    from benchmarks.calibrate import QUICK_PROBE_BUDGET_S, quick_probe
+    from benchmarks.calibrate import QUICK_PROBE_BUDGET_S, installed_backends, quick_probe
     from perfmodels.targets import usable_cores
 
+    build_runtime_kernels(installed_backends())
     partial = quick.with_name(f"{quick.name}.{os.getpid()}.partial")
     try:
         with progress(f"quick probe of this host (about {QUICK_PROBE_BUDGET_S:.0f} s, once)") as step:
@@ -153,6 +155,19 @@ def _run_quick_probe(quick: Path) -> ProbeCount:
     finally:
         partial.unlink(missing_ok=True)
     return count
+
+
+def build_runtime_kernels(backends: tuple[str, ...]) -> None:
+    """Compile appopt-runtime's kernels for this CPU before a measuring clock starts, when ``backends`` will run
+    them and no cached build fits: a one-time cost (about 20 s of one core) that would otherwise eat a probe's
+    budget and leave the runtime unmeasured. A failed build is left for the runtime to report (it runs on NumPy)."""
+    if "appopt-runtime" not in backends:
+        return
+    from runtime import native
+
+    if native.needs_build():
+        with progress("building appopt-runtime's kernels for this CPU (once)"):
+            native.lib()
 
 
 #: Where this module's commands sit in ``appopt --help`` (``cli.main.command_modules``).

@@ -38,6 +38,7 @@ __all__ = [
     "cross_build",
     "cross_flags",
     "lib",
+    "needs_build",
     "set_enabled",
     "set_threads",
     "status",
@@ -137,10 +138,30 @@ def build_key(cc: str, flags: tuple[str, ...] = FLAGS) -> str:
     ).hexdigest()[:20]
 
 
+def _default_roots() -> tuple[Path, ...]:
+    return (cache_dir() / "native", Path(tempfile.gettempdir()) / f"appopt-native-{os.getuid()}")
+
+
+def needs_build() -> bool:
+    """Whether the first ``lib()`` of this process will compile the kernels (about 20 s of one core): they are
+    wanted, not prebuilt, a compiler exists and no cached build matches this CPU, compiler and source. Callers that
+    time things (a probe's budget) build first, on their own clock."""
+    if _state["tried"] or not _wanted() or os.environ.get("APPOPT_NATIVE_LIB"):
+        return False
+    cc = _compiler()
+    if cc is None:
+        return False
+    try:
+        key = build_key(cc)
+    except OSError:  # a source is missing: lib() reports it
+        return False
+    return not any((root / f"appopt_kernels_{target_arch(cc)}_{key}.so").is_file() for root in _default_roots())
+
+
 def _build(cc: str, flags: tuple[str, ...] = FLAGS, roots: tuple[Path, ...] | None = None) -> Path:
     key = build_key(cc, flags)
     if roots is None:
-        roots = (cache_dir() / "native", Path(tempfile.gettempdir()) / f"appopt-native-{os.getuid()}")
+        roots = _default_roots()
     for root in roots:
         target = root / f"appopt_kernels_{target_arch(cc)}_{key}.so"
         if target.is_file():

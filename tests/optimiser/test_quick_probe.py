@@ -82,6 +82,25 @@ def test_an_uncalibrated_host_is_probed_once_and_plans_say_transferred_via_quick
     assert len([line for line in err.splitlines() if "appopt calibrate" in line]) == 1
 
 
+def test_the_runtime_kernels_are_built_before_the_probe_clock_starts(
+    fake_probe: list[Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A first plan on a fresh machine compiles appopt-runtime's kernels (about 20 s): done inside the probe, it
+    spent the whole budget and left the runtime all but unmeasured, so it runs before, with a line of its own."""
+    from runtime import native
+
+    events: list[str] = []
+    monkeypatch.setattr(calibrate, "installed_backends", lambda *a: ("onnxruntime", "appopt-runtime"))
+    monkeypatch.setattr(native, "needs_build", lambda: not events)
+    monkeypatch.setattr(native, "lib", lambda: events.append("build"))
+    probe = calibrate.quick_probe
+    monkeypatch.setattr(calibrate, "quick_probe", lambda *a, **k: (events.append("probe"), probe(*a, **k))[1])
+    code, _, err = _plan()
+    assert code == 0, err
+    assert events == ["build", "probe"]
+    assert "building appopt-runtime's kernels for this CPU (once)" in err
+
+
 def test_the_probe_moves_predictions_by_what_it_measured(fake_probe: list[Path]) -> None:
     from optimiser.planner import make_plan
     from optimiser.spec import load_spec
