@@ -70,13 +70,13 @@ def calibrate_cmd(
     if units_left(chosen, already) + anchors_left(chosen, already, budget) == 0:
         typer.echo(f"nothing left to measure: the store holds every covering unit of {', '.join(chosen)}")
         return
+    started = time.monotonic()  # a first run's kernel build and the probes count against the budget
     build_runtime_kernels(chosen)
-    started = time.monotonic()
     with progress("probing the hardware"):
         probes = measure_probes(threads)
     typer.echo(probes.line())
     measured = skipped = models = 0
-    remaining = budget - (time.monotonic() - started)  # the probes count against the budget
+    remaining = budget - (time.monotonic() - started)
     with progress(f"measuring kernel units on {', '.join(chosen)} (budget {budget:g} s)") as step:
         for outcome in calibrate(
             store, remaining, chosen, threads, already, step, anchors=anchor_models(chosen, budget)
