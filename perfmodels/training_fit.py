@@ -738,10 +738,11 @@ class TrainingEvaluation:
         for (backend, family), part in self.predictions.groupby(["backend", "family"]):
             out.append(f"  {backend:20s} {family:12s} RMSPE {self._rmspe(part):6.1%} ({len(part)} rows)")
         if self.models:
-            out.append("  models: " + "; ".join(self.models))
+            rule = "each framework's most specific set that prices its rows, a fixed rule"
+            out.append(f"  models ({rule}): " + "; ".join(self.models))
         if self.nested is not None:
             out.append(
-                f"nested (feature set chosen per framework by an inner leave-one-family-out): RMSPE "
+                f"nested (the set chosen per framework by an inner leave-one-family-out instead): RMSPE "
                 f"{self._rmspe(self.nested):.1%} over {len(self.nested)} rows"
             )
             for backend, part in self.nested.groupby("backend"):
