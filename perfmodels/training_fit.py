@@ -29,11 +29,14 @@ families cannot pin six coefficients per route (docs/decisions.md), and framewor
 Where the inference unit sweeps measured a framework's kernels on the host (``perfmodels.training_units``), its
 steps have a second, unit-priced model (``UNIT_FEATURES``)::
 
-    step_s = a' · forward_s + c' · depthwise + e' · optimizer + f' · kernel_nodes
+    step_s = a' · forward_s + (e' · optimizer + g' · 4·conv_outputs·batch / bandwidth) / speed_up + f' · kernel_nodes
 
 ``forward_s`` the forward pass of ``batch`` samples priced unit by unit by the framework's unit model at the row's
 threads: a held-out family borrows the rates of other models' kernels of similar shape, where the FLOP model has one
-rate per op class. Plans and the held-out evaluation use it where the workload has kernel units.
+rate per op class. ``conv_outputs`` the elements of the convolutions' outputs, which training normalises and
+activates in kernels of their own (an inference unit folds them into its convolution). ``speed_up`` the forward
+units' own speed-up from one thread to the row's, so each model's extra work scales with threads as its kernels do
+(no exponent fitted). Plans and the held-out evaluation use it where the workload has kernel units.
 
 Where a framework's own training kernels were swept as units (``benchmarks.backward_units``; appopt-runtime, whose
 NumPy gradients no inference sweep times), its steps have a third model (``TRAIN_UNIT_FEATURES``)::
@@ -75,6 +78,7 @@ from perfmodels.training_units import (
     UNIT_PRICED_FRAMEWORKS,
     TrainingUnitRoute,
     UnitRouteKey,
+    convolution_outputs,
     fit_training_units,
     forward_seconds,
     read_training_units,
@@ -99,16 +103,20 @@ FEATURES = ("conv_compute", "matmul_compute", "depthwise", "activations", "optim
 #: The first ``PER_SAMPLE`` features grow with the batch and speed up with threads (``thread_exponent``).
 PER_SAMPLE = 4
 #: The unit-priced model's features (``perfmodels.training_units``): the forward pass priced by the framework's
-#: inference kernel units at the row's threads (already at that thread count), then ``FEATURES``' depthwise,
-#: optimiser and per-node terms.
-UNIT_FEATURES = ("forward_units", "depthwise", "optimizer", "kernel_nodes")
+#: inference kernel units at the row's threads, ``FEATURES``' optimiser and per-node terms, and the traffic of the
+#: convolutions' outputs (``convolution_outputs``: the normalisation and activations an inference unit folds). The
+#: optimiser and output traffic are divided by the forward units' own speed-up from one thread to the row's.
+UNIT_FEATURES = ("forward_units", "optimizer", "kernel_nodes", "conv_outputs")
+#: Bytes per element of a convolution output a training step passes over (fp32), as ``conv_outputs`` counts them.
+CONV_OUTPUT_BYTES = 4.0
 #: The training-unit model's features (``perfmodels.training_units.TrainingUnitRoute``): the forward pass in
 #: training mode and the backward pass priced unit by unit by the framework's own swept training kernels, its
 #: optimiser update priced by the optimiser sweep, and ``FEATURES``' per-node term.
 TRAIN_UNIT_FEATURES = ("forward_train_units", "backward_units", "optimizer_units", "kernel_nodes")
 #: The columns of each feature set that grow with the batch and speed up with ``threads ** thread_exponent`` (the
-#: training units are priced at their swept thread count, ``TRAINING_UNIT_THREADS``, for every row).
-PER_SAMPLE_COLUMNS = {"flops": tuple(range(PER_SAMPLE)), "units": (1,), "train_units": ()}
+#: unit-priced model's columns carry their thread counts' speed from the units; the training units are priced at
+#: their swept thread count, ``TRAINING_UNIT_THREADS``, for every row).
+PER_SAMPLE_COLUMNS: dict[str, tuple[int, ...]] = {"flops": tuple(range(PER_SAMPLE)), "units": (), "train_units": ()}
 #: Feature sets from the most specific to the least: a framework's rows are fitted with the first that prices all
 #: of them (``fit_frameworks``).
 FEATURE_SETS = ("train_units", "units", "flops")
@@ -197,10 +205,17 @@ def _sped_up(
     return out
 
 
-def unit_matrix(flops_x: np.ndarray, forward_s: np.ndarray) -> np.ndarray:
-    """``UNIT_FEATURES`` rows from ``FEATURES`` rows and each row's forward pass priced by kernel units (seconds)."""
+def unit_matrix(flops_x: np.ndarray, forward: np.ndarray) -> np.ndarray:
+    """``UNIT_FEATURES`` rows from ``FEATURES`` rows and each row's ``priced_forward`` triple: its forward pass priced
+    by kernel units at its threads and at one thread, and its convolution outputs' traffic at one pass (seconds).
+    The optimiser and output traffic speed up as the forward's units do at the row's threads: PyTorch runs them on
+    the same thread pool, and a model whose kernels slow down on a second thread here (MobileNetV2's) or barely
+    gain (the MLP's) is priced so, where one exponent per route cannot be both."""
     flops_x = np.asarray(flops_x).reshape(-1, len(FEATURES))
-    return np.c_[np.asarray(forward_s, dtype=float), flops_x[:, 2], flops_x[:, 4], flops_x[:, 5]]
+    forward = np.asarray(forward, dtype=float).reshape(-1, 3)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        speed_up = forward[:, 1] / forward[:, 0]
+    return np.c_[forward[:, 0], flops_x[:, 4] / speed_up, flops_x[:, 5], forward[:, 2] / speed_up]
 
 
 def train_unit_matrix(flops_x: np.ndarray, parts: np.ndarray) -> np.ndarray:
@@ -213,8 +228,8 @@ def train_unit_matrix(flops_x: np.ndarray, parts: np.ndarray) -> np.ndarray:
 @dataclass(frozen=True)
 class PricedRows:
     """Rows' features in every set: ``FEATURES`` (``flops``), the forward pass priced by inference units
-    (``forward``, NaN where not priced) and the step's parts priced by training units (``parts``, NaN rows where
-    not priced)."""
+    (``forward``: ``priced_forward``'s triples, NaN rows where not priced) and the step's parts priced by training
+    units (``parts``, NaN rows where not priced)."""
 
     flops: np.ndarray
     forward: np.ndarray
@@ -371,7 +386,7 @@ def fit_routes(rows: pd.DataFrame, x: np.ndarray | None = None, features: str = 
 
 def fit_frameworks(
     rows: pd.DataFrame,
-    forward_s: np.ndarray | None = None,
+    forward: np.ndarray | None = None,
     parts: np.ndarray | None = None,
     choice: Mapping[str, str] | None = None,
 ) -> dict[str, TrainingGroupFit]:
@@ -379,11 +394,12 @@ def fit_frameworks(
     and PyTorch run different backward kernels). Each framework's rows are fitted with the first of
     ``FEATURE_SETS`` that prices all of them, or the set ``choice`` names for it: the training-unit model where
     ``parts`` (each row's forward, backward and optimiser seconds priced by training units) are finite, the
-    unit-priced model where ``forward_s`` (the forward pass priced by inference units) is and the framework is a
+    unit-priced model where ``forward`` (``priced_forward``: the forward pass priced by inference units) is and the
+    framework is a
     ``UNIT_PRICED_FRAMEWORKS`` one, else the FLOP model."""
     priced = PricedRows(
         _matrix(rows),
-        np.full(len(rows), math.nan) if forward_s is None else np.asarray(forward_s, dtype=float),
+        np.full((len(rows), 3), math.nan) if forward is None else np.asarray(forward, dtype=float).reshape(-1, 3),
         np.full((len(rows), 3), math.nan) if parts is None else np.asarray(parts, dtype=float).reshape(-1, 3),
     )
     fits: dict[str, TrainingGroupFit] = {}
@@ -436,21 +452,45 @@ def priced_forward(
     routes: dict[UnitRouteKey, UnitRoute],
     any_framework: bool = False,
 ) -> np.ndarray:
-    """Each row's forward pass priced by its framework's kernel units (``perfmodels.training_units``), NaN where it
-    cannot be (or its framework is not a ``UNIT_PRICED_FRAMEWORKS`` one, unless ``any_framework``); the unit routes
-    used are added to ``routes``."""
-    out = np.full(len(rows), math.nan)
+    """Each row's forward pass priced by its framework's kernel units (``perfmodels.training_units``) at its threads
+    and at one thread, and its convolution outputs' traffic (``unit_matrix``'s triple, seconds); NaN where it cannot
+    be (or its framework is not a ``UNIT_PRICED_FRAMEWORKS`` one, unless ``any_framework``). The unit routes used
+    are added to ``routes``."""
+    out = np.full((len(rows), 3), math.nan)
     if units is None or rows.empty:
         return out
     for i, (row, forward) in enumerate(zip(rows.itertuples(), row_units(rows, shipped), strict=True)):
-        key = (str(row.target), str(row.framework), int(row.threads))
-        if key not in routes:
-            found = unit_route(units, *key, any_framework=any_framework)
-            if found is None:
-                continue
-            routes[key] = found
-        out[i] = forward_seconds(routes[key], forward, int(row.batch))
+        out[i] = unit_priced_forward(
+            units, routes, str(row.target), str(row.framework), int(row.threads), forward, int(row.batch),
+            float(row.bandwidth_gbs), any_framework,
+        )  # fmt: skip
     return out
+
+
+def unit_priced_forward(
+    units: UnitFit | None,
+    routes: dict[UnitRouteKey, UnitRoute],
+    target: str,
+    framework: str,
+    threads: int,
+    forward: tuple[Unit, ...],
+    batch: int,
+    bandwidth_gbs: float,
+    any_framework: bool = False,
+) -> tuple[float, float, float]:
+    """``forward``'s pass of ``batch`` samples priced by ``framework``'s unit routes on ``target`` at ``threads`` and
+    at one thread, and its convolution outputs' traffic at ``bandwidth_gbs`` (NaN where a route was not swept);
+    routes looked up in ``routes`` first, found ones added to it (``units`` None: only ``routes``)."""
+    priced = []
+    for n in (threads, 1):
+        key = (target, framework, n)
+        if key not in routes and units is not None:
+            found = unit_route(units, *key, any_framework=any_framework)
+            if found is not None:
+                routes[key] = found
+        priced.append(forward_seconds(routes[key], forward, batch) if key in routes else math.nan)
+    traffic = CONV_OUTPUT_BYTES * convolution_outputs(forward) * batch / (bandwidth_gbs * 1e9)
+    return priced[0], priced[1], traffic
 
 
 def priced_training(
@@ -508,7 +548,7 @@ class TrainingFit:
             shipped = read_training_units() if shipped is None and wants_units else shipped or {}
             forward = priced_forward(quiet, units, shipped, fit.unit_routes)
             parts = priced_training(quiet, fit.training_routes, shipped)
-            if np.isfinite(forward).any() or np.isfinite(parts).all(axis=1).any():
+            if np.isfinite(forward).all(axis=1).any() or np.isfinite(parts).all(axis=1).any():
                 priced = fit_frameworks(quiet, forward, parts)
                 fit.unit_groups.update({k: g for k, g in priced.items() if g.features != "flops"})
         for key, group in rows.groupby(_route_key(rows)):
@@ -599,15 +639,15 @@ class TrainingFit:
             if not np.isfinite(tx).all():
                 return None
             return group, group.seconds(tx, threads, floor), float(coef[:2] @ tx[:2]), float(coef[2] * tx[2])
-        found = self.unit_routes.get((target, route.framework, threads))
-        if found is None:
-            return None
-        forward = forward_seconds(found, workload.units, workload.batch_size)
-        if not math.isfinite(forward):
-            return None
+        bandwidth = self.peaks[(target, threads)][1]
+        forward = unit_priced_forward(
+            None, self.unit_routes, target, route.framework, threads, workload.units, workload.batch_size, bandwidth
+        )
         ux = unit_matrix(x, np.array([forward]))[0]
+        if not np.isfinite(ux).all():
+            return None
         step = group.seconds(ux, threads, floor)
-        return group, step, float(coef[0] * ux[0]), float(coef[1:3] @ ux[1:3])
+        return group, step, float(coef[0] * ux[0]), float(coef[1] * ux[1] + coef[3] * ux[3])
 
     def transfer(
         self,
@@ -698,10 +738,11 @@ class TrainingEvaluation:
         for (backend, family), part in self.predictions.groupby(["backend", "family"]):
             out.append(f"  {backend:20s} {family:12s} RMSPE {self._rmspe(part):6.1%} ({len(part)} rows)")
         if self.models:
-            out.append("  models: " + "; ".join(self.models))
+            rule = "each framework's most specific set that prices its rows, a fixed rule"
+            out.append(f"  models ({rule}): " + "; ".join(self.models))
         if self.nested is not None:
             out.append(
-                f"nested (feature set chosen per framework by an inner leave-one-family-out): RMSPE "
+                f"nested (the set chosen per framework by an inner leave-one-family-out instead): RMSPE "
                 f"{self._rmspe(self.nested):.1%} over {len(self.nested)} rows"
             )
             for backend, part in self.nested.groupby("backend"):

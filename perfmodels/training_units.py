@@ -90,6 +90,21 @@ def unit_route(
     return units.route((target, framework, *_SWEPT_ROUTE, int(threads)))
 
 
+def convolution_outputs(units: Sequence[Unit]) -> float:
+    """Elements per sample of ``units``' convolution outputs (a ``dwpw``'s depthwise output too): the tensors a CNN's
+    batch normalisation, activation and residual add run over in training, forward and backward, in kernels of
+    their own. An inference unit folds those into its convolution, so the forward it prices leaves them out."""
+    total = 0.0
+    for unit in units:
+        if unit.kind == "conv":
+            total += unit.count * unit["n"] * unit["cout"] * unit["oh"] * unit["ow"]
+        elif unit.kind == "dwconv":
+            total += unit.count * unit["n"] * unit["c"] * unit["mult"] * unit["oh"] * unit["ow"]
+        elif unit.kind == "dwpw":
+            total += unit.count * unit["n"] * (unit["c"] + unit["cout"]) * unit["oh"] * unit["ow"]
+    return total
+
+
 def forward_seconds(route: UnitRoute, units: Sequence[Unit], batch: int) -> float:
     """Seconds of one forward pass of ``batch`` samples through ``units`` on ``route``: the sum of its units' times,
     without the per-query call cost (the training fit's per-node term carries dispatch). NaN when ``units`` is empty

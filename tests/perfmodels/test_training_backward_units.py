@@ -96,7 +96,7 @@ def test_held_out_steps_are_priced_by_the_training_units(tmp_path):
     assert priced.models == ("appopt-runtime train_units",)
     assert priced.nested is not None and _rmspe(priced.nested) < 0.02
     assert len(priced.picks) == 4 and all("appopt-runtime train_units" in p for p in priced.picks)
-    assert any(line.startswith("nested (feature set chosen") for line in priced.lines())
+    assert any(line.startswith("nested (the set chosen") for line in priced.lines())
 
 
 def _rmspe(frame) -> float:
