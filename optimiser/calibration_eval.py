@@ -367,6 +367,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="with --proxy: the store without the anchors' rows (the anchor models are still not scored)",
     )
     parser.add_argument(
+        "--mode", choices=("inference", "training"), default="inference",
+        help="with --proxy: score inference plans, or training plans (optimiser.training_transfer_proxy)",
+    )
+    parser.add_argument(
         "--every-route", action="store_true",
         help="score every measured route, not only those the store calibrated (graph compilers measured whole)",
     )
@@ -392,6 +396,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"wrote {args.output} without {local_target_key()}'s {dropped} rows")
             return 0
         db = args.db or default_db_path()
+        if args.proxy is not None and args.mode == "training":
+            from optimiser.training_transfer_proxy import run_training_proxy
+
+            print("\n".join(run_training_proxy(db, args.proxy, args.anchors)))
+            return 0
         if args.proxy is not None:
             return _proxy(db, args.proxy, args.anchors, args.spec, args.every_route, args.quick, args.units_only)
         for path, flag in ((db, "--db"), (args.truth or default_db_path(), "--truth"), (args.store, "--store")):

@@ -70,7 +70,7 @@ from perfmodels.targets import (
     target_key,
     usable_cores,
 )
-from perfmodels.training_fit import TrainingFit, fit_for, training_prediction
+from perfmodels.training_fit import CalibratedHost, TrainingFit, fit_for, training_prediction
 from perfmodels.unitfit import Key, UnitFit, cache_dir_for, combine, fit_units, sweep_rows, whole_weight
 
 if TYPE_CHECKING:
@@ -405,6 +405,16 @@ class FittedModel:
             frame, unit_fit, source, local_target_key(), via, shipped_rows=self.frame, paid=self._as_paid
         )
 
+    def _training_calibration(self) -> CalibratedHost | None:
+        """This host's calibration, the unit models it compared with and its measured GEMM peak and bandwidth, for
+        carrying training fits over (None without a store, or one without probes)."""
+        calibration = self.calibration() if self.store is not None else None
+        units = self.units() if calibration is not None else None
+        if calibration is None or units is None or self.store is None:
+            return None
+        probes = self._from_store(self.store, "probes", _store_probes)
+        return None if probes is None else CalibratedHost(calibration, units, *probes)
+
     def _as_paid(self, key: Key, timed: list[tuple[Unit, float]]) -> list[tuple[Unit, float]]:
         """A route's timed units (``calibration.timed_units``) weighed as its prediction pays them: a graph
         compiler's as its compiled graph does (``in_graph.as_compiled``), a framework's as swept."""
@@ -600,6 +610,7 @@ class FittedModel:
                 prior,
                 self._wanted_threads,
                 lambda measured: self.prior.predict(workload, route, measured),
+                self._training_calibration if device.name in LOCAL_NAMES else None,
             )
         group = self.anchor(workload, route, device)
         if group is None:
@@ -772,6 +783,23 @@ class FittedModel:
             ),
             *(scale.describe() for _, scale in sorted(self.in_graph().items())),
         ]
+
+
+def _store_probes(store: Path) -> tuple[float, float, int] | None:
+    """The store's measured GEMM peak (GFLOP/s) and bandwidth (GB/s) at the thread count nearest this host's usable
+    cores, and that count (None: no row recorded them)."""
+    from perfmodels.hoststore import read_store
+
+    frame = read_store(store)
+    if frame is None or frame.empty:
+        return None
+    rows = frame.dropna(subset=["peak_gflops", "bandwidth_gbs", "threads"])
+    if rows.empty:
+        return None
+    counts = sorted({int(t) for t in rows["threads"]})
+    threads = min(counts, key=lambda t: (abs(t - usable_cores()), -t))
+    at = rows[rows["threads"].astype(int) == threads]
+    return float(at["peak_gflops"].astype(float).median()), float(at["bandwidth_gbs"].astype(float).median()), threads
 
 
 def _host_fit_of(store: Path) -> HostFit | None:

@@ -90,6 +90,7 @@ if TYPE_CHECKING:
     import pandas as pd
 
     from analysis.units import Unit
+    from perfmodels.calibration import Calibration
     from perfmodels.unitfit import UnitFit, UnitRoute
 else:
     pd = lazy_import("pandas")  # (imported when first used: a cached plan needs no DataFrame)
@@ -479,7 +480,8 @@ def unit_priced_forward(
     any_framework: bool = False,
 ) -> tuple[float, float, float]:
     """``forward``'s pass of ``batch`` samples priced by ``framework``'s unit routes on ``target`` at ``threads`` and
-    at one thread, and its convolution outputs' traffic at ``bandwidth_gbs`` (NaN where a route was not swept);
+    at one thread (as at ``threads`` where only that count was swept: a speed-up of 1, which a fit of rows at one
+    thread count absorbs), and its convolution outputs' traffic at ``bandwidth_gbs`` (NaN where a route was not swept);
     routes looked up in ``routes`` first, found ones added to it (``units`` None: only ``routes``)."""
     priced = []
     for n in (threads, 1):
@@ -489,6 +491,8 @@ def unit_priced_forward(
             if found is not None:
                 routes[key] = found
         priced.append(forward_seconds(routes[key], forward, batch) if key in routes else math.nan)
+    if math.isnan(priced[1]) and threads != 1:  # units swept at this thread count only: no speed-up known (1)
+        priced[1] = priced[0]
     traffic = CONV_OUTPUT_BYTES * convolution_outputs(forward) * batch / (bandwidth_gbs * 1e9)
     return priced[0], priced[1], traffic
 
@@ -688,6 +692,116 @@ class TrainingFit:
             basis + _unmeasured(group, route),
             {"transfer_factor": factor, "fitted_rows": float(group.rows), "train_rmspe": group.train_rmspe},
         )
+
+
+    def calibrated(self, workload: Workload, route: Route, host: CalibratedHost) -> Prediction | None:
+        """Step time on a calibrated host the training rows never saw, from the fit on the calibration's source at
+        the thread count nearest the host's, carried as the fitted model says the step runs:
+
+        * priced by inference kernel units (``units``): times the host's factor for the model's forward units
+          (``calibration_factor``), the units the model prices;
+        * by FLOPs and bytes (``flops``): the same coefficients with the host's measured GEMM peak and bandwidth at
+          its threads (the route's thread exponent included), as the model's features are defined;
+        * by the framework's own training units (``train_units``, swept and priced at one thread for every row: a
+          step that does not speed up with threads): times one core's speed there over here (GEMM peak per thread).
+
+        None: the source has no fit of the route's framework, or the forward units are not timed on the source."""
+        calibration = host.calibration
+        group = self.group_for(route)
+        if group is None or calibration.source not in group.targets:
+            return None
+        fitted = self.predict(workload, route, calibration.source, host.threads)
+        if fitted is None:
+            return None
+        n = int(fitted.detail["threads"])
+        peak, _ = self.peaks[(calibration.source, n)]
+        used = self._unit_priced_group(workload, route, calibration.source, n) or group
+        if used.features == "units":
+            carried = calibration_factor(calibration, host.units, workload, route, n)
+            if carried is None:
+                return None
+            factor, how = carried
+            how = f"x{factor:.3g}, the ratio of {how} measured here over there"
+        elif used.features == "train_units":
+            factor = (peak / n) / (host.peak_gflops / host.threads)
+            how = f"x{factor:.3g}, one core's GEMM peak there over here (its training kernels do not speed up)"
+        else:
+            x = feature_row(
+                workload.flops_per_sample, workload.activation_bytes_per_sample, workload.params, workload.batch_size,
+                host.peak_gflops, host.bandwidth_gbs, workload.flops_by_class, workload.ops_by_class, host.threads,
+            )  # fmt: skip
+            factor = used.seconds(x, host.threads) / fitted.step_seconds
+            how = f"x{factor:.3g}: its coefficients at the GEMM peak and bandwidth measured here"
+        basis = (
+            f"transferred-training:{calibration.source} via {calibration.via} ({used.backend} {used.precision} "
+            f"{used.features} model, {used.rows} rows at {n} thread(s); {how})"
+        )
+        return Prediction.for_step(
+            workload,
+            fitted.step_seconds * factor,
+            fitted.bound,
+            basis + _unmeasured(used, route),
+            {
+                "calibration_factor": factor,
+                "source_step_s": fitted.step_seconds,
+                "fitted_rows": float(used.rows),
+                "train_rmspe": used.train_rmspe,
+                "calibrated_units": float(calibration.units),
+                "threads": float(host.threads),
+            },
+        )
+
+    def _unit_priced_group(
+        self, workload: Workload, route: Route, target: str, threads: int
+    ) -> TrainingGroupFit | None:
+        """The unit-priced or training-unit group ``predict`` uses for ``route`` on ``target`` (None: the FLOP
+        model's)."""
+        peak, bandwidth = self.peaks[(target, threads)]
+        x = feature_row(
+            workload.flops_per_sample, workload.activation_bytes_per_sample, workload.params, workload.batch_size,
+            peak, bandwidth, workload.flops_by_class, workload.ops_by_class, threads,
+        )  # fmt: skip
+        priced = self._unit_priced(workload, route, target, threads, x)
+        return None if priced is None else priced[0]
+
+
+@dataclass(frozen=True)
+class CalibratedHost:
+    """What ``appopt calibrate`` measured on a host the training rows never saw: its ``calibration`` against the
+    ``units`` (the unit models it compared with), and its GEMM peak and bandwidth at the ``threads`` it plans for."""
+
+    calibration: Calibration
+    units: UnitFit
+    peak_gflops: float
+    bandwidth_gbs: float
+    threads: int
+
+
+def calibration_factor(
+    calibration: Calibration, units: UnitFit, workload: Workload, route: Route, threads: int
+) -> tuple[float, str] | None:
+    """How much faster or slower the calibrated host runs ``workload``'s forward kernel units than the source at
+    ``threads``, and what said so: the calibration's factor (``Calibration.factor``: per-kind ratios weighted by
+    the source's unit times, anchors included) of the framework's own calibrated route, else the geometric mean of
+    every calibrated route's factor. A framework ``appopt calibrate`` does not run (PyTorch) borrows the host's
+    speed on the same kinds of kernel from the engines it does run: one engine's quirks then weigh as one of
+    several. None where no route's units are timed on the source."""
+    from perfmodels.calibration import source_route, timed_units
+
+    key = calibration.route_for((route.framework, route.compiler, route.layout, route.precision))
+    keys = [key] if key is not None else sorted(calibration.ratios)
+    logs = []
+    for k in keys:
+        source = source_route(units, calibration.source, k, threads)
+        if source is None:
+            continue
+        factor = calibration.factor(k, timed_units(source, workload.units, workload.batch_size))
+        if factor is not None and factor > 0 and math.isfinite(factor):
+            logs.append(math.log(factor))
+    if not logs:
+        return None
+    how = f"{key[0]}'s forward units" if key is not None else f"its forward units on {len(logs)} calibrated engines"
+    return math.exp(float(np.mean(logs))), how
 
 
 def _unmeasured(group: TrainingGroupFit, route: Route) -> str:
@@ -941,11 +1055,13 @@ def training_prediction(
     prior: Prediction,
     wanted_threads: Callable[[str], int | None],
     prior_for: Callable[[Device], Prediction] | None = None,
+    calibrated: Callable[[], CalibratedHost | None] | None = None,
 ) -> Prediction:
     """A training step from the measured training rows (``fit``: ``fit_for`` the results): fitted on a measured CPU
-    host, transferred to another CPU (or several) through the fit's ratio to the prior on the measuring host
-    (``TrainingFit.transfer``); the prior on GPUs and for frameworks without measured training rows, its basis then
-    saying why."""
+    host; on an unmeasured host that ``calibrated`` gives a calibration of (and the unit models it compared with),
+    carried over by its kernel units (``TrainingFit.calibrated``); else transferred to another CPU (or several)
+    through the fit's ratio to the prior on the measuring host (``TrainingFit.transfer``); the prior on GPUs and for
+    frameworks without measured training rows, its basis then saying why."""
     if not fit.groups:
         return prior
     if device.kind != "cpu":
@@ -957,7 +1073,9 @@ def training_prediction(
     predicted = None
     if target and device.count == 1:
         predicted = fit.predict(workload, route, target, wanted_threads(target))
-    elif prior_for is not None:
+    elif device.count == 1 and (host := calibrated() if calibrated is not None else None) is not None:
+        predicted = fit.calibrated(workload, route, host)
+    if predicted is None and not (target and device.count == 1) and prior_for is not None:
         predicted = fit.transfer(workload, route, device, prior, prior_for)
     if predicted is None:
         return replace(prior, basis=f"{prior.basis} (no training rows for {route.framework} on this host)")
