@@ -28,7 +28,7 @@ from __future__ import annotations
 import math
 import shutil
 import statistics
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -41,7 +41,7 @@ if TYPE_CHECKING:
     import pandas as pd
 
     from analysis.units import Unit
-    from optimiser.stages import Candidate, Targeted
+    from optimiser.stages import Candidate, Plan, Targeted
     from perfmodels.roofline import RooflinePrior
     from perfmodels.training_fit import CalibratedHost, TrainingFit
 
@@ -191,6 +191,19 @@ def evaluate_training_proxy(
 ) -> dict[str, list[Decision]]:
     """Plan every (model, batch) of ``data.truth`` for training on the unseen host with each of ``VARIANTS``, the
     source fitted without the model's family; the decisions over the routes the truth measured."""
+    out: dict[str, list[Decision]] = {v: [] for v in VARIANTS}
+    for variant, plan, measured in proxy_plans(data, work_dir, unit_cache):
+        made = decision(plan.candidates, measured, plan.workload.model_name, plan.workload.batch_size)
+        if made is not None:
+            out[variant].append(made)
+    return out
+
+
+def proxy_plans(
+    data: TrainingProxyData, work_dir: Path, unit_cache: Path | None = None
+) -> Iterator[tuple[str, Plan, dict[TrainingRoute, float]]]:
+    """(variant, plan, measured step seconds per route) for every (model, batch) of ``data.truth`` and each of
+    ``VARIANTS``, the source fitted without the model's family."""
     from optimiser.catalog import load_catalog
     from optimiser.planner import analyse, enumerate_routes, place, predict, rank
     from optimiser.spec import load_spec
@@ -202,11 +215,10 @@ def evaluate_training_proxy(
 
     shutil.copy2(Path(__file__).parents[1] / "examples" / "digits_mlp.onnx", work_dir / "digits_mlp.onnx")
     (work_dir / "train.yaml").write_text(_SPEC)
-    targeted = place(load_spec(work_dir / "train.yaml"), load_catalog())
-    targeted = _on_device(targeted, data.device())
+    device = data.device()
+    targeted = _on_device(place(load_spec(work_dir / "train.yaml"), load_catalog()), device)
     units = fit_units(data.source, cache_dir=unit_cache)
     calibration = calibration_from(data.store, units, data.host, UNSEEN, shipped_rows=lambda: data.source)
-    device = targeted.target.device
     host = None
     if calibration is not None:
         peak, bandwidth = device.peak_flops["fp32"] / 1e9, device.mem_bandwidth / 1e9
@@ -215,7 +227,6 @@ def evaluate_training_proxy(
     medians = measured_steps(data.truth)
     firsts = data.truth.drop_duplicates(subset=["model", "batch"])
     first = {(str(r["model"]), int(r["batch"])): r for _, r in firsts.iterrows()}
-    out: dict[str, list[Decision]] = {v: [] for v in VARIANTS}
     source = data.source
     is_training = source["mode"].fillna("") == "training"
     for family in sorted({str(f) for f in data.truth["family"].dropna()}):
@@ -227,11 +238,11 @@ def evaluate_training_proxy(
             workload = training_workload(row, shipped.get(model, ()))
             analysed = enumerate_routes(analyse(targeted, workload))
             for variant in VARIANTS:
-                plan = rank(predict(analysed, _VariantModel(variant, fit, prior, host, data.target_threads)))
-                made = decision(plan.candidates, measured, model, batch)
-                if made is not None:
-                    out[variant].append(made)
-    return out
+                yield (
+                    variant,
+                    rank(predict(analysed, _VariantModel(variant, fit, prior, host, data.target_threads))),
+                    measured,
+                )
 
 
 def _on_device(targeted: Targeted, device: Device) -> Targeted:

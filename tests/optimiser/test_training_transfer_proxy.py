@@ -1,0 +1,103 @@
+"""The training transfer proxy (``python -m optimiser.calibration_eval --proxy S:T --mode training``) on a small
+synthetic database: one host's training steps and calibration units at 1 and 2 threads."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from benchmarks.calibrate import covering_units
+from optimiser.calibration_eval import main
+from optimiser.training_transfer_proxy import measured_steps, training_proxy_data
+from perfmodels.results_db import make_row, to_frame, write_rows
+from perfmodels.training_fit import feature_row
+from tests.analysis.test_units import sweep_row
+
+HOST = "h-2c"
+#: (threads, GEMM peak GFLOP/s, bandwidth GB/s) of the host's two "machines".
+MACHINES = ((1, 50.0, 10.0), (2, 95.0, 14.0))
+MODELS = {  # name: family, forward flops/sample, activation bytes/sample, params, nodes
+    "mlp": ("mlp", 2e5, 4e3, 1e5, 8),
+    "cnn": ("cnn", 3e6, 2e5, 2e5, 20),
+    "resnet": ("resnet", 4e7, 2e6, 1e6, 80),
+    "transformer": ("transformer", 2e7, 9e5, 1.5e6, 110),
+}
+#: Per framework: coefficients in ``FEATURES`` order, and how much faster its steps run on 2 threads.
+TRAINERS = {
+    ("torch", "pytorch", "none"): ((0.0, 1.5, 0.0, 2.0, 1.0, 30.0), 1.6),
+    ("appopt-runtime", "appopt-runtime", "none"): ((0.0, 3.0, 0.0, 2.0, 1.0, 60.0), 1.0),
+}
+
+
+def _rows(with_training: bool = True) -> list[dict[str, object]]:
+    rows = []
+    for unit in covering_units()[:12]:
+        for threads, peak, gbs in MACHINES:
+            row = sweep_row(unit, 1e-4 / threads, "onnxruntime")
+            probes = {"peak_gflops": peak, "bandwidth_gbs": gbs}
+            rows.append({**row, **probes, "target": HOST, "threads": threads, "backend": "onnxruntime"})
+    for (backend, framework, compiler), (coef, speed_up) in TRAINERS.items() if with_training else ():
+        for name, (family, flops, act, params, nodes) in MODELS.items():
+            for batch in (8, 32):
+                for threads, peak, gbs in MACHINES:
+                    x = feature_row(flops, act, params, batch, peak, 10.0, {"gemm": flops}, {"gemm": nodes}, 1)
+                    step = sum(c * v for c, v in zip(coef, x, strict=True)) / (speed_up if threads == 2 else 1.0)
+                    rows.append(
+                        make_row(
+                            source="measured", target=HOST, backend=backend, framework=framework, compiler=compiler,
+                            mode="training", precision="fp32", model=name, family=family, batch=batch,
+                            threads=threads, scenario="training", flops_per_sample=flops,
+                            activation_bytes_per_sample=act, params=params, ops_by_class={"gemm": nodes},
+                            flops_by_class={"gemm": flops}, peak_gflops=peak, bandwidth_gbs=gbs, other_cpu=0.0,
+                            metric="ms_per_step", value=step * 1e3,
+                        )
+                    )  # fmt: skip
+    return rows
+
+
+def test_the_cut_takes_the_source_at_s_threads_and_the_truth_at_t() -> None:
+    data = training_proxy_data(to_frame(_rows()), 1, 2)
+    assert data.host == HOST and set(data.source["threads"]) == {1} and set(data.truth["threads"]) == {2}
+    assert set(data.store["threads"]) == {2} and len(data.store) == 12
+    device = data.device()
+    assert device.peak_flops["fp32"] == pytest.approx(95e9) and device.mem_bandwidth == pytest.approx(14e9)
+    steps = measured_steps(data.truth)
+    assert set(steps[("resnet", 8)]) == {("pytorch", "none", "fp32"), ("appopt-runtime", "none", "fp32")}
+
+
+def test_the_command_prints_each_prediction_per_route(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    db = tmp_path / "db.csv"
+    write_rows(db, _rows())
+    assert main(["--db", str(db), "--proxy", "1:2", "--mode", "training"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith(f"training proxy: {HOST} at 1 threads -> at 2 threads; store 12 rows")
+    for variant in ("prior", "roofline-transfer", "calibrated"):
+        assert f"\n{variant}: RMSPE " in out
+    assert out.count("  pytorch/none/fp32 ") == 3 and out.count("  appopt-runtime/none/fp32 ") == 3
+    assert "bases: transferred-training:h-2c via calibration" in out
+    assert "8 plans, 16 ranked measured routes" in out  # 4 models x 2 batches, 2 routes each
+    assert "ties between routes measured >10% apart" in out
+
+
+def test_a_database_without_training_rows_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    db = tmp_path / "db.csv"
+    write_rows(db, _rows(with_training=False))
+    assert main(["--db", str(db), "--proxy", "1:2", "--mode", "training"]) == 1
+    assert capsys.readouterr().err.strip().splitlines() == [
+        f"error: --proxy: {HOST} has no quiet training step rows at 2 threads"
+    ]
+
+
+def test_plan_md_says_which_transfer_carried_the_training_step(tmp_path: Path) -> None:
+    from optimiser.report import render_markdown
+    from optimiser.training_transfer_proxy import proxy_plans
+
+    data = training_proxy_data(to_frame(_rows()), 1, 2)
+    plans = {variant: plan for variant, plan, _ in proxy_plans(data, tmp_path)}
+    calibrated, roofline = render_markdown(plans["calibrated"]), render_markdown(plans["roofline-transfer"])
+    assert "carried to this host by `appopt calibrate`'s measurements (`transferred-training:h-2c via calibration" in (
+        calibrated
+    )
+    assert "carried to this target through the roofline prior" in roofline
+    assert "appopt calibrate" not in roofline.split("## Top")[0]

@@ -1,0 +1,131 @@
+"""A training fit carried to a calibrated host the training rows never saw (``TrainingFit.calibrated``): each fitted
+model as its features say, and the roofline transfer where the calibration cannot carry it."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from analysis.units import Unit
+from perfmodels.calibration import Calibration, KindRatio
+from perfmodels.features import Device, Route, Workload
+from perfmodels.fitted import fit_model
+from perfmodels.results_db import read_results
+from perfmodels.roofline import RooflinePrior
+from perfmodels.targets import local_target_key
+from perfmodels.training_fit import CalibratedHost, calibration_factor, training_prediction
+from tests.perfmodels.test_training_transfer import _training_db
+
+GEMM = Unit("gemm", {"m": 64, "k": 256, "n": 256, "act": 0, "init_w": 1})
+SMALL = Unit("gemm", {"m": 8, "k": 64, "n": 64, "act": 0, "init_w": 1})
+ORT = ("onnxruntime", "none", "NCHW", "fp32")
+OPENVINO = ("openvino", "none", "NCHW", "fp32")
+TORCH = Route("pytorch", "none", (), "fp32", "NCHW", 0.65)
+SOURCE = "src-2c"
+
+
+@dataclass
+class _Route:
+    """A source unit model: every unit 1 ms, the call 10 us."""
+
+    call_s: float = 1e-5
+
+    def unit_seconds(self, units: list[Unit], batch: int) -> list[float]:
+        return [1e-3] * len(units)
+
+
+class _Units:
+    """Unit models of the source on the routes named (the part of ``UnitFit`` the factor reads)."""
+
+    def __init__(self, *routes: tuple[str, str, str, str]) -> None:
+        self._keys = [(SOURCE, *r, 2) for r in routes]
+
+    def keys(self) -> list[tuple[object, ...]]:
+        return list(self._keys)
+
+    def route(self, key: tuple[object, ...]) -> _Route | None:
+        return _Route() if key in self._keys else None
+
+
+def _calibration(ratios: dict[tuple[str, str, str, str], float]) -> Calibration:
+    """Every kind (and the call) of each route ``ratio`` times the source's time here."""
+    return Calibration(
+        host="here-2c",
+        source=SOURCE,
+        units=12,
+        ratios={r: {k: KindRatio(math.log(v), 6) for k in ("gemm", "conv", "noop")} for r, v in ratios.items()},
+        log_ratios={r: [math.log(v)] * 6 for r, v in ratios.items()},
+    )
+
+
+def _workload(units: tuple[Unit, ...] = (GEMM, SMALL)) -> Workload:
+    return Workload(4e8, 1e7, 2e6, "training", 8, units=units)
+
+
+def test_a_host_twice_as_fast_per_unit_prices_the_forward_units_at_half() -> None:
+    factor, how = calibration_factor(_calibration({ORT: 0.5}), _Units(ORT), _workload(), TORCH, 2)
+    assert factor == pytest.approx(0.5)
+    assert how == "its forward units on 1 calibrated engines"  # PyTorch is not calibrated: the engines that are
+
+
+def test_an_uncalibrated_framework_takes_the_geometric_mean_of_the_calibrated_engines() -> None:
+    calibration = _calibration({ORT: 0.5, OPENVINO: 2.0})
+    factor, _ = calibration_factor(calibration, _Units(ORT, OPENVINO), _workload(), TORCH, 2)
+    assert factor == pytest.approx(1.0)
+    own = Route("openvino", "none", (), "fp32", "NCHW", 0.5)
+    factor, how = calibration_factor(calibration, _Units(ORT, OPENVINO), _workload(), own, 2)
+    assert factor == pytest.approx(2.0) and how == "openvino's forward units"
+
+
+def test_no_factor_where_the_source_timed_none_of_the_calibrated_routes() -> None:
+    assert calibration_factor(_calibration({ORT: 0.5}), _Units(OPENVINO), _workload(), TORCH, 2) is None
+
+
+def _host(peak: float, bandwidth: float, threads: int = 2) -> CalibratedHost:
+    source = local_target_key()
+    calibration = Calibration(host="here-2c", source=source, units=12)
+    return CalibratedHost(calibration, _Units(), peak, bandwidth, threads)  # type: ignore[arg-type]
+
+
+def _predict(model, workload: Workload, route: Route, host: CalibratedHost | None):
+    prior = RooflinePrior()
+    device = Device("unseen-host", "cpu", {"fp32": host.peak_gflops * 1e9 if host else 95e9}, 14e9)
+    return training_prediction(
+        model.training(), workload, route, device, prior.predict(workload, route, device),
+        lambda _target: 2, lambda measured: prior.predict(workload, route, measured), lambda: host,
+    )  # fmt: skip
+
+
+def test_a_host_twice_as_fast_gets_steps_about_half_as_long(tmp_path: Path) -> None:
+    """The FLOP model's coefficients at a host's probes: twice the GEMM peak and bandwidth of the host that measured
+    at 2 threads (95 GFLOP/s, 14 GB/s) halve a compute- and traffic-bound step (all but its per-node term)."""
+    model = fit_model(read_results(_training_db(tmp_path / "t.csv")), source="t.csv")
+    workload = Workload(4e9, 1e8, 2.5e7, "training", 64, ops_by_class={"gemm": 160})
+    same = _predict(model, workload, TORCH, _host(95.0, 14.0))
+    fast = _predict(model, workload, TORCH, _host(190.0, 28.0))
+    assert same.basis.startswith(f"transferred-training:{local_target_key()} via calibration (torch fp32 flops model")
+    assert same.step_seconds == pytest.approx(model.predict(workload, TORCH, Device(
+        local_target_key(), "cpu", {"fp32": 95e9}, 14e9)).step_seconds, rel=1e-6)  # fmt: skip
+    assert fast.step_seconds / same.step_seconds == pytest.approx(0.5, rel=0.02)
+    assert fast.detail["calibration_factor"] == pytest.approx(fast.step_seconds / fast.detail["source_step_s"])
+
+
+def test_without_a_calibration_the_roofline_transfer_carries_it(tmp_path: Path) -> None:
+    model = fit_model(read_results(_training_db(tmp_path / "t.csv")), source="t.csv")
+    workload = Workload(4e9, 1e8, 2.5e7, "training", 64, ops_by_class={"gemm": 160})
+    moved = _predict(model, workload, TORCH, None)
+    assert moved.basis.startswith(f"transferred-training:{local_target_key()} -> unseen-host")
+    assert "transfer_factor" in moved.detail
+
+
+def test_a_calibration_of_another_source_host_is_not_used(tmp_path: Path) -> None:
+    """The fit was measured on this host; a calibration against another source cannot carry it (the roofline
+    transfer does)."""
+    model = fit_model(read_results(_training_db(tmp_path / "t.csv")), source="t.csv")
+    workload = Workload(4e9, 1e8, 2.5e7, "training", 64, ops_by_class={"gemm": 160})
+    host = _host(190.0, 28.0)
+    other = CalibratedHost(Calibration("here-2c", "elsewhere-8c", 12), host.units, 190.0, 28.0, 2)
+    assert " -> unseen-host" in _predict(model, workload, TORCH, other).basis
