@@ -417,6 +417,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     return 0
 
 
+def proxy_threads(pair: str, db: Path) -> tuple[int, int]:
+    """``--proxy S:T``'s two thread counts, with ``--db`` an existing file (AppoptError naming the flag)."""
+    try:
+        source, target = (int(part) for part in pair.split(":"))
+    except ValueError:
+        raise AppoptError(f"--proxy: {pair!r} is not two thread counts S:T, e.g. 1:2") from None
+    if not db.is_file():
+        raise AppoptError(f"--db: {db} is not a file")
+    return source, target
+
+
 def _proxy(
     db: Path,
     pair: str,
@@ -439,12 +450,7 @@ def _proxy(
     from perfmodels.results_db import read_results
     from perfmodels.unitfit import cache_dir_for
 
-    try:
-        source, target = (int(part) for part in pair.split(":"))
-    except ValueError:
-        raise AppoptError(f"--proxy: {pair!r} is not two thread counts S:T, e.g. 1:2") from None
-    if not db.is_file():
-        raise AppoptError(f"--db: {db} is not a file")
+    source, target = proxy_threads(pair, db)
     try:
         chosen = (() if quick else ANCHOR_MODELS) if anchors is None else tuple(anchors)
         units = [encode_units([u]) for u in quick_units()] if quick else None

@@ -52,21 +52,14 @@ TrainingRoute = tuple[str, str, str]
 #: The unseen host's device name: no target of the database starts with it.
 UNSEEN = "unseen-host"
 
-_SPEC = """\
-name: training-transfer-proxy
-application:
-  type: training
-  model: {onnx: digits_mlp.onnx}
-  batch_size: 1
-  precision: auto
-target:
-  cpu: {arch: x86_64, model: xeon-8380}
-  scheduler: none
-container:
-  formats: [docker]
-optimisation:
-  goal: throughput
-"""
+#: A training plan on a CPU preset whose device the proxy replaces (the workload stands in for its model).
+_SPEC = (
+    "name: training-transfer-proxy\n"
+    "application: {type: training, model: {onnx: digits_mlp.onnx}, batch_size: 1, precision: auto}\n"
+    "target: {cpu: {arch: x86_64, model: xeon-8380}, scheduler: none}\n"
+    "container: {formats: [docker]}\n"
+    "optimisation: {goal: throughput}\n"
+)
 
 
 @dataclass(frozen=True)
@@ -282,16 +275,12 @@ def run_training_proxy(db: Path, pair: str, anchors: Sequence[str] | None = None
     import tempfile
 
     from benchmarks.calibrate import ANCHOR_MODELS
+    from optimiser.calibration_eval import proxy_threads
     from optimiser.errors import AppoptError
     from perfmodels.results_db import read_results
     from perfmodels.unitfit import cache_dir_for
 
-    try:
-        source, target = (int(part) for part in pair.split(":"))
-    except ValueError:
-        raise AppoptError(f"--proxy: {pair!r} is not two thread counts S:T, e.g. 1:2") from None
-    if not db.is_file():
-        raise AppoptError(f"--db: {db} is not a file")
+    source, target = proxy_threads(pair, db)
     try:
         data = training_proxy_data(
             read_results(db, warn=False), source, target, ANCHOR_MODELS if anchors is None else anchors
