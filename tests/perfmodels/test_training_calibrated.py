@@ -129,3 +129,29 @@ def test_a_calibration_of_another_source_host_is_not_used(tmp_path: Path) -> Non
     host = _host(190.0, 28.0)
     other = CalibratedHost(Calibration("here-2c", "elsewhere-8c", 12), host.units, 190.0, 28.0, 2)
     assert " -> unseen-host" in _predict(model, workload, TORCH, other).basis
+
+
+def test_a_calibrated_local_host_carries_the_fit_by_its_stores_probes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The planner's wiring: on a ``local`` host the database never measured, with a calibration store, the training
+    step comes from ``TrainingFit.calibrated`` at the GEMM peak and bandwidth the store's rows recorded."""
+    import perfmodels.fitted as fitted
+    from perfmodels.results_db import to_frame, write_rows
+    from tests.analysis.test_units import sweep_row
+
+    monkeypatch.setattr(fitted, "usable_cores", lambda: 2)
+    frame = read_results(_training_db(tmp_path / "t.csv"))
+    frame["target"] = "elsewhere-2c"  # measured on another host
+    store = tmp_path / "store.csv"
+    write_rows(store, [{**sweep_row(GEMM, 1e-4, "onnxruntime"), "threads": 2, "peak_gflops": 190.0,
+                        "bandwidth_gbs": 28.0}])  # fmt: skip
+    model = fit_model(to_frame(frame.to_dict("records")), source="t.csv", store=store)
+    monkeypatch.setattr(model, "calibration", lambda: Calibration("here-2c", "elsewhere-2c", 12))
+    monkeypatch.setattr(model, "units", lambda: _Units())
+    workload = Workload(4e9, 1e8, 2.5e7, "training", 64, ops_by_class={"gemm": 160})
+    local = Device("local", "cpu", {"fp32": 1e12}, 5e10)
+    carried = model.predict(workload, TORCH, local)
+    assert carried.basis.startswith("transferred-training:elsewhere-2c via calibration (torch fp32 flops model")
+    there = model.predict(workload, TORCH, Device("elsewhere-2c", "cpu", {"fp32": 95e9}, 14e9))
+    assert carried.step_seconds / there.step_seconds == pytest.approx(0.5, rel=0.02)  # twice the peak and bandwidth
