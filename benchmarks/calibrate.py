@@ -7,7 +7,7 @@ The covering set is deterministic: per kind, the pool's units ranked middle, sma
 quartiles and the rest, ordered so that a budget cut keeps every kind (each kind's first-ranked unit, then each
 kind's second, …), and the no-op chains (each engine's per-call and per-node overhead) before everything else. A
 host fit (``perfmodels.hostfit``) learns each kind from these few sizes. Before the units, a backend with enough of
-the budget measures a few small suite models whole (``ANCHOR_MODELS``): what a model costs around its units, which
+the budget measures a few suite models whole (``ANCHOR_MODELS``): what a model costs around its units, which
 units measured alone cannot say (``perfmodels.calibration``).
 
 Example::
@@ -46,10 +46,12 @@ if TYPE_CHECKING:
 #: Backends calibrated by default (the planner's CPU routes for an ONNX model, those installed); ``--backends`` picks
 #: others.
 CALIBRATE_BACKENDS = ("onnxruntime", "onnxruntime-extended", "appopt-runtime", "openvino")
-#: Suite models measured whole on each backend (batch 1), before the units: small, quick to build, one of each
-#: kind of model (a CNN, a transformer, an MLP). The ratio of their times here over the shipped host's sets each
-#: route's overall factor (``perfmodels.calibration``).
-ANCHOR_MODELS = ("tiny_resnet8", "tiny_bert", "mlp")
+#: Suite models measured whole on each backend (batch 1), before the units: quick to build, one of each kind of
+#: model (a CNN, a transformer, an MLP) and a CNN of medium size (about 2 GFLOPs, 10-35 ms a query). The ratio of
+#: their times here over the shipped host's sets each route's overall factor (``perfmodels.calibration``). The
+#: three small ones cost little more than the call; only a whole model of some size shows how a compiled graph
+#: runs its kernels beyond what each measured alone says (docs/decisions.md, 2026-11-26, transfer's worst choices).
+ANCHOR_MODELS = ("tiny_resnet8", "tiny_bert", "mlp", "resnet18")
 #: A backend's share of the budget below which no anchor is measured (``anchor_models``).
 ANCHOR_MIN_SHARE_S = 40.0
 #: An anchor's run: a median over at least 20 queries and 0.3 s (at most 1 s), after a warm-up of at most 0.3 s.

@@ -8,7 +8,9 @@ whole (the anchors), on each installed backend (``perfmodels.hoststore``, ``benc
   work on the shipped host (``source``, at the nearest thread count): the source's measurement of that very unit
   where the shipped rows hold it, else its unit model's prediction. Per route and kind, a ``KindRatio``: a
   Theil-Sen line in the units' size (small units pay thread wake-ups that large ones amortise), its level shrunk
-  toward the route's median by the kind's unit count (one unit measured in a burst of load moves it little).
+  toward the route's line by the kind's unit count (one unit measured in a burst of load moves it little). The
+  route's line (``route_line``) has the median slope between two units of one kind, over all its kinds; a kind
+  with one unit, or units too alike in size, takes that slope (the quick probe measures one or two of each).
   A model's *mix* is the mean of its units' ratios weighted by their shipped times (the call: the no-op ratio).
 * Anchors: per route, the mean over the anchors of their time here over their time on the source, against what
   their units' mix says. Units measured alone miss what a whole model pays (or saves) around its kernels.
@@ -62,8 +64,10 @@ SHRINK_UNITS = 2.0
 #: Held-out errors an interval needs.
 MIN_HELDOUT = 5
 #: A kind's ratio follows its units' size (``KindRatio``) from this many units spread over ``MIN_SPREAD`` (log2).
-MIN_LINE_UNITS = 3
+MIN_LINE_UNITS = 2
 MIN_SPREAD = 2.0
+#: Two units of a kind closer in size than this (log2) give no slope to a route's pooled one (``pooled_slope``).
+MIN_PAIR_SPREAD = 1.0
 #: The nominal machine a unit's size is its roofline time on (FLOP/s, B/s): FLOPs and bytes in one scale.
 _NOMINAL = (1e11, 2e10)
 #: The call of a model, as its kind mix counts it: a no-op chain's ratio.
@@ -82,7 +86,8 @@ def unit_size(unit: Unit) -> float:
 class KindRatio:
     """A kind's log ratio (measured here / on the source) on one route: ``log_ratio`` at size ``centre``, changing
     by ``slope`` per doubling of size (Theil-Sen: robust to a unit measured in a burst of load), clipped to the
-    range its units measured. Constant where its units are too few or too alike in size."""
+    range its units measured. Where its units are too few or too alike in size: the route's slope, clipped to the
+    range of the route's units (``route_line``), or constant without one."""
 
     log_ratio: float
     units: int
@@ -92,9 +97,11 @@ class KindRatio:
     high: float = math.inf
 
     def log_at(self, unit: Unit) -> float:
-        if self.slope == 0.0:
-            return self.log_ratio
-        return min(max(self.log_ratio + self.slope * (unit_size(unit) - self.centre), self.low), self.high)
+        return self.log_ratio if self.slope == 0.0 else self.at_size(unit_size(unit))
+
+    def at_size(self, size: float) -> float:
+        """The log ratio at ``size`` (``unit_size``)."""
+        return min(max(self.log_ratio + self.slope * (size - self.centre), self.low), self.high)
 
     @property
     def ratio(self) -> float:
@@ -279,12 +286,51 @@ def shrunk_log(values: Sequence[float], toward: float) -> float:
     return (n * float(np.median(values)) + SHRINK_UNITS * toward) / (n + SHRINK_UNITS)
 
 
-def kind_ratio(pairs: Sequence[tuple[Unit, float]], toward: float) -> KindRatio:
-    """One kind's ``KindRatio`` from its units' log ratios, its level shrunk toward the route's ``toward``."""
+def pooled_slope(by_kind: dict[str, list[tuple[Unit, float]]]) -> float:
+    """The median over every kind (no-op chains aside) of the slopes between two of its units (log ratio per
+    doubling of size): a route's size effect, measured within kinds so that kinds' levels do not pose as one
+    (0 without such a pair)."""
+    slopes: list[float] = []
+    for kind, pairs in by_kind.items():
+        if kind == "noop":
+            continue
+        points = [(unit_size(u), v) for u, v in pairs]
+        slopes.extend(
+            (vj - vi) / (xj - xi)
+            for i, (xi, vi) in enumerate(points)
+            for xj, vj in points[i + 1 :]
+            if abs(xj - xi) >= MIN_PAIR_SPREAD
+        )
+    return float(np.median(slopes)) if slopes else 0.0
+
+
+def route_line(pairs: Sequence[tuple[Unit, float]], slope: float) -> KindRatio:
+    """The route's line: what its units (no-op chains aside) say together, as one ``KindRatio`` with ``slope``
+    (``pooled_slope``), within the route's log ratios measured. A kind with too few units of its own for a line
+    takes this slope, and every kind's level is shrunk toward this line at the kind's sizes."""
+    points = [(unit_size(u), v) for u, v in pairs if u.kind != "noop"] or [(0.0, v) for _, v in pairs]
+    sizes = [x for x, _ in points]
+    centre = float(np.median(sizes))
+    level = float(np.median([v - slope * (x - centre) for x, v in points]))
+    return KindRatio(level, len(points), slope, centre, min(v for _, v in points), max(v for _, v in points))
+
+
+def kind_ratio(pairs: Sequence[tuple[Unit, float]], toward: float | KindRatio) -> KindRatio:
+    """One kind's ``KindRatio`` from its units' log ratios, its level shrunk toward ``toward``: a log ratio, or the
+    route's line at the kind's sizes. A kind too small or too alike in size for a line of its own takes the route
+    line's slope where it has one, clipped to the route's range: one small unit measured says little of a large
+    one, and the route's other kinds say how this host's ratio changes with size."""
+    line = toward if isinstance(toward, KindRatio) else KindRatio(toward, 0)
     values = [v for _, v in pairs]
     sizes = [unit_size(u) for u, _ in pairs]
+    centre = float(np.median(sizes))
     if len(pairs) < MIN_LINE_UNITS or max(sizes) - min(sizes) < MIN_SPREAD or pairs[0][0].kind == "noop":
-        return KindRatio(shrunk_log(values, toward), len(pairs))
+        if line.slope == 0.0 or pairs[0][0].kind == "noop":
+            return KindRatio(shrunk_log(values, line.at_size(centre)), len(pairs))
+        adjusted = [v - line.slope * (x - centre) for v, x in zip(values, sizes, strict=True)]
+        return KindRatio(
+            shrunk_log(adjusted, line.at_size(centre)), len(pairs), line.slope, centre, line.low, line.high
+        )
     slopes = [
         (values[j] - values[i]) / (sizes[j] - sizes[i])
         for i in range(len(pairs))
@@ -292,27 +338,33 @@ def kind_ratio(pairs: Sequence[tuple[Unit, float]], toward: float) -> KindRatio:
         if abs(sizes[j] - sizes[i]) > 1e-9
     ]
     slope = float(np.median(slopes))
-    centre = float(np.median(sizes))
-    level = shrunk_log([v - slope * (x - centre) for v, x in zip(values, sizes, strict=True)], toward)
+    level = shrunk_log([v - slope * (x - centre) for v, x in zip(values, sizes, strict=True)], line.at_size(centre))
     return KindRatio(level, len(pairs), slope, centre, min(values), max(values))
+
+
+def _by_kind(pairs: Sequence[tuple[Unit, float]]) -> dict[str, list[tuple[Unit, float]]]:
+    by_kind: dict[str, list[tuple[Unit, float]]] = {}
+    for unit, value in pairs:
+        by_kind.setdefault(unit.kind, []).append((unit, value))
+    return by_kind
 
 
 def kind_ratios(pairs: Sequence[tuple[Unit, float]]) -> tuple[dict[str, KindRatio], list[float]]:
     """A route's kind ratios, and its units' leave-one-unit-out errors (each predicted by its kind's others,
-    shrunk toward the route's others)."""
-    by_kind: dict[str, list[tuple[Unit, float]]] = {}
-    for unit, value in pairs:
-        by_kind.setdefault(unit.kind, []).append((unit, value))
-    route = float(np.median([v for _, v in pairs]))
-    ratios = {kind: kind_ratio(kind_pairs, route) for kind, kind_pairs in by_kind.items()}
+    shrunk toward the route's line of the others)."""
+    by_kind = _by_kind(pairs)
+    line = route_line(pairs, pooled_slope(by_kind))
+    ratios = {kind: kind_ratio(kind_pairs, line) for kind, kind_pairs in by_kind.items()}
     errors = []
     for i, (unit, value) in enumerate(pairs):
-        rest = [v for j, (_, v) in enumerate(pairs) if j != i]
+        rest = [p for j, p in enumerate(pairs) if j != i]
         if not rest:
             continue
-        same = [p for j, p in enumerate(pairs) if j != i and p[0].kind == unit.kind]
-        toward = float(np.median(rest))
-        errors.append(math.exp(value - (kind_ratio(same, toward).log_at(unit) if same else toward)) - 1.0)
+        others = _by_kind(rest)
+        rest_line = route_line(rest, pooled_slope(others))
+        same = others.get(unit.kind, [])
+        predicted = kind_ratio(same, rest_line).log_at(unit) if same else rest_line.at_size(unit_size(unit))
+        errors.append(math.exp(value - predicted) - 1.0)
     return ratios, errors
 
 

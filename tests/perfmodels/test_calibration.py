@@ -77,8 +77,54 @@ def test_a_kinds_ratio_follows_its_units_size_within_the_range_measured() -> Non
     tiny, huge = (Unit("gemm", {"m": m, "k": m, "n": m, "act": 0, "init_w": 1}) for m in (2, 8192))
     assert math.exp(ratio.log_at(huge)) == pytest.approx(0.5)  # clipped to the largest unit's
     assert math.exp(ratio.log_at(tiny)) == pytest.approx(1.0)
-    flat = kind_ratio(list(zip(gemms[:2], logs[:2], strict=True)), toward=0.0)
-    assert flat.slope == 0.0  # two units: a level, not a line
+    level = kind_ratio(list(zip(gemms[:1], logs[:1], strict=True)), toward=0.0)
+    assert level.slope == 0.0  # one unit (and no route line): a level, not a line
+
+
+def _gemm(m: int) -> Unit:
+    return Unit("gemm", {"m": m, "k": m, "n": m, "act": 0, "init_w": 1})
+
+
+def test_two_units_of_a_kind_far_apart_give_a_line_between_them() -> None:
+    """The quick probe measures two depthwise-separable units, a small one that one thread runs as fast as two
+    (0.94) and a large one that two threads run 2.4x faster. A model of small such units takes the small one's
+    ratio (shrunk toward the route's), not the pair's mean: before, a kind needed three units for a line, and the
+    transfer carried tiny MobileNet-v1 from 2 threads to 1 at 1.6x where it measured 0.92x."""
+    small, large = _gemm(16), _gemm(256)
+    ratio = kind_ratio([(small, math.log(0.94)), (large, math.log(2.41))], toward=math.log(1.5))
+    assert ratio.slope > 0 and ratio.units == 2
+    at_small, at_large = math.exp(ratio.log_at(small)), math.exp(ratio.log_at(large))
+    assert 0.94 <= at_small < 1.2 < 1.9 < at_large <= 2.41  # each end near its own unit, within their range
+    mean = math.exp((math.log(0.94) + math.log(2.41)) / 2)
+    assert abs(math.log(at_small / 0.94)) < abs(math.log(mean / 0.94))
+
+
+def test_a_kind_with_one_unit_takes_the_routes_slope_measured_within_kinds() -> None:
+    """Matrix products and convolutions both run 2x faster at two threads when large and 1x when small; one
+    element-wise unit was measured, at a middle size. A small element-wise unit of a model takes the route's slope
+    from there (not the middle unit's ratio), clipped to the ratios the route measured."""
+    from perfmodels.calibration import kind_ratios, pooled_slope, route_line
+
+    gemms = [(_gemm(m), math.log(r)) for m, r in ((8, 1.0), (32, 1.2), (128, 1.6), (512, 2.0))]
+    convs = [(Unit("conv", {**CONV.dims, "cin": c, "cout": c}), math.log(r)) for c, r in ((4, 1.0), (64, 1.8))]
+    middle = Unit("eltwise", {"elements": 2**16, "inputs": 2, "heavy": 0})
+    pairs = [*gemms, *convs, (middle, math.log(1.5))]
+    ratios, _ = kind_ratios(pairs)
+    line = route_line(pairs, pooled_slope({"gemm": gemms, "conv": convs}))
+    assert ratios["eltwise"].slope == pytest.approx(line.slope) and line.slope > 0
+    tiny, huge = (Unit("eltwise", {"elements": n, "inputs": 2, "heavy": 0}) for n in (2**6, 2**30))
+    assert math.exp(ratios["eltwise"].log_at(tiny)) < 1.3
+    assert math.exp(ratios["eltwise"].log_at(huge)) == pytest.approx(2.0)  # the route's largest ratio
+
+
+def test_kinds_at_different_levels_give_no_slope_when_flat_within() -> None:
+    """Across kinds, large units here are matrix products at 2x and small ones element-wise at 1x, but within each
+    kind the ratio does not change with size: the pooled slope is 0, so a kind's level is not read as size."""
+    from perfmodels.calibration import pooled_slope
+
+    gemms = [(_gemm(m), math.log(2.0)) for m in (256, 512, 1024)]
+    elts = [(Unit("eltwise", {"elements": n, "inputs": 2, "heavy": 0}), 0.0) for n in (2**8, 2**10, 2**12)]
+    assert pooled_slope({"gemm": gemms, "eltwise": elts}) == pytest.approx(0.0)
 
 
 @pytest.mark.slow
