@@ -29,6 +29,7 @@ import tensorflow as tf
 from onnx import helper, numpy_helper
 
 from runtime.training.config import TrainingError
+from runtime.training.graph_nodes import graph_nodes
 
 Op = Callable[..., Any]
 OPS: dict[str, Op] = {}
@@ -56,16 +57,9 @@ class OnnxTfGraph:
 
     def __init__(self, proto: onnx.ModelProto) -> None:
         graph = proto.graph
-        self.opset = next((o.version for o in proto.opset_import if o.domain in ("", "ai.onnx")), 13)
-        self.nodes = list(graph.node)
-        for node in self.nodes:
-            if node.domain not in ("", "ai.onnx") or node.op_type not in OPS:
-                raise TrainingError(
-                    f"node {node.name or node.op_type!r}: tensorflow cannot train op {node.op_type!r} "
-                    f"(it knows {', '.join(sorted(OPS))})"
-                )
-        self.attrs = [{a.name: helper.get_attribute_value(a) for a in node.attribute} for node in self.nodes]
-        stats = {n.input[i] for n in self.nodes if n.op_type == "BatchNormalization" for i in (3, 4)}
+        checked = graph_nodes(proto, OPS, "tensorflow")
+        self.opset, self.nodes, self.attrs = checked.opset, checked.nodes, checked.attrs
+        stats = checked.statistics
         self.filters = _conv_weights(self.nodes)
         #: ONNX initializer name -> its variable (trainable weights and running statistics).
         self.variables: dict[str, tf.Variable] = {}
@@ -80,9 +74,7 @@ class OnnxTfGraph:
             self.variables[init.name] = tf.Variable(
                 arr.astype(np.float32), trainable=init.name not in stats, name=re.sub(r"[^\w.\-/]", "_", init.name)
             )
-        constant = {init.name for init in graph.initializer}
-        self.input_names = [vi.name for vi in graph.input if vi.name not in constant]
-        self.output_names = [vi.name for vi in graph.output]
+        self.input_names, self.output_names = checked.input_names, list(checked.output_names)
         #: Set while a call traces: BatchNorm and Dropout read it.
         self.training = False
 
