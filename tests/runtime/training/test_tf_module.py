@@ -11,6 +11,11 @@ from runtime.training import TrainingError
 
 tf = pytest.importorskip("tensorflow", reason="tensorflow: extra not installed")
 ort = pytest.importorskip("onnxruntime", reason="onnxruntime: extra not installed (the reference)")
+try:  # TensorFlow fixes its threads at first use per process: the keras trainer tests pin 1 intra, 1 inter too
+    tf.config.threading.set_intra_op_parallelism_threads(1)
+    tf.config.threading.set_inter_op_parallelism_threads(1)
+except RuntimeError:
+    pass  # already running (another test module started it)
 
 from runtime.training.tf_module import OnnxTfGraph  # noqa: E402
 
