@@ -19,9 +19,12 @@ from __future__ import annotations
 
 import json
 import math
+import multiprocessing
 import statistics
 import time
 from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -150,10 +153,19 @@ def measure(
     shared: SharedModel | None = None,
 ) -> TrainingRun:
     """One run. Tasks with a target train up to ``epochs`` epochs (default: the task's) and stop early once the
-    target is reached; step-time-only tasks run ``TIMED_STEPS`` steps. ``max_steps`` caps the steps per epoch."""
+    target is reached; step-time-only tasks run ``TIMED_STEPS`` steps. ``max_steps`` caps the steps per epoch.
+    A trainer whose threads are fixed once per process (``threads_fixed_per_process``: TensorFlow) runs in a
+    worker process kept for that thread count, from the same ONNX export."""
     data = task.data(seed)
     shared = shared or SharedModel(task.build(seed), data.x_train[:2])
     shared.onnx_bytes()  # exported before timing
+    if getattr(trainer, "threads_fixed_per_process", False) and not _IN_WORKER:
+        job = (task.name, trainer.name, batch, threads, seed, epochs, max_steps, shared.onnx_bytes())
+        try:
+            return _worker(threads, (task.name, trainer.name)).submit(_measure_in_worker, *job).result()
+        except BrokenProcessPool:
+            _WORKERS.pop(threads, None)
+            raise RuntimeError(f"{trainer.name}: its worker process for {threads} thread(s) died") from None
     run = TrainingRun(task.name, task.family, trainer.name, batch, threads, seed)
     _reset_peak_rss()
     with blas_threads(threads), interference() as probe:
@@ -185,6 +197,46 @@ def measure(
     run.peak_rss_mib = peak_rss_mib()
     run.other_cpu = probe.other_cpu
     return run
+
+
+#: Worker processes by thread count, for trainers whose threads are fixed once per process, and the (task,
+#: trainer) each serves: a new pair gets a fresh process, so one model's leftovers (TensorFlow keeps some memory
+#: per session, about 25 MB for ResNet-8) do not count in the next one's peak RSS.
+_WORKERS: dict[int, tuple[tuple[str, str], ProcessPoolExecutor]] = {}
+_IN_WORKER = False
+
+
+def _mark_worker() -> None:
+    global _IN_WORKER
+    _IN_WORKER = True
+
+
+def _worker(threads: int, serves: tuple[str, str]) -> ProcessPoolExecutor:
+    if threads in _WORKERS and _WORKERS[threads][0] != serves:
+        _WORKERS.pop(threads)[1].shutdown()
+    if threads not in _WORKERS:  # spawned, not forked: a fork would inherit the parent's thread pools
+        context = multiprocessing.get_context("spawn")
+        _WORKERS[threads] = (serves, ProcessPoolExecutor(1, mp_context=context, initializer=_mark_worker))
+    return _WORKERS[threads][1]
+
+
+def _measure_in_worker(
+    task_name: str,
+    trainer_name: str,
+    batch: int,
+    threads: int,
+    seed: int,
+    epochs: int | None,
+    max_steps: int | None,
+    onnx_bytes: bytes,
+) -> TrainingRun:
+    from benchmarks.trainers import get_trainer
+    from benchmarks.training_suite import get_task
+
+    task = get_task(task_name)
+    shared = SharedModel(task.build(seed), task.data(seed).x_train[:2], onnx_bytes)
+    trainer = get_trainer(trainer_name)
+    return measure(task, trainer, batch, threads, seed, epochs=epochs, max_steps=max_steps, shared=shared)
 
 
 def _median(values: Sequence[float]) -> float:

@@ -18,10 +18,11 @@ import numpy as np
 import onnx
 import torch
 import torch.nn.functional as F
-from onnx import helper, numpy_helper
+from onnx import numpy_helper
 from torch import nn
 
 from runtime.training.config import TrainingError
+from runtime.training.graph_nodes import graph_nodes
 
 Op = Callable[..., Any]
 OPS: dict[str, Op] = {}
@@ -44,16 +45,9 @@ class OnnxModule(nn.Module):
     def __init__(self, proto: onnx.ModelProto) -> None:
         super().__init__()
         graph = proto.graph
-        self.opset = next((o.version for o in proto.opset_import if o.domain in ("", "ai.onnx")), 13)
-        self.nodes = list(graph.node)
-        for node in self.nodes:
-            if node.domain not in ("", "ai.onnx") or node.op_type not in OPS:
-                raise TrainingError(
-                    f"node {node.name or node.op_type!r}: --engine torch cannot train op {node.op_type!r} "
-                    f"(it knows {', '.join(sorted(OPS))})"
-                )
-        self.attrs = [{a.name: helper.get_attribute_value(a) for a in node.attribute} for node in self.nodes]
-        stats = {n.input[i] for n in self.nodes if n.op_type == "BatchNormalization" for i in (3, 4)}
+        checked = graph_nodes(proto, OPS, "--engine torch")
+        self.opset, self.nodes, self.attrs = checked.opset, checked.nodes, checked.attrs
+        stats = checked.statistics
         #: ONNX initializer name -> the attribute of this module that holds it (names may hold dots).
         self.slots: dict[str, str] = {}
         self.constants: dict[str, torch.Tensor] = {}
@@ -69,9 +63,7 @@ class OnnxModule(nn.Module):
                 self.constants[init.name] = tensor
                 continue
             self.slots[init.name] = slot
-        constant = {init.name for init in graph.initializer}
-        self.input_names = [vi.name for vi in graph.input if vi.name not in constant]
-        self.output_names = [vi.name for vi in graph.output]
+        self.input_names, self.output_names = checked.input_names, list(checked.output_names)
 
     def values(self) -> dict[str, np.ndarray]:
         """Every trained parameter and running statistic, by ONNX initializer name (for ``export_trained``)."""

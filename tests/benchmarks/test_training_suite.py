@@ -39,8 +39,10 @@ def test_unknown_task_and_trainer_are_refused_with_the_known_names():
     )
 
 
-@pytest.mark.skipif(importlib.util.find_spec("tensorflow") is not None, reason="tensorflow is installed here")
-def test_keras_without_tensorflow_says_extra_not_installed():
+def test_keras_without_tensorflow_says_extra_not_installed(monkeypatch):
+    find_spec = importlib.util.find_spec
+    absent = {"tensorflow"}
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name in absent else find_spec(name, *a))
     assert get_trainer("keras").unavailable() == "tensorflow: extra not installed"
     assert get_trainer("keras-xla").compiler == "xla"
 
