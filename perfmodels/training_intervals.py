@@ -38,13 +38,15 @@ TRANSFERS = ("roofline", "calibration")
 
 @dataclass(frozen=True)
 class Band:
-    """The 10th and 90th percentiles of measured / predicted over ``predictions`` held-out steps, and whose they are
-    (``of``: "its route", "its framework", "every route", "the transfer proxy")."""
+    """The 10th and 90th percentiles of measured / predicted over ``predictions`` held-out steps, whose they are
+    (``of``: "its route", "its framework", "every route", "the transfer proxy"), and their RMSPE (the planner's
+    error band, ``optimiser.planner.model_error``)."""
 
     p10_ratio: float
     p90_ratio: float
     predictions: int
     of: str
+    rmspe: float = float("nan")
 
     @classmethod
     def of_ratios(cls, ratios: Iterable[float], of: str) -> Band | None:
@@ -52,7 +54,8 @@ class Band:
         if not len(values):
             return None
         p10, p90 = (float(q) for q in np.quantile(values, [0.1, 0.9]))
-        return cls(p10, p90, len(values), of)
+        rmspe = float(np.sqrt(np.mean((1.0 / values - 1.0) ** 2)))  # (predicted - measured) / measured
+        return cls(p10, p90, len(values), of, rmspe)
 
 
 @dataclass(frozen=True)
@@ -130,5 +133,6 @@ def with_interval(prediction: Prediction, band: Band | None) -> Prediction:
             "heldout_p10_ratio": band.p10_ratio,
             "heldout_p90_ratio": band.p90_ratio,
             "heldout_predictions": float(band.predictions),
+            **({"heldout_rmspe": band.rmspe} if np.isfinite(band.rmspe) else {}),
         },
     )

@@ -5,9 +5,10 @@ and say when two training routes overlap."""
 from __future__ import annotations
 
 import json
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pytest
 
@@ -27,7 +28,7 @@ WORKLOAD = Workload(4e9, 1e8, 2.5e7, "training", 64, ops_by_class={"gemm": 160})
 
 def _residuals(fitted: tuple[float, float], roofline: tuple[float, float], calibration: tuple[float, float]):
     return TrainingResiduals(
-        by_route={"torch|fp32": Band(*fitted, 27, "its route")},
+        by_route={"torch|fp32": Band(*fitted, 27, "its route", 0.15)},
         overall=Band(0.9, 1.1, 100, "every route"),
         transfer={
             "roofline": Band(*roofline, 40, "the transfer proxy (roofline, both directions)"),
@@ -63,6 +64,8 @@ def test_bands_per_route_else_framework_else_overall() -> None:
     route = bands.fitted("torch", "fp32", "pytorch")
     assert route is not None and route.of == "its route" and route.predictions == MIN_PREDICTIONS
     assert (route.p10_ratio, route.p90_ratio) == pytest.approx((1.09, 1.81))
+    measured = np.array([1.0 + k / 10 for k in range(MIN_PREDICTIONS)])
+    assert route.rmspe == pytest.approx(float(np.sqrt(np.mean((1.0 / measured - 1.0) ** 2))))
     framework = bands.fitted("torch-compile", "fp32", "pytorch")
     assert framework is not None and framework.of == "its framework" and framework.predictions == 13
     overall = bands.fitted("numpy", "fp32", "numpy")
@@ -77,7 +80,7 @@ def test_each_cpu_training_basis_carries_its_stored_interval(tmp_path: Path) -> 
     fitted = model.predict(WORKLOAD, TORCH, Device("local", "cpu", {"fp32": 1e11}, 2e10))
     assert fitted.basis.startswith(f"fitted-training:{local_target_key()}")
     assert fitted.basis.endswith("; p10-p90 from 27 held-out steps of its route")
-    assert _interval(fitted) == pytest.approx((0.8, 1.3))
+    assert _interval(fitted) == pytest.approx((0.8, 1.3)) and fitted.detail["heldout_rmspe"] == 0.15
     moved = model.predict(WORKLOAD, TORCH, Device("xeon-8380", "cpu", {"fp32": 2.6e12}, 2.0e11))
     assert moved.basis.startswith("transferred-training:") and " -> xeon-8380" in moved.basis
     assert _interval(moved) == pytest.approx((0.6, 1.7))
@@ -124,7 +127,7 @@ def test_overlapping_training_routes_are_said_to_be_within_the_models_error(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     db = _training_db(tmp_path / "t.csv")
-    wide = Band(0.3, 3.0, 30, "every route")
+    wide = Band(0.3, 3.0, 30, "every route", 0.6)
     _store(db, TrainingResiduals(overall=wide))
     plan, report = _plan(_example(tmp_path, cpu_only=True, local=True), db, monkeypatch)
     banded = [c for c in plan["candidates"] if c["predicted"]["basis"].startswith("fitted-training:")]
@@ -132,8 +135,30 @@ def test_overlapping_training_routes_are_said_to_be_within_the_models_error(
     assert "## Within the model's error" in report
     assert "overlap: within the model's error (held-out residuals of fitted-training:" in report
     assert "Its training interval is measured / predicted at the 10th and 90th percentile" in report
+    assert "within the model's error (±60%, held-out RMSPE" in report  # the planner's band is the bands' RMSPE
 
 
 def test_with_interval_leaves_a_prediction_without_a_band_unchanged() -> None:
     prior = RooflinePrior().predict(WORKLOAD, TORCH, Device("local", "cpu", {"fp32": 1e11}, 2e10))
     assert with_interval(prior, None) is prior
+
+
+def test_no_training_rows_store_no_bands_and_say_why(tmp_path: Path) -> None:
+    from optimiser.training_transfer_proxy import training_bands
+
+    db = _training_db(tmp_path / "t.csv")
+    frame = read_results(db)
+    bands, notes = training_bands(db, frame[frame["mode"] != "training"])
+    assert bands is None and notes == [notes[0]] and notes[0].startswith("no training intervals: no measured training")
+
+
+def test_the_proxy_pools_each_prediction_under_the_carrying_its_basis_names() -> None:
+    from optimiser.training_transfer_proxy import carried_by
+
+    prior = RooflinePrior().predict(WORKLOAD, TORCH, Device("local", "cpu", {"fp32": 1e11}, 2e10))
+    named = {
+        "transferred-training:h-1c via calibration (torch fp32 flops model, 16 rows; x0.5)": "calibration",
+        "transferred-training:h-1c -> unseen-host (torch fp32, 16 rows; x1.2 of the roofline prior)": "roofline",
+        f"{prior.basis} (no training rows for numpy on this host)": None,
+    }
+    assert {b: carried_by(replace(prior, basis=b)) for b in named} == named
