@@ -152,8 +152,14 @@ def evaluate_cmd(
     if save:
         if len(paths) != 1 or statistic != "auto" or threads is not None or whole_weight is not None:
             raise AppoptError("--save: only for one --db evaluated with the defaults (what plans use)")
+        from optimiser.training_transfer_proxy import training_bands
+
+        with progress("training steps held out by family, and the training transfer proxy 1:2 and 2:1 (~1 min)"):
+            training, notes = training_bands(paths[0], frame)
+        for note in notes:
+            typer.echo(f"note: {note}", err=True)
         try:  # what plans show as the model's accuracy (read back while the database is unchanged)
-            typer.echo(f"wrote {write_evaluation_summary(paths[0], evaluation)}")
+            typer.echo(f"wrote {write_evaluation_summary(paths[0], evaluation, training)}")
         except OSError as error:
             typer.echo(f"note: could not store the figures next to {paths[0]}: {error.strerror}", err=True)
     if worst:

@@ -44,6 +44,7 @@ if TYPE_CHECKING:
     from optimiser.stages import Candidate, Plan, Targeted
     from perfmodels.roofline import RooflinePrior
     from perfmodels.training_fit import CalibratedHost, TrainingFit
+    from perfmodels.training_intervals import TrainingResiduals
 
 #: The predictions scored, in the order printed.
 VARIANTS = ("prior", "roofline-transfer", "calibrated")
@@ -290,3 +291,69 @@ def run_training_proxy(db: Path, pair: str, anchors: Sequence[str] | None = None
     with tempfile.TemporaryDirectory(prefix="appopt-training-proxy-") as work:
         decisions = evaluate_training_proxy(data, Path(work), cache_dir_for(db))
     return report(data, source, decisions)
+
+
+#: The proxy's directions that ``appopt models evaluate --save`` pools for the transfer bands.
+BAND_DIRECTIONS = ("1:2", "2:1")
+#: ``VARIANTS`` name → how ``perfmodels.training_intervals`` names that carrying.
+CARRIED = {"roofline-transfer": "roofline", "calibrated": "calibration"}
+
+
+def transfer_residuals(
+    db: Path, directions: Sequence[str] = BAND_DIRECTIONS
+) -> tuple[dict[str, list[tuple[float, float]]], list[str]]:
+    """(predicted, measured) step seconds of every ranked measured route of the proxy in ``directions``, pooled, per
+    carrying (``CARRIED``), and one note per direction that could not be scored (``db`` has no such rows). What
+    ``appopt models evaluate --save`` stores as the transferred training steps' bands (about 35 s a direction)."""
+    import tempfile
+
+    from benchmarks.calibrate import ANCHOR_MODELS
+    from optimiser.calibration_eval import proxy_threads
+    from optimiser.errors import AppoptError
+    from perfmodels.results_db import read_results
+    from perfmodels.unitfit import cache_dir_for
+
+    frame = read_results(db, warn=False)
+    pooled: dict[str, list[tuple[float, float]]] = {kind: [] for kind in CARRIED.values()}
+    notes = []
+    for pair in directions:
+        try:
+            source, target = proxy_threads(pair, db)
+            data = training_proxy_data(frame, source, target, ANCHOR_MODELS)
+        except (AppoptError, ValueError) as error:
+            notes.append(f"training transfer proxy {pair}: {error}")
+            continue
+        with tempfile.TemporaryDirectory(prefix="appopt-training-proxy-") as work:
+            decisions = evaluate_training_proxy(data, Path(work), cache_dir_for(db))
+        for variant, kind in CARRIED.items():
+            pooled[kind].extend(
+                (c.predicted.step_seconds, c.measured_s)
+                for d in decisions[variant]
+                for c in d.compared
+                if carried_by(c.predicted) == kind  # (a route the calibration cannot carry falls back)
+            )
+    return pooled, notes
+
+
+def carried_by(prediction: Prediction) -> str | None:
+    """How a training prediction was carried to the unseen host, from its basis (``CARRIED``'s names; None: not
+    transferred, as the prior of an unmeasured framework)."""
+    basis = prediction.basis
+    if not basis.startswith("transferred-training:"):
+        return None
+    return "calibration" if basis.split(" (", 1)[0].find(" via ") >= 0 else "roofline"
+
+
+def training_bands(db: Path, frame: pd.DataFrame) -> tuple[TrainingResiduals | None, list[str]]:
+    """The training steps' held-out bands ``appopt models evaluate --save`` stores next to ``db`` (``frame``: its
+    CPU rows): the leave-one-family-out residuals of the shipped model and the transfer proxy's (None without
+    training rows to hold out), and a note for each part that could not be computed."""
+    from perfmodels.training_fit import leave_one_family_out
+    from perfmodels.training_intervals import TrainingResiduals
+
+    try:
+        evaluation = leave_one_family_out(frame, nested=False)
+    except ValueError as error:
+        return None, [f"no training intervals: {error}"]
+    transfers, notes = transfer_residuals(db)
+    return TrainingResiduals.from_predictions(evaluation.predictions, transfers), notes

@@ -71,6 +71,7 @@ from perfmodels.targets import (
     usable_cores,
 )
 from perfmodels.training_fit import CalibratedHost, TrainingFit, fit_for, training_prediction
+from perfmodels.training_intervals import TrainingResiduals
 from perfmodels.unitfit import Key, UnitFit, cache_dir_for, combine, fit_units, sweep_rows, whole_weight
 
 if TYPE_CHECKING:
@@ -139,9 +140,10 @@ def _digest(path: Path) -> str:
     return file_digest(path)  # hashed once per version of the file (perfmodels.digests)
 
 
-def write_evaluation_summary(db: Path, evaluation: Evaluation) -> Path:
+def write_evaluation_summary(db: Path, evaluation: Evaluation, training: TrainingResiduals | None = None) -> Path:
     """Store the held-out figures of ``db``'s fitted model next to it, keyed by the database's checksum, so plans
-    can show them without refitting (``appopt models evaluate`` and ``bench record-default`` write it)."""
+    can show them without refitting (``appopt models evaluate`` and ``bench record-default`` write it); with
+    ``training``, the training steps' held-out bands too (``perfmodels.training_intervals``)."""
     out = evaluation_path(db)
     payload = {
         "db": db.name,
@@ -156,6 +158,7 @@ def write_evaluation_summary(db: Path, evaluation: Evaluation) -> Path:
         },
         "lines": evaluation.lines(),
         "route_errors": {"|".join(route_error_key(k)): list(errors) for k, errors in evaluation.route_errors.items()},
+        **({} if training is None else {"training_residuals": training.as_json()}),
     }
     out.write_text(json.dumps(payload, indent=2, sort_keys=True) + "\n", encoding="utf-8")
     return out
@@ -187,6 +190,8 @@ class StoredEvaluation:
 
     figures: dict[str, HeldOutFigures]
     route_errors: RouteErrors | None
+    #: The training steps' held-out bands (None: a summary written without them, or a damaged block).
+    training: TrainingResiduals | None = None
 
 
 def read_evaluation(db: Path) -> StoredEvaluation | None:
@@ -203,8 +208,18 @@ def read_evaluation(db: Path) -> StoredEvaluation | None:
         route_errors = (
             None if errors is None else {tuple(k.split("|")): (float(v[0]), float(v[1])) for k, v in errors.items()}
         )
-        return StoredEvaluation(figures, route_errors)
+        return StoredEvaluation(figures, route_errors, _training_residuals(payload.get("training_residuals")))
     except (OSError, ValueError, TypeError, KeyError, IndexError, AttributeError):
+        return None
+
+
+def _training_residuals(payload: object) -> TrainingResiduals | None:
+    """The stored training bands (None when absent or damaged: those plans show no training interval)."""
+    if not isinstance(payload, dict):
+        return None
+    try:
+        return TrainingResiduals.from_json(payload)
+    except (TypeError, KeyError, ValueError, AttributeError):
         return None
 
 
@@ -527,6 +542,11 @@ class FittedModel:
             self._stored = read_evaluation(self._db) if self._db is not None else None
         return self._stored if isinstance(self._stored, StoredEvaluation) else None
 
+    def _training_residuals(self) -> TrainingResiduals | None:
+        """The training bands stored with the evaluation summary (never recomputed by a plan)."""
+        stored = self.stored_evaluation() if self._db is not None else None
+        return None if stored is None else stored.training
+
     def route_errors(self, group: GroupFit) -> tuple[float, float] | None:
         """``group``'s route's held-out (unit sum, whole-model) log errors: stored next to the database when they
         match it, else from the evaluation (None without either)."""
@@ -611,6 +631,7 @@ class FittedModel:
                 self._wanted_threads,
                 lambda measured: self.prior.predict(workload, route, measured),
                 self._training_calibration if device.name in LOCAL_NAMES else None,
+                self._training_residuals(),
             )
         group = self.anchor(workload, route, device)
         if group is None:

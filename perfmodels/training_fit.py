@@ -74,6 +74,7 @@ from perfmodels.lazy import lazy_import
 from perfmodels.prediction import Prediction
 from perfmodels.results_db import BUSY_OTHER_CPU, on_gpu
 from perfmodels.targets import local_target_key, target_key
+from perfmodels.training_intervals import TrainingResiduals, with_interval
 from perfmodels.training_units import (
     UNIT_PRICED_FRAMEWORKS,
     TrainingUnitRoute,
@@ -987,6 +988,8 @@ class _HeldOut:
         return pd.DataFrame(
             {
                 "backend": held["backend"].to_numpy(),
+                "framework": self.frameworks[test],
+                "precision": held["precision"].fillna("fp32").astype(str).to_numpy(),
                 "family": self.families[test],
                 "model": held["model"].to_numpy(),
                 "batch": held["batch"].to_numpy(),
@@ -1056,12 +1059,14 @@ def training_prediction(
     wanted_threads: Callable[[str], int | None],
     prior_for: Callable[[Device], Prediction] | None = None,
     calibrated: Callable[[], CalibratedHost | None] | None = None,
+    residuals: TrainingResiduals | None = None,
 ) -> Prediction:
     """A training step from the measured training rows (``fit``: ``fit_for`` the results): fitted on a measured CPU
     host; on an unmeasured host that ``calibrated`` gives a calibration of (and the unit models it compared with),
     carried over by its kernel units (``TrainingFit.calibrated``); else transferred to another CPU (or several)
     through the fit's ratio to the prior on the measuring host (``TrainingFit.transfer``); the prior on GPUs and for
-    frameworks without measured training rows, its basis then saying why."""
+    frameworks without measured training rows, its basis then saying why. With ``residuals`` (the stored held-out
+    figures), a CPU step carries its p10-p90 interval (``perfmodels.training_intervals``)."""
     if not fit.groups:
         return prior
     if device.kind != "cpu":
@@ -1070,13 +1075,21 @@ def training_prediction(
     target = local_target_key() if device.name in ("local",) else device.name
     if target not in targets:
         target = next((t for t in targets if t.startswith(target_key(device.name, 0)[:-3])), "")
-    predicted = None
+    predicted, carried = None, ""
     if target and device.count == 1:
         predicted = fit.predict(workload, route, target, wanted_threads(target))
     elif device.count == 1 and (host := calibrated() if calibrated is not None else None) is not None:
-        predicted = fit.calibrated(workload, route, host)
+        predicted, carried = fit.calibrated(workload, route, host), "calibration"
     if predicted is None and not (target and device.count == 1) and prior_for is not None:
-        predicted = fit.transfer(workload, route, device, prior, prior_for)
+        predicted, carried = fit.transfer(workload, route, device, prior, prior_for), "roofline"
     if predicted is None:
         return replace(prior, basis=f"{prior.basis} (no training rows for {route.framework} on this host)")
+    if residuals is not None:
+        group = fit.group_for(route)
+        band = (
+            residuals.transfer.get(carried)
+            if carried
+            else residuals.fitted(group.backend, group.precision, group.framework) if group is not None else None
+        )
+        predicted = with_interval(predicted, band)
     return replace(predicted, detail={**predicted.detail, "prior_step_s": prior.step_seconds})

@@ -148,7 +148,7 @@ def test_models_commands_report_a_bad_database_in_one_line(tmp_path):
 def test_models_evaluate_save_stores_the_figures_plans_show(tmp_path):
     import shutil
 
-    from perfmodels.fitted import read_evaluation_summary
+    from perfmodels.fitted import read_evaluation, read_evaluation_summary
     from perfmodels.results_db import DEFAULT_DB
 
     db = tmp_path / "db.csv.gz"
@@ -156,6 +156,9 @@ def test_models_evaluate_save_stores_the_figures_plans_show(tmp_path):
     result = runner.invoke(app(), ["models", "evaluate", "--db", str(db), "--save"])
     assert result.exit_code == 0, result.output
     assert "db.csv.evaluation.json" in result.output and read_evaluation_summary(db) is not None
+    stored = read_evaluation(db)  # the same command stores the training steps' held-out bands
+    assert stored is not None and stored.training is not None and stored.training.by_route
+    assert set(stored.training.transfer) == {"roofline", "calibration"}
     refused = runner.invoke(app(), ["models", "evaluate", "--db", str(db), "--threads", "1", "--save"])
     assert refused.exit_code == 1 and "error: --save:" in refused.output
 
