@@ -84,6 +84,8 @@ ENTRY_POINTS = (
     "ap_maxpool_grad_tiled",
     "ap_maxpool_2x2",
     "ap_sgd_momentum",
+    "ap_bn_train",
+    "ap_bn_train_grad",
 )
 
 _lock = threading.Lock()

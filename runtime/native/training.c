@@ -196,3 +196,134 @@ TR_API void ap_sgd_momentum(const int64_t *a) {
   }
   ap_pool_for(tasks, sgd_momentum_part, a);
 }
+
+/* BatchNorm in training over NCHW float32 (any number of pixels per plane, P), one pool task per channel.
+ * Forward: the batch mean and population variance (two passes: the mean, then squared deviations, as NumPy's
+ * batch statistics), then y = x * gain + (bias - mean * gain), gain = scale / sqrt(var + eps). Backward, from the
+ * saved mean and inverse std: dbias = sum dy, dscale = inv_std * sum dy (x - mean), and (when asked)
+ * dx = gain dy - gain inv_std dscale / count (x - mean) - gain dbias / count, in one more pass.
+ * Sums run in float vectors over strips of BN_STRIP values, added up in double. */
+enum { BN_X, BN_Y, BN_SCALE, BN_BIAS, BN_MEAN, BN_VAR, BN_INVSTD, BN_N, BN_C, BN_P, BN_EPS, BN_NARGS };
+enum { BG_DY, BG_X, BG_DX, BG_SCALE, BG_MEAN, BG_INVSTD, BG_DSCALE, BG_DBIAS, BG_N, BG_C, BG_P, BG_NARGS };
+#define BN_STRIP 4096
+#define BN_SERIAL (1L << 16) /* fewer values than this run on the calling thread */
+
+static inline double tr_lanes(tr_f8 v) {
+  double s = 0.0;
+  for (int l = 0; l < 8; l++) s += v[l];
+  return s;
+}
+
+/* sum of p[0..n) (op 0), of (p - mean)^2 (op 1) */
+static double tr_strip_sum(const float *p, long n, float mean, int op) {
+  double total = 0.0;
+  for (long s0 = 0; s0 < n; s0 += BN_STRIP) {
+    const long s1 = s0 + BN_STRIP < n ? s0 + BN_STRIP : n;
+    tr_f8 acc = {0};
+    const tr_f8 m = {mean, mean, mean, mean, mean, mean, mean, mean};
+    long k = s0;
+    for (; k + 8 <= s1; k += 8) {
+      const tr_f8 v = *(const tr_f8 *)(p + k);
+      if (op) {
+        const tr_f8 d = v - m;
+        acc += d * d;
+      } else {
+        acc += v;
+      }
+    }
+    double s = tr_lanes(acc);
+    for (; k < s1; k++) s += op ? (double)(p[k] - mean) * (p[k] - mean) : p[k];
+    total += s;
+  }
+  return total;
+}
+
+static void bn_forward_channel(const void *ctx, long c) {
+  const int64_t *a = (const int64_t *)ctx;
+  const float *x = (const float *)(intptr_t)a[BN_X];
+  float *y = (float *)(intptr_t)a[BN_Y];
+  const float *scale = (const float *)(intptr_t)a[BN_SCALE], *bias = (const float *)(intptr_t)a[BN_BIAS];
+  const long n = a[BN_N], ch = a[BN_C], px = a[BN_P];
+  const double count = (double)(n * px);
+  double sum = 0.0;
+  for (long i = 0; i < n; i++) sum += tr_strip_sum(x + (i * ch + c) * px, px, 0.0f, 0);
+  const float mean = (float)(sum / count);
+  double dev = 0.0;
+  for (long i = 0; i < n; i++) dev += tr_strip_sum(x + (i * ch + c) * px, px, mean, 1);
+  const float var = (float)(dev / count);
+  const float inv_std = 1.0f / sqrtf(var + tr_f32(a[BN_EPS]));
+  const float gain = scale[c] * inv_std, shift = bias[c] - mean * gain;
+  ((float *)(intptr_t)a[BN_MEAN])[c] = mean;
+  ((float *)(intptr_t)a[BN_VAR])[c] = var;
+  ((float *)(intptr_t)a[BN_INVSTD])[c] = inv_std;
+  const tr_f8 g = {gain, gain, gain, gain, gain, gain, gain, gain};
+  const tr_f8 b = {shift, shift, shift, shift, shift, shift, shift, shift};
+  for (long i = 0; i < n; i++) {
+    const float *xp = x + (i * ch + c) * px;
+    float *yp = y + (i * ch + c) * px;
+    long k = 0;
+    for (; k + 8 <= px; k += 8) *(tr_f8 *)(yp + k) = *(const tr_f8 *)(xp + k) * g + b;
+    for (; k < px; k++) yp[k] = xp[k] * gain + shift;
+  }
+}
+
+static void bn_backward_channel(const void *ctx, long c) {
+  const int64_t *a = (const int64_t *)ctx;
+  const float *dy = (const float *)(intptr_t)a[BG_DY], *x = (const float *)(intptr_t)a[BG_X];
+  float *dx = (float *)(intptr_t)a[BG_DX];
+  const long n = a[BG_N], ch = a[BG_C], px = a[BG_P];
+  const float mean = ((const float *)(intptr_t)a[BG_MEAN])[c];
+  const float inv_std = ((const float *)(intptr_t)a[BG_INVSTD])[c];
+  const tr_f8 m = {mean, mean, mean, mean, mean, mean, mean, mean};
+  double sdy = 0.0, sdyx = 0.0;
+  for (long i = 0; i < n; i++) {
+    const float *gp = dy + (i * ch + c) * px, *xp = x + (i * ch + c) * px;
+    for (long s0 = 0; s0 < px; s0 += BN_STRIP) {
+      const long s1 = s0 + BN_STRIP < px ? s0 + BN_STRIP : px;
+      tr_f8 a0 = {0}, a1 = {0};
+      long k = s0;
+      for (; k + 8 <= s1; k += 8) {
+        const tr_f8 g = *(const tr_f8 *)(gp + k);
+        a0 += g;
+        a1 += g * (*(const tr_f8 *)(xp + k) - m);
+      }
+      double s = tr_lanes(a0), t = tr_lanes(a1);
+      for (; k < s1; k++) {
+        s += gp[k];
+        t += (double)gp[k] * (xp[k] - mean);
+      }
+      sdy += s;
+      sdyx += t;
+    }
+  }
+  const float dscale = (float)(sdyx * inv_std), dbias = (float)sdy;
+  ((float *)(intptr_t)a[BG_DSCALE])[c] = dscale;
+  ((float *)(intptr_t)a[BG_DBIAS])[c] = dbias;
+  if (!dx) return;
+  const float count = (float)(n * px);
+  const float gain = ((const float *)(intptr_t)a[BG_SCALE])[c] * inv_std;
+  const float k1 = -gain * inv_std * dscale / count, k0 = -k1 * mean - gain * dbias / count;
+  const tr_f8 vg = {gain, gain, gain, gain, gain, gain, gain, gain};
+  const tr_f8 v1 = {k1, k1, k1, k1, k1, k1, k1, k1}, v0 = {k0, k0, k0, k0, k0, k0, k0, k0};
+  for (long i = 0; i < n; i++) {
+    const float *gp = dy + (i * ch + c) * px, *xp = x + (i * ch + c) * px;
+    float *dp = dx + (i * ch + c) * px;
+    long k = 0;
+    for (; k + 8 <= px; k += 8) *(tr_f8 *)(dp + k) = *(const tr_f8 *)(gp + k) * vg + *(const tr_f8 *)(xp + k) * v1 + v0;
+    for (; k < px; k++) dp[k] = gp[k] * gain + xp[k] * k1 + k0;
+  }
+}
+
+static void tr_channels(long channels, long values, tr_task_fn fn, const int64_t *a) {
+  if (values < BN_SERIAL) {
+    for (long c = 0; c < channels; c++) fn(a, c);
+    return;
+  }
+  ap_pool_for(channels, fn, a);
+}
+
+TR_API void ap_bn_train(const int64_t *a) { tr_channels(a[BN_C], a[BN_N] * a[BN_C] * a[BN_P], bn_forward_channel, a); }
+
+TR_API void ap_bn_train_grad(const int64_t *a) {
+  tr_channels(a[BG_C], a[BG_N] * a[BG_C] * a[BG_P], bn_backward_channel, a);
+}

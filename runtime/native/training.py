@@ -1,5 +1,6 @@
 """Compiled kernels the training graphs need (``training.c``): the tiled max-pool backward, a 2x2/2 NCHW max
-pool for narrow planes, and the trainer's one-pass SGD-with-momentum update."""
+pool for narrow planes, BatchNorm's training forward and backward (a pool task per channel), and the trainer's
+one-pass SGD-with-momentum update."""
 
 from __future__ import annotations
 
@@ -15,6 +16,10 @@ MG_X, MG_DY, MG_DX, MG_PLANES, MG_H, MG_W, MG_KH, MG_KW, MG_NARGS = range(9)
 MQ_X, MQ_Y, MQ_PAIRS, MQ_W, MQ_NARGS = range(5)
 #: ``ap_sgd_momentum``'s argument block (training.c's ``SG_*`` enum).
 SG_X, SG_G, SG_V, SG_N, SG_SCALE, SG_DECAY, SG_MOMENTUM, SG_LR, SG_NARGS = range(9)
+#: ``ap_bn_train``'s argument block (training.c's ``BN_*`` enum).
+BN_X, BN_Y, BN_SCALE, BN_BIAS, BN_MEAN, BN_VAR, BN_INVSTD, BN_N, BN_C, BN_P, BN_EPS, BN_NARGS = range(12)
+#: ``ap_bn_train_grad``'s argument block (training.c's ``BG_*`` enum).
+BG_DY, BG_X, BG_DX, BG_SCALE, BG_MEAN, BG_INVSTD, BG_DSCALE, BG_DBIAS, BG_N, BG_C, BG_P, BG_NARGS = range(12)
 
 
 def maxpool_2x2_args(x: np.ndarray, out: np.ndarray) -> Args | None:
@@ -63,3 +68,72 @@ def sgd_momentum(
     args.block[:] = (*(a.__array_interface__["data"][0] for a in arrays), x.size, *floats)
     lib.sgd_momentum(args.ptr)
     return True
+
+
+def _channel_planes(x: np.ndarray) -> tuple[int, int, int] | None:
+    """``(N, C, pixels)`` of a C-contiguous float32 array of rank 2 or more, else None."""
+    if x.ndim < 2 or x.dtype != np.float32 or not x.flags.c_contiguous:
+        return None
+    return x.shape[0], x.shape[1], int(np.prod(x.shape[2:], dtype=np.int64))
+
+
+def _per_channel(values: np.ndarray, channels: int) -> np.ndarray | None:
+    """A C-contiguous float32 copy-or-view of a per-channel vector, or None when it holds another count."""
+    if values.size != channels:
+        return None
+    return np.ascontiguousarray(values, dtype=np.float32).reshape(channels)
+
+
+def batch_norm_train(
+    lib: NativeLib, x: np.ndarray, scale: np.ndarray, bias: np.ndarray, epsilon: float
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None:
+    """BatchNorm of NCHW-like float32 ``x`` with its batch statistics: ``(y, batch mean, batch population variance,
+    inverse std)``; None (nothing computed) for other dtypes or layouts."""
+    dims = _channel_planes(x)
+    if dims is None or min(dims) <= 0:
+        return None
+    n, c, pixels = dims
+    gain, shift = _per_channel(scale, c), _per_channel(bias, c)
+    if gain is None or shift is None:
+        return None
+    y = np.empty_like(x)
+    mean, var, inv_std = (np.empty(c, dtype=np.float32) for _ in range(3))
+    args = Args(BN_NARGS)
+    args.block[:] = (
+        addr(x), addr(y), addr(gain), addr(shift), addr(mean), addr(var), addr(inv_std), n, c, pixels,
+        struct.unpack("<i", struct.pack("<f", epsilon))[0],
+    )  # fmt: skip
+    lib.bn_train(args.ptr)
+    return y, mean, var, inv_std
+
+
+def batch_norm_train_grad(
+    lib: NativeLib,
+    dy: np.ndarray,
+    x: np.ndarray,
+    scale: np.ndarray,
+    mean: np.ndarray,
+    inv_std: np.ndarray,
+    want_dx: bool,
+) -> tuple[np.ndarray | None, np.ndarray, np.ndarray] | None:
+    """BatchNorm's gradients with batch statistics (the saved mean and inverse std): ``(dX or None, dScale,
+    dBias)``; None (nothing computed) for other dtypes or layouts."""
+    dims = _channel_planes(x)
+    if dims is None or min(dims) <= 0 or dy.shape != x.shape:
+        return None
+    dy = np.ascontiguousarray(dy)
+    if dy.dtype != np.float32:
+        return None
+    n, c, pixels = dims
+    gain, centre, spread = _per_channel(scale, c), _per_channel(mean, c), _per_channel(inv_std, c)
+    if gain is None or centre is None or spread is None:
+        return None
+    dx = np.empty_like(x) if want_dx else None
+    dscale, dbias = np.empty(c, dtype=np.float32), np.empty(c, dtype=np.float32)
+    args = Args(BG_NARGS)
+    args.block[:] = (
+        addr(dy), addr(x), 0 if dx is None else addr(dx), addr(gain), addr(centre), addr(spread), addr(dscale),
+        addr(dbias), n, c, pixels,
+    )  # fmt: skip
+    lib.bn_train_grad(args.ptr)
+    return dx, dscale, dbias

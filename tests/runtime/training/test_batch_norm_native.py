@@ -1,0 +1,76 @@
+"""BatchNorm's compiled training kernels against the NumPy kernels (their yardstick), at odd shapes."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from runtime import native
+from runtime.kernels.base import NodeContext
+from runtime.kernels.grad_norm import BatchNormGrad, BatchNormTraining
+from runtime.native.training import batch_norm_train, batch_norm_train_grad
+
+pytestmark = pytest.mark.skipif(native.lib() is None, reason=f"compiled kernels unavailable: {native.status()}")
+
+
+def _kernels() -> tuple[BatchNormTraining, BatchNormGrad]:
+    forward = BatchNormTraining(NodeContext("bn", "BatchNormTraining", n_inputs=5, n_outputs=5), {"momentum": 0.8})
+    grad = BatchNormGrad(NodeContext("bng", "BatchNormGrad", n_inputs=5, n_outputs=3), {})
+    return forward, grad
+
+
+@pytest.mark.parametrize(
+    "shape",
+    [(3, 5, 7, 9), (2, 16, 16, 16), (4, 3, 1, 1), (5, 6), (2, 4, 3, 5, 7), (1, 1, 5000), (2, 8, 64, 130)],
+)
+def test_compiled_batch_norm_is_numpys(shape: tuple[int, ...]) -> None:
+    rng = np.random.default_rng(7)
+    c = shape[1]
+    x = (rng.standard_normal(shape) * 3 + 5).astype(np.float32)  # an offset mean: the two-pass variance matters
+    dy = rng.standard_normal(shape).astype(np.float32)
+    scale, bias = rng.standard_normal(c).astype(np.float32), rng.standard_normal(c).astype(np.float32)
+    mean, var = rng.standard_normal(c).astype(np.float32), rng.random(c).astype(np.float32) + 0.5
+    forward, grad = _kernels()
+    got = forward.compute(x, scale, bias, mean, var)
+    got_grads = grad.compute(dy, x, scale, got[3], got[4])
+    native.set_enabled(False)
+    try:
+        want = forward.compute(x, scale, bias, mean, var)
+        want_grads = grad.compute(dy, x, scale, want[3], want[4])
+    finally:
+        native.set_enabled(None)
+    for g, w in zip(got, want, strict=True):
+        assert g.dtype == w.dtype and g.shape == w.shape
+        np.testing.assert_allclose(g, w, rtol=2e-5, atol=2e-5)
+    for g_grad, w_grad in zip(got_grads, want_grads, strict=True):
+        assert g_grad is not None and w_grad is not None and g_grad.dtype == w_grad.dtype
+        np.testing.assert_allclose(g_grad, w_grad, rtol=1e-4, atol=1e-4 * np.abs(w_grad).max())
+
+
+def test_the_wrappers_refuse_what_the_kernels_do_not_take() -> None:
+    lib = native.lib()
+    assert lib is not None
+    x = np.ones((2, 3, 4), dtype=np.float32)
+    ones = np.ones(3, dtype=np.float32)
+    assert batch_norm_train(lib, x.astype(np.float64), ones, ones, 1e-5) is None  # another dtype
+    assert batch_norm_train(lib, x.transpose(0, 2, 1), ones, ones, 1e-5) is None  # not C-contiguous
+    assert batch_norm_train(lib, x, np.ones(4, np.float32), ones, 1e-5) is None  # scale of another length
+    assert batch_norm_train(lib, np.ones((0, 3, 4), np.float32), ones, ones, 1e-5) is None  # an empty batch
+    assert batch_norm_train_grad(lib, np.ones((2, 3, 5), np.float32), x, ones, ones, ones, True) is None
+    only = batch_norm_train_grad(lib, x, x, ones, ones, ones, False)
+    assert only is not None and only[0] is None  # dX not asked for: not computed
+
+
+def test_a_constant_channel_gets_a_finite_normalisation_and_zero_gradient() -> None:
+    lib = native.lib()
+    assert lib is not None
+    x = np.full((4, 2, 3, 3), 7.0, dtype=np.float32)
+    ones = np.ones(2, dtype=np.float32)
+    found = batch_norm_train(lib, x, ones, np.zeros(2, np.float32), 1e-5)
+    assert found is not None
+    y, mean, var, inv_std = found
+    assert np.all(y == 0) and np.all(mean == 7) and np.all(var == 0)
+    grads = batch_norm_train_grad(lib, np.ones_like(x), x, ones, mean, inv_std, True)
+    assert grads is not None and grads[0] is not None
+    np.testing.assert_allclose(grads[0], 0, atol=1e-6)
+    np.testing.assert_allclose(grads[2], 36)
