@@ -86,6 +86,7 @@ ENTRY_POINTS = (
     "ap_sgd_momentum",
     "ap_bn_train",
     "ap_bn_train_grad",
+    "ap_relu_grad",
 )
 
 _lock = threading.Lock()

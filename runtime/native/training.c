@@ -327,3 +327,31 @@ TR_API void ap_bn_train(const int64_t *a) { tr_channels(a[BN_C], a[BN_N] * a[BN_
 TR_API void ap_bn_train_grad(const int64_t *a) {
   tr_channels(a[BG_C], a[BG_N] * a[BG_C] * a[BG_P], bn_backward_channel, a);
 }
+
+/* ReLU's gradient over float32: dx = dy where y > 0, else 0 (a select, so an overflowed dy where y <= 0 still
+ * reads 0, as np.where has it), one pass in RG_PER_TASK-value pool tasks. */
+enum { RG_DY, RG_Y, RG_DX, RG_N, RG_NARGS };
+#define RG_PER_TASK (1L << 15)
+
+static void relu_grad_part(const void *ctx, long task) {
+  const int64_t *a = (const int64_t *)ctx;
+  const float *dy = (const float *)(intptr_t)a[RG_DY], *y = (const float *)(intptr_t)a[RG_Y];
+  float *dx = (float *)(intptr_t)a[RG_DX];
+  const long i0 = task * RG_PER_TASK, i1 = i0 + RG_PER_TASK < a[RG_N] ? i0 + RG_PER_TASK : a[RG_N];
+  const tr_f8 zero = {0};
+  long i = i0;
+  for (; i + 8 <= i1; i += 8) {
+    const tr_i8 keep = *(const tr_f8 *)(y + i) > zero;
+    *(tr_f8 *)(dx + i) = (tr_f8)((tr_i8) * (const tr_f8 *)(dy + i) & keep);
+  }
+  for (; i < i1; i++) dx[i] = y[i] > 0.0f ? dy[i] : 0.0f;
+}
+
+TR_API void ap_relu_grad(const int64_t *a) {
+  const long tasks = (a[RG_N] + RG_PER_TASK - 1) / RG_PER_TASK;
+  if (a[RG_N] < BN_SERIAL) {
+    for (long t = 0; t < tasks; t++) relu_grad_part(a, t);
+    return;
+  }
+  ap_pool_for(tasks, relu_grad_part, a);
+}

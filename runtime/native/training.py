@@ -1,6 +1,6 @@
 """Compiled kernels the training graphs need (``training.c``): the tiled max-pool backward, a 2x2/2 NCHW max
-pool for narrow planes, BatchNorm's training forward and backward (a pool task per channel), and the trainer's
-one-pass SGD-with-momentum update."""
+pool for narrow planes, BatchNorm's training forward and backward (a pool task per channel), ReLU's gradient, and
+the trainer's one-pass SGD-with-momentum update."""
 
 from __future__ import annotations
 
@@ -20,6 +20,8 @@ SG_X, SG_G, SG_V, SG_N, SG_SCALE, SG_DECAY, SG_MOMENTUM, SG_LR, SG_NARGS = range
 BN_X, BN_Y, BN_SCALE, BN_BIAS, BN_MEAN, BN_VAR, BN_INVSTD, BN_N, BN_C, BN_P, BN_EPS, BN_NARGS = range(12)
 #: ``ap_bn_train_grad``'s argument block (training.c's ``BG_*`` enum).
 BG_DY, BG_X, BG_DX, BG_SCALE, BG_MEAN, BG_INVSTD, BG_DSCALE, BG_DBIAS, BG_N, BG_C, BG_P, BG_NARGS = range(12)
+#: ``ap_relu_grad``'s argument block (training.c's ``RG_*`` enum).
+RG_DY, RG_Y, RG_DX, RG_N, RG_NARGS = range(5)
 
 
 def maxpool_2x2_args(x: np.ndarray, out: np.ndarray) -> Args | None:
@@ -137,3 +139,16 @@ def batch_norm_train_grad(
     )  # fmt: skip
     lib.bn_train_grad(args.ptr)
     return dx, dscale, dbias
+
+
+def relu_grad(lib: NativeLib, dy: np.ndarray, y: np.ndarray) -> np.ndarray | None:
+    """``dy`` where ``y > 0``, else 0, for C-contiguous float32 arrays of one shape; None otherwise."""
+    if dy.dtype != np.float32 or y.dtype != np.float32 or dy.shape != y.shape:
+        return None
+    if not (dy.flags.c_contiguous and y.flags.c_contiguous):
+        return None
+    dx = np.empty_like(dy)
+    args = Args(RG_NARGS)
+    args.block[:] = (addr(dy), addr(y), addr(dx), dy.size)
+    lib.relu_grad(args.ptr)
+    return dx

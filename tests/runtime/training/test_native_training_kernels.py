@@ -1,4 +1,5 @@
-"""BatchNorm's compiled training kernels against the NumPy kernels (their yardstick), at odd shapes."""
+"""The compiled training kernels (BatchNorm's forward and backward, ReLU's gradient) against the NumPy kernels,
+their yardsticks, at odd shapes."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import pytest
 from runtime import native
 from runtime.kernels.base import NodeContext
 from runtime.kernels.grad_norm import BatchNormGrad, BatchNormTraining
-from runtime.native.training import batch_norm_train, batch_norm_train_grad
+from runtime.native.training import batch_norm_train, batch_norm_train_grad, relu_grad
 
 pytestmark = pytest.mark.skipif(native.lib() is None, reason=f"compiled kernels unavailable: {native.status()}")
 
@@ -74,3 +75,21 @@ def test_a_constant_channel_gets_a_finite_normalisation_and_zero_gradient() -> N
     assert grads is not None and grads[0] is not None
     np.testing.assert_allclose(grads[0], 0, atol=1e-6)
     np.testing.assert_allclose(grads[2], 36)
+
+
+@pytest.mark.parametrize("size", [1, 7, 8, 13, 70_001, 200_003])  # vector tails; several pool tasks
+def test_compiled_relu_grad_is_the_select(size: int) -> None:
+    lib = native.lib()
+    assert lib is not None
+    rng = np.random.default_rng(size)
+    y = np.maximum(rng.standard_normal(size), 0).astype(np.float32)
+    y[::5] = -0.0
+    dy = rng.standard_normal(size).astype(np.float32)
+    dy[::3] = np.inf  # overflowed dY: only where Y > 0 may it pass through
+    dy[1::7] = np.nan
+    got = relu_grad(lib, dy, y)
+    assert got is not None
+    np.testing.assert_array_equal(got, np.where(y > 0, dy, np.float32(0)))
+    assert relu_grad(lib, dy.astype(np.float64), y) is None  # another dtype: the NumPy kernel's
+    strided = np.ones((4, 6), np.float32)[:, ::2]
+    assert relu_grad(lib, strided, strided) is None  # not C-contiguous
