@@ -34,7 +34,7 @@ from runtime.kernels.grad_base import (
     swap_leading,
     wide,
 )
-from runtime.kernels.step_conv import StepConv, conv_input_grad
+from runtime.kernels.step_conv import StepConv, conv_input_grad, input_grad_geometry
 
 
 @dataclass(frozen=True)
@@ -79,9 +79,10 @@ class ConvGrad(GradKernel):
         per_sample = x.shape[1] * math.prod(kernel) * math.prod(out) * xc.itemsize
         chunk = max(1, min(n, _COLS_BYTES // max(per_sample, 1)))
         want_dx, want_dw = self.wants(0), self.wants(1)
-        flat = nd == 2 and group == 1 and (strides == [1, 1] or math.prod(kernel) > 1)  # 1x1: one phase read
+        depthwise = group > 1 and w.shape[0] == group and w.shape[1] == 1
+        flat = nd == 2 and (group == 1 or depthwise) and (strides == [1, 1] or math.prod(kernel) > 1)  # 1x1: one phase
         compiled_dx = want_dx and flat and strides == [1, 1]
-        dx = conv_input_grad(self._step, dyc, wc, pads, dilations) if compiled_dx else None
+        dx = _compiled_input_grad(self._step, dyc, wc, pads, dilations, group) if compiled_dx else None
         if dx is not None:  # the compiled kernel gave dX: the chunks compute dW only
             want_dx = False
         elif want_dx:
@@ -104,6 +105,17 @@ class ConvGrad(GradKernel):
             None if dw is None else dw.reshape(w.shape).astype(w.dtype, copy=False),
             None if db is None else db.astype(w.dtype, copy=False),
         )
+
+
+def _compiled_input_grad(
+    step: StepConv, dy: np.ndarray, w: np.ndarray, pads: list[int], dilations: list[int], group: int
+) -> np.ndarray | None:
+    """dX of a stride-1 2-D convolution, one group or depthwise, on the compiled kernel (None where it cannot): a
+    depthwise convolution's is the depthwise convolution of dY with each channel's kernel flipped."""
+    if group == 1:
+        return conv_input_grad(step, dy, w, pads, dilations)
+    grad_pads = input_grad_geometry(w.shape, pads, dilations)
+    return None if grad_pads is None else step(dy, w[:, :, ::-1, ::-1], None, group, [1, 1], dilations, grad_pads)
 
 
 def _conv_grad_chunk(
@@ -146,13 +158,19 @@ def _conv_grad_chunk(
 def _flat_conv_grad(
     dy: np.ndarray, x: np.ndarray, w: np.ndarray, win: Window, want_dx: bool, want_dw: bool
 ) -> tuple[np.ndarray | None, np.ndarray | None]:
-    """``_conv_grad_chunk`` for 2-D, one group, on flattened padded phase planes (see the module docstring)."""
+    """``_conv_grad_chunk`` for 2-D, one group or depthwise, on flattened padded phase planes (module docstring)."""
     n, c, height, width = x.shape
     m, k_h, k_w = w.shape[0], w.shape[2], w.shape[3]
     out_h, out_w = dy.shape[2:]
     geo = phase_geometry((height, width), win.pads, win.strides, win.dilations, (k_h, k_w), (out_h, out_w))
     span, row = geo.span, geo.width
     k_size = k_h * k_w
+    depthwise = win.group > 1
+    dy_wide = None
+    if want_dx or depthwise:  # dY at the phase planes' width: (N, M, out_h * width), zero in the extra columns
+        dy_wide = np.zeros((n, m, out_h, row), dtype=dy.dtype)
+        dy_wide[..., :out_w] = dy
+        dy_wide = dy_wide.reshape(n, m, span)
     dw = None
     if want_dw:
         xf = np.zeros((n, c, len(geo.phases), geo.plane), dtype=x.dtype)
@@ -160,40 +178,66 @@ def _flat_conv_grad(
             _phase_plane(xf, index, geo)[(slice(None), slice(None), *plane_part)] = x[
                 (slice(None), slice(None), *x_part)
             ]
-        cols = np.empty((c, k_size, n, span), dtype=x.dtype)  # (C*K, N*span): one copy of long runs per offset
-        for tap, (index, shift) in enumerate(geo.taps):
-            cols[:, tap] = xf[:, :, index, shift : shift + span].transpose(1, 0, 2)
-        # dY as rows of pixels at the phase planes' width, (N*span, M), zero in the extra columns
-        dy_rows = np.zeros((n, out_h, row, m), dtype=dy.dtype)
-        dy_rows[:, :, :out_w] = dy.transpose(0, 2, 3, 1)
-        cols2, rows2 = cols.reshape(c * k_size, n * span), dy_rows.reshape(n * span, m)
-        if n * span < _SHORT_REDUCTION * m:  # few pixels per channel: BLAS writes dW in place, nothing to transpose
-            dw = np.matmul(rows2.T, cols2.T).reshape(1, m, c * k_size)
-        else:  # a long reduction runs fastest as dW^T = cols @ rows, then one strip-wise transpose
-            dw = swap_leading(np.matmul(cols2, rows2)).reshape(1, m, c * k_size)
+        dw = _depthwise_dw(xf, dy_wide, geo) if dy_wide is not None and depthwise else _dense_dw(xf, dy, geo)
     dx = None
     if want_dx:
-        # dY at the phase planes' width: (N, M, out_h * width), zero in the extra columns
-        dy_wide = np.zeros((n, m, out_h, row), dtype=dy.dtype)
-        dy_wide[..., :out_w] = dy
-        dy_wide = dy_wide.reshape(n, m, span)
-        w_t = w.reshape(m, c * k_size).T  # (C*K, M), a view: BLAS reads it transposed
-        dcols = np.matmul(w_t, dy_wide).reshape(n, c, k_size, span)
-        dxf = np.zeros((n, c, len(geo.phases), geo.plane), dtype=dcols.dtype)
-        for tap, (index, shift) in enumerate(geo.taps):
-            dxf[:, :, index, shift : shift + span] += dcols[:, :, tap]
-        parts = list(geo.parts(win.pads, (height, width)))
-        held = sum(len(range(*xs[0].indices(height))) * len(range(*xs[1].indices(width))) for _, _, xs in parts)
-        if len(parts) == 1 and held == height * width:  # one plane holds every input pixel: its region, as a view
-            index, plane_part, _ = parts[0]
-            dx = _phase_plane(dxf, index, geo)[(slice(None), slice(None), *plane_part)]
-        else:  # input pixels that no output reads (a stride's leftover rows) keep a zero gradient
-            dx = np.zeros(x.shape, dtype=dxf.dtype)
-            for index, plane_part, x_part in parts:
-                dx[(slice(None), slice(None), *x_part)] = _phase_plane(dxf, index, geo)[
-                    (slice(None), slice(None), *plane_part)
-                ]
+        assert dy_wide is not None
+        dxf = np.zeros((n, c, len(geo.phases), geo.plane), dtype=dy_wide.dtype)
+        if depthwise:  # each channel's taps scale its own dY
+            w_taps = w.reshape(c, k_size, 1)
+            for tap, (index, shift) in enumerate(geo.taps):
+                dxf[:, :, index, shift : shift + span] += dy_wide * w_taps[:, tap]
+        else:
+            w_t = w.reshape(m, c * k_size).T  # (C*K, M), a view: BLAS reads it transposed
+            dcols = np.matmul(w_t, dy_wide).reshape(n, c, k_size, span)
+            for tap, (index, shift) in enumerate(geo.taps):
+                dxf[:, :, index, shift : shift + span] += dcols[:, :, tap]
+        dx = _from_phases(dxf, geo, win.pads, x.shape)
     return dx, dw
+
+
+def _dense_dw(xf: np.ndarray, dy: np.ndarray, geo: PhaseGeometry) -> np.ndarray:
+    """One group's dW ``(1, M, C*K)``: one GEMM of the taps' runs (copied into columns) by dY's rows."""
+    n, c = xf.shape[:2]
+    m, (out_h, out_w) = dy.shape[1], dy.shape[2:]
+    span, k_size = geo.span, len(geo.taps)
+    cols = np.empty((c, k_size, n, span), dtype=xf.dtype)  # (C*K, N*span): one copy of long runs per offset
+    for tap, (index, shift) in enumerate(geo.taps):
+        cols[:, tap] = xf[:, :, index, shift : shift + span].transpose(1, 0, 2)
+    # dY as rows of pixels at the phase planes' width, (N*span, M), zero in the extra columns
+    dy_rows = np.zeros((n, out_h, geo.width, m), dtype=dy.dtype)
+    dy_rows[:, :, :out_w] = dy.transpose(0, 2, 3, 1)
+    cols2, rows2 = cols.reshape(c * k_size, n * span), dy_rows.reshape(n * span, m)
+    if n * span < _SHORT_REDUCTION * m:  # few pixels per channel: BLAS writes dW in place, nothing to transpose
+        return np.matmul(rows2.T, cols2.T).reshape(1, m, c * k_size)
+    # a long reduction runs fastest as dW^T = cols @ rows, then one strip-wise transpose
+    return swap_leading(np.matmul(cols2, rows2)).reshape(1, m, c * k_size)
+
+
+def _depthwise_dw(xf: np.ndarray, dy_wide: np.ndarray, geo: PhaseGeometry) -> np.ndarray:
+    """A depthwise convolution's dW ``(C, 1, K)``: per tap, its run times dY summed per channel (no columns)."""
+    n, c = xf.shape[:2]
+    dw = np.empty((c, 1, len(geo.taps)), dtype=xf.dtype)
+    product = np.empty((n, c, geo.span), dtype=xf.dtype)
+    for tap, (index, shift) in enumerate(geo.taps):
+        np.multiply(xf[:, :, index, shift : shift + geo.span], dy_wide, out=product)
+        dw[:, 0, tap] = product.sum(axis=2).sum(axis=0)
+    return dw
+
+
+def _from_phases(dxf: np.ndarray, geo: PhaseGeometry, pads: list[int], shape: tuple[int, ...]) -> np.ndarray:
+    """The input gradient from its phase planes: a view where one plane holds every input pixel (stride 1), else
+    assembled, zero where no output reads the pixel (a stride's leftover rows)."""
+    height, width = shape[2:]
+    parts = list(geo.parts(pads, (height, width)))
+    held = sum(len(range(*xs[0].indices(height))) * len(range(*xs[1].indices(width))) for _, _, xs in parts)
+    if len(parts) == 1 and held == height * width:
+        index, plane_part, _ = parts[0]
+        return _phase_plane(dxf, index, geo)[(slice(None), slice(None), *plane_part)]
+    dx = np.zeros(shape, dtype=dxf.dtype)
+    for index, plane_part, x_part in parts:
+        dx[(slice(None), slice(None), *x_part)] = _phase_plane(dxf, index, geo)[(slice(None), slice(None), *plane_part)]
+    return dx
 
 
 @dataclass(frozen=True)

@@ -88,6 +88,55 @@ def test_strided_phase_planes_give_the_reference_gradients(
     np.testing.assert_allclose(got_dw, general[1], rtol=1e-10, atol=1e-10)
 
 
+@pytest.mark.parametrize(
+    ("kernel", "pads", "strides", "dilations", "size"),
+    [
+        ((3, 3), [1, 1, 1, 1], [1, 1], [1, 1], (8, 8)),  # MobileNetV2's depthwise 3x3
+        ((3, 3), [1, 1, 1, 1], [2, 2], [1, 1], (9, 7)),  # and its downsampling one, at odd sizes
+        ((5, 3), [2, 0, 1, 1], [2, 3], [1, 2], (11, 10)),  # asymmetric everything
+    ],
+)
+def test_depthwise_phase_planes_give_the_grouped_im2col_gradients(
+    kernel: tuple[int, int], pads: list[int], strides: list[int], dilations: list[int], size: tuple[int, int]
+) -> None:
+    rng = np.random.default_rng(6)
+    x = rng.standard_normal((3, 5, *size))
+    w = rng.standard_normal((5, 1, *kernel))
+    out = [(size[i] + pads[i] + pads[i + 2] - (kernel[i] - 1) * dilations[i] - 1) // strides[i] + 1 for i in range(2)]
+    dy = rng.standard_normal((3, 5, *out))
+    win = Window(pads, strides, dilations, 5)
+    want = _conv_grad_chunk(dy, x, w, win, True, True)
+    got = _flat_conv_grad(dy, x, w, win, True, True)
+    for g, e in zip(got, want, strict=True):
+        assert g is not None and e is not None
+        np.testing.assert_allclose(g, e, rtol=1e-10, atol=1e-10)
+
+
+@pytest.mark.skipif(native.lib() is None, reason=f"compiled kernels unavailable: {native.status()}")
+@pytest.mark.parametrize("dilation", [1, 2])
+def test_depthwise_conv_grad_takes_the_compiled_input_gradient(dilation: int) -> None:
+    from runtime.kernels.base import NodeContext
+    from runtime.kernels.grad_conv import ConvGrad, _compiled_input_grad
+    from runtime.kernels.step_conv import StepConv
+
+    rng = np.random.default_rng(8)
+    x = rng.standard_normal((4, 24, 9, 10)).astype(np.float32)
+    w = rng.standard_normal((24, 1, 3, 3)).astype(np.float32)
+    pads = [dilation, 1, dilation, 2]
+    dy = rng.standard_normal((4, 24, 9, 11)).astype(np.float32)
+    window = Window(pads, [1, 1], [dilation, 1], 24)
+    want = _conv_grad_chunk(dy.astype(np.float64), x.astype(np.float64), w.astype(np.float64), window, True, True)
+    assert want[0] is not None and want[1] is not None
+    compiled = _compiled_input_grad(StepConv(), dy, w, pads, [dilation, 1], 24)
+    assert compiled is not None  # the compiled kernel took it
+    np.testing.assert_allclose(compiled, want[0], rtol=1e-4, atol=1e-4)
+    attrs = {"pads": pads, "group": 24, "dilations": [dilation, 1]}
+    got = ConvGrad(NodeContext("g", "ConvGrad", n_inputs=3, n_outputs=3), attrs).compute(dy, x, w)
+    assert got[0] is not None and got[1] is not None
+    np.testing.assert_allclose(got[0], want[0], rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(got[1], want[1].reshape(w.shape), rtol=1e-4, atol=1e-3)
+
+
 def _max_pool_grad_by_windows(dy: np.ndarray, x: np.ndarray, k: int) -> np.ndarray:
     """Window by window: the gradient goes to the first maximum in C order."""
     dx = np.zeros_like(x)
