@@ -87,6 +87,7 @@ ENTRY_POINTS = (
     "ap_bn_train",
     "ap_bn_train_grad",
     "ap_relu_grad",
+    "ap_pack_conv_weights",
 )
 
 _lock = threading.Lock()

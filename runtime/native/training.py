@@ -1,6 +1,7 @@
 """Compiled kernels the training graphs need (``training.c``): the tiled max-pool backward, a 2x2/2 NCHW max
-pool for narrow planes, BatchNorm's training forward and backward (a pool task per channel), ReLU's gradient, and
-the trainer's one-pass SGD-with-momentum update."""
+pool for narrow planes, BatchNorm's training forward and backward (a pool task per channel), ReLU's gradient, the
+per-step packing of a convolution's weights into the NHWC kernel's blocks, and the trainer's one-pass
+SGD-with-momentum update."""
 
 from __future__ import annotations
 
@@ -22,6 +23,8 @@ BN_X, BN_Y, BN_SCALE, BN_BIAS, BN_MEAN, BN_VAR, BN_INVSTD, BN_N, BN_C, BN_P, BN_
 BG_DY, BG_X, BG_DX, BG_SCALE, BG_MEAN, BG_INVSTD, BG_DSCALE, BG_DBIAS, BG_N, BG_C, BG_P, BG_NARGS = range(12)
 #: ``ap_relu_grad``'s argument block (training.c's ``RG_*`` enum).
 RG_DY, RG_Y, RG_DX, RG_N, RG_NARGS = range(5)
+#: ``ap_pack_conv_weights``'s argument block (training.c's ``PW_*`` enum).
+PW_W, PW_OUT, PW_G, PW_MG, PW_CG, PW_KH, PW_KW, PW_BW, PW_SM, PW_SC, PW_SH, PW_SW, PW_NARGS = range(13)
 
 
 def maxpool_2x2_args(x: np.ndarray, out: np.ndarray) -> Args | None:
@@ -152,3 +155,21 @@ def relu_grad(lib: NativeLib, dy: np.ndarray, y: np.ndarray) -> np.ndarray | Non
     args.block[:] = (addr(dy), addr(y), addr(dx), dy.size)
     lib.relu_grad(args.ptr)
     return dx
+
+
+def pack_conv_weights(lib: NativeLib, w: np.ndarray, out: np.ndarray, group: int, block: int) -> bool:
+    """Pack float32 ``w`` ``(G*Mg, Cg, KH, KW)``, any strides (a flipped or transposed view), into the NHWC
+    kernel's ``out`` ``[G][ceil(Mg/block)][KH][KW][Cg][block]`` (a partial block's padding lanes untouched);
+    False (nothing written) where the shapes, dtypes or layout do not fit."""
+    if w.ndim != 4 or w.dtype != np.float32 or out.dtype != np.float32 or not out.flags.c_contiguous:
+        return False
+    m, cg, kh, kw = (int(d) for d in w.shape)
+    if group <= 0 or block <= 0 or m % group or min(m, cg, kh, kw) <= 0 or not out.flags.writeable:
+        return False
+    mg = m // group
+    if out.size != group * -(-mg // block) * kh * kw * cg * block or any(s % 4 for s in w.strides):
+        return False
+    args = Args(PW_NARGS)
+    args.block[:] = (addr(w), addr(out), group, mg, cg, kh, kw, block, *(s // 4 for s in w.strides))
+    lib.pack_conv_weights(args.ptr)
+    return True
