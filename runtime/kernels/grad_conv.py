@@ -185,8 +185,10 @@ def _flat_conv_grad(
         dxf = np.zeros((n, c, len(geo.phases), geo.plane), dtype=dy_wide.dtype)
         if depthwise:  # each channel's taps scale its own dY
             w_taps = w.reshape(c, k_size, 1)
+            scaled = np.empty_like(dy_wide)
             for tap, (index, shift) in enumerate(geo.taps):
-                dxf[:, :, index, shift : shift + span] += dy_wide * w_taps[:, tap]
+                run = dxf[:, :, index, shift : shift + span]
+                np.add(run, np.multiply(dy_wide, w_taps[:, tap], out=scaled), out=run)
         else:
             w_t = w.reshape(m, c * k_size).T  # (C*K, M), a view: BLAS reads it transposed
             dcols = np.matmul(w_t, dy_wide).reshape(n, c, k_size, span)
@@ -215,13 +217,12 @@ def _dense_dw(xf: np.ndarray, dy: np.ndarray, geo: PhaseGeometry) -> np.ndarray:
 
 
 def _depthwise_dw(xf: np.ndarray, dy_wide: np.ndarray, geo: PhaseGeometry) -> np.ndarray:
-    """A depthwise convolution's dW ``(C, 1, K)``: per tap, its run times dY summed per channel (no columns)."""
-    n, c = xf.shape[:2]
+    """A depthwise convolution's dW ``(C, 1, K)``: per tap, its run times dY summed per channel (one einsum, no
+    columns; a multiply then sums over the short pixel axis took 3-5x as long)."""
+    c = xf.shape[1]
     dw = np.empty((c, 1, len(geo.taps)), dtype=xf.dtype)
-    product = np.empty((n, c, geo.span), dtype=xf.dtype)
     for tap, (index, shift) in enumerate(geo.taps):
-        np.multiply(xf[:, :, index, shift : shift + geo.span], dy_wide, out=product)
-        dw[:, 0, tap] = product.sum(axis=2).sum(axis=0)
+        dw[:, 0, tap] = np.einsum("ncp,ncp->c", xf[:, :, index, shift : shift + geo.span], dy_wide)
     return dw
 
 
