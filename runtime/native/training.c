@@ -12,6 +12,15 @@
 typedef void (*tr_task_fn)(const void *ctx, long task);
 void ap_pool_for(long ntasks, tr_task_fn fn, const void *ctx);
 
+/* fn(a, 0 .. tasks-1): on the calling thread when the call touches fewer than `serial` values, else on the pool */
+static void tr_tasks(long tasks, long values, long serial, tr_task_fn fn, const int64_t *a) {
+  if (values < serial) {
+    for (long t = 0; t < tasks; t++) fn(a, t);
+    return;
+  }
+  ap_pool_for(tasks, fn, a);
+}
+
 /* Argument block of ap_maxpool_grad_tiled (runtime/kernels/grad_pool.py builds it). */
 enum { MG_X, MG_DY, MG_DX, MG_PLANES, MG_H, MG_W, MG_KH, MG_KW, MG_NARGS };
 #define MG_PLANES_PER_TASK 16
@@ -99,11 +108,7 @@ static void maxpool_grad_planes(const void *ctx, long task) {
 TR_API void ap_maxpool_grad_tiled(const int64_t *a) {
   const long planes = a[MG_PLANES];
   const long tasks = (planes + MG_PLANES_PER_TASK - 1) / MG_PLANES_PER_TASK;
-  if (planes * a[MG_H] * a[MG_W] < MG_SERIAL) {
-    for (long t = 0; t < tasks; t++) maxpool_grad_planes(a, t);
-    return;
-  }
-  ap_pool_for(tasks, maxpool_grad_planes, a);
+  tr_tasks(tasks, planes * a[MG_H] * a[MG_W], MG_SERIAL, maxpool_grad_planes, a);
 }
 
 /* Max pool 2x2/2 (no pads or dilation) over NCHW planes whose width is a multiple of 8, such as the digits CNN's
@@ -151,11 +156,7 @@ static void maxpool_2x2_pairs(const void *ctx, long task) {
 TR_API void ap_maxpool_2x2(const int64_t *a) {
   const long pairs = a[MQ_PAIRS];
   const long tasks = (pairs + MQ_PAIRS_PER_TASK - 1) / MQ_PAIRS_PER_TASK;
-  if (pairs * 2 * a[MQ_W] < MG_SERIAL) {
-    for (long t = 0; t < tasks; t++) maxpool_2x2_pairs(a, t);
-    return;
-  }
-  ap_pool_for(tasks, maxpool_2x2_pairs, a);
+  tr_tasks(tasks, pairs * 2 * a[MQ_W], MG_SERIAL, maxpool_2x2_pairs, a);
 }
 
 /* SGD with momentum over one float32 tensor, in place and in one pass over the weights, velocity and gradient
@@ -189,12 +190,7 @@ static void sgd_momentum_part(const void *ctx, long task) {
 }
 
 TR_API void ap_sgd_momentum(const int64_t *a) {
-  const long tasks = (a[SG_N] + SG_PER_TASK - 1) / SG_PER_TASK;
-  if (a[SG_N] < MG_SERIAL) {
-    for (long t = 0; t < tasks; t++) sgd_momentum_part(a, t);
-    return;
-  }
-  ap_pool_for(tasks, sgd_momentum_part, a);
+  tr_tasks((a[SG_N] + SG_PER_TASK - 1) / SG_PER_TASK, a[SG_N], MG_SERIAL, sgd_momentum_part, a);
 }
 
 /* BatchNorm in training over NCHW float32 (any number of pixels per plane, P), one pool task per channel.
@@ -314,18 +310,12 @@ static void bn_backward_channel(const void *ctx, long c) {
   }
 }
 
-static void tr_channels(long channels, long values, tr_task_fn fn, const int64_t *a) {
-  if (values < BN_SERIAL) {
-    for (long c = 0; c < channels; c++) fn(a, c);
-    return;
-  }
-  ap_pool_for(channels, fn, a);
+TR_API void ap_bn_train(const int64_t *a) {
+  tr_tasks(a[BN_C], a[BN_N] * a[BN_C] * a[BN_P], BN_SERIAL, bn_forward_channel, a);
 }
 
-TR_API void ap_bn_train(const int64_t *a) { tr_channels(a[BN_C], a[BN_N] * a[BN_C] * a[BN_P], bn_forward_channel, a); }
-
 TR_API void ap_bn_train_grad(const int64_t *a) {
-  tr_channels(a[BG_C], a[BG_N] * a[BG_C] * a[BG_P], bn_backward_channel, a);
+  tr_tasks(a[BG_C], a[BG_N] * a[BG_C] * a[BG_P], BN_SERIAL, bn_backward_channel, a);
 }
 
 /* ReLU's gradient over float32: dx = dy where y > 0, else 0 (a select, so an overflowed dy where y <= 0 still
@@ -348,12 +338,7 @@ static void relu_grad_part(const void *ctx, long task) {
 }
 
 TR_API void ap_relu_grad(const int64_t *a) {
-  const long tasks = (a[RG_N] + RG_PER_TASK - 1) / RG_PER_TASK;
-  if (a[RG_N] < BN_SERIAL) {
-    for (long t = 0; t < tasks; t++) relu_grad_part(a, t);
-    return;
-  }
-  ap_pool_for(tasks, relu_grad_part, a);
+  tr_tasks((a[RG_N] + RG_PER_TASK - 1) / RG_PER_TASK, a[RG_N], BN_SERIAL, relu_grad_part, a);
 }
 
 /* A training step's convolution weights into the NHWC kernel's blocks (runtime/native/conv.py's layout):
@@ -392,9 +377,5 @@ static void pack_weights_block(const void *ctx, long task) {
 
 TR_API void ap_pack_conv_weights(const int64_t *a) {
   const long tasks = a[PW_G] * ((a[PW_MG] + a[PW_BW] - 1) / a[PW_BW]);
-  if (a[PW_G] * a[PW_MG] * a[PW_CG] * a[PW_KH] * a[PW_KW] < BN_SERIAL) {
-    for (long t = 0; t < tasks; t++) pack_weights_block(a, t);
-    return;
-  }
-  ap_pool_for(tasks, pack_weights_block, a);
+  tr_tasks(tasks, a[PW_G] * a[PW_MG] * a[PW_CG] * a[PW_KH] * a[PW_KW], BN_SERIAL, pack_weights_block, a);
 }

@@ -57,59 +57,45 @@ def _conv_grads_by_pixels(
 
 
 @pytest.mark.parametrize(
-    ("kernel", "pads", "strides", "dilations", "size"),
+    ("kernel", "pads", "strides", "dilations", "size", "depthwise"),
     [
-        ((3, 3), [1, 1, 1, 1], [2, 2], [1, 1], (8, 8)),  # ResNet's downsampling 3x3
-        ((3, 3), [1, 1, 1, 1], [2, 2], [1, 1], (7, 9)),  # odd sizes: the last row and column are read
-        ((1, 1), [0, 0, 0, 0], [2, 2], [1, 1], (7, 6)),  # the 1x1 shortcut: one phase of four is read
-        ((3, 3), [0, 0, 0, 0], [3, 3], [1, 1], (10, 11)),  # leftover rows and columns no output reads
-        ((7, 7), [3, 3, 3, 3], [2, 2], [1, 1], (11, 10)),  # ResNet-50's stem
-        ((3, 2), [0, 1, 2, 1], [2, 3], [2, 1], (9, 11)),  # asymmetric pads, strides and dilations
-        ((2, 3), [1, 0, 0, 2], [3, 2], [2, 3], (8, 9)),  # dilation and stride sharing a factor
+        ((3, 3), [1, 1, 1, 1], [2, 2], [1, 1], (8, 8), False),  # ResNet's downsampling 3x3
+        ((3, 3), [1, 1, 1, 1], [2, 2], [1, 1], (7, 9), False),  # odd sizes: the last row and column are read
+        ((1, 1), [0, 0, 0, 0], [2, 2], [1, 1], (7, 6), False),  # the 1x1 shortcut: one phase of four is read
+        ((3, 3), [0, 0, 0, 0], [3, 3], [1, 1], (10, 11), False),  # leftover rows and columns no output reads
+        ((7, 7), [3, 3, 3, 3], [2, 2], [1, 1], (11, 10), False),  # ResNet-50's stem
+        ((3, 2), [0, 1, 2, 1], [2, 3], [2, 1], (9, 11), False),  # asymmetric pads, strides and dilations
+        ((2, 3), [1, 0, 0, 2], [3, 2], [2, 3], (8, 9), False),  # dilation and stride sharing a factor
+        ((3, 3), [1, 1, 1, 1], [1, 1], [1, 1], (8, 8), True),  # MobileNetV2's depthwise 3x3
+        ((3, 3), [1, 1, 1, 1], [2, 2], [1, 1], (9, 7), True),  # and its downsampling one, at odd sizes
+        ((5, 3), [2, 0, 1, 1], [2, 3], [1, 2], (11, 10), True),  # asymmetric everything
     ],
 )
-def test_strided_phase_planes_give_the_reference_gradients(
-    kernel: tuple[int, int], pads: list[int], strides: list[int], dilations: list[int], size: tuple[int, int]
+def test_phase_planes_give_the_reference_gradients(
+    kernel: tuple[int, int],
+    pads: list[int],
+    strides: list[int],
+    dilations: list[int],
+    size: tuple[int, int],
+    depthwise: bool,
 ) -> None:
+    """Against the im2col yardstick (grouped for depthwise), and one-group ones also pixel by pixel."""
     rng = np.random.default_rng(5)
-    x = rng.standard_normal((2, 3, *size))
-    w = rng.standard_normal((4, 3, *kernel))
+    x = rng.standard_normal((2, 4, *size))
+    w = rng.standard_normal((4, 1 if depthwise else 4, *kernel))
     out = [(size[i] + pads[i] + pads[i + 2] - (kernel[i] - 1) * dilations[i] - 1) // strides[i] + 1 for i in range(2)]
     dy = rng.standard_normal((2, 4, *out))
-    win = Window(pads, strides, dilations, 1)
-    want_dx, want_dw = _conv_grads_by_pixels(dy, x, w, pads, strides, dilations)
-    got_dx, got_dw = _flat_conv_grad(dy, x, w, win, True, True)
-    assert got_dx is not None and got_dw is not None
-    np.testing.assert_allclose(got_dx, want_dx, rtol=1e-10, atol=1e-10)
-    np.testing.assert_allclose(got_dw.reshape(w.shape), want_dw, rtol=1e-10, atol=1e-10)
-    general = _conv_grad_chunk(dy, x, w, win, True, True)  # the im2col yardstick agrees too
-    assert general[0] is not None and general[1] is not None
-    np.testing.assert_allclose(got_dx, general[0], rtol=1e-10, atol=1e-10)
-    np.testing.assert_allclose(got_dw, general[1], rtol=1e-10, atol=1e-10)
-
-
-@pytest.mark.parametrize(
-    ("kernel", "pads", "strides", "dilations", "size"),
-    [
-        ((3, 3), [1, 1, 1, 1], [1, 1], [1, 1], (8, 8)),  # MobileNetV2's depthwise 3x3
-        ((3, 3), [1, 1, 1, 1], [2, 2], [1, 1], (9, 7)),  # and its downsampling one, at odd sizes
-        ((5, 3), [2, 0, 1, 1], [2, 3], [1, 2], (11, 10)),  # asymmetric everything
-    ],
-)
-def test_depthwise_phase_planes_give_the_grouped_im2col_gradients(
-    kernel: tuple[int, int], pads: list[int], strides: list[int], dilations: list[int], size: tuple[int, int]
-) -> None:
-    rng = np.random.default_rng(6)
-    x = rng.standard_normal((3, 5, *size))
-    w = rng.standard_normal((5, 1, *kernel))
-    out = [(size[i] + pads[i] + pads[i + 2] - (kernel[i] - 1) * dilations[i] - 1) // strides[i] + 1 for i in range(2)]
-    dy = rng.standard_normal((3, 5, *out))
-    win = Window(pads, strides, dilations, 5)
-    want = _conv_grad_chunk(dy, x, w, win, True, True)
+    win = Window(pads, strides, dilations, 4 if depthwise else 1)
     got = _flat_conv_grad(dy, x, w, win, True, True)
-    for g, e in zip(got, want, strict=True):
-        assert g is not None and e is not None
-        np.testing.assert_allclose(g, e, rtol=1e-10, atol=1e-10)
+    assert got[0] is not None and got[1] is not None
+    general = _conv_grad_chunk(dy, x, w, win, True, True)
+    assert general[0] is not None and general[1] is not None
+    np.testing.assert_allclose(got[0], general[0], rtol=1e-10, atol=1e-10)
+    np.testing.assert_allclose(got[1], general[1], rtol=1e-10, atol=1e-10)
+    if not depthwise:
+        want_dx, want_dw = _conv_grads_by_pixels(dy, x, w, pads, strides, dilations)
+        np.testing.assert_allclose(got[0], want_dx, rtol=1e-10, atol=1e-10)
+        np.testing.assert_allclose(got[1].reshape(w.shape), want_dw, rtol=1e-10, atol=1e-10)
 
 
 @pytest.mark.skipif(native.lib() is None, reason=f"compiled kernels unavailable: {native.status()}")
