@@ -88,6 +88,7 @@ ENTRY_POINTS = (
     "ap_bn_train_grad",
     "ap_relu_grad",
     "ap_pack_conv_weights",
+    "ap_layer_norm_grad",
 )
 
 _lock = threading.Lock()

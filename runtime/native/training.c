@@ -379,3 +379,47 @@ TR_API void ap_pack_conv_weights(const int64_t *a) {
   const long tasks = a[PW_G] * ((a[PW_MG] + a[PW_BW] - 1) / a[PW_BW]);
   tr_tasks(tasks, a[PW_G] * a[PW_MG] * a[PW_CG] * a[PW_KH] * a[PW_KW], BN_SERIAL, pack_weights_block, a);
 }
+
+/* LayerNormalization's gradient over rows of D contiguous float32 values (the normalised trailing dims), from x
+ * itself (the statistics are recomputed per row, as the NumPy kernel does): per row, with g = dy * scale and
+ * xhat = (x - mean) * inv_std, dx = inv_std * (g - mean(g) - xhat * mean(g * xhat)); dscale and dbias are summed
+ * over a task's rows into its own slot of `partial` [tasks][2][D] (the caller adds the slots). LG_ROWS rows a
+ * task; a row's D values stay in L1 across its four passes. */
+enum { LG_DY, LG_X, LG_DX, LG_SCALE, LG_PARTIAL, LG_ROWS_N, LG_D, LG_EPS, LG_NARGS };
+#define LG_ROWS 64
+
+static void layer_norm_grad_rows(const void *ctx, long task) {
+  const int64_t *a = (const int64_t *)ctx;
+  const float *dy = (const float *)(intptr_t)a[LG_DY], *x = (const float *)(intptr_t)a[LG_X];
+  float *dx = (float *)(intptr_t)a[LG_DX];
+  const float *scale = (const float *)(intptr_t)a[LG_SCALE];
+  const long d = a[LG_D], r0 = task * LG_ROWS, r1 = r0 + LG_ROWS < a[LG_ROWS_N] ? r0 + LG_ROWS : a[LG_ROWS_N];
+  float *dscale = (float *)(intptr_t)a[LG_PARTIAL] + task * 2 * d, *dbias = dscale + d;
+  const float eps = tr_f32(a[LG_EPS]);
+  for (long j = 0; j < 2 * d; j++) dscale[j] = 0.0f;
+  for (long r = r0; r < r1; r++) {
+    const float *xr = x + r * d, *gr = dy + r * d;
+    const float mean = (float)(tr_strip_sum(xr, d, 0.0f, 0) / (double)d);
+    const float inv_std = 1.0f / sqrtf((float)(tr_strip_sum(xr, d, mean, 1) / (double)d) + eps);
+    double sg = 0.0, sgx = 0.0;
+    for (long j = 0; j < d; j++) {
+      const float xhat = (xr[j] - mean) * inv_std, g = gr[j] * scale[j];
+      sg += g;
+      sgx += g * xhat;
+      dscale[j] += gr[j] * xhat;
+      dbias[j] += gr[j];
+    }
+    if (!dx) continue;
+    const float mg = (float)(sg / (double)d), mgx = (float)(sgx / (double)d);
+    float *dr = dx + r * d;
+    for (long j = 0; j < d; j++) {
+      const float xhat = (xr[j] - mean) * inv_std;
+      dr[j] = inv_std * (gr[j] * scale[j] - mg - xhat * mgx);
+    }
+  }
+}
+
+TR_API void ap_layer_norm_grad(const int64_t *a) {
+  const long tasks = (a[LG_ROWS_N] + LG_ROWS - 1) / LG_ROWS;
+  tr_tasks(tasks, a[LG_ROWS_N] * a[LG_D], BN_SERIAL, layer_norm_grad_rows, a);
+}

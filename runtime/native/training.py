@@ -1,7 +1,7 @@
 """Compiled kernels the training graphs need (``training.c``): the tiled max-pool backward, a 2x2/2 NCHW max
-pool for narrow planes, BatchNorm's training forward and backward (a pool task per channel), ReLU's gradient, the
-per-step packing of a convolution's weights into the NHWC kernel's blocks, and the trainer's one-pass
-SGD-with-momentum update."""
+pool for narrow planes, BatchNorm's training forward and backward (a pool task per channel), LayerNorm's and
+ReLU's gradients, the per-step packing of a convolution's weights into the NHWC kernel's blocks, and the
+trainer's one-pass SGD-with-momentum update."""
 
 from __future__ import annotations
 
@@ -25,6 +25,9 @@ BG_DY, BG_X, BG_DX, BG_SCALE, BG_MEAN, BG_INVSTD, BG_DSCALE, BG_DBIAS, BG_N, BG_
 RG_DY, RG_Y, RG_DX, RG_N, RG_NARGS = range(5)
 #: ``ap_pack_conv_weights``'s argument block (training.c's ``PW_*`` enum).
 PW_W, PW_OUT, PW_G, PW_MG, PW_CG, PW_KH, PW_KW, PW_BW, PW_SM, PW_SC, PW_SH, PW_SW, PW_NARGS = range(13)
+#: ``ap_layer_norm_grad``'s argument block (training.c's ``LG_*`` enum) and rows per pool task.
+LG_DY, LG_X, LG_DX, LG_SCALE, LG_PARTIAL, LG_ROWS_N, LG_D, LG_EPS, LG_NARGS = range(9)
+LG_ROWS = 64
 
 
 def maxpool_2x2_args(x: np.ndarray, out: np.ndarray) -> Args | None:
@@ -173,3 +176,29 @@ def pack_conv_weights(lib: NativeLib, w: np.ndarray, out: np.ndarray, group: int
     args.block[:] = (addr(w), addr(out), group, mg, cg, kh, kw, block, *(s // 4 for s in w.strides))
     lib.pack_conv_weights(args.ptr)
     return True
+
+
+def layer_norm_grad(
+    lib: NativeLib, dy: np.ndarray, x: np.ndarray, scale: np.ndarray, axis: int, epsilon: float, want_dx: bool
+) -> tuple[np.ndarray | None, np.ndarray, np.ndarray] | None:
+    """LayerNormalization's ``(dX or None, dScale, dBias)`` over the trailing dims from ``axis``, for C-contiguous
+    float32 ``x`` and ``dy`` of one shape and a float32 ``scale`` of the normalised shape; None otherwise."""
+    if x.dtype != np.float32 or dy.dtype != np.float32 or scale.dtype != np.float32 or dy.shape != x.shape:
+        return None
+    if not (0 <= axis < x.ndim) or scale.shape != x.shape[axis:] or x.size == 0:
+        return None
+    if not (x.flags.c_contiguous and dy.flags.c_contiguous):
+        return None
+    width = int(np.prod(x.shape[axis:], dtype=np.int64))
+    rows = x.size // width
+    gain = np.ascontiguousarray(scale).reshape(width)
+    dx = np.empty_like(x) if want_dx else None
+    partial = np.empty((-(-rows // LG_ROWS), 2, width), dtype=np.float32)
+    args = Args(LG_NARGS)
+    args.block[:] = (
+        addr(dy), addr(x), 0 if dx is None else addr(dx), addr(gain), addr(partial), rows, width,
+        struct.unpack("<i", struct.pack("<f", epsilon))[0],
+    )  # fmt: skip
+    lib.layer_norm_grad(args.ptr)
+    sums = partial.sum(axis=0)
+    return dx, sums[0].reshape(scale.shape), sums[1].reshape(scale.shape)

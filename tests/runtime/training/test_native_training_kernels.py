@@ -1,5 +1,5 @@
-"""The compiled training kernels (BatchNorm's forward and backward, ReLU's gradient) against the NumPy kernels,
-their yardsticks, at odd shapes."""
+"""The compiled training kernels (BatchNorm's forward and backward, LayerNorm's and ReLU's gradients) against the
+NumPy kernels, their yardsticks, at odd shapes."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ import pytest
 
 from runtime import native
 from runtime.kernels.base import NodeContext
-from runtime.kernels.grad_norm import BatchNormGrad, BatchNormTraining
-from runtime.native.training import batch_norm_train, batch_norm_train_grad, relu_grad
+from runtime.kernels.grad_norm import BatchNormGrad, BatchNormTraining, LayerNormGrad
+from runtime.native.training import batch_norm_train, batch_norm_train_grad, layer_norm_grad, relu_grad
 
 pytestmark = pytest.mark.skipif(native.lib() is None, reason=f"compiled kernels unavailable: {native.status()}")
 
@@ -93,3 +93,30 @@ def test_compiled_relu_grad_is_the_select(size: int) -> None:
     assert relu_grad(lib, dy.astype(np.float64), y) is None  # another dtype: the NumPy kernel's
     strided = np.ones((4, 6), np.float32)[:, ::2]
     assert relu_grad(lib, strided, strided) is None  # not C-contiguous
+
+
+@pytest.mark.parametrize(
+    ("shape", "axis"),
+    [((3, 5, 7), -1), ((2, 3, 4, 5), 2), ((130, 33), 1), ((1, 256), -1), ((4, 9, 64), 1)],  # 130 rows: 3 tasks
+)
+def test_compiled_layer_norm_grad_is_numpys(shape: tuple[int, ...], axis: int) -> None:
+    rng = np.random.default_rng(len(shape) * 100 + shape[-1])
+    x = (rng.standard_normal(shape) * 2 + 3).astype(np.float32)
+    dy = rng.standard_normal(shape).astype(np.float32)
+    scale = rng.standard_normal(shape[axis:]).astype(np.float32)
+    kernel = LayerNormGrad(NodeContext("ln", "LayerNormGrad", n_inputs=3, n_outputs=3), {"axis": axis})
+    got = kernel.compute(dy, x, scale)
+    native.set_enabled(False)
+    try:
+        want = kernel.compute(dy, x, scale)
+    finally:
+        native.set_enabled(None)
+    for g, w in zip(got, want, strict=True):
+        assert g is not None and w is not None and g.dtype == w.dtype and g.shape == w.shape
+        np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-4 * max(1.0, float(np.abs(w).max())))
+    lib = native.lib()
+    assert lib is not None
+    only = layer_norm_grad(lib, dy, x, scale, axis % len(shape), 1e-5, False)
+    assert only is not None and only[0] is None  # dX not asked for: not computed
+    assert layer_norm_grad(lib, dy.astype(np.float64), x, scale, axis % len(shape), 1e-5, True) is None
+    assert layer_norm_grad(lib, dy, x, scale[..., :1], axis % len(shape), 1e-5, True) is None  # broadcast scale
