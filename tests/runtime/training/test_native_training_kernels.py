@@ -3,6 +3,9 @@ NumPy kernels, their yardsticks, at odd shapes."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 import numpy as np
 import pytest
 
@@ -12,6 +15,15 @@ from runtime.kernels.grad_norm import BatchNormGrad, BatchNormTraining, LayerNor
 from runtime.native.training import batch_norm_train, batch_norm_train_grad, layer_norm_grad, relu_grad
 
 pytestmark = pytest.mark.skipif(native.lib() is None, reason=f"compiled kernels unavailable: {native.status()}")
+
+
+def _on_numpy(compute: Callable[..., Any], *args: Any) -> Any:
+    """``compute(*args)`` with the compiled kernels switched off: the NumPy yardstick."""
+    native.set_enabled(False)
+    try:
+        return compute(*args)
+    finally:
+        native.set_enabled(None)
 
 
 def _kernels() -> tuple[BatchNormTraining, BatchNormGrad]:
@@ -34,12 +46,8 @@ def test_compiled_batch_norm_is_numpys(shape: tuple[int, ...]) -> None:
     forward, grad = _kernels()
     got = forward.compute(x, scale, bias, mean, var)
     got_grads = grad.compute(dy, x, scale, got[3], got[4])
-    native.set_enabled(False)
-    try:
-        want = forward.compute(x, scale, bias, mean, var)
-        want_grads = grad.compute(dy, x, scale, want[3], want[4])
-    finally:
-        native.set_enabled(None)
+    want = _on_numpy(forward.compute, x, scale, bias, mean, var)
+    want_grads = _on_numpy(grad.compute, dy, x, scale, want[3], want[4])
     for g, w in zip(got, want, strict=True):
         assert g.dtype == w.dtype and g.shape == w.shape
         np.testing.assert_allclose(g, w, rtol=2e-5, atol=2e-5)
@@ -105,12 +113,7 @@ def test_compiled_layer_norm_grad_is_numpys(shape: tuple[int, ...], axis: int) -
     dy = rng.standard_normal(shape).astype(np.float32)
     scale = rng.standard_normal(shape[axis:]).astype(np.float32)
     kernel = LayerNormGrad(NodeContext("ln", "LayerNormGrad", n_inputs=3, n_outputs=3), {"axis": axis})
-    got = kernel.compute(dy, x, scale)
-    native.set_enabled(False)
-    try:
-        want = kernel.compute(dy, x, scale)
-    finally:
-        native.set_enabled(None)
+    got, want = kernel.compute(dy, x, scale), _on_numpy(kernel.compute, dy, x, scale)
     for g, w in zip(got, want, strict=True):
         assert g is not None and w is not None and g.dtype == w.dtype and g.shape == w.shape
         np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-4 * max(1.0, float(np.abs(w).max())))
