@@ -101,6 +101,12 @@ class Executable:
             values = plan.execute(env)
         return dict(zip(self.output_names, values, strict=True))
 
+    def input_buffers(self, feeds: Mapping[str, Any]) -> dict[str, np.ndarray]:
+        """The fixed buffers that this thread's runs with ``feeds``' shapes copy their inputs into ({} until such a
+        run has been planned). Feeding one of these arrays itself skips its copy: a caller that keeps a value there
+        (a trainer's weights, which its optimiser updates in place between runs) saves a copy per run."""
+        return self.plan.staged_buffers(feeds)
+
     @contextlib.contextmanager
     def profiling(self) -> Iterator[Profile]:
         """Record per-node times of the runs made inside the ``with`` block (one caller thread at a time)."""

@@ -11,6 +11,7 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
+import numpy as np
 import onnx
 
 from runtime.errors import KernelError, ModelCheckError, RuntimeModelError
@@ -187,6 +188,12 @@ class Plan:
             del static[signature]
             self._unplannable.add(signature)
             return self._execute_generic(feeds)
+
+    def staged_buffers(self, env: Mapping[str, Any]) -> dict[str, np.ndarray]:
+        """This thread's staged-input buffers of the static plan for ``env``'s input signature ({} if none)."""
+        signature = _signature(env, self.input_names)
+        compiled = self._static.get(signature) if self._static and signature is not None else None
+        return {} if compiled is None else compiled.staged_buffers()
 
     @property
     def planned_bytes(self) -> int:

@@ -237,6 +237,11 @@ class _StaticPlan:
         ]
         return env, compact, _merge_compiled(compact), BufferSpans(buffers)
 
+    def staged_buffers(self) -> dict[str, np.ndarray]:
+        """This thread's fixed buffers of the staged inputs (``Executable.input_buffers``)."""
+        template = self._state()[0]
+        return {name: template[name] for name in self.staged}
+
     def execute(self, env: dict[str, Any]) -> list[Any]:
         plan = self.plan
         template, steps, merged, buffers = self._state()
@@ -247,10 +252,10 @@ class _StaticPlan:
         program = merged if profile is None else steps
         started = time.perf_counter() if profile is not None else 0.0
         for name, value in feeds.items():
-            if name in staged:
-                np.copyto(env[name], value)
-            else:
+            if name not in staged:
                 env[name] = value
+            elif value is not env[name]:  # a caller feeding the buffer itself keeps its value there: no copy
+                np.copyto(env[name], value)
         if profile is not None and staged:
             profile.add_io(STAGE_INPUTS, time.perf_counter() - started)
         previous = getattr(plan._local, "env", None)

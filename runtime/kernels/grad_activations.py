@@ -11,8 +11,10 @@ from typing import Any, ClassVar
 
 import numpy as np
 
+from runtime import native
 from runtime.kernels.base import register
 from runtime.kernels.grad_base import GradKernel, wide
+from runtime.native.training import relu_grad
 
 try:  # the runtime's vectorised erf; the fallback is exact but slower
     from runtime.kernels.elementwise import erf as _erf
@@ -29,6 +31,10 @@ class ReluGrad(GradKernel):
     op_type = "ReluGrad"
 
     def compute(self, dy: np.ndarray, y: np.ndarray) -> np.ndarray:
+        lib = native.lib()
+        fast = relu_grad(lib, dy, y) if lib is not None else None
+        if fast is not None:  # float32: one compiled pass, in pool tasks (the NumPy code below is its yardstick)
+            return fast
         keep = y > 0
         if dy.dtype.kind != "f" or not np.isfinite(dy).all():  # inf * 0 would be NaN where dY must read 0
             return np.where(keep, dy, np.zeros((), dtype=dy.dtype))

@@ -3,6 +3,8 @@
 ``BatchNormTraining`` replaces ``BatchNormalization`` in a training graph at any opset: it normalises with the
 batch statistics, returns the updated running statistics (ONNX's convention: ``running * momentum + batch * (1 -
 momentum)``, population variance) and saves the batch mean and inverse standard deviation for the backward pass.
+Its float32 forward and batch-statistics gradient run compiled (``runtime.native.training``: two or three passes
+per channel, a pool task each, so a second thread takes half the channels); the NumPy code stays their yardstick.
 """
 
 from __future__ import annotations
@@ -11,8 +13,10 @@ from typing import Any, ClassVar
 
 import numpy as np
 
+from runtime import native
 from runtime.kernels.base import register
 from runtime.kernels.grad_base import GradKernel, sum_to_shape, wide
+from runtime.native.training import batch_norm_train, batch_norm_train_grad, layer_norm_grad
 
 
 def _channel_shape(x: np.ndarray) -> tuple[int, ...]:
@@ -34,6 +38,11 @@ class BatchNormTraining(GradKernel):
     def compute(
         self, x: np.ndarray, scale: np.ndarray, bias: np.ndarray, mean: np.ndarray, var: np.ndarray
     ) -> tuple[np.ndarray, ...]:
+        lib = native.lib()
+        found = batch_norm_train(lib, x, scale, bias, float(self.attrs["epsilon"])) if lib is not None else None
+        if found is not None:  # float32: compiled, a pool task per channel
+            y, batch_mean, batch_var, inv_std = found
+            return (y, *self._running(mean, var, batch_mean, batch_var), batch_mean, inv_std)
         xc = wide(x)
         ct = xc.dtype.type
         x3 = xc.reshape(x.shape[0], x.shape[1], -1)  # sums along contiguous pixels (see BatchNormGrad)
@@ -45,16 +54,16 @@ class BatchNormTraining(GradKernel):
         np.multiply(centred, (wide(scale) * inv_std)[:, None], out=centred)
         centred += wide(bias)[:, None]
         y = centred.reshape(x.shape)
-        momentum = ct(self.attrs["momentum"])
+        return (y.astype(x.dtype, copy=False), *self._running(mean, var, batch_mean, batch_var), batch_mean, inv_std)
+
+    def _running(
+        self, mean: np.ndarray, var: np.ndarray, batch_mean: np.ndarray, batch_var: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """The updated running mean and variance."""
+        momentum = batch_mean.dtype.type(self.attrs["momentum"])
         new_mean = wide(mean) * momentum + batch_mean * (1 - momentum)
         new_var = wide(var) * momentum + batch_var * (1 - momentum)
-        return (
-            y.astype(x.dtype, copy=False),
-            new_mean.astype(mean.dtype, copy=False),
-            new_var.astype(var.dtype, copy=False),
-            batch_mean,
-            inv_std,
-        )
+        return new_mean.astype(mean.dtype, copy=False), new_var.astype(var.dtype, copy=False)
 
 
 @register
@@ -77,10 +86,20 @@ class BatchNormGrad(GradKernel):
         mean: np.ndarray | None = None,
         spread: np.ndarray | None = None,
     ) -> tuple[np.ndarray | None, ...]:
+        running = self.attrs["mode"] == "running"
+        lib = native.lib()
+        if lib is not None and not running and mean is not None and spread is not None:
+            found = batch_norm_train_grad(lib, dy, x, scale, mean, spread, self.wants(0))
+            if found is not None:  # float32: compiled, a pool task per channel
+                dx, dscale, dbias = found
+                return (
+                    dx,
+                    dscale.astype(scale.dtype, copy=False) if self.wants(1) else None,
+                    dbias.astype(scale.dtype, copy=False) if self.wants(2) else None,
+                )
         dyc, xc, sc = wide(dy), wide(x), wide(scale)
         ct = xc.dtype.type
         eps = ct(self.attrs["epsilon"])
-        running = self.attrs["mode"] == "running"
         # (N, C, pixels): every per-channel sum runs along contiguous pixels, then over the batch, where NumPy's
         # sums over axes (0, 2, 3) walked strided; and dX is three in-place passes instead of seven temporaries
         n, c = x.shape[:2]
@@ -123,8 +142,13 @@ class LayerNormGrad(GradKernel):
     attr_defaults: ClassVar[dict[str, Any]] = {"axis": -1, "epsilon": 1e-5}
 
     def compute(self, dy: np.ndarray, x: np.ndarray, scale: np.ndarray) -> tuple[np.ndarray | None, ...]:
-        dyc, xc, sc = wide(dy), wide(x), wide(scale)
         axis = int(self.attrs["axis"]) % x.ndim
+        lib = native.lib()
+        if lib is not None:  # float32 rows: compiled, four passes per row in L1, a pool task per 64 rows
+            found = layer_norm_grad(lib, dy, x, scale, axis, float(self.attrs["epsilon"]), self.wants(0))
+            if found is not None:
+                return (found[0], found[1] if self.wants(1) else None, found[2] if self.wants(2) else None)
+        dyc, xc, sc = wide(dy), wide(x), wide(scale)
         norm_axes = tuple(range(axis, x.ndim))
         lead_axes = tuple(range(axis))
         mean = xc.mean(axis=norm_axes, keepdims=True)

@@ -19,6 +19,7 @@ import numpy as np
 from runtime import native
 from runtime.native.abi import Epilogue, pack_bias
 from runtime.native.conv import NhwcConv2d
+from runtime.native.training import pack_conv_weights
 
 
 class StepConv:
@@ -76,13 +77,15 @@ def _repack(conv: NhwcConv2d, w: np.ndarray, b: np.ndarray | None) -> None:
     # [G][block][kh][kw][Cg][bw] written straight from any strided view of w: one copy, no transposed temporary;
     # the padding lanes of a last, partial block keep the zeros the kernel was built with
     g, bw, cg, kh, kw = conv.group, conv.bw, conv.cg, conv.kh, conv.kw
-    full = conv.mg // bw
-    wg = w.reshape(g, conv.mg, cg, kh, kw)
-    packed = conv.weight.reshape(g, conv.nmb, kh, kw, cg, bw)
-    if full:
-        packed[:, :full] = wg[:, : full * bw].reshape(g, full, bw, cg, kh, kw).transpose(0, 1, 4, 5, 3, 2)
-    if conv.mg > full * bw:
-        packed[:, full, ..., : conv.mg - full * bw] = wg[:, full * bw :].transpose(0, 3, 4, 2, 1)
+    lib = native.lib()
+    if lib is None or not pack_conv_weights(lib, w, conv.weight, g, bw):  # compiled: a pool task per block
+        full = conv.mg // bw
+        wg = w.reshape(g, conv.mg, cg, kh, kw)
+        packed = conv.weight.reshape(g, conv.nmb, kh, kw, cg, bw)
+        if full:
+            packed[:, :full] = wg[:, : full * bw].reshape(g, full, bw, cg, kh, kw).transpose(0, 1, 4, 5, 3, 2)
+        if conv.mg > full * bw:
+            packed[:, full, ..., : conv.mg - full * bw] = wg[:, full * bw :].transpose(0, 3, 4, 2, 1)
     if b is not None and conv.bias is not None:
         conv.bias[...] = pack_bias(b, conv.group, conv.mg, conv.bw)
 

@@ -85,6 +85,11 @@ ENTRY_POINTS = (
     "ap_maxpool_grad_tiled",
     "ap_maxpool_2x2",
     "ap_sgd_momentum",
+    "ap_bn_train",
+    "ap_bn_train_grad",
+    "ap_relu_grad",
+    "ap_pack_conv_weights",
+    "ap_layer_norm_grad",
 )
 
 _lock = threading.Lock()

