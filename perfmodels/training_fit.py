@@ -26,8 +26,9 @@ minimises relative error, so RMSPE is what it optimises. The coefficients are sh
 measured quietly, each route scaling them by a factor of its own (``fit_routes``, ``fit_frameworks``): a handful of
 families cannot pin six coefficients per route (docs/decisions.md), and frameworks run different backward kernels.
 
-Where the inference unit sweeps measured a framework's kernels on the host (``perfmodels.training_units``), its
-steps have a second, unit-priced model (``UNIT_FEATURES``)::
+Where the inference unit sweeps measured a framework's kernels on the host (``perfmodels.training_units``; or a
+framework of the same kernel library's, ``BORROWED_UNITS``), its steps have a second, unit-priced model
+(``UNIT_FEATURES``)::
 
     step_s = a' · forward_s + (e' · optimizer + g' · 4·conv_outputs·batch / bandwidth) / speed_up + f' · kernel_nodes
 
@@ -76,15 +77,16 @@ from perfmodels.results_db import BUSY_OTHER_CPU, on_gpu
 from perfmodels.targets import local_target_key, target_key
 from perfmodels.training_intervals import TrainingResiduals, with_interval
 from perfmodels.training_units import (
-    UNIT_PRICED_FRAMEWORKS,
     TrainingUnitRoute,
     UnitRouteKey,
     convolution_outputs,
     fit_training_units,
     forward_seconds,
+    lender_of,
     read_training_units,
     row_units,
     unit_route,
+    units_framework,
 )
 
 if TYPE_CHECKING:
@@ -397,24 +399,47 @@ def fit_frameworks(
     ``FEATURE_SETS`` that prices all of them, or the set ``choice`` names for it: the training-unit model where
     ``parts`` (each row's forward, backward and optimiser seconds priced by training units) are finite, the
     unit-priced model where ``forward`` (``priced_forward``: the forward pass priced by inference units) is and the
-    framework is a
-    ``UNIT_PRICED_FRAMEWORKS`` one, else the FLOP model."""
+    routes have units to be priced by (``perfmodels.training_units.units_framework``: their own or borrowed), else
+    the FLOP model. Frameworks are split where their routes are priced by different units (``pricing_group``)."""
     priced = PricedRows(
         _matrix(rows),
         np.full((len(rows), 3), math.nan) if forward is None else np.asarray(forward, dtype=float).reshape(-1, 3),
         np.full((len(rows), 3), math.nan) if parts is None else np.asarray(parts, dtype=float).reshape(-1, 3),
     )
     fits: dict[str, TrainingGroupFit] = {}
-    frameworks = rows["framework"].astype(str).to_numpy()
-    for framework in dict.fromkeys(frameworks):
-        mask = frameworks == framework
+    groups = pricing_groups(rows)
+    for group in dict.fromkeys(groups):
+        mask = groups == group
         mine = priced.take(mask)
         usable = usable_features(mine)
-        wanted = (choice or {}).get(framework)
-        preferred = [f for f in usable if f != "units" or framework in UNIT_PRICED_FRAMEWORKS]
+        wanted = (choice or {}).get(group)
+        first = rows[mask].iloc[0]
+        unit_priced = units_framework(str(first["framework"]), _compiler(first.get("compiler"))) is not None
+        preferred = [f for f in usable if f != "units" or unit_priced]
         features = wanted if wanted in usable else preferred[0]
         fits.update(fit_routes(rows[mask], mine.matrix(features), features))
     return fits
+
+
+def pricing_group(framework: str, compiler: str) -> str:
+    """The rows a (``framework``, ``compiler``) route shares coefficients with: its framework's, unless its kernels
+    are priced otherwise than its framework's plain route (``units_framework``: TensorFlow's XLA route emits its own
+    kernels while plain TensorFlow borrows PyTorch's units), then ``"framework compiler"``'s own."""
+    if units_framework(framework, compiler) == units_framework(framework):
+        return framework
+    return f"{framework} {compiler}"
+
+
+def pricing_groups(rows: pd.DataFrame) -> np.ndarray:
+    """Each row's ``pricing_group``."""
+    compilers = rows["compiler"] if "compiler" in rows else [None] * len(rows)
+    groups = [pricing_group(str(f), _compiler(c)) for f, c in zip(rows["framework"], compilers, strict=True)]
+    return np.array(groups, dtype=object)
+
+
+def _compiler(value: object) -> str:
+    """A row's ``compiler`` value, ``none`` where empty."""
+    return value if isinstance(value, str) and value else "none"
 
 
 def usable_features(priced: PricedRows) -> list[str]:
@@ -429,7 +454,7 @@ def _describe(rows: pd.DataFrame, coef: np.ndarray, exponent: float = 0.0) -> Tr
         backend=str(first["backend"]),
         framework=str(first.get("framework") or first["backend"]),
         precision=str(first.get("precision") or "fp32"),
-        compiler=first["compiler"] if isinstance(first.get("compiler"), str) and first["compiler"] else "none",
+        compiler=_compiler(first.get("compiler")),
         coef=tuple(float(c) for c in coef),
         rows=len(rows),
         families=tuple(sorted(set(rows["family"].astype(str)))),
@@ -456,15 +481,15 @@ def priced_forward(
 ) -> np.ndarray:
     """Each row's forward pass priced by its framework's kernel units (``perfmodels.training_units``) at its threads
     and at one thread, and its convolution outputs' traffic (``unit_matrix``'s triple, seconds); NaN where it cannot
-    be (or its framework is not a ``UNIT_PRICED_FRAMEWORKS`` one, unless ``any_framework``). The unit routes used
-    are added to ``routes``."""
+    be (or no framework's units price its route, ``units_framework``, unless ``any_framework``). The unit routes
+    used are added to ``routes``."""
     out = np.full((len(rows), 3), math.nan)
     if units is None or rows.empty:
         return out
     for i, (row, forward) in enumerate(zip(rows.itertuples(), row_units(rows, shipped), strict=True)):
         out[i] = unit_priced_forward(
             units, routes, str(row.target), str(row.framework), int(row.threads), forward, int(row.batch),
-            float(row.bandwidth_gbs), any_framework,
+            float(row.bandwidth_gbs), any_framework, _compiler(getattr(row, "compiler", None)),
         )  # fmt: skip
     return out
 
@@ -479,16 +504,19 @@ def unit_priced_forward(
     batch: int,
     bandwidth_gbs: float,
     any_framework: bool = False,
+    compiler: str = "none",
 ) -> tuple[float, float, float]:
     """``forward``'s pass of ``batch`` samples priced by ``framework``'s unit routes on ``target`` at ``threads`` and
     at one thread (as at ``threads`` where only that count was swept: a speed-up of 1, which a fit of rows at one
     thread count absorbs), and its convolution outputs' traffic at ``bandwidth_gbs`` (NaN where a route was not swept);
-    routes looked up in ``routes`` first, found ones added to it (``units`` None: only ``routes``)."""
+    routes (keyed by the framework whose units they are, ``units_framework``) looked up in ``routes`` first, found
+    ones added to it (``units`` None: only ``routes``)."""
+    lender = lender_of(framework, compiler, any_framework)
     priced = []
     for n in (threads, 1):
-        key = (target, framework, n)
-        if key not in routes and units is not None:
-            found = unit_route(units, *key, any_framework=any_framework)
+        key = (target, lender or "", n)
+        if lender is not None and key not in routes and units is not None:
+            found = unit_route(units, target, framework, n, any_framework, compiler)
             if found is not None:
                 routes[key] = found
         priced.append(forward_seconds(routes[key], forward, batch) if key in routes else math.nan)
@@ -549,22 +577,34 @@ class TrainingFit:
         if len(quiet):
             fit.groups.update(fit_frameworks(quiet))
             fit.training_routes = dict(fit_training_units(frame) if training_routes is None else training_routes)
-            wants_units = units is not None or fit.training_routes
-            shipped = read_training_units() if shipped is None and wants_units else shipped or {}
-            forward = priced_forward(quiet, units, shipped, fit.unit_routes)
-            parts = priced_training(quiet, fit.training_routes, shipped)
-            if np.isfinite(forward).all(axis=1).any() or np.isfinite(parts).all(axis=1).any():
-                priced = fit_frameworks(quiet, forward, parts)
-                fit.unit_groups.update({k: g for k, g in priced.items() if g.features != "flops"})
-        for key, group in rows.groupby(_route_key(rows)):
-            if str(key) not in fit.groups:  # measured only under load: fitted alone, and its predictions say so
-                fit.groups[str(key)] = replace(fit_group(group), under_load=True)
+        wants_units = units is not None or fit.training_routes
+        shipped = read_training_units() if shipped is None and wants_units else shipped or {}
+        fit.unit_groups.update(fit._priced_groups(quiet, units, shipped))
+        busy_only = rows[~_route_key(rows).isin(list(fit.groups))]
+        for key, group in busy_only.groupby(_route_key(busy_only)):
+            # measured only under load: fitted alone, and its predictions say so
+            fit.groups[str(key)] = replace(fit_group(group), under_load=True)
+        busy_priced = fit._priced_groups(busy_only, units, shipped)  # its unit-priced model too, as its own
+        fit.unit_groups.update({k: replace(g, under_load=True) for k, g in busy_priced.items()})
         for (target, threads), group in rows.groupby(["target", "threads"]):
             fit.peaks[(str(target), int(threads))] = (
                 float(group["peak_gflops"].median()),
                 float(group["bandwidth_gbs"].median()),
             )
         return fit
+
+    def _priced_groups(
+        self, rows: pd.DataFrame, units: UnitFit | None, shipped: Mapping[str, tuple[Unit, ...]]
+    ) -> dict[str, TrainingGroupFit]:
+        """The unit-priced and training-unit groups of ``rows``' frameworks that those models price (none: no row
+        priced); the unit routes used are added to ``unit_routes``."""
+        if rows.empty:
+            return {}
+        forward = priced_forward(rows, units, shipped, self.unit_routes)
+        parts = priced_training(rows, self.training_routes, shipped)
+        if not (np.isfinite(forward).all(axis=1).any() or np.isfinite(parts).all(axis=1).any()):
+            return {}
+        return {k: g for k, g in fit_frameworks(rows, forward, parts).items() if g.features != "flops"}
 
     def targets(self) -> set[str]:
         return {t for t, _ in self.peaks}
@@ -646,7 +686,8 @@ class TrainingFit:
             return group, group.seconds(tx, threads, floor), float(coef[:2] @ tx[:2]), float(coef[2] * tx[2])
         bandwidth = self.peaks[(target, threads)][1]
         forward = unit_priced_forward(
-            None, self.unit_routes, target, route.framework, threads, workload.units, workload.batch_size, bandwidth
+            None, self.unit_routes, target, route.framework, threads, workload.units, workload.batch_size, bandwidth,
+            compiler=route.compiler,
         )
         ux = unit_matrix(x, np.array([forward]))[0]
         if not np.isfinite(ux).all():
@@ -889,7 +930,7 @@ def leave_one_family_out(
     ``frame``'s unit sweeps), else the FLOP model; rows' units from ``shipped`` (default ``read_training_units()``;
     ``{}`` evaluates the FLOP model alone). With ``nested``, also the figure of the set chosen per framework by an
     inner leave-one-family-out on the other families (``_HeldOut.inner_choice``), among every set that prices the
-    framework's rows (the inference units too where ``UNIT_PRICED_FRAMEWORKS`` leaves them out): the rule above was
+    framework's rows (the inference units too where no framework's units price a route): the rule above was
     chosen after seeing held-out figures, and the nested figure is the one that was not.
     Raises ValueError when there are no usable training rows, or a route measured fewer than two families.
     """
@@ -924,7 +965,7 @@ def leave_one_family_out(
             nested_predictions.append(held.frame(test, held.predict(~test, test, choice)))
     step = pd.concat(predictions, ignore_index=True)
     models = fit_frameworks(rows, priced.forward, priced.parts)
-    used = sorted({f"{g.framework} {g.features}" for g in models.values()})
+    used = sorted({f"{pricing_group(g.framework, g.compiler)} {g.features}" for g in models.values()})
     return TrainingEvaluation(
         step,
         _time_to_target(frame, step, include_busy),
@@ -941,7 +982,7 @@ class _HeldOut:
     def __init__(self, rows: pd.DataFrame, priced: PricedRows) -> None:
         self.rows, self.priced = rows, priced
         self.families = rows["family"].astype(str).to_numpy()
-        self.frameworks = rows["framework"].astype(str).to_numpy()
+        self.frameworks = pricing_groups(rows)  # the groups that share coefficients (``fit_frameworks``)
         self.keys = _route_key(rows).to_numpy()
         self.threads = _threads(rows)
         self.floor = roofline_floor(priced.flops, self.threads)

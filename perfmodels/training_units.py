@@ -9,7 +9,9 @@ unit-priced model; the backward pass is learned as a multiple of it.
 Only frameworks whose backward pass runs the kernels their inference units measured are priced this way
 (``UNIT_PRICED_FRAMEWORKS``): PyTorch's autograd calls the same ATen/oneDNN convolution and matrix kernels as its
 forward, while appopt-runtime's gradients run NumPy im2col and ``matmul`` kernels (``runtime/kernels/grad_conv.py``)
-that no unit sweep timed. Why: docs/decisions.md (2026-11-26, training step time priced by kernel units).
+that no unit sweep timed. Why: docs/decisions.md (2026-11-26, training step time priced by kernel units). A
+framework with no unit sweep of its own whose kernels are the same library borrows a swept one's units
+(``BORROWED_UNITS``: TensorFlow's, PyTorch's), keeping coefficients of its own.
 
 appopt-runtime's own training kernels are swept apart (``benchmarks.backward_units``): each sampled unit's forward
 pass in training mode and its backward pass (the gradient kernels the autodiff emits for it), and the optimiser's
@@ -42,6 +44,14 @@ if TYPE_CHECKING:
 
 #: Frameworks whose training step is priced by their inference kernel units (see the module docstring).
 UNIT_PRICED_FRAMEWORKS = ("pytorch",)
+#: Trainer routes (framework, compiler) with no inference unit sweep of their own, priced by the units of a
+#: ``UNIT_PRICED_FRAMEWORKS`` framework (with coefficients of their framework's own and a scale per route, as
+#: ``perfmodels.training_fit.fit_routes`` fits every framework). TensorFlow's CPU convolutions and matrix products,
+#: and their gradients, are oneDNN/MKL calls as PyTorch's are. XLA emits its own kernels (Eigen convolutions; its
+#: depthwise ones 7x slower than TensorFlow's here), so for it PyTorch's units stand for the shape of the work only
+#: and its scale for its speed; held out, that erred less than its FLOP model (docs/decisions.md, 2026-11-26,
+#: TensorFlow steps priced by PyTorch's kernel units).
+BORROWED_UNITS: dict[tuple[str, str], str] = {("tensorflow", "none"): "pytorch", ("tensorflow", "xla"): "pytorch"}
 #: The training suite's models cut into kernel units, by task name (``python -m benchmarks.training_units``).
 TRAINING_UNITS = Path(str(importlib.resources.files("benchmarks.results").joinpath("training_units.json")))
 #: The unit sweeps' route of a framework's plain (uncompiled, NCHW, fp32) kernels, which its trainers call.
@@ -80,14 +90,34 @@ def row_units(rows: pd.DataFrame, shipped: Mapping[str, tuple[Unit, ...]]) -> li
     ]
 
 
+def units_framework(framework: str, compiler: str = "none") -> str | None:
+    """The framework whose inference kernel units price a (``framework``, ``compiler``) trainer's step: its own for a
+    ``UNIT_PRICED_FRAMEWORKS`` framework, the lender ``BORROWED_UNITS`` names, else None (the FLOP model)."""
+    if framework in UNIT_PRICED_FRAMEWORKS:
+        return framework
+    return BORROWED_UNITS.get((framework, compiler or "none"))
+
+
+def lender_of(framework: str, compiler: str = "none", any_framework: bool = False) -> str | None:
+    """Whose unit routes price a (``framework``, ``compiler``) trainer: ``units_framework``, or with
+    ``any_framework`` (the held-out evaluation's candidates) the framework's own where no framework prices it."""
+    return units_framework(framework, compiler) or (framework if any_framework else None)
+
+
 def unit_route(
-    units: UnitFit | None, target: str, framework: str, threads: int, any_framework: bool = False
+    units: UnitFit | None,
+    target: str,
+    framework: str,
+    threads: int,
+    any_framework: bool = False,
+    compiler: str = "none",
 ) -> UnitRoute | None:
-    """The unit model a ``framework`` trainer's kernels are priced by on ``target`` at ``threads`` (None: not swept,
-    or not a ``UNIT_PRICED_FRAMEWORKS`` framework unless ``any_framework``: the held-out evaluation's candidates)."""
-    if units is None or (framework not in UNIT_PRICED_FRAMEWORKS and not any_framework):
+    """The unit model a (``framework``, ``compiler``) trainer's kernels are priced by on ``target`` at ``threads``:
+    the plain route of its ``lender_of`` (None: not swept, or no framework prices it)."""
+    lender = lender_of(framework, compiler, any_framework)
+    if units is None or lender is None:
         return None
-    return units.route((target, framework, *_SWEPT_ROUTE, int(threads)))
+    return units.route((target, lender, *_SWEPT_ROUTE, int(threads)))
 
 
 def convolution_outputs(units: Sequence[Unit]) -> float:

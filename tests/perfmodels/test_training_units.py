@@ -9,10 +9,11 @@ import numpy as np
 import pytest
 
 from analysis.units import Unit, encode_units, unit_flops
+from perfmodels import training_units
 from perfmodels.features import Route, Workload
 from perfmodels.results_db import make_row, read_results, write_rows
 from perfmodels.targets import local_target_key
-from perfmodels.training_fit import TrainingFit, feature_row, leave_one_family_out
+from perfmodels.training_fit import TrainingFit, feature_row, leave_one_family_out, pricing_group
 from perfmodels.training_units import TRAINING_UNITS, convolution_outputs, forward_seconds, read_training_units
 
 #: name: family, (k, n) of each matrix product of one sample (m = 1 per sample).
@@ -255,3 +256,109 @@ def test_normalisation_traffic_and_each_models_thread_speed_up_are_priced(tmp_pa
         priced = fit.predict(workload, route, local_target_key(), threads)
         assert priced is not None and "forward priced by kernel units" in priced.basis
         assert priced.step_seconds == pytest.approx(_conv_truth(units, 8, threads, 1e5), rel=0.02)
+
+
+# --- a framework with no unit sweep of its own, priced by a swept framework's units (``BORROWED_UNITS``) ----------
+
+#: How much slower than PyTorch's each TensorFlow route runs the same kernels in ``_tf_rows``' truth.
+TF_SCALES = {"none": 1.4, "xla": 2.2}
+
+
+def _tf_rows(models=tuple(MODELS), compilers=("none", "xla"), framework="tensorflow", other_cpu=0.0):
+    """Steps of a framework with no unit sweep: PyTorch's truth (``_rows``) times a factor per compiler."""
+    rows = []
+    for row in _rows():
+        if row["model"] not in models:
+            continue
+        kept = {k: v for k, v in row.items() if k not in ("row_id", "crc", "schema_version")}
+        for compiler in compilers:
+            backend = "keras" if compiler == "none" else f"keras-{compiler}"
+            rows.append(make_row(**{
+                **kept, "backend": backend, "framework": framework, "compiler": compiler,
+                "value": float(row["value"]) * TF_SCALES[compiler], "other_cpu": other_cpu,
+            }))  # fmt: skip
+    return rows
+
+
+def _tf_frame(tmp_path, rows):
+    path = tmp_path / "tf.csv"
+    write_rows(path, rows)
+    return read_results(path)
+
+
+def _workload(name: str, batch: int = 16) -> Workload:
+    _, shapes = MODELS[name]
+    flops = sum(2.0 * k * n for k, n in shapes)
+    return Workload(
+        flops_per_sample=flops, activation_bytes_per_sample=0.0, params=1e6, mode="training", batch_size=batch,
+        flops_by_class={"gemm": flops}, ops_by_class={"gemm": len(shapes)}, model_name=name, units=_units(shapes),
+    )  # fmt: skip
+
+
+def _route(framework: str, compiler: str) -> Route:
+    return Route(framework, compiler, ("onednn",), "fp32", "NHWC", efficiency=0.5)
+
+
+def test_tensorflow_borrows_pytorchs_units_with_its_own_coefficients(tmp_path):
+    """TensorFlow has no unit sweep; PyTorch's units price it, each route at its own scale: held out by family,
+    every TensorFlow row is predicted as PyTorch's are, where its FLOP model (one rate per op class) misses."""
+    frame = _tf_frame(tmp_path, _tf_rows())
+    by_units = leave_one_family_out(frame, units=_Units(), shipped=SHIPPED)  # type: ignore[arg-type]
+    by_flops = leave_one_family_out(frame, units=_Units(), shipped={})  # type: ignore[arg-type]
+    assert len(by_units.predictions) == 32
+    assert by_units.step_rmspe() < 0.02
+    assert by_flops.step_rmspe() > 0.2
+    assert "tensorflow units" in by_units.models
+    fit = TrainingFit.from_frame(frame, units=_Units(), shipped=SHIPPED)  # type: ignore[arg-type]
+    assert {k: g.features for k, g in fit.unit_groups.items()} == {"keras|fp32": "units", "keras-xla|fp32": "units"}
+
+
+def test_borrowed_units_extrapolate_to_a_larger_model(tmp_path):
+    """Fitted on the small models only, a TensorFlow plan for the largest model (4x the FLOPs of any row) is priced
+    by its kernels within 2% of the truth, for both routes."""
+    small = tuple(m for m in MODELS if m not in ("res_b", "tf_b"))
+    frame = _tf_frame(tmp_path, _tf_rows(models=small))
+    fit = TrainingFit.from_frame(frame, units=_Units(), shipped=SHIPPED)  # type: ignore[arg-type]
+    workload = _workload("tf_b")
+    for compiler, scale in TF_SCALES.items():
+        truth = scale * (3.0 * forward_seconds(_SizeDependentRoute(), workload.units, 16) + 60e-6)  # type: ignore[arg-type]
+        priced = fit.predict(workload, _route("tensorflow", compiler), local_target_key(), 1)
+        assert priced is not None and "forward priced by kernel units" in priced.basis
+        assert priced.step_seconds == pytest.approx(truth, rel=0.02)
+
+
+def test_a_framework_no_swept_framework_prices_keeps_the_flop_model(tmp_path):
+    """A framework neither swept nor in ``BORROWED_UNITS`` is fitted and planned by the FLOP model."""
+    frame = _tf_frame(tmp_path, _tf_rows(compilers=("none",), framework="mxnet"))
+    fit = TrainingFit.from_frame(frame, units=_Units(), shipped=SHIPPED)  # type: ignore[arg-type]
+    assert fit.groups and not fit.unit_groups
+    priced = fit.predict(_workload("tf_b"), _route("mxnet", "none"), local_target_key(), 1)
+    assert priced is not None and "kernel units" not in priced.basis
+    assert "mxnet flops" in leave_one_family_out(frame, units=_Units(), shipped=SHIPPED).models  # type: ignore[arg-type]
+
+
+def test_a_route_that_does_not_borrow_is_fitted_apart_from_its_frameworks_borrowing_one(tmp_path, monkeypatch):
+    """Were XLA's kernels not priced by PyTorch's units, its rows would keep the FLOP model in a group of their own,
+    and plain TensorFlow's rows would still be unit-priced (not dragged to the FLOP model by the XLA rows)."""
+    monkeypatch.setattr(training_units, "BORROWED_UNITS", {("tensorflow", "none"): "pytorch"})
+    assert pricing_group("tensorflow", "none") == "tensorflow"
+    assert pricing_group("tensorflow", "xla") == "tensorflow xla"
+    assert pricing_group("pytorch", "inductor") == "pytorch"
+    frame = _tf_frame(tmp_path, _tf_rows())
+    fit = TrainingFit.from_frame(frame, units=_Units(), shipped=SHIPPED)  # type: ignore[arg-type]
+    assert set(fit.unit_groups) == {"keras|fp32"}
+    evaluation = leave_one_family_out(frame, units=_Units(), shipped=SHIPPED)  # type: ignore[arg-type]
+    assert {"tensorflow units", "tensorflow xla flops"} <= set(evaluation.models)
+    xla = fit.predict(_workload("tf_b"), _route("tensorflow", "xla"), local_target_key(), 1)
+    assert xla is not None and "kernel units" not in xla.basis
+
+
+def test_a_route_measured_only_under_load_is_unit_priced_too_and_says_so(tmp_path):
+    """TensorFlow's rows all measured under load: its routes are fitted alone (not with the quiet rows), by the
+    borrowed units too, and its plans say both."""
+    frame = _tf_frame(tmp_path, [*_rows(), *_tf_rows(compilers=("none",), other_cpu=1.5)])
+    fit = TrainingFit.from_frame(frame, units=_Units(), shipped=SHIPPED)  # type: ignore[arg-type]
+    assert fit.unit_groups["keras|fp32"].under_load and not fit.unit_groups["torch|fp32"].under_load
+    priced = fit.predict(_workload("tf_b"), _route("tensorflow", "none"), local_target_key(), 1)
+    assert priced is not None
+    assert "forward priced by kernel units" in priced.basis and "(rows measured under load)" in priced.basis
