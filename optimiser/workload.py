@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from analysis.modelinfo import ModelCost, analyse_onnx, cost_from_architecture
 from analysis.unitgraph import graph_units
+from optimiser.catalog.architecture_units import architecture_units
 from optimiser.catalog.models import Architecture, Catalog
 from optimiser.errors import SpecError
 from optimiser.spec import AppSpec
@@ -41,7 +42,8 @@ def workload_for(spec: AppSpec, catalog: Catalog) -> Workload:
     data = spec.application.data
     total = data.samples * data.epochs if data is not None and data.samples is not None else None
     path = spec.model_path()
-    name = path.stem if path is not None else find_architecture(catalog, spec.application.model.architecture or "").id
+    arch = None if path is not None else find_architecture(catalog, spec.application.model.architecture or "")
+    name = path.stem if path is not None else arch.id if arch is not None else ""
     return Workload(
         flops_per_sample=cost.flops,
         activation_bytes_per_sample=cost.activation_bytes,
@@ -52,7 +54,7 @@ def workload_for(spec: AppSpec, catalog: Catalog) -> Workload:
         flops_by_class={str(k): v.flops for k, v in cost.by_class.items()},
         ops_by_class=_node_counts(spec, catalog) or {str(k): v.count for k, v in cost.by_class.items()},
         model_name=name,
-        units=tuple(graph_units(path)) if path is not None else (),
+        units=tuple(graph_units(path)) if path is not None else architecture_units(arch) if arch is not None else (),
     )
 
 
