@@ -220,6 +220,13 @@ def _worker(threads: int, serves: tuple[str, str]) -> ProcessPoolExecutor:
     return _WORKERS[threads][1]
 
 
+def close_workers() -> None:
+    """Stop the worker processes ``measure`` keeps per thread count (each holds a TensorFlow runtime, about 1 GB):
+    drivers call it when their last run is done, so a long-lived caller (a test session) does not keep them."""
+    while _WORKERS:
+        _WORKERS.popitem()[1][1].shutdown()
+
+
 def _measure_in_worker(
     task_name: str,
     trainer_name: str,

@@ -69,7 +69,7 @@ def train_bench_cmd(
                 typer.echo(compare(t, n, (batch or [32])[0], blocks, seed=seed, cpu_time=cpu_time).describe())
         return
     from benchmarks.features import model_features
-    from benchmarks.training_bench import measure, summarise, summary_rows
+    from benchmarks.training_bench import close_workers, measure, summarise, summary_rows
 
     plugins = [get_trainer(name) for name in (trainer or ["appopt-runtime", "torch"])]
     written = 0
@@ -77,26 +77,30 @@ def train_bench_cmd(
         reason = plugin.unavailable()
         if reason:
             typer.echo(f"{plugin.name}: skipped: {reason}")
-    for t in tasks:
-        shared = SharedModel(t.build(seed), t.data(seed).x_train[:2])
-        for plugin in plugins:
-            if plugin.unavailable():
-                continue
-            for b in batch or t.batch_sizes:
-                for n in thread_list:
-                    runs = [
-                        measure(t, plugin, b, n, seed + i, epochs=epochs, max_steps=max_steps) for i in range(repeats)
-                    ]
-                    summary = summarise(runs, t.target_accuracy)
-                    typer.echo(summary.describe())
-                    if record and db is not None:
-                        per_epoch = len(t.data(seed).y_train) // b
-                        settings = {
-                            "epochs": epochs or t.epochs,
-                            "max_steps": max_steps,
-                            "lr": t.lr,
-                            "steps_per_epoch": min(per_epoch, max_steps) if max_steps else per_epoch,
-                        }
-                        written += append_rows(db, summary_rows(summary, plugin, shared, model_features, settings))
+    try:
+        for t in tasks:
+            shared = SharedModel(t.build(seed), t.data(seed).x_train[:2])
+            for plugin in plugins:
+                if plugin.unavailable():
+                    continue
+                for b in batch or t.batch_sizes:
+                    for n in thread_list:
+                        runs = [
+                            measure(t, plugin, b, n, seed + i, epochs=epochs, max_steps=max_steps)
+                            for i in range(repeats)
+                        ]
+                        summary = summarise(runs, t.target_accuracy)
+                        typer.echo(summary.describe())
+                        if record and db is not None:
+                            per_epoch = len(t.data(seed).y_train) // b
+                            settings = {
+                                "epochs": epochs or t.epochs,
+                                "max_steps": max_steps,
+                                "lr": t.lr,
+                                "steps_per_epoch": min(per_epoch, max_steps) if max_steps else per_epoch,
+                            }
+                            written += append_rows(db, summary_rows(summary, plugin, shared, model_features, settings))
+    finally:
+        close_workers()  # TensorFlow's worker processes, one per thread count
     if record:
         typer.echo(f"{written} row(s) appended to {db}")

@@ -81,10 +81,16 @@ def test_a_second_thread_count_in_one_process_is_refused_with_the_reason() -> No
 
 @pytest.mark.slow
 def test_the_driver_runs_each_thread_count_in_a_process_of_its_own() -> None:
-    from benchmarks.training_bench import measure
+    from benchmarks import training_bench
+    from benchmarks.training_bench import close_workers, measure
 
     task = get_task("digits_mlp")
-    runs = [measure(task, get_trainer("keras-xla"), 32, n, 0, epochs=1, max_steps=6) for n in (2, 1)]
+    try:
+        runs = [measure(task, get_trainer("keras-xla"), 32, n, 0, epochs=1, max_steps=6) for n in (2, 1)]
+        assert set(training_bench._WORKERS) == {1, 2}
+    finally:
+        close_workers()
+    assert not training_bench._WORKERS
     for run in runs:
         assert len(run.step_ms) == 4 and all(ms > 0 for ms in run.step_ms)
         assert 0.0 <= run.final_accuracy <= 1.0
