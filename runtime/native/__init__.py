@@ -143,6 +143,11 @@ def build_key(cc: str, flags: tuple[str, ...] = FLAGS) -> str:
     ).hexdigest()[:20]
 
 
+def _library_name(cc: str, key: str) -> str:
+    """The cached build's file name for ``cc``'s target and a ``build_key``."""
+    return f"appopt_kernels_{target_arch(cc)}_{key}.so"
+
+
 def _default_roots() -> tuple[Path, ...]:
     return (cache_dir() / "native", Path(tempfile.gettempdir()) / f"appopt-native-{os.getuid()}")
 
@@ -160,7 +165,7 @@ def needs_build() -> bool:
         key = build_key(cc)
     except OSError:  # a source is missing: lib() reports it
         return False
-    return not any((root / f"appopt_kernels_{target_arch(cc)}_{key}.so").is_file() for root in _default_roots())
+    return not any((root / _library_name(cc, key)).is_file() for root in _default_roots())
 
 
 def _build(cc: str, flags: tuple[str, ...] = FLAGS, roots: tuple[Path, ...] | None = None) -> Path:
@@ -168,7 +173,7 @@ def _build(cc: str, flags: tuple[str, ...] = FLAGS, roots: tuple[Path, ...] | No
     if roots is None:
         roots = _default_roots()
     for root in roots:
-        target = root / f"appopt_kernels_{target_arch(cc)}_{key}.so"
+        target = root / _library_name(cc, key)
         if target.is_file():
             return target
         try:
