@@ -32,7 +32,7 @@ import numpy as np
 import onnx
 
 from benchmarks.kernels import blas_threads
-from benchmarks.results.provenance import collect, interference, load_average
+from benchmarks.results.provenance import ProbeWindow, collect, interference, load_average
 from benchmarks.trainers import SharedModel, TrainerPlugin
 from benchmarks.training_suite import TrainingTask
 from perfmodels.results_db import BUSY_OTHER_CPU, make_row
@@ -168,7 +168,10 @@ def measure(
             raise RuntimeError(f"{trainer.name}: its worker process for {threads} thread(s) died") from None
     run = TrainingRun(task.name, task.family, trainer.name, batch, threads, seed)
     _reset_peak_rss()
-    with blas_threads(threads), interference() as probe:
+    # Other processes' CPU is read from the end of the first step: building the session and the first step's
+    # compilation (torch.compile's worker processes, XLA's) are this run's own work, not another's load.
+    window: ProbeWindow | None = None
+    with blas_threads(threads):
         session = trainer.session(shared, task.lr, threads, batch, seed)
         trained = 0.0
         n_epochs = 1 if task.step_time_only else (epochs or task.epochs)
@@ -183,6 +186,7 @@ def measure(
                 elapsed = time.perf_counter() - t0
                 if math.isnan(run.first_step_s):
                     run.first_step_s = elapsed
+                    window = ProbeWindow()
                 elif not (epoch == 0 and i < WARMUP_STEPS):
                     run.step_ms.append(elapsed * 1e3)
             run.epoch_s.append(time.perf_counter() - started)
@@ -195,7 +199,7 @@ def measure(
                 break
         run.optimizer_state_bytes = session.optimizer_state_bytes()
     run.peak_rss_mib = peak_rss_mib()
-    run.other_cpu = probe.other_cpu
+    run.other_cpu = None if window is None else window.read()
     return run
 
 

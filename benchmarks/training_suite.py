@@ -8,7 +8,13 @@ trainers copy the module, appopt's runtime trains its ONNX export), its data, an
 * ``resnet8``: a ResNet-8 (CIFAR-style basic blocks) on seeded synthetic 3x16x16 images, target 0.90;
 * ``transformer_tiny``: a 2-layer encoder classifier on seeded synthetic token sequences, target 0.90;
 * ``resnet50``, ``mobilenet_v2``, ``bert_like``: the catalog's named architectures at reduced resolution (32x32) or
-  length (32 tokens), for step time only (no target: random labels).
+  length (32 tokens), for step time only (no target: random labels);
+* ``resnet50_224``, ``mobilenet_v2_224``, ``bert_like_128``: the same models at the catalog's resolution (224x224)
+  and BERT's usual length (128 tokens), for step time only: at 32x32 a step's tensors fit in cache and its time is
+  set by the parameters, at 224x224 by the activations' traffic, which a fit on small inputs alone cannot see;
+* ``vgg_small``, ``densenet_tiny``, ``vit_tiny``, ``gru_tiny``: four more families (plain CNN, concatenating CNN,
+  patch transformer, unrolled recurrent net) at 32x32 or 16 tokens, for step time only, so that a family held out
+  is predicted from eight others.
 
 MobileNetV2 uses ReLU where the paper uses ReLU6 (the runtime's autodiff has no rule for Clip); BERT-like uses ReLU
 in its feed-forward (no Erf rule). Both change the FLOPs by well under 1%.
@@ -218,10 +224,19 @@ def _torch_modules() -> Any:
     class Encoder(nn.Module):
         """Token + position embeddings, pre-LN encoder layers (attention, ReLU FFN), mean pool, linear head."""
 
-        def __init__(self, vocab: int, length: int, hidden: int, heads: int, layers: int, classes: int) -> None:
+        def __init__(
+            self,
+            vocab: int,
+            length: int,
+            hidden: int,
+            heads: int,
+            layers: int,
+            classes: int,
+            embed: nn.Module | None = None,
+        ) -> None:
             super().__init__()
             self.heads = heads
-            self.embed = nn.Embedding(vocab, hidden)
+            self.embed = nn.Embedding(vocab, hidden) if embed is None else embed
             self.position = nn.Parameter(torch.randn(1, length, hidden) * 0.02)
             self.blocks = nn.ModuleList(
                 nn.ModuleDict(
@@ -253,7 +268,61 @@ def _torch_modules() -> Any:
                 x = x + block["ff2"](torch.relu(block["ff1"](block["ln2"](x))))
             return self.head(self.norm(x).mean(dim=1))
 
-    return Basic, Bottleneck, InvertedResidual, Encoder
+    class Patches(nn.Module):
+        """ViT's patch embedding: a ``patch``-strided convolution, its positions as the sequence."""
+
+        def __init__(self, channels: int, hidden: int, patch: int) -> None:
+            super().__init__()
+            self.conv = nn.Conv2d(channels, hidden, patch, patch)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return self.conv(x).flatten(2).transpose(1, 2)
+
+    class DenseLayer(nn.Module):
+        """DenseNet-BC's layer: BN-ReLU-1x1 conv (4k) - BN-ReLU-3x3 conv (k), concatenated to its input."""
+
+        def __init__(self, c_in: int, growth: int) -> None:
+            super().__init__()
+            self.body = nn.Sequential(
+                nn.BatchNorm2d(c_in),
+                nn.ReLU(),
+                nn.Conv2d(c_in, 4 * growth, 1, bias=False),
+                nn.BatchNorm2d(4 * growth),
+                nn.ReLU(),
+                nn.Conv2d(4 * growth, growth, 3, 1, 1, bias=False),
+            )
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return torch.cat([x, self.body(x)], dim=1)
+
+    class Gru(nn.Module):
+        """A GRU classifier unrolled over the sequence (Cho et al. 2014 gates; one linear map per gate and input),
+        mean of the hidden states into a linear head: the recurrent family, many small matrix products a step."""
+
+        def __init__(self, vocab: int, length: int, hidden: int, classes: int) -> None:
+            super().__init__()
+            self.length = length
+            self.embed = nn.Embedding(vocab, hidden)
+            self.x_gates = nn.ModuleList(nn.Linear(hidden, hidden) for _ in range(3))  # update, reset, new
+            self.h_gates = nn.ModuleList(nn.Linear(hidden, hidden) for _ in range(3))
+            self.head = nn.Linear(hidden, classes)
+
+        def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+            xs = self.embed(tokens)
+            xz, xr, xn = (gate(xs) for gate in self.x_gates)
+            hz, hr, hn = self.h_gates
+            # h starts at zero: the first step has no recurrent terms (no zeros tensor in the export)
+            h = (1.0 - torch.sigmoid(xz[:, 0])) * torch.tanh(xn[:, 0])
+            total = h
+            for t in range(1, self.length):
+                z = torch.sigmoid(xz[:, t] + hz(h))
+                r = torch.sigmoid(xr[:, t] + hr(h))
+                n = torch.tanh(xn[:, t] + r * hn(h))
+                h = (1.0 - z) * n + z * h
+                total = total + h
+            return self.head(total * (1.0 / self.length))
+
+    return Basic, Bottleneck, InvertedResidual, Encoder, Patches, DenseLayer, Gru
 
 
 def _classifier(features: nn.Module, channels: int, classes: int) -> nn.Module:
@@ -308,15 +377,70 @@ def mobilenet_v2(seed: int = 0, classes: int = 10) -> nn.Module:
     return _classifier(nn.Sequential(*layers), 1280, classes)
 
 
+def vgg_small(seed: int = 0, classes: int = 10) -> nn.Module:
+    """A VGG-style plain CNN (Simonyan & Zisserman 2015: 3x3 conv-BN-ReLU stacks and max pools, no shortcuts),
+    32-64-128-128-256-256 channels at 32x32."""
+    from torch import nn
+
+    _seeded(seed)
+    layers: list[nn.Module] = []
+    c_in = 3
+    for width in (32, "M", 64, "M", 128, 128, "M", 256, 256, "M"):
+        if width == "M":
+            layers.append(nn.MaxPool2d(2))
+            continue
+        layers += [nn.Conv2d(c_in, int(width), 3, 1, 1, bias=False), nn.BatchNorm2d(int(width)), nn.ReLU()]
+        c_in = int(width)
+    return _classifier(nn.Sequential(*layers), c_in, classes)
+
+
+def densenet_tiny(seed: int = 0, classes: int = 10) -> nn.Module:
+    """DenseNet-BC (Huang et al. 2017) at 32x32: growth 12, three dense blocks of 4 layers, transitions halving the
+    channels and the resolution: every layer concatenates, so activations, not FLOPs, set its step."""
+    from torch import nn
+
+    dense = _torch_modules()[5]
+    _seeded(seed)
+    layers: list[nn.Module] = [nn.Conv2d(3, 24, 3, 1, 1, bias=False)]
+    channels = 24
+    for block in range(3):
+        for _ in range(4):
+            layers.append(dense(channels, 12))
+            channels += 12
+        if block < 2:
+            out = channels // 2
+            layers += [nn.BatchNorm2d(channels), nn.ReLU(), nn.Conv2d(channels, out, 1, bias=False), nn.AvgPool2d(2)]
+            channels = out
+    layers += [nn.BatchNorm2d(channels), nn.ReLU()]
+    return _classifier(nn.Sequential(*layers), channels, classes)
+
+
+def vit_tiny(seed: int = 0) -> nn.Module:
+    """A ViT (Dosovitskiy et al. 2021) at 32x32: 4x4 patches (64 tokens), 4 encoder layers of hidden 128."""
+    modules = _torch_modules()
+    _seeded(seed)
+    return modules[3](1, 64, 128, 4, 4, 10, embed=modules[4](3, 128, 4))
+
+
+def gru_tiny(seed: int = 0) -> nn.Module:
+    """A GRU of hidden 128 over 16 tokens (``_torch_modules``' ``Gru``)."""
+    _seeded(seed)
+    return _torch_modules()[6](64, 16, 128, 4)
+
+
 def transformer_tiny(seed: int = 0) -> nn.Module:
     _seeded(seed)
     return _torch_modules()[3](vocab=64, length=16, hidden=64, heads=4, layers=2, classes=4)
 
 
-def bert_like(seed: int = 0) -> nn.Module:
-    """BERT-like encoder, 4 layers of hidden 256 (BERT-mini's shape) at 32 tokens."""
+def bert_like(seed: int = 0, length: int = 32) -> nn.Module:
+    """BERT-like encoder, 4 layers of hidden 256 (BERT-mini's shape) at ``length`` tokens."""
     _seeded(seed)
-    return _torch_modules()[3](vocab=1024, length=32, hidden=256, heads=4, layers=4, classes=2)
+    return _torch_modules()[3](vocab=1024, length=length, hidden=256, heads=4, layers=4, classes=2)
+
+
+def bert_like_128(seed: int = 0) -> nn.Module:
+    return bert_like(seed, length=128)
 
 
 # --- the suite -------------------------------------------------------------------------------------------------
@@ -382,6 +506,83 @@ TASKS: tuple[TrainingTask, ...] = (
         1,
         (4, 8),
         "BERT-like (4x256) at 32 tokens, step time only",
+    ),
+    TrainingTask(
+        "vgg_small",
+        "vgg",
+        vgg_small,
+        lambda s: synthetic_images(s, 256, (3, 32, 32), signal=0.0),
+        None,
+        0.01,
+        1,
+        (8, 32),
+        "VGG-style plain CNN at 32x32, step time only",
+    ),
+    TrainingTask(
+        "densenet_tiny",
+        "densenet",
+        densenet_tiny,
+        lambda s: synthetic_images(s, 256, (3, 32, 32), signal=0.0),
+        None,
+        0.01,
+        1,
+        (8, 32),
+        "DenseNet-BC (growth 12, 3x4 layers) at 32x32, step time only",
+    ),
+    TrainingTask(
+        "vit_tiny",
+        "vit",
+        vit_tiny,
+        lambda s: synthetic_images(s, 256, (3, 32, 32), signal=0.0),
+        None,
+        0.01,
+        1,
+        (8, 32),
+        "ViT (4x4 patches, 4x128) at 32x32, step time only",
+    ),
+    TrainingTask(
+        "gru_tiny",
+        "rnn",
+        gru_tiny,
+        lambda s: synthetic_tokens(s, 512, 16, 64, 4, signal=False),
+        None,
+        0.01,
+        1,
+        (16, 64),
+        "GRU (hidden 128) over 16 tokens, step time only",
+    ),
+    TrainingTask(
+        "resnet50_224",
+        "resnet",
+        resnet50,
+        lambda s: synthetic_images(s, 32, (3, 224, 224), signal=0.0),
+        None,
+        0.01,
+        1,
+        (2, 4),
+        "ResNet-50 at 224x224, step time only",
+    ),
+    TrainingTask(
+        "mobilenet_v2_224",
+        "mobilenet",
+        mobilenet_v2,
+        lambda s: synthetic_images(s, 64, (3, 224, 224), signal=0.0),
+        None,
+        0.01,
+        1,
+        (4, 8),
+        "MobileNetV2 at 224x224, step time only",
+    ),
+    TrainingTask(
+        "bert_like_128",
+        "transformer",
+        bert_like_128,
+        lambda s: synthetic_tokens(s, 64, 128, 1024, 2, signal=False),
+        None,
+        0.01,
+        1,
+        (4, 8),
+        "BERT-like (4x256) at 128 tokens, step time only",
     ),
 )
 TASK_NAMES = tuple(t.name for t in TASKS)

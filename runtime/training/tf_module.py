@@ -331,6 +331,7 @@ _ELEMENTWISE: dict[str, Callable[..., Any]] = {
     "Erf": tf.math.erf,
     "Sqrt": tf.sqrt,
     "Neg": tf.negative,
+    "Reciprocal": tf.math.reciprocal,
     "Exp": tf.exp,
     "Identity": tf.identity,
 }

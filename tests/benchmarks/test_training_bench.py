@@ -81,3 +81,46 @@ def test_side_by_side_prints_a_ratio():
     cpu = CliRunner().invoke(app, [*args, "--cpu-time"])
     assert cpu.exit_code == 0, cpu.output
     assert "CPU ms/step" in cpu.output and "ratio" in cpu.output
+
+
+def test_other_processes_cpu_is_read_from_the_end_of_the_first_step(monkeypatch):
+    """Building the session and the first step's compilation (torch.compile's worker processes are other
+    processes) are the run's own work: the load probe starts after them, so they cannot mark the rows busy."""
+    import benchmarks.training_bench as training_bench
+    from benchmarks.trainers.base import SharedModel
+    from benchmarks.training_suite import TaskData, TrainingTask
+
+    events: list[str] = []
+
+    class Window:
+        def __init__(self) -> None:
+            events.append("probe starts")
+
+        def read(self) -> float:
+            return 0.125
+
+    class Session:
+        def step(self, x: np.ndarray, y: np.ndarray) -> float:
+            events.append("step")
+            return 0.0
+
+        def optimizer_state_bytes(self) -> int:
+            return 0
+
+    class Trainer:
+        name = "fake"
+
+        def session(self, *args: object) -> Session:
+            events.append("session")
+            return Session()
+
+    class Shared(SharedModel):
+        def onnx_bytes(self) -> bytes:
+            return b""
+
+    monkeypatch.setattr(training_bench, "ProbeWindow", Window)
+    x, y = np.zeros((40, 2), np.float32), np.zeros(40, np.int64)
+    task = TrainingTask("t", "f", lambda seed: None, lambda seed: TaskData(x, y, x, y), None, 0.01, 1, (4,))
+    run = training_bench.measure(task, Trainer(), batch=4, threads=1, shared=Shared(None, x[:2]))  # type: ignore[arg-type]
+    assert events[:3] == ["session", "step", "probe starts"] and events.count("step") == training_bench.TIMED_STEPS
+    assert run.other_cpu == 0.125

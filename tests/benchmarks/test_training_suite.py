@@ -37,6 +37,8 @@ def test_unknown_task_and_trainer_are_refused_with_the_known_names():
     assert {"digits_mlp", "digits_cnn", "resnet8", "transformer_tiny", "resnet50", "mobilenet_v2", "bert_like"} <= set(
         TASK_NAMES
     )
+    full_size = {"resnet50_224", "mobilenet_v2_224", "bert_like_128"}
+    assert full_size | {"vgg_small", "densenet_tiny", "vit_tiny", "gru_tiny"} <= set(TASK_NAMES)
 
 
 def test_keras_without_tensorflow_says_extra_not_installed(monkeypatch):
@@ -58,7 +60,9 @@ def test_export_gives_batch_norm_its_own_running_statistics():
 
 
 @needs_torch
-@pytest.mark.parametrize("name", ["digits_mlp", "digits_cnn", "transformer_tiny"])
+@pytest.mark.parametrize(
+    "name", ["digits_mlp", "digits_cnn", "transformer_tiny", "gru_tiny", "vit_tiny", "densenet_tiny"]
+)
 def test_runtime_and_torch_take_the_same_steps_from_the_same_weights(name):
     task = get_task(name)
     data = task.data(0)
@@ -72,3 +76,19 @@ def test_runtime_and_torch_take_the_same_steps_from_the_same_weights(name):
     # the shared module itself is never trained in place
     again = get_trainer("torch").session(shared, task.lr, 1, 16, 0)
     assert again.step(data.x_train[:16], data.y_train[:16]) == pytest.approx(losses["torch"][0], rel=1e-6)
+
+
+@needs_torch
+@pytest.mark.parametrize(
+    ("full", "reduced", "sample_shape"),
+    [("resnet50_224", "resnet50", (3, 224, 224)), ("mobilenet_v2_224", "mobilenet_v2", (3, 224, 224)),
+     ("bert_like_128", "bert_like", (128,))],
+)  # fmt: skip
+def test_full_size_tasks_train_the_reduced_tasks_models_on_full_size_inputs(full, reduced, sample_shape):
+    """The full-size tasks are the same architectures (BERT-like gains only position embeddings) on the inputs plans
+    meet, so their rows teach the fit how a step grows with resolution or length, and step time only."""
+    big, small = get_task(full), get_task(reduced)
+    assert (big.family, big.step_time_only) == (small.family, True)
+    assert big.data(0).x_train.shape[1:] == sample_shape
+    sizes = [sum(p.numel() for n, p in task.build(0).named_parameters() if n != "position") for task in (big, small)]
+    assert sizes[0] == sizes[1]
