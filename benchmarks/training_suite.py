@@ -14,7 +14,9 @@ trainers copy the module, appopt's runtime trains its ONNX export), its data, an
   set by the parameters, at 224x224 by the activations' traffic, which a fit on small inputs alone cannot see;
 * ``vgg_small``, ``densenet_tiny``, ``vit_tiny``, ``gru_tiny``: four more families (plain CNN, concatenating CNN,
   patch transformer, unrolled recurrent net) at 32x32 or 16 tokens, for step time only, so that a family held out
-  is predicted from eight others.
+  is predicted from eight others;
+* ``node_chain_4``, ``node_chain_64``: chains of tiny layers, the per-node probe (``PROBE_FAMILY``): every fit keeps
+  them, the held-out evaluation never predicts them.
 
 MobileNetV2 uses ReLU where the paper uses ReLU6 (the runtime's autodiff has no rule for Clip); BERT-like uses ReLU
 in its feed-forward (no Erf rule). Both change the FLOPs by well under 1%.
@@ -31,6 +33,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from benchmarks.models.convnets import MOBILENET_V2_BLOCKS
+from perfmodels.training_fit import PROBE_FAMILY
 
 if TYPE_CHECKING:
     from torch import nn
@@ -93,7 +96,7 @@ def digits_data(seed: int = 0, image: bool = False) -> TaskData:
 def synthetic_images(
     seed: int = 0,
     samples: int = 1024,
-    shape: tuple[int, int, int] = (3, 16, 16),
+    shape: tuple[int, ...] = (3, 16, 16),
     classes: int = 10,
     signal: float = 0.6,
 ) -> TaskData:
@@ -428,6 +431,18 @@ def gru_tiny(seed: int = 0) -> nn.Module:
     return _torch_modules()[6](64, 16, 128, 4)
 
 
+def node_chain(depth: int, seed: int = 0) -> nn.Module:
+    """``depth`` layers of a 16-wide linear map and tanh, then a 4-class head: a step of tiny kernels, whose time
+    over two depths is what each node of a training step costs (``perfmodels.training_fit.PROBE_FAMILY``)."""
+    from torch import nn
+
+    _seeded(seed)
+    layers: list[nn.Module] = []
+    for _ in range(depth):
+        layers += [nn.Linear(PROBE_WIDTH, PROBE_WIDTH), nn.Tanh()]
+    return nn.Sequential(*layers, nn.Linear(PROBE_WIDTH, 4))
+
+
 def transformer_tiny(seed: int = 0) -> nn.Module:
     _seeded(seed)
     return _torch_modules()[3](vocab=64, length=16, hidden=64, heads=4, layers=2, classes=4)
@@ -444,6 +459,10 @@ def bert_like_128(seed: int = 0) -> nn.Module:
 
 
 # --- the suite -------------------------------------------------------------------------------------------------
+
+#: The per-node probes' width and depths (``node_chain``).
+PROBE_WIDTH = 16
+PROBE_DEPTHS = (4, 64)
 
 TASKS: tuple[TrainingTask, ...] = (
     TrainingTask(
@@ -584,6 +603,20 @@ TASKS: tuple[TrainingTask, ...] = (
         (4, 8),
         "BERT-like (4x256) at 128 tokens, step time only",
     ),
+)
+TASKS += tuple(
+    TrainingTask(
+        f"node_chain_{depth}",
+        PROBE_FAMILY,
+        functools.partial(node_chain, depth),
+        lambda s: synthetic_images(s, 256, (PROBE_WIDTH,), classes=4, signal=0.0),
+        None,
+        0.01,
+        1,
+        (4,),
+        f"{depth} linear+tanh layers of width {PROBE_WIDTH}: the per-node probe, step time only",
+    )
+    for depth in PROBE_DEPTHS
 )
 TASK_NAMES = tuple(t.name for t in TASKS)
 

@@ -89,11 +89,12 @@ def training_proxy_data(
 ) -> TrainingProxyData:
     """Cut ``frame`` into the training proxy's source, store and truth (ValueError: nothing to score)."""
     from optimiser.transfer_proxy import proxy_data
-    from perfmodels.training_fit import step_rows
+    from perfmodels.training_fit import PROBE_FAMILY, step_rows
 
     data = proxy_data(frame, source_threads, target_threads, anchors)
     at_target = frame[(frame["target"] == data.host) & (frame["threads"].astype("Int64") == target_threads)]
     truth = step_rows(at_target)
+    truth = truth[truth["family"] != PROBE_FAMILY]  # the per-node probes are fitted, never a plan's model
     if truth.empty:
         raise ValueError(f"--proxy: {data.host} has no quiet training step rows at {target_threads} threads")
     if step_rows(data.source).empty:

@@ -127,6 +127,9 @@ FEATURE_SETS = ("train_units", "units", "flops")
 #: Op classes whose FLOPs run as matrix products; the op class of shape bookkeeping nodes (no kernel of their own).
 MATMUL_CLASSES = ("gemm", "gemv")
 BOOKKEEPING_CLASS = "other"
+#: The family of the training suite's per-node probes (chains of tiny layers at two depths): no architecture, but
+#: what a step pays per node, which few-node families cannot pin. Always fitted, never held out nor predicted.
+PROBE_FAMILY = "node-probe"
 #: Rows needed per coefficient before the full model is fitted; with fewer, one shared scale of the roofline sum.
 ROWS_PER_COEFFICIENT = 2
 #: Alternations of the shared-coefficient and per-route-scale solves in ``fit_routes`` (it converges in tens).
@@ -922,7 +925,8 @@ def leave_one_family_out(
     training_routes: Mapping[tuple[str, str], TrainingUnitRoute] | None = None,
     nested: bool = True,
 ) -> TrainingEvaluation:
-    """Fit each route's step time without one family, predict that family; repeat for every family.
+    """Fit each route's step time without one family, predict that family; repeat for every family (the per-node
+    probes, ``PROBE_FAMILY``, stay in every fit and are never predicted).
 
     Each framework's rows are predicted by the most specific feature set that prices them all (``fit_frameworks``):
     the training-unit model with the training units ``training_routes`` (default: fitted from ``frame``'s
@@ -941,7 +945,8 @@ def leave_one_family_out(
             + ("" if include_busy else " measured quietly (add --include-busy to use rows measured under load)")
         )
     keys = _route_key(rows)
-    held_out = [k for k, part in rows.groupby(keys) if part["family"].nunique() >= 2]
+    architectures = rows["family"].where(rows["family"] != PROBE_FAMILY)
+    held_out = [k for k, part in architectures.groupby(keys) if part.nunique() >= 2]
     rows = rows[keys.isin(held_out)]
     if rows.empty:
         raise ValueError("every training route was measured on a single architecture family: nothing to hold out")
@@ -956,7 +961,7 @@ def leave_one_family_out(
     priced = PricedRows(_matrix(rows), forward, priced_training(rows, training_routes, shipped))
     held = _HeldOut(rows, priced)
     predictions, nested_predictions, picks = [], [], []
-    for family in sorted(set(held.families)):
+    for family in held.architectures():
         test = held.families == family
         predictions.append(held.frame(test, held.predict(~test, test)))
         if nested:
@@ -989,6 +994,12 @@ class _HeldOut:
         self.measured = rows["value"].to_numpy(dtype=float) / 1e3
         self.matrices = {f: priced.matrix(f) for f in FEATURE_SETS}
 
+    def architectures(self, mask: np.ndarray | None = None) -> list[str]:
+        """The families held out in turn (of the ``mask`` rows): every one but the per-node probes', which every
+        fit keeps."""
+        families = self.families if mask is None else self.families[mask]
+        return sorted(set(families) - {PROBE_FAMILY})
+
     def predict(self, train: np.ndarray, test: np.ndarray, choice: Mapping[str, str] | None = None) -> np.ndarray:
         """Seconds of the ``test`` rows from fits on the ``train`` rows (``fit_frameworks`` with ``choice``); a row
         the chosen set does not price is predicted by the FLOP model (NaN: its route has no fit)."""
@@ -1014,7 +1025,7 @@ class _HeldOut:
             errors = {}
             for features in usable_features(self.priced.take(mine)):
                 relative = []
-                for family in sorted(set(self.families[mine])):
+                for family in self.architectures(mine):
                     test = mine & (self.families == family)
                     predicted = self.predict(mine & ~test, test, {framework: features})
                     relative.extend(predicted / self.measured[test] - 1.0)

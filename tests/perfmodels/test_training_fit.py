@@ -13,6 +13,7 @@ from perfmodels.results_db import make_row, read_results, write_rows
 from perfmodels.targets import local_target_key
 from perfmodels.training_fit import (
     FEATURES,
+    PROBE_FAMILY,
     TrainingEvaluation,
     TrainingFit,
     TrainingGroupFit,
@@ -48,10 +49,12 @@ def _classes(
     return {dense: flops * (1 - light), rest: flops * light}, by_ops
 
 
-def _rows(noise: float = 0.0, other_cpu: float = 0.0, backend: str = "appopt-runtime", tta: bool = False):
+def _rows(
+    noise: float = 0.0, other_cpu: float = 0.0, backend: str = "appopt-runtime", tta: bool = False, models=MODELS
+):
     rng = np.random.default_rng(0)
     rows = []
-    for name, (family, flops, act, params, nodes, light, weighted) in MODELS.items():
+    for name, (family, flops, act, params, nodes, light, weighted) in models.items():
         by_flops, by_ops = _classes(family, flops, nodes, light, weighted)
         for batch in (8, 32):
             for threads, peak, gbs in ((1, 50.0, 10.0), (2, 100.0, 10.0)):  # one core's peak: no speed-up
@@ -84,6 +87,21 @@ def test_held_out_families_are_predicted_from_the_others(tmp_path):
     assert evaluation.step_rmspe() < 0.10
     assert len(evaluation.time_to_target) == len(MODELS) * 4 and evaluation.tta_rmspe() < 0.10
     assert any("goal 20%" in line for line in evaluation.lines())
+
+
+def test_the_per_node_probes_are_in_every_fit_and_never_held_out(tmp_path):
+    """The probes (chains of tiny layers) are no architecture: no fold predicts them, each fit keeps them, and a
+    route needs two architecture families besides them to be held out."""
+    probes = {f"chain_{n}": (PROBE_FAMILY, 2e3 * n, 1e2 * n, 3e2 * n, 2 * n + 3, 0.5, n) for n in (4, 64)}
+    rows, probe_rows = _rows(noise=0.02), _rows(noise=0.02, models=probes)
+    evaluation = leave_one_family_out(_frame(tmp_path, rows + probe_rows))
+    assert set(evaluation.predictions["family"]) == {"mlp", "cnn", "resnet", "transformer"}
+    assert len(evaluation.predictions) == len(rows)
+    without = leave_one_family_out(_frame(tmp_path, rows)).predictions["predicted"].to_numpy()
+    assert not np.allclose(evaluation.predictions["predicted"].to_numpy(), without, rtol=1e-9)
+    one_family = [r for r in rows if r["family"] == "mlp"] + probe_rows
+    with pytest.raises(ValueError, match="single architecture family"):
+        leave_one_family_out(_frame(tmp_path, one_family))
 
 
 def test_busy_rows_are_left_out_unless_asked_for(tmp_path):
@@ -253,25 +271,26 @@ def test_a_route_that_speeds_up_with_threads_is_predicted_at_both_thread_counts(
 
 def test_the_shipped_rows_held_out_by_family_bound_the_step_and_time_to_target_errors():
     """The shipped training rows, each family predicted by a fit of the others (docs/decisions.md, 2026-11-26).
-    Issue 17's goals: step time 20%, time to target 25% (23.9%: met). The step goal holds for PyTorch (18.2%: its
-    convolution outputs' traffic priced, its extra work sped up as its kernels are) but NOT for appopt-runtime since
-    its rows were re-recorded after the stride-phase ConvGrad and compiled BatchNorm kernels (16.5% -> 26.7%, the
-    same model form), so the four original routes give 22.9%; TensorFlow (keras, keras-xla, priced by PyTorch's
-    units) 42.7%. Bounded here so none regresses. Needs the shipped rows refeatured by the fixed analyser
+    Issue 17's goals: step time 20%, time to target 25%: NEITHER is met on the suite of nine families with the
+    full-size tasks. Step 42.2% over 332 rows (PyTorch 37.1%, appopt-runtime 45.2%, TensorFlow 43.9%; the seven
+    tasks of the five-family suite 37.1%, where that suite alone gave 31.0%), time to target 31.4% (23.9% on the five
+    families: their small models are now predicted from fits that also see VGG, DenseNet, ViT and a GRU).
+    Bounded here so none regresses. Needs the shipped rows refeatured by the fixed analyser
     (``appopt bench refresh-features``)."""
     from perfmodels.results_db import DEFAULT_DB
 
     evaluation = leave_one_family_out(read_results(DEFAULT_DB))
-    assert len(evaluation.predictions) >= 160 and len(evaluation.time_to_target) >= 90
-    assert evaluation.tta_rmspe() < 0.25
+    assert len(evaluation.predictions) >= 320 and len(evaluation.time_to_target) >= 90
+    assert set(evaluation.predictions["family"]) >= {"vgg", "densenet", "vit", "rnn"}
+    assert evaluation.tta_rmspe() < 0.35
     predictions = evaluation.predictions
 
     def rmspe(*backends: str) -> float:
         chosen = predictions[predictions["backend"].isin(backends)]
-        assert len(chosen) >= 25 * len(backends) // 2
+        assert len(chosen) >= 50 * len(backends) // 2
         return TrainingEvaluation._rmspe(chosen)
 
-    assert rmspe("torch", "torch-compile") < 0.20  # 28.5% before the outputs' traffic and the units' speed-up
-    assert rmspe("appopt-runtime", "appopt-runtime-amp") < 0.30
-    assert rmspe("appopt-runtime", "appopt-runtime-amp", "torch", "torch-compile") < 0.25
-    assert rmspe("keras", "keras-xla") < 0.50  # 59.9% on the FLOP model (loaded smoke rows)
+    assert rmspe("torch", "torch-compile") < 0.40
+    assert rmspe("appopt-runtime", "appopt-runtime-amp") < 0.50
+    assert rmspe("appopt-runtime", "appopt-runtime-amp", "torch", "torch-compile") < 0.45
+    assert rmspe("keras", "keras-xla") < 0.48
