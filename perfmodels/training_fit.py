@@ -30,19 +30,23 @@ Where the inference unit sweeps measured a framework's kernels on the host (``pe
 framework of the same kernel library's, ``BORROWED_UNITS``), its steps have a second, unit-priced model
 (``UNIT_FEATURES``)::
 
-    step_s = a' · forward_s + (e' · optimizer + g' · 4·conv_outputs·batch / bandwidth) / speed_up + f' · kernel_nodes
+    step_s = a' · forward_s + (e' · optimizer + g' · 4·conv_outputs·batch / bandwidth) / speed_up
+             + f' · kernel_nodes + h' · 1 ms
 
 ``forward_s`` the forward pass of ``batch`` samples priced unit by unit by the framework's unit model at the row's
 threads: a held-out family borrows the rates of other models' kernels of similar shape, where the FLOP model has one
-rate per op class. ``conv_outputs`` the elements of the convolutions' outputs, which training normalises and
-activates in kernels of their own (an inference unit folds them into its convolution). ``speed_up`` the forward
+rate per op class. ``conv_outputs`` the elements a step passes over in kernels of its own
+(``perfmodels.training_units.passed_elements``): the convolutions' outputs, which training normalises and
+activates apart (an inference unit folds them into its convolution), and the outputs of unfolded normalisations,
+activations and concatenations, whose gradients are further passes. ``h'`` a per-step constant (the loss, zeroing
+the gradients, the loop), which with ``f'`` the per-node probes pin. ``speed_up`` the forward
 units' own speed-up from one thread to the row's, so each model's extra work scales with threads as its kernels do
 (no exponent fitted). Plans and the held-out evaluation use it where the workload has kernel units.
 
 Where a framework's own training kernels were swept as units (``benchmarks.backward_units``; appopt-runtime, whose
 NumPy gradients no inference sweep times), its steps have a third model (``TRAIN_UNIT_FEATURES``)::
 
-    step_s = a'' · forward_train_s + b'' · backward_s + e'' · optimizer_s + f'' · kernel_nodes
+    step_s = a'' · forward_train_s + b'' · backward_s + e'' · optimizer_s + f'' · kernel_nodes + h'' · 1 ms
 
 the forward pass in training mode and the backward pass priced unit by unit, and the optimiser update priced by its
 own sweep (``perfmodels.training_units.TrainingUnitRoute``). Each framework's rows are fitted with the most specific
@@ -79,10 +83,10 @@ from perfmodels.training_intervals import TrainingResiduals, with_interval
 from perfmodels.training_units import (
     TrainingUnitRoute,
     UnitRouteKey,
-    convolution_outputs,
     fit_training_units,
     forward_seconds,
     lender_of,
+    passed_elements,
     read_training_units,
     row_units,
     unit_route,
@@ -107,16 +111,20 @@ FEATURES = ("conv_compute", "matmul_compute", "depthwise", "activations", "optim
 #: The first ``PER_SAMPLE`` features grow with the batch and speed up with threads (``thread_exponent``).
 PER_SAMPLE = 4
 #: The unit-priced model's features (``perfmodels.training_units``): the forward pass priced by the framework's
-#: inference kernel units at the row's threads, ``FEATURES``' optimiser and per-node terms, and the traffic of the
-#: convolutions' outputs (``convolution_outputs``: the normalisation and activations an inference unit folds). The
-#: optimiser and output traffic are divided by the forward units' own speed-up from one thread to the row's.
-UNIT_FEATURES = ("forward_units", "optimizer", "kernel_nodes", "conv_outputs")
-#: Bytes per element of a convolution output a training step passes over (fp32), as ``conv_outputs`` counts them.
+#: inference kernel units at the row's threads, ``FEATURES``' optimiser and per-node terms, the traffic of the
+#: elements training passes over apart (``passed_elements``: the normalisation and activations an inference unit
+#: folds, unfolded ones, concatenations), and a per-step constant. The optimiser and that traffic are divided by the
+#: forward units' own speed-up from one thread to the row's.
+UNIT_FEATURES = ("forward_units", "optimizer", "kernel_nodes", "conv_outputs", "step")
+#: The unit-priced model's per-step constant (``step``: the loss, zeroing the gradients, the trainer's own loop),
+#: in units of a millisecond; the per-node probes (``PROBE_FAMILY``) pin it with the per-node term.
+STEP_CONSTANT_S = 1e-3
+#: Bytes per element a training step passes over (fp32), as ``conv_outputs`` counts them.
 CONV_OUTPUT_BYTES = 4.0
 #: The training-unit model's features (``perfmodels.training_units.TrainingUnitRoute``): the forward pass in
 #: training mode and the backward pass priced unit by unit by the framework's own swept training kernels, its
-#: optimiser update priced by the optimiser sweep, and ``FEATURES``' per-node term.
-TRAIN_UNIT_FEATURES = ("forward_train_units", "backward_units", "optimizer_units", "kernel_nodes")
+#: optimiser update priced by the optimiser sweep, ``FEATURES``' per-node term and the per-step constant.
+TRAIN_UNIT_FEATURES = ("forward_train_units", "backward_units", "optimizer_units", "kernel_nodes", "step")
 #: The columns of each feature set that grow with the batch and speed up with ``threads ** thread_exponent`` (the
 #: unit-priced model's columns carry their thread counts' speed from the units; the training units are priced at
 #: their swept thread count, ``TRAINING_UNIT_THREADS``, for every row).
@@ -222,14 +230,16 @@ def unit_matrix(flops_x: np.ndarray, forward: np.ndarray) -> np.ndarray:
     forward = np.asarray(forward, dtype=float).reshape(-1, 3)
     with np.errstate(divide="ignore", invalid="ignore"):
         speed_up = forward[:, 1] / forward[:, 0]
-    return np.c_[forward[:, 0], flops_x[:, 4] / speed_up, flops_x[:, 5], forward[:, 2] / speed_up]
+    constant = np.full(len(forward), STEP_CONSTANT_S)
+    return np.c_[forward[:, 0], flops_x[:, 4] / speed_up, flops_x[:, 5], forward[:, 2] / speed_up, constant]
 
 
 def train_unit_matrix(flops_x: np.ndarray, parts: np.ndarray) -> np.ndarray:
     """``TRAIN_UNIT_FEATURES`` rows from ``FEATURES`` rows and each row's (forward, backward, optimiser) seconds
-    priced by the framework's training units (``TrainingUnitRoute.parts``)."""
+    priced by the framework's training units (``TrainingUnitRoute.parts``), and the per-step constant."""
     flops_x = np.asarray(flops_x).reshape(-1, len(FEATURES))
-    return np.c_[np.asarray(parts, dtype=float).reshape(-1, 3), flops_x[:, 5]]
+    parts = np.asarray(parts, dtype=float).reshape(-1, 3)
+    return np.c_[parts, flops_x[:, 5], np.full(len(parts), STEP_CONSTANT_S)]
 
 
 @dataclass(frozen=True)
@@ -525,7 +535,7 @@ def unit_priced_forward(
         priced.append(forward_seconds(routes[key], forward, batch) if key in routes else math.nan)
     if math.isnan(priced[1]) and threads != 1:  # units swept at this thread count only: no speed-up known (1)
         priced[1] = priced[0]
-    traffic = CONV_OUTPUT_BYTES * convolution_outputs(forward) * batch / (bandwidth_gbs * 1e9)
+    traffic = CONV_OUTPUT_BYTES * passed_elements(forward) * batch / (bandwidth_gbs * 1e9)
     return priced[0], priced[1], traffic
 
 

@@ -135,6 +135,18 @@ def convolution_outputs(units: Sequence[Unit]) -> float:
     return total
 
 
+def passed_elements(units: Sequence[Unit]) -> float:
+    """Elements per sample a training step passes over in kernels of their own beyond what the forward units price:
+    the convolution outputs (``convolution_outputs``), and the outputs of one-input element-wise units
+    (normalisations and activations not folded into a convolution: DenseNet's BN-ReLU over concatenated inputs) and
+    of data movement (concatenations, copies), whose backward passes are as long again."""
+    total = convolution_outputs(units)
+    for unit in units:
+        if unit.kind == "move" or (unit.kind == "eltwise" and unit["inputs"] == 1):
+            total += unit.count * unit["elements"]
+    return total
+
+
 def forward_seconds(route: UnitRoute, units: Sequence[Unit], batch: int) -> float:
     """Seconds of one forward pass of ``batch`` samples through ``units`` on ``route``: the sum of its units' times,
     without the per-query call cost (the training fit's per-node term carries dispatch). NaN when ``units`` is empty

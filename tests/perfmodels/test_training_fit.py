@@ -271,10 +271,10 @@ def test_a_route_that_speeds_up_with_threads_is_predicted_at_both_thread_counts(
 
 def test_the_shipped_rows_held_out_by_family_bound_the_step_and_time_to_target_errors():
     """The shipped training rows, each family predicted by a fit of the others (docs/decisions.md, 2026-11-26).
-    Issue 17's goals: step time 20%, time to target 25%: NEITHER is met on the suite of nine families with the
-    full-size tasks. Step 42.2% over 332 rows (PyTorch 37.1%, appopt-runtime 45.2%, TensorFlow 43.9%; the seven
-    tasks of the five-family suite 37.1%, where that suite alone gave 31.0%), time to target 31.4% (23.9% on the five
-    families: their small models are now predicted from fits that also see VGG, DenseNet, ViT and a GRU).
+    Issue 17's goals: step time 20% (NOT met), time to target 25% (23.7%: met). On the suite of nine families with
+    the full-size tasks the step is 37.7% over 332 rows: PyTorch 29.4% (its unit model prices a per-step constant and
+    the passes over unfolded normalisations and concatenations, pinned by the per-node probes), appopt-runtime 43.5%,
+    TensorFlow 38.8%; the seven tasks of the five-family suite 30.3% (31.0% on that suite alone), the new ones 43.9%.
     Bounded here so none regresses. Needs the shipped rows refeatured by the fixed analyser
     (``appopt bench refresh-features``)."""
     from perfmodels.results_db import DEFAULT_DB
@@ -282,7 +282,7 @@ def test_the_shipped_rows_held_out_by_family_bound_the_step_and_time_to_target_e
     evaluation = leave_one_family_out(read_results(DEFAULT_DB))
     assert len(evaluation.predictions) >= 320 and len(evaluation.time_to_target) >= 90
     assert set(evaluation.predictions["family"]) >= {"vgg", "densenet", "vit", "rnn"}
-    assert evaluation.tta_rmspe() < 0.35
+    assert evaluation.tta_rmspe() < 0.25
     predictions = evaluation.predictions
 
     def rmspe(*backends: str) -> float:
@@ -290,7 +290,7 @@ def test_the_shipped_rows_held_out_by_family_bound_the_step_and_time_to_target_e
         assert len(chosen) >= 50 * len(backends) // 2
         return TrainingEvaluation._rmspe(chosen)
 
-    assert rmspe("torch", "torch-compile") < 0.40
-    assert rmspe("appopt-runtime", "appopt-runtime-amp") < 0.50
-    assert rmspe("appopt-runtime", "appopt-runtime-amp", "torch", "torch-compile") < 0.45
-    assert rmspe("keras", "keras-xla") < 0.48
+    assert rmspe("torch", "torch-compile") < 0.32  # 37.1% without the step constant and the unfolded passes
+    assert rmspe("appopt-runtime", "appopt-runtime-amp") < 0.46
+    assert rmspe("appopt-runtime", "appopt-runtime-amp", "torch", "torch-compile") < 0.40
+    assert rmspe("keras", "keras-xla") < 0.42  # 43.9% without them
