@@ -73,7 +73,7 @@ class GpuModel:
 def _encoder(vocab: int, length: int, hidden: int, heads: int, layers: int, classes: int) -> Callable[[], Any]:
     def build() -> Any:
         suite._seeded(0)
-        return suite._torch_modules()[3](vocab, length, hidden, heads, layers, classes)
+        return suite._torch_modules().Encoder(vocab, length, hidden, heads, layers, classes)
 
     return build
 

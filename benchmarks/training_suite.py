@@ -28,12 +28,13 @@ import functools
 import importlib.util
 from collections.abc import Callable
 from dataclasses import dataclass
+from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from benchmarks.models.convnets import MOBILENET_V2_BLOCKS
-from perfmodels.training_fit import PROBE_FAMILY
+from perfmodels.training_units import PROBE_FAMILY
 
 if TYPE_CHECKING:
     from torch import nn
@@ -158,7 +159,7 @@ def digits_cnn(seed: int = 0) -> nn.Module:
     )
 
 
-def _torch_modules() -> Any:
+def _torch_modules() -> SimpleNamespace:
     """Module classes defined on first use (PyTorch is optional)."""
     import torch
     from torch import nn
@@ -325,7 +326,15 @@ def _torch_modules() -> Any:
                 total = total + h
             return self.head(total * (1.0 / self.length))
 
-    return Basic, Bottleneck, InvertedResidual, Encoder, Patches, DenseLayer, Gru
+    return SimpleNamespace(
+        Basic=Basic,
+        Bottleneck=Bottleneck,
+        InvertedResidual=InvertedResidual,
+        Encoder=Encoder,
+        Patches=Patches,
+        DenseLayer=DenseLayer,
+        Gru=Gru,
+    )
 
 
 def _classifier(features: nn.Module, channels: int, classes: int) -> nn.Module:
@@ -338,7 +347,7 @@ def resnet8(seed: int = 0, classes: int = 10) -> nn.Module:
     """ResNet-8 (He et al. 2016, CIFAR form: 3 stages of one basic block, 16/32/64 channels)."""
     from torch import nn
 
-    basic = _torch_modules()[0]
+    basic = _torch_modules().Basic
     _seeded(seed)
     stem = nn.Sequential(nn.Conv2d(3, 16, 3, 1, 1, bias=False), nn.BatchNorm2d(16), nn.ReLU())
     return _classifier(nn.Sequential(stem, basic(16, 16, 1), basic(16, 32, 2), basic(32, 64, 2)), 64, classes)
@@ -348,7 +357,7 @@ def resnet50(seed: int = 0, classes: int = 10) -> nn.Module:
     """ResNet-50 (3-4-6-3 bottlenecks, widths 64-512) at any resolution; the stem's stride-2 conv and pool kept."""
     from torch import nn
 
-    bottleneck = _torch_modules()[1]
+    bottleneck = _torch_modules().Bottleneck
     _seeded(seed)
     layers: list[nn.Module] = [
         nn.Conv2d(3, 64, 7, 2, 3, bias=False),
@@ -368,7 +377,7 @@ def mobilenet_v2(seed: int = 0, classes: int = 10) -> nn.Module:
     """MobileNetV2 (Sandler et al. 2018, width 1.0), ReLU for ReLU6."""
     from torch import nn
 
-    inverted = _torch_modules()[2]
+    inverted = _torch_modules().InvertedResidual
     _seeded(seed)
     layers: list[nn.Module] = [nn.Conv2d(3, 32, 3, 2, 1, bias=False), nn.BatchNorm2d(32), nn.ReLU()]
     c_in = 32
@@ -402,7 +411,7 @@ def densenet_tiny(seed: int = 0, classes: int = 10) -> nn.Module:
     channels and the resolution: every layer concatenates, so activations, not FLOPs, set its step."""
     from torch import nn
 
-    dense = _torch_modules()[5]
+    dense = _torch_modules().DenseLayer
     _seeded(seed)
     layers: list[nn.Module] = [nn.Conv2d(3, 24, 3, 1, 1, bias=False)]
     channels = 24
@@ -422,13 +431,13 @@ def vit_tiny(seed: int = 0) -> nn.Module:
     """A ViT (Dosovitskiy et al. 2021) at 32x32: 4x4 patches (64 tokens), 4 encoder layers of hidden 128."""
     modules = _torch_modules()
     _seeded(seed)
-    return modules[3](1, 64, 128, 4, 4, 10, embed=modules[4](3, 128, 4))
+    return modules.Encoder(1, 64, 128, 4, 4, 10, embed=modules.Patches(3, 128, 4))
 
 
 def gru_tiny(seed: int = 0) -> nn.Module:
     """A GRU of hidden 128 over 16 tokens (``_torch_modules``' ``Gru``)."""
     _seeded(seed)
-    return _torch_modules()[6](64, 16, 128, 4)
+    return _torch_modules().Gru(64, 16, 128, 4)
 
 
 def node_chain(depth: int, seed: int = 0) -> nn.Module:
@@ -445,13 +454,13 @@ def node_chain(depth: int, seed: int = 0) -> nn.Module:
 
 def transformer_tiny(seed: int = 0) -> nn.Module:
     _seeded(seed)
-    return _torch_modules()[3](vocab=64, length=16, hidden=64, heads=4, layers=2, classes=4)
+    return _torch_modules().Encoder(vocab=64, length=16, hidden=64, heads=4, layers=2, classes=4)
 
 
 def bert_like(seed: int = 0, length: int = 32) -> nn.Module:
     """BERT-like encoder, 4 layers of hidden 256 (BERT-mini's shape) at ``length`` tokens."""
     _seeded(seed)
-    return _torch_modules()[3](vocab=1024, length=length, hidden=256, heads=4, layers=4, classes=2)
+    return _torch_modules().Encoder(vocab=1024, length=length, hidden=256, heads=4, layers=4, classes=2)
 
 
 def bert_like_128(seed: int = 0) -> nn.Module:

@@ -30,12 +30,12 @@ Where the inference unit sweeps measured a framework's kernels on the host (``pe
 framework of the same kernel library's, ``BORROWED_UNITS``), its steps have a second, unit-priced model
 (``UNIT_FEATURES``)::
 
-    step_s = a' · forward_s + (e' · optimizer + g' · 4·conv_outputs·batch / bandwidth) / speed_up
+    step_s = a' · forward_s + (e' · optimizer + g' · 4·passed_elements·batch / bandwidth) / speed_up
              + f' · kernel_nodes + h' · 1 ms
 
 ``forward_s`` the forward pass of ``batch`` samples priced unit by unit by the framework's unit model at the row's
 threads: a held-out family borrows the rates of other models' kernels of similar shape, where the FLOP model has one
-rate per op class. ``conv_outputs`` the elements a step passes over in kernels of its own
+rate per op class. ``passed_elements`` the elements a step passes over in kernels of its own
 (``perfmodels.training_units.passed_elements``): the convolutions' outputs, which training normalises and
 activates apart (an inference unit folds them into its convolution), and the outputs of unfolded normalisations,
 activations and concatenations, whose gradients are further passes. ``h'`` a per-step constant (the loss, zeroing
@@ -81,6 +81,7 @@ from perfmodels.results_db import BUSY_OTHER_CPU, on_gpu
 from perfmodels.targets import local_target_key, target_key
 from perfmodels.training_intervals import TrainingResiduals, with_interval
 from perfmodels.training_units import (
+    PROBE_FAMILY,
     TrainingUnitRoute,
     UnitRouteKey,
     fit_training_units,
@@ -115,12 +116,12 @@ PER_SAMPLE = 4
 #: elements training passes over apart (``passed_elements``: the normalisation and activations an inference unit
 #: folds, unfolded ones, concatenations), and a per-step constant. The optimiser and that traffic are divided by the
 #: forward units' own speed-up from one thread to the row's.
-UNIT_FEATURES = ("forward_units", "optimizer", "kernel_nodes", "conv_outputs", "step")
+UNIT_FEATURES = ("forward_units", "optimizer", "kernel_nodes", "passed_elements", "step")
 #: The unit-priced model's per-step constant (``step``: the loss, zeroing the gradients, the trainer's own loop),
 #: in units of a millisecond; the per-node probes (``PROBE_FAMILY``) pin it with the per-node term.
 STEP_CONSTANT_S = 1e-3
-#: Bytes per element a training step passes over (fp32), as ``conv_outputs`` counts them.
-CONV_OUTPUT_BYTES = 4.0
+#: Bytes per element a training step passes over (fp32), as ``passed_elements`` counts them.
+PASSED_BYTES_PER_ELEMENT = 4.0
 #: The training-unit model's features (``perfmodels.training_units.TrainingUnitRoute``): the forward pass in
 #: training mode and the backward pass priced unit by unit by the framework's own swept training kernels, its
 #: optimiser update priced by the optimiser sweep, ``FEATURES``' per-node term and the per-step constant.
@@ -135,9 +136,6 @@ FEATURE_SETS = ("train_units", "units", "flops")
 #: Op classes whose FLOPs run as matrix products; the op class of shape bookkeeping nodes (no kernel of their own).
 MATMUL_CLASSES = ("gemm", "gemv")
 BOOKKEEPING_CLASS = "other"
-#: The family of the training suite's per-node probes (chains of tiny layers at two depths): no architecture, but
-#: what a step pays per node, which few-node families cannot pin. Always fitted, never held out nor predicted.
-PROBE_FAMILY = "node-probe"
 #: Rows needed per coefficient before the full model is fitted; with fewer, one shared scale of the roofline sum.
 ROWS_PER_COEFFICIENT = 2
 #: Alternations of the shared-coefficient and per-route-scale solves in ``fit_routes`` (it converges in tens).
@@ -222,7 +220,7 @@ def _sped_up(
 
 def unit_matrix(flops_x: np.ndarray, forward: np.ndarray) -> np.ndarray:
     """``UNIT_FEATURES`` rows from ``FEATURES`` rows and each row's ``priced_forward`` triple: its forward pass priced
-    by kernel units at its threads and at one thread, and its convolution outputs' traffic at one pass (seconds).
+    by kernel units at its threads and at one thread, and the traffic of its passed elements at one pass (seconds).
     The optimiser and output traffic speed up as the forward's units do at the row's threads: PyTorch runs them on
     the same thread pool, and a model whose kernels slow down on a second thread here (MobileNetV2's) or barely
     gain (the MLP's) is priced so, where one exponent per route cannot be both."""
@@ -493,7 +491,7 @@ def priced_forward(
     any_framework: bool = False,
 ) -> np.ndarray:
     """Each row's forward pass priced by its framework's kernel units (``perfmodels.training_units``) at its threads
-    and at one thread, and its convolution outputs' traffic (``unit_matrix``'s triple, seconds); NaN where it cannot
+    and at one thread, and the traffic of its passed elements (``unit_matrix``'s triple, seconds); NaN where it cannot
     be (or no framework's units price its route, ``units_framework``, unless ``any_framework``). The unit routes
     used are added to ``routes``."""
     out = np.full((len(rows), 3), math.nan)
@@ -521,9 +519,9 @@ def unit_priced_forward(
 ) -> tuple[float, float, float]:
     """``forward``'s pass of ``batch`` samples priced by ``framework``'s unit routes on ``target`` at ``threads`` and
     at one thread (as at ``threads`` where only that count was swept: a speed-up of 1, which a fit of rows at one
-    thread count absorbs), and its convolution outputs' traffic at ``bandwidth_gbs`` (NaN where a route was not swept);
-    routes (keyed by the framework whose units they are, ``units_framework``) looked up in ``routes`` first, found
-    ones added to it (``units`` None: only ``routes``)."""
+    thread count absorbs), and the traffic of its passed elements (``passed_elements``) at ``bandwidth_gbs`` (NaN
+    where a route was not swept); routes (keyed by the framework whose units they are, ``units_framework``) looked
+    up in ``routes`` first, found ones added to it (``units`` None: only ``routes``)."""
     lender = lender_of(framework, compiler, any_framework)
     priced = []
     for n in (threads, 1):
@@ -535,7 +533,7 @@ def unit_priced_forward(
         priced.append(forward_seconds(routes[key], forward, batch) if key in routes else math.nan)
     if math.isnan(priced[1]) and threads != 1:  # units swept at this thread count only: no speed-up known (1)
         priced[1] = priced[0]
-    traffic = CONV_OUTPUT_BYTES * passed_elements(forward) * batch / (bandwidth_gbs * 1e9)
+    traffic = PASSED_BYTES_PER_ELEMENT * passed_elements(forward) * batch / (bandwidth_gbs * 1e9)
     return priced[0], priced[1], traffic
 
 

@@ -166,6 +166,9 @@ def forward_seconds(route: UnitRoute, units: Sequence[Unit], batch: int) -> floa
 TRAIN_FORWARD_FAMILY = "kernel-unit-train-forward"
 BACKWARD_FAMILY = "kernel-unit-backward"
 OPTIMIZER_FAMILY = "kernel-optimizer"
+#: The family of the training suite's per-node probes (chains of tiny layers at two depths): no architecture, but
+#: what a step pays per node, which few-node families cannot pin. Always fitted, never held out nor predicted.
+PROBE_FAMILY = "node-probe"
 #: The thread count the training units are swept at: appopt-runtime's steps gain 0-8% from a second thread (its
 #: gradients are NumPy), so one thread's units price every thread count (docs/decisions.md, backward units).
 TRAINING_UNIT_THREADS = 1
