@@ -24,7 +24,9 @@ calibration path). The FLOPs and nodes are split by the op classes of the rows' 
 docs/decisions.md (2026-11-26, training step time on corrected features). The fit
 minimises relative error, so RMSPE is what it optimises. The coefficients are shared by the routes of one framework
 measured quietly, each route scaling them by a factor of its own (``fit_routes``, ``fit_frameworks``): a handful of
-families cannot pin six coefficients per route (docs/decisions.md), and frameworks run different backward kernels.
+families cannot pin six coefficients per route (docs/decisions.md), and frameworks run different backward kernels. A
+compiled route measured on enough families (``FAMILIES_FOR_OWN_COEFFICIENTS``) has coefficients of its own: its
+compiler fuses what its framework's eager route runs node by node (``pricing_group``).
 
 Where the inference unit sweeps measured a framework's kernels on the host (``perfmodels.training_units``; or a
 framework of the same kernel library's, ``BORROWED_UNITS``), its steps have a second, unit-priced model
@@ -46,10 +48,13 @@ units' own speed-up from one thread to the row's, so each model's extra work sca
 Where a framework's own training kernels were swept as units (``benchmarks.backward_units``; appopt-runtime, whose
 NumPy gradients no inference sweep times), its steps have a third model (``TRAIN_UNIT_FEATURES``)::
 
-    step_s = a'' · forward_train_s + b'' · backward_s + e'' · optimizer_s + f'' · kernel_nodes + h'' · 1 ms
+    step_s = a'' · (forward_train_s + backward_s) + e'' · optimizer_s + f'' · kernel_nodes + h'' · 1 ms
 
 the forward pass in training mode and the backward pass priced unit by unit, and the optimiser update priced by its
-own sweep (``perfmodels.training_units.TrainingUnitRoute``). Each framework's rows are fitted with the most specific
+own sweep (``perfmodels.training_units.TrainingUnitRoute``). The two passes share one coefficient: both are priced by
+sweeps of the same kernels, and with one each the fit put everything on the forward (3.0, backward 0.03), which
+overprices a family whose backward is light for its forward (the GRU's element-wise gates; docs/decisions.md,
+2026-11-26, one coefficient for the priced passes). Each framework's rows are fitted with the most specific
 of the three that prices them all (``FEATURE_SETS``); the held-out evaluation also reports the model chosen per
 framework by an inner leave-one-family-out, the unbiased figure for that choice.
 
@@ -82,6 +87,8 @@ from perfmodels.targets import local_target_key, target_key
 from perfmodels.training_intervals import TrainingResiduals, with_interval
 from perfmodels.training_units import (
     PROBE_FAMILY,
+    Lender,
+    PricesUnits,
     TrainingUnitRoute,
     UnitRouteKey,
     fit_training_units,
@@ -99,7 +106,7 @@ if TYPE_CHECKING:
 
     from analysis.units import Unit
     from perfmodels.calibration import Calibration
-    from perfmodels.unitfit import UnitFit, UnitRoute
+    from perfmodels.unitfit import UnitFit
 else:
     pd = lazy_import("pandas")  # (imported when first used: a cached plan needs no DataFrame)
 
@@ -123,9 +130,9 @@ STEP_CONSTANT_S = 1e-3
 #: Bytes per element a training step passes over (fp32), as ``passed_elements`` counts them.
 PASSED_BYTES_PER_ELEMENT = 4.0
 #: The training-unit model's features (``perfmodels.training_units.TrainingUnitRoute``): the forward pass in
-#: training mode and the backward pass priced unit by unit by the framework's own swept training kernels, its
+#: training mode plus the backward pass, priced unit by unit by the framework's own swept training kernels, its
 #: optimiser update priced by the optimiser sweep, ``FEATURES``' per-node term and the per-step constant.
-TRAIN_UNIT_FEATURES = ("forward_train_units", "backward_units", "optimizer_units", "kernel_nodes", "step")
+TRAIN_UNIT_FEATURES = ("passes_units", "optimizer_units", "kernel_nodes", "step")
 #: The columns of each feature set that grow with the batch and speed up with ``threads ** thread_exponent`` (the
 #: unit-priced model's columns carry their thread counts' speed from the units; the training units are priced at
 #: their swept thread count, ``TRAINING_UNIT_THREADS``, for every row).
@@ -138,6 +145,11 @@ MATMUL_CLASSES = ("gemm", "gemv")
 BOOKKEEPING_CLASS = "other"
 #: Rows needed per coefficient before the full model is fitted; with fewer, one shared scale of the roofline sum.
 ROWS_PER_COEFFICIENT = 2
+#: A compiled route fits coefficients of its own (its compiler fuses and emits kernels of its own: inductor fuses a
+#: GRU's gates, which eager PyTorch runs node by node) where its rows cover this many architecture families; with
+#: fewer it shares its framework's, at a scale of its own (docs/decisions.md, 2026-11-26, compiled routes' own
+#: coefficients).
+FAMILIES_FOR_OWN_COEFFICIENTS = 4
 #: Alternations of the shared-coefficient and per-route-scale solves in ``fit_routes`` (it converges in tens).
 ROUTE_FIT_ROUNDS = 300
 
@@ -234,10 +246,11 @@ def unit_matrix(flops_x: np.ndarray, forward: np.ndarray) -> np.ndarray:
 
 def train_unit_matrix(flops_x: np.ndarray, parts: np.ndarray) -> np.ndarray:
     """``TRAIN_UNIT_FEATURES`` rows from ``FEATURES`` rows and each row's (forward, backward, optimiser) seconds
-    priced by the framework's training units (``TrainingUnitRoute.parts``), and the per-step constant."""
+    priced by the framework's training units (``TrainingUnitRoute.parts``; the two passes summed), and the per-step
+    constant."""
     flops_x = np.asarray(flops_x).reshape(-1, len(FEATURES))
     parts = np.asarray(parts, dtype=float).reshape(-1, 3)
-    return np.c_[parts, flops_x[:, 5], np.full(len(parts), STEP_CONSTANT_S)]
+    return np.c_[parts[:, 0] + parts[:, 1], parts[:, 2], flops_x[:, 5], np.full(len(parts), STEP_CONSTANT_S)]
 
 
 @dataclass(frozen=True)
@@ -411,7 +424,8 @@ def fit_frameworks(
     ``parts`` (each row's forward, backward and optimiser seconds priced by training units) are finite, the
     unit-priced model where ``forward`` (``priced_forward``: the forward pass priced by inference units) is and the
     routes have units to be priced by (``perfmodels.training_units.units_framework``: their own or borrowed), else
-    the FLOP model. Frameworks are split where their routes are priced by different units (``pricing_group``)."""
+    the FLOP model. Frameworks are split where their routes are priced by different units, and compiled routes
+    measured on enough families fitted apart (``pricing_group``)."""
     priced = PricedRows(
         _matrix(rows),
         np.full((len(rows), 3), math.nan) if forward is None else np.asarray(forward, dtype=float).reshape(-1, 3),
@@ -432,19 +446,27 @@ def fit_frameworks(
     return fits
 
 
-def pricing_group(framework: str, compiler: str) -> str:
-    """The rows a (``framework``, ``compiler``) route shares coefficients with: its framework's, unless its kernels
-    are priced otherwise than its framework's plain route (``units_framework``: TensorFlow's XLA route emits its own
-    kernels while plain TensorFlow borrows PyTorch's units), then ``"framework compiler"``'s own."""
-    if units_framework(framework, compiler) == units_framework(framework):
-        return framework
-    return f"{framework} {compiler}"
+def pricing_group(framework: str, compiler: str, families: int = 0) -> str:
+    """The rows a (``framework``, ``compiler``) route shares coefficients with: its framework's, unless it is compiled
+    and measured on ``families`` architecture families, at least ``FAMILIES_FOR_OWN_COEFFICIENTS``, or its kernels
+    are priced otherwise than its framework's plain route (``units_framework``: TensorFlow's XLA route prices its
+    depthwise convolutions by XLA's own units); then ``"framework compiler"``'s own."""
+    compiled = compiler != "none" and families >= FAMILIES_FOR_OWN_COEFFICIENTS
+    if compiled or units_framework(framework, compiler) != units_framework(framework):
+        return f"{framework} {compiler}"
+    return framework
 
 
 def pricing_groups(rows: pd.DataFrame) -> np.ndarray:
-    """Each row's ``pricing_group``."""
-    compilers = rows["compiler"] if "compiler" in rows else [None] * len(rows)
-    groups = [pricing_group(str(f), _compiler(c)) for f, c in zip(rows["framework"], compilers, strict=True)]
+    """Each row's ``pricing_group``, with the architecture families its route's rows cover (the probes not
+    counted)."""
+    compilers = [_compiler(c) for c in (rows["compiler"] if "compiler" in rows else [None] * len(rows))]
+    routes = list(zip(rows["framework"].astype(str), compilers, strict=True))
+    families: dict[tuple[str, str], set[str]] = {}
+    for route, family in zip(routes, rows["family"].astype(str), strict=True):
+        if family != PROBE_FAMILY:
+            families.setdefault(route, set()).add(family)
+    groups = [pricing_group(f, c, len(families.get((f, c), ()))) for f, c in routes]
     return np.array(groups, dtype=object)
 
 
@@ -487,7 +509,7 @@ def priced_forward(
     rows: pd.DataFrame,
     units: UnitFit | None,
     shipped: Mapping[str, tuple[Unit, ...]],
-    routes: dict[UnitRouteKey, UnitRoute],
+    routes: dict[UnitRouteKey, PricesUnits],
     any_framework: bool = False,
 ) -> np.ndarray:
     """Each row's forward pass priced by its framework's kernel units (``perfmodels.training_units``) at its threads
@@ -507,7 +529,7 @@ def priced_forward(
 
 def unit_priced_forward(
     units: UnitFit | None,
-    routes: dict[UnitRouteKey, UnitRoute],
+    routes: dict[UnitRouteKey, PricesUnits],
     target: str,
     framework: str,
     threads: int,
@@ -525,7 +547,7 @@ def unit_priced_forward(
     lender = lender_of(framework, compiler, any_framework)
     priced = []
     for n in (threads, 1):
-        key = (target, lender or "", n)
+        key = (target, lender or Lender(""), n)
         if lender is not None and key not in routes and units is not None:
             found = unit_route(units, target, framework, n, any_framework, compiler)
             if found is not None:
@@ -563,7 +585,7 @@ class TrainingFit:
     groups: dict[str, TrainingGroupFit] = field(default_factory=dict)
     peaks: dict[tuple[str, int], tuple[float, float]] = field(default_factory=dict)
     unit_groups: dict[str, TrainingGroupFit] = field(default_factory=dict)
-    unit_routes: dict[UnitRouteKey, UnitRoute] = field(default_factory=dict)
+    unit_routes: dict[UnitRouteKey, PricesUnits] = field(default_factory=dict)
     #: The training-unit models (``perfmodels.training_units``) by (target, framework); ``unit_groups`` holds the
     #: groups fitted on them (``features`` ``train_units``).
     training_routes: dict[tuple[str, str], TrainingUnitRoute] = field(default_factory=dict)
@@ -694,7 +716,7 @@ class TrainingFit:
             tx = train_unit_matrix(x, np.array(trained.parts(workload.units, workload.batch_size, workload.params)))[0]
             if not np.isfinite(tx).all():
                 return None
-            return group, group.seconds(tx, threads, floor), float(coef[:2] @ tx[:2]), float(coef[2] * tx[2])
+            return group, group.seconds(tx, threads, floor), float(coef[0] * tx[0]), float(coef[1] * tx[1])
         bandwidth = self.peaks[(target, threads)][1]
         forward = unit_priced_forward(
             None, self.unit_routes, target, route.framework, threads, workload.units, workload.batch_size, bandwidth,
@@ -978,7 +1000,7 @@ def leave_one_family_out(
             nested_predictions.append(held.frame(test, held.predict(~test, test, choice)))
     step = pd.concat(predictions, ignore_index=True)
     models = fit_frameworks(rows, priced.forward, priced.parts)
-    used = sorted({f"{pricing_group(g.framework, g.compiler)} {g.features}" for g in models.values()})
+    used = sorted({f"{_group_of(g)} {g.features}" for g in models.values()})
     return TrainingEvaluation(
         step,
         _time_to_target(frame, step, include_busy),
@@ -986,6 +1008,11 @@ def leave_one_family_out(
         tuple(used),
         tuple(picks),
     )
+
+
+def _group_of(group: TrainingGroupFit) -> str:
+    """The ``pricing_group`` a fitted route was fitted in."""
+    return pricing_group(group.framework, group.compiler, len(set(group.families) - {PROBE_FAMILY}))
 
 
 class _HeldOut:

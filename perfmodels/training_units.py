@@ -30,7 +30,7 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
@@ -44,20 +44,40 @@ if TYPE_CHECKING:
 
 #: Frameworks whose training step is priced by their inference kernel units (see the module docstring).
 UNIT_PRICED_FRAMEWORKS = ("pytorch",)
-#: Trainer routes (framework, compiler) with no inference unit sweep of their own, priced by the units of a
-#: ``UNIT_PRICED_FRAMEWORKS`` framework (with coefficients of their framework's own and a scale per route, as
+
+
+@dataclass(frozen=True)
+class Lender:
+    """The inference unit sweep whose units price a trainer: the route (``framework``, ``compiler``) of a swept
+    framework's plain kernels, and the unit ``kinds`` the trainer's own compiler emits kernels of its own for, priced
+    by the units of the sweep of that compiler (``own``: its route's framework and compiler)."""
+
+    framework: str
+    compiler: str = "none"
+    own: tuple[str, str] | None = None
+    kinds: tuple[str, ...] = ()
+
+
+#: Trainer routes (framework, compiler) with no inference unit sweep of their own, priced by the units of another
+#: swept route (with coefficients of their framework's own and a scale per route, as
 #: ``perfmodels.training_fit.fit_routes`` fits every framework). TensorFlow's CPU convolutions and matrix products,
-#: and their gradients, are oneDNN/MKL calls as PyTorch's are. XLA emits its own kernels (Eigen convolutions; its
-#: depthwise ones 7x slower than TensorFlow's here), so for it PyTorch's units stand for the shape of the work only
-#: and its scale for its speed; held out, that erred less than its FLOP model (docs/decisions.md, 2026-11-26,
-#: TensorFlow steps priced by PyTorch's kernel units).
-BORROWED_UNITS: dict[tuple[str, str], str] = {("tensorflow", "none"): "pytorch", ("tensorflow", "xla"): "pytorch"}
+#: and their gradients, are oneDNN/MKL calls as PyTorch's are. XLA emits its own kernels: its matrix products and
+#: dense convolutions run near PyTorch's speed, so PyTorch's units price their shape and XLA's scale its speed; its
+#: depthwise convolutions run 9-50x slower than PyTorch's here, so those are priced by the units of JAX's XLA route
+#: (``jax-xla``, swept as the ONNX graph's ``xla`` compiler). Not its small kernels: a unit swept alone through JAX
+#: pays a dispatch per input that XLA's fused training step does not (docs/decisions.md, 2026-11-26, XLA's depthwise
+#: convolutions priced by JAX's XLA units).
+BORROWED_UNITS: dict[tuple[str, str], Lender] = {
+    ("tensorflow", "none"): Lender("pytorch"),
+    ("tensorflow", "xla"): Lender("pytorch", own=("onnxruntime", "xla"), kinds=("dwconv", "dwpw")),
+}
 #: The training suite's models cut into kernel units, by task name (``python -m benchmarks.training_units``).
 TRAINING_UNITS = Path(str(importlib.resources.files("benchmarks.results").joinpath("training_units.json")))
-#: The unit sweeps' route of a framework's plain (uncompiled, NCHW, fp32) kernels, which its trainers call.
-_SWEPT_ROUTE = ("none", "NCHW", "fp32")
+#: The layout and precision of the unit sweeps' routes a trainer is priced by (NCHW, fp32).
+_SWEPT_ROUTE = ("NCHW", "fp32")
 
-UnitRouteKey = tuple[str, str, int]
+#: (target, lender, threads) of a unit route that priced training rows.
+UnitRouteKey = tuple[str, Lender, int]
 
 
 def read_training_units(path: Path = TRAINING_UNITS) -> dict[str, tuple[Unit, ...]]:
@@ -90,18 +110,20 @@ def row_units(rows: pd.DataFrame, shipped: Mapping[str, tuple[Unit, ...]]) -> li
     ]
 
 
-def units_framework(framework: str, compiler: str = "none") -> str | None:
-    """The framework whose inference kernel units price a (``framework``, ``compiler``) trainer's step: its own for a
-    ``UNIT_PRICED_FRAMEWORKS`` framework, the lender ``BORROWED_UNITS`` names, else None (the FLOP model)."""
+def units_framework(framework: str, compiler: str = "none") -> Lender | None:
+    """The swept routes whose inference kernel units price a (``framework``, ``compiler``) trainer's step: its own
+    framework's plain route for a ``UNIT_PRICED_FRAMEWORKS`` framework, the lender ``BORROWED_UNITS`` names, else None
+    (the FLOP model)."""
     if framework in UNIT_PRICED_FRAMEWORKS:
-        return framework
+        return Lender(framework)
     return BORROWED_UNITS.get((framework, compiler or "none"))
 
 
-def lender_of(framework: str, compiler: str = "none", any_framework: bool = False) -> str | None:
+def lender_of(framework: str, compiler: str = "none", any_framework: bool = False) -> Lender | None:
     """Whose unit routes price a (``framework``, ``compiler``) trainer: ``units_framework``, or with
-    ``any_framework`` (the held-out evaluation's candidates) the framework's own where no framework prices it."""
-    return units_framework(framework, compiler) or (framework if any_framework else None)
+    ``any_framework`` (the held-out evaluation's candidates) the framework's own plain route where no lender prices
+    it."""
+    return units_framework(framework, compiler) or (Lender(framework) if any_framework else None)
 
 
 def unit_route(
@@ -111,13 +133,41 @@ def unit_route(
     threads: int,
     any_framework: bool = False,
     compiler: str = "none",
-) -> UnitRoute | None:
+) -> PricesUnits | None:
     """The unit model a (``framework``, ``compiler``) trainer's kernels are priced by on ``target`` at ``threads``:
-    the plain route of its ``lender_of`` (None: not swept, or no framework prices it)."""
+    the route of its ``lender_of``, with the kinds its compiler emits its own kernels for priced by that compiler's
+    sweep (``KindsPricedApart``). None: not swept (either sweep), or no lender prices it."""
     lender = lender_of(framework, compiler, any_framework)
     if units is None or lender is None:
         return None
-    return units.route((target, lender, *_SWEPT_ROUTE, int(threads)))
+    route = units.route((target, lender.framework, lender.compiler, *_SWEPT_ROUTE, int(threads)))
+    if route is None or lender.own is None:
+        return route
+    own = units.route((target, *lender.own, *_SWEPT_ROUTE, int(threads)))
+    return None if own is None else KindsPricedApart(route, own, frozenset(lender.kinds))
+
+
+class PricesUnits(Protocol):
+    """What prices a forward pass unit by unit: a ``perfmodels.unitfit.UnitRoute`` or a ``KindsPricedApart``."""
+
+    def unit_seconds(self, units: Sequence[Unit], batch: int) -> np.ndarray: ...
+
+
+@dataclass(frozen=True)
+class KindsPricedApart:
+    """A lender's unit route (``base``) whose units of ``kinds`` are priced by another sweep's route (``own``)."""
+
+    base: UnitRoute
+    own: UnitRoute
+    kinds: frozenset[str]
+
+    def unit_seconds(self, units: Sequence[Unit], batch: int) -> np.ndarray:
+        """``UnitRoute.unit_seconds``: each unit by ``own`` where its kind is one of ``kinds``, else by ``base``."""
+        out = self.base.unit_seconds(units, batch)
+        apart = [i for i, unit in enumerate(units) if unit.kind in self.kinds]
+        if apart:
+            out[apart] = self.own.unit_seconds([units[i] for i in apart], batch)
+        return out
 
 
 def convolution_outputs(units: Sequence[Unit]) -> float:
@@ -147,7 +197,7 @@ def passed_elements(units: Sequence[Unit]) -> float:
     return total
 
 
-def forward_seconds(route: UnitRoute, units: Sequence[Unit], batch: int) -> float:
+def forward_seconds(route: PricesUnits, units: Sequence[Unit], batch: int) -> float:
     """Seconds of one forward pass of ``batch`` samples through ``units`` on ``route``: the sum of its units' times,
     without the per-query call cost (the training fit's per-node term carries dispatch). NaN when ``units`` is empty
     or holds a kind the route has not learned."""

@@ -44,13 +44,13 @@ class _SizeDependentRoute:
 
 
 class _Units:
-    """The inference unit models: PyTorch's kernels swept at 1 thread on this host, nothing else."""
+    """The inference unit models: PyTorch's kernels and JAX's XLA route (``BORROWED_UNITS``' lenders) swept at 1
+    thread on this host, nothing else."""
 
     def route(self, key):
         target, framework, compiler, layout, precision, threads = key
-        ok = (target, framework, compiler, layout, precision, threads) == (
-            local_target_key(), "pytorch", "none", "NCHW", "fp32", 1
-        )  # fmt: skip
+        swept = (local_target_key(), "NCHW", "fp32", 1) == (target, layout, precision, threads)
+        ok = swept and (framework, compiler) in (("pytorch", "none"), ("onnxruntime", "xla"))
         return _SizeDependentRoute() if ok else None
 
 
@@ -341,10 +341,12 @@ def test_a_framework_no_swept_framework_prices_keeps_the_flop_model(tmp_path):
 def test_a_route_that_does_not_borrow_is_fitted_apart_from_its_frameworks_borrowing_one(tmp_path, monkeypatch):
     """Were XLA's kernels not priced by PyTorch's units, its rows would keep the FLOP model in a group of their own,
     and plain TensorFlow's rows would still be unit-priced (not dragged to the FLOP model by the XLA rows)."""
-    monkeypatch.setattr(training_units, "BORROWED_UNITS", {("tensorflow", "none"): "pytorch"})
+    monkeypatch.setattr(training_units, "BORROWED_UNITS", {("tensorflow", "none"): training_units.Lender("pytorch")})
     assert pricing_group("tensorflow", "none") == "tensorflow"
     assert pricing_group("tensorflow", "xla") == "tensorflow xla"
     assert pricing_group("pytorch", "inductor") == "pytorch"
+    assert pricing_group("pytorch", "inductor", families=3) == "pytorch"
+    assert pricing_group("pytorch", "inductor", families=4) == "pytorch inductor"
     frame = _tf_frame(tmp_path, _tf_rows())
     fit = TrainingFit.from_frame(frame, units=_Units(), shipped=SHIPPED)  # type: ignore[arg-type]
     assert set(fit.unit_groups) == {"keras|fp32"}
@@ -363,3 +365,57 @@ def test_a_route_measured_only_under_load_is_unit_priced_too_and_says_so(tmp_pat
     priced = fit.predict(_workload("tf_b"), _route("tensorflow", "none"), local_target_key(), 1)
     assert priced is not None
     assert "forward priced by kernel units" in priced.basis and "(rows measured under load)" in priced.basis
+
+
+# --- a compiler's own kernels of some kinds, priced by its own sweep (``Lender.kinds``) ---------------------------
+
+
+class _FixedRoute:
+    """A unit model pricing every unit at ``seconds`` (a batch of one)."""
+
+    def __init__(self, seconds: float) -> None:
+        self.seconds = seconds
+
+    def unit_seconds(self, units, batch):
+        return np.full(len(units), self.seconds * batch)
+
+
+DEPTHWISE = Unit("dwconv", {"n": 1, "c": 32, "mult": 1, "h": 16, "w": 16, "kh": 3, "kw": 3, "stride": 1,
+                            "oh": 16, "ow": 16, "act": 1, "residual": 0, "init_w": 1})  # fmt: skip
+GEMM = Unit("gemm", {"m": 1, "k": 64, "n": 64, "act": 0, "init_w": 1})
+
+
+class _TwoSweeps:
+    """PyTorch's plain kernels at 1 µs a unit and JAX's XLA route at 50 µs, both swept at ``threads``."""
+
+    def __init__(self, threads=(1,), xla=True) -> None:
+        self.threads, self.xla = threads, xla
+
+    def route(self, key):
+        target, framework, compiler, layout, precision, threads = key
+        if (target, layout, precision) != (local_target_key(), "NCHW", "fp32") or threads not in self.threads:
+            return None
+        if (framework, compiler) == ("pytorch", "none"):
+            return _FixedRoute(1e-6)
+        return _FixedRoute(50e-6) if self.xla and (framework, compiler) == ("onnxruntime", "xla") else None
+
+
+def test_xla_prices_its_depthwise_convolutions_by_its_own_sweep_and_the_rest_by_pytorchs():
+    """TensorFlow's XLA route: a depthwise unit at XLA's own swept speed, a matrix product at PyTorch's; plain
+    TensorFlow prices both at PyTorch's."""
+    units = [DEPTHWISE, GEMM, DEPTHWISE]
+    xla = training_units.unit_route(_TwoSweeps(), local_target_key(), "tensorflow", 1, compiler="xla")  # type: ignore[arg-type]
+    plain = training_units.unit_route(_TwoSweeps(), local_target_key(), "tensorflow", 1)  # type: ignore[arg-type]
+    assert xla is not None and plain is not None
+    assert list(xla.unit_seconds(units, 2)) == pytest.approx([100e-6, 2e-6, 100e-6])
+    assert list(plain.unit_seconds(units, 2)) == pytest.approx([2e-6, 2e-6, 2e-6])
+    assert forward_seconds(xla, [Unit("dwconv", DEPTHWISE.dims, count=3)], 1) == pytest.approx(150e-6)
+
+
+def test_without_its_own_sweep_xla_is_not_priced_by_units():
+    """Where JAX's XLA route was not swept (at those threads), XLA's steps are not priced as if its depthwise kernels
+    were PyTorch's: no unit route, so the FLOP model prices them."""
+    no_xla = _TwoSweeps(xla=False)
+    assert training_units.unit_route(no_xla, local_target_key(), "tensorflow", 1, compiler="xla") is None  # type: ignore[arg-type]
+    assert training_units.unit_route(no_xla, local_target_key(), "tensorflow", 1) is not None  # type: ignore[arg-type]
+    assert training_units.unit_route(_TwoSweeps(), local_target_key(), "tensorflow", 2, compiler="xla") is None  # type: ignore[arg-type]
