@@ -20,7 +20,9 @@ from __future__ import annotations
 import json
 import math
 import multiprocessing
+import os
 import statistics
+import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ProcessPoolExecutor
@@ -210,9 +212,23 @@ _WORKERS: dict[int, tuple[tuple[str, str], ProcessPoolExecutor]] = {}
 _IN_WORKER = False
 
 
+#: How often a worker process checks that the process that started it is alive (s).
+ORPHAN_CHECK_S = 1.0
+
+
 def _mark_worker() -> None:
+    """A worker's initializer: mark the process, and end it once the process that started it is gone (a ``bench
+    train`` killed mid-run would otherwise leave a TensorFlow runtime of about 1 GB running)."""
     global _IN_WORKER
     _IN_WORKER = True
+    threading.Thread(target=_exit_when_orphaned, args=(os.getppid(),), daemon=True).start()
+
+
+def _exit_when_orphaned(parent: int) -> None:
+    """Exit the process as soon as its parent is no longer ``parent`` (it died; the process was re-parented)."""
+    while os.getppid() == parent:
+        time.sleep(ORPHAN_CHECK_S)
+    os._exit(1)
 
 
 def _worker(threads: int, serves: tuple[str, str]) -> ProcessPoolExecutor:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib.util
 import math
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -124,3 +125,36 @@ def test_other_processes_cpu_is_read_from_the_end_of_the_first_step(monkeypatch)
     run = training_bench.measure(task, Trainer(), batch=4, threads=1, shared=Shared(None, x[:2]))  # type: ignore[arg-type]
     assert events[:3] == ["session", "step", "probe starts"] and events.count("step") == training_bench.TIMED_STEPS
     assert run.other_cpu == 0.125
+
+
+def test_a_worker_ends_when_the_process_that_started_it_is_killed(tmp_path):
+    """A ``bench train`` killed mid-run leaves no worker behind: the worker sees it is orphaned and exits."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    script = (
+        "import sys, time\n"
+        "from benchmarks import training_bench\n"
+        "pool = training_bench._worker(1, ('task', 'trainer'))\n"
+        "print(pool.submit(__import__('os').getpid).result(), flush=True)\n"
+        "time.sleep(60)\n"
+    )
+    parent = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True, cwd=os.getcwd())
+    assert parent.stdout is not None
+    worker = int(parent.stdout.readline())
+    os.kill(parent.pid, signal.SIGKILL)
+    parent.wait()
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        try:  # gone, or a zombie its new parent has not reaped yet: either way no longer running
+            state = Path(f"/proc/{worker}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        except FileNotFoundError:
+            return
+        if state == "Z":
+            return
+        time.sleep(0.2)
+    os.kill(worker, signal.SIGKILL)
+    raise AssertionError(f"worker {worker} still running 30 s after its parent was killed")
