@@ -159,8 +159,9 @@ def digits_cnn(seed: int = 0) -> nn.Module:
     )
 
 
+@functools.cache
 def _torch_modules() -> SimpleNamespace:
-    """Module classes defined on first use (PyTorch is optional)."""
+    """Module classes defined on first use (PyTorch is optional), once per process."""
     import torch
     from torch import nn
 
