@@ -99,6 +99,9 @@ class _State:
         self.opset = opset
         self.low = report.low_type
         self.types: dict[str, int] = {n: v.elem_type for n, v in graph.values.items() if v.kind == "tensor"}
+        for value in graph.inputs:  # an input added without a value entry (a loss's target) is typed by its own
+            if value.kind == "tensor" and value.elem_type:
+                self.types.setdefault(value.name, value.elem_type)
         for name, arr in graph.initializers.items():
             if arr.dtype != object:
                 self.types[name] = helper.np_dtype_to_tensor_dtype(arr.dtype)

@@ -166,3 +166,25 @@ def test_fp16_training_skips_overflowing_steps_and_keeps_fp32_masters() -> None:
     backed_off = trainer.scaler.scale == scale / 2 and trainer.scaler.skipped == skipped + 1
     assert grew or backed_off
     assert all(p.dtype == np.float32 for p in trainer.params.values())
+
+
+def test_mixed_precision_trains_a_regressor_whose_last_node_runs_low() -> None:
+    """mse after a Gemm: the loss's Sub reads the low Gemm output and the fp32 target input, so it runs in fp32
+    (the target is typed by its input, which has no value entry of its own)."""
+    rng = np.random.default_rng(0)
+    w = numpy_helper.from_array(rng.standard_normal((8, 3)).astype(np.float32) * 0.1, "w")
+    graph = helper.make_graph(
+        [helper.make_node("Gemm", ["x", "w"], ["y"])],
+        "regressor",
+        [helper.make_tensor_value_info("x", F, ["batch", 8])],
+        [helper.make_tensor_value_info("y", F, ["batch", 3])],
+        [w],
+    )
+    proto = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    trainer = Trainer(proto, TrainConfig(epochs=0, batch_size=16, precision="fp16", loss="mse"))
+    x = rng.standard_normal((16, 8)).astype(np.float32)
+    target = (x @ np.full((8, 3), 0.5, np.float32)).astype(np.float32)
+    first = trainer.train_step({"x": x}, target)
+    for _ in range(20):
+        last = trainer.train_step({"x": x}, target)
+    assert last < first
