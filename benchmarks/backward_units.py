@@ -28,6 +28,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import re
 import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
@@ -91,6 +92,10 @@ OPTIMIZER_SHAPES = (
 #: A unit is run until ``MIN_RUNS`` runs and ``MIN_SECONDS`` have passed (at most ``MAX_RUNS``), after one warm-up.
 MIN_RUNS, MAX_RUNS, MIN_SECONDS = 3, 50, 0.2
 _UNIT_PREFIX = "unit"
+#: The low precisions mixed precision trains in (``runtime.training.graph.build_training_graph``).
+MIXED_PRECISIONS = ("fp16", "bf16")
+#: How ``runtime.passes.amp`` names the casts it inserts (``fresh(f"{value}__cast")``).
+_AMP_CAST = re.compile(r"__cast(_\d+)?$")
 #: Every row's ``notes`` unless told otherwise (the shipped rows were swept with ``--notes "swept under load
 #: (LOADED: shared 2-core machine) by benchmarks.backward_units"``; each row's ``other_cpu`` says how loaded).
 DEFAULT_NOTES = "benchmarks.backward_units"
@@ -162,19 +167,25 @@ def _normalise_convolutions(proto: onnx.ModelProto) -> set[str]:
 
 
 def split_profile(
-    nodes: Mapping[str, float], forward: tuple[str, ...], weights: tuple[str, ...]
+    nodes: Mapping[str, float],
+    forward: tuple[str, ...],
+    weights: tuple[str, ...],
+    casts: tuple[str, ...] = (),
 ) -> tuple[float, float]:
-    """(forward, backward) seconds of one profiled run from its per-node ``nodes`` seconds: the unit's own nodes,
-    then the nodes its autodiff rules emitted (named ``<node>__...``) with its weights' gradient outputs."""
-    own = set(forward)
+    """(forward, backward) seconds of one profiled run from its per-node ``nodes`` seconds: the unit's own nodes
+    and the ``casts`` mixed precision put around them, then the nodes the autodiff rules emitted for those (named
+    ``<node>__...``) with its weights' gradient outputs. The loss's nodes and their gradients are neither."""
+    own = set(forward) | set(casts)
     grad_outputs = {f"{w}__grad_out" for w in weights}
     fwd = sum(s for label, s in nodes.items() if label in own)
-    bwd = sum(
-        s
-        for label, s in nodes.items()
-        if label in grad_outputs or (label.split("__", 1)[0] in own and label not in own)
-    )
+    bwd = sum(s for label, s in nodes.items() if label in grad_outputs or _gradient_of(label, own))
     return fwd, bwd
+
+
+def _gradient_of(label: str, own: set[str]) -> bool:
+    """Whether node ``label`` is a gradient kernel the autodiff emitted for one of the ``own`` nodes (its label is
+    that node's, then ``__`` and the rule's part)."""
+    return label not in own and any(label.startswith(f"{node}__") for node in own)
 
 
 @dataclass(frozen=True)
@@ -189,17 +200,19 @@ class PartTimes:
     duration_s: float
 
 
-def measure_unit(unit: Unit, threads: int = TRAINING_UNIT_THREADS) -> PartTimes:
-    """Train-step ``unit`` alone on the runtime at ``threads`` and time its forward and backward nodes."""
+def measure_unit(unit: Unit, threads: int = TRAINING_UNIT_THREADS, precision: str = "fp32") -> PartTimes:
+    """Train-step ``unit`` alone on the runtime at ``threads`` and ``precision`` (``fp16``/``bf16``: mixed
+    precision, ``runtime.passes.amp``) and time its forward and backward nodes."""
     from benchmarks.kernels import blas_threads
     from runtime.executor import compile_model
     from runtime.training.graph import build_training_graph
 
     model = training_unit_model(unit)
-    graph = build_training_graph(model.proto, loss="mse")
+    graph = build_training_graph(model.proto, loss="mse", precision=precision)
     missing = [w for w in (*model.weights, *model.inputs) if w not in graph.program.gradients]
     if missing:
         raise ValueError(f"{unit.signature()}: no gradient for {', '.join(missing)}")
+    casts = mixed_precision_casts(graph)
     with blas_threads(threads):
         exe = compile_model(graph.to_onnx(), threads, passes=())
         feeds = _feeds(graph, model.output_shape)
@@ -213,7 +226,7 @@ def measure_unit(unit: Unit, threads: int = TRAINING_UNIT_THREADS) -> PartTimes:
                 exe.run(feeds)
             cpu_share = (time.process_time() - cpu0) / max(time.perf_counter() - wall0, 1e-9)
             parts = split_profile(
-                {n.label: n.seconds for n in profile.nodes.values()}, model.forward_nodes, model.weights
+                {n.label: n.seconds for n in profile.nodes.values()}, model.forward_nodes, model.weights, casts
             )
             walls.append(parts)
             cpus.append((parts[0] * cpu_share, parts[1] * cpu_share))
@@ -223,10 +236,24 @@ def measure_unit(unit: Unit, threads: int = TRAINING_UNIT_THREADS) -> PartTimes:
     )
 
 
+def mixed_precision_casts(graph: Any) -> tuple[str, ...]:
+    """The names of the ``Cast`` nodes mixed precision put into ``graph``'s forward pass (``runtime.passes.amp``
+    names them ``<value>__cast``, then ``_1``...; the autodiff names their gradients ``<cast>__Cast``); none at
+    fp32. They are the unit's: a model pays them around each of its low-precision nodes."""
+    if graph.amp is None:
+        return ()
+    return tuple(n.name for n in graph.to_onnx().graph.node if n.op_type == "Cast" and _AMP_CAST.search(n.name))
+
+
 def _feeds(graph: Any, out_shape: tuple[int, ...]) -> dict[str, np.ndarray]:
-    """The training graph's feeds: its parameters, the loss seed and an mse target of the output's shape."""
+    """The training graph's feeds: its parameters, the loss seed and an mse target of the output's shape. Under
+    mixed precision the seed is the trainer's first loss scale (``DynamicLossScaler``): seeded with 1, a unit's
+    gradients are small enough to be fp16 subnormals, whose casts ran 14x slower here than the scaled ones."""
+    from runtime.training.loss_scale import DynamicLossScaler
+
     target = np.full(out_shape, 0.5, dtype=np.float32)
-    return {**graph.params, graph.loss.target: target, graph.program.seed: np.float32(1.0)}
+    seed = 1.0 if graph.amp is None else DynamicLossScaler().scale
+    return {**graph.params, graph.loss.target: target, graph.program.seed: np.float32(seed)}
 
 
 def optimizer_seconds(tensors: int, elements: int, repeats: int = 5) -> tuple[float, float]:
@@ -297,9 +324,11 @@ def sweep_rows(
     log: Any = None,
     notes: str = DEFAULT_NOTES,
     hardware: tuple[float, float, float] | None = None,
+    precision: str = "fp32",
 ) -> Iterator[dict[str, Any]]:
-    """Measure ``units`` (then the optimiser shapes) and yield their result rows: two per unit (forward,
-    backward), one per optimiser shape, each with ``notes``. A unit whose training graph cannot be built or run is
+    """Measure ``units`` (then the optimiser shapes) at ``precision`` and yield their result rows: two per unit
+    (forward, backward), one per optimiser shape, each with ``notes``. Mixed-precision rows are the
+    ``appopt-runtime-amp`` route's, as its training steps are. A unit whose training graph cannot be built or run is
     reported to ``log`` and skipped. ``hardware``: the (GEMM GFLOP/s at ``threads``, copy and cache bandwidth GB/s)
     to record, measured here when not given."""
     from benchmarks.kernels import measure_bandwidth, measure_cache_bandwidth, measure_gemm_peak
@@ -315,7 +344,7 @@ def sweep_rows(
         "source": "measured",
         "target": prov.target,
         **prov.as_dict(),
-        "backend": "appopt-runtime",
+        "backend": "appopt-runtime" if precision == "fp32" else "appopt-runtime-amp",
         "framework": "appopt-runtime",
         "compiler": "none",
         "library": "numpy",
@@ -323,7 +352,7 @@ def sweep_rows(
         "backend_version": np.__version__,
         "library_versions": {"numpy": np.__version__, "onnx": onnx.__version__},
         "threads": threads,
-        "precision": "fp32",
+        "precision": precision,
         "mode": "training",
         "batch": 1,
         "scenario": "kernel",
@@ -337,7 +366,7 @@ def sweep_rows(
     for unit in units:
         window = ProbeWindow()
         try:
-            times = measure_unit(unit, threads)
+            times = measure_unit(unit, threads, precision)
         except Exception as error:  # a unit the autodiff cannot take is reported, the sweep goes on
             if log is not None:
                 log(f"{unit.signature()}: skipped ({type(error).__name__}: {error})")
@@ -397,13 +426,21 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--scale", type=float, default=1.0, help="fraction of BACKWARD_SWEEP's units per sampler")
     parser.add_argument("--only-wide", action="store_true", help="measure only the WIDE_SWEEP units")
     parser.add_argument("--notes", default=DEFAULT_NOTES, help="every row's notes (e.g. that the machine was shared)")
+    parser.add_argument(
+        "--precision",
+        choices=("fp32", *MIXED_PRECISIONS),
+        default="fp32",
+        help="fp16/bf16: mixed precision, as appopt-runtime-amp trains (the optimiser is fp32's: not swept again)",
+    )
     args = parser.parse_args(argv)
     if not 0 < args.scale <= 4:
         parser.error(f"--scale: {args.scale} is not in (0, 4]")
     units = backward_sweep_units(args.scale)
     if args.only_wide:
         units = units[-sum(max(1, math.ceil(v * args.scale)) for v in WIDE_SWEEP.values()) :]
-    rows = [make_row(**row) for row in sweep_rows(units, optimizer=not args.only_wide, log=print, notes=args.notes)]
+    optimizer = not args.only_wide and args.precision == "fp32"
+    swept = sweep_rows(units, optimizer=optimizer, log=print, notes=args.notes, precision=args.precision)
+    rows = [make_row(**row) for row in swept]
     write_rows(args.out, rows)
     print(f"{len(rows)} rows -> {args.out}")
     return 0

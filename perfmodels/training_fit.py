@@ -89,6 +89,7 @@ from perfmodels.training_units import (
     PROBE_FAMILY,
     Lender,
     PricesUnits,
+    TrainingRouteKey,
     TrainingUnitRoute,
     UnitRouteKey,
     fit_training_units,
@@ -97,6 +98,7 @@ from perfmodels.training_units import (
     passed_elements,
     read_training_units,
     row_units,
+    training_route,
     unit_route,
     units_framework,
 )
@@ -132,7 +134,12 @@ PASSED_BYTES_PER_ELEMENT = 4.0
 #: The training-unit model's features (``perfmodels.training_units.TrainingUnitRoute``): the forward pass in
 #: training mode plus the backward pass, priced unit by unit by the framework's own swept training kernels, its
 #: optimiser update priced by the optimiser sweep, ``FEATURES``' per-node term and the per-step constant.
-TRAIN_UNIT_FEATURES = ("passes_units", "optimizer_units", "kernel_nodes", "step")
+TRAIN_UNIT_FEATURES = ("passes_units", "optimizer_units", "kernel_nodes", "step", "mixed_precision_traffic")
+#: Columns of the training units' priced parts (``priced_training``): forward, backward, optimiser seconds, and
+#: whether the row trains in mixed precision (1) or not (0).
+PART_COLUMNS = 4
+#: Precisions whose training is mixed (low-precision products, fp32 master weights): ``runtime.passes.amp``.
+MIXED_PRECISIONS = ("fp16", "bf16")
 #: The columns of each feature set that grow with the batch and speed up with ``threads ** thread_exponent`` (the
 #: unit-priced model's columns carry their thread counts' speed from the units; the training units are priced at
 #: their swept thread count, ``TRAINING_UNIT_THREADS``, for every row).
@@ -246,11 +253,15 @@ def unit_matrix(flops_x: np.ndarray, forward: np.ndarray) -> np.ndarray:
 
 def train_unit_matrix(flops_x: np.ndarray, parts: np.ndarray) -> np.ndarray:
     """``TRAIN_UNIT_FEATURES`` rows from ``FEATURES`` rows and each row's (forward, backward, optimiser) seconds
-    priced by the framework's training units (``TrainingUnitRoute.parts``; the two passes summed), and the per-step
-    constant."""
+    priced by the framework's training units (``TrainingUnitRoute.parts``; the two passes summed) with its mixed
+    precision flag (``PART_COLUMNS``), the per-step constant, and, under mixed precision, the activations' traffic
+    (``FEATURES``' ``activations``): the casts mixed precision puts around each low-precision node, which cost by
+    the elements cast, not by the FLOPs (appopt-runtime's AMP steps took 1.5-4.4x its fp32 ones, VGG's least;
+    docs/decisions.md, 2026-11-26, mixed precision's casts)."""
     flops_x = np.asarray(flops_x).reshape(-1, len(FEATURES))
-    parts = np.asarray(parts, dtype=float).reshape(-1, 3)
-    return np.c_[parts[:, 0] + parts[:, 1], parts[:, 2], flops_x[:, 5], np.full(len(parts), STEP_CONSTANT_S)]
+    parts = np.asarray(parts, dtype=float).reshape(-1, PART_COLUMNS)
+    constant = np.full(len(parts), STEP_CONSTANT_S)
+    return np.c_[parts[:, 0] + parts[:, 1], parts[:, 2], flops_x[:, 5], constant, flops_x[:, 3] * parts[:, 3]]
 
 
 @dataclass(frozen=True)
@@ -429,7 +440,9 @@ def fit_frameworks(
     priced = PricedRows(
         _matrix(rows),
         np.full((len(rows), 3), math.nan) if forward is None else np.asarray(forward, dtype=float).reshape(-1, 3),
-        np.full((len(rows), 3), math.nan) if parts is None else np.asarray(parts, dtype=float).reshape(-1, 3),
+        np.full((len(rows), PART_COLUMNS), math.nan)
+        if parts is None
+        else np.asarray(parts, dtype=float).reshape(-1, PART_COLUMNS),
     )
     fits: dict[str, TrainingGroupFit] = {}
     groups = pricing_groups(rows)
@@ -468,6 +481,16 @@ def pricing_groups(rows: pd.DataFrame) -> np.ndarray:
             families.setdefault(route, set()).add(family)
     groups = [pricing_group(f, c, len(families.get((f, c), ()))) for f, c in routes]
     return np.array(groups, dtype=object)
+
+
+def mixed_precision(precision: object) -> float:
+    """1.0 where ``precision`` trains in mixed precision (``MIXED_PRECISIONS``), else 0.0."""
+    return 1.0 if _precision(precision) in MIXED_PRECISIONS else 0.0
+
+
+def _precision(value: object) -> str:
+    """A row's ``precision`` value, ``fp32`` where empty."""
+    return value if isinstance(value, str) and value else "fp32"
 
 
 def _compiler(value: object) -> str:
@@ -561,18 +584,20 @@ def unit_priced_forward(
 
 def priced_training(
     rows: pd.DataFrame,
-    routes: Mapping[tuple[str, str], TrainingUnitRoute],
+    routes: Mapping[TrainingRouteKey, TrainingUnitRoute],
     shipped: Mapping[str, tuple[Unit, ...]],
 ) -> np.ndarray:
-    """Each row's (forward, backward, optimiser) seconds priced by its framework's training units on its target
-    (``perfmodels.training_units.TrainingUnitRoute``), NaN where they cannot be."""
-    out = np.full((len(rows), 3), math.nan)
+    """Each row's (forward, backward, optimiser) seconds priced by its framework's training units on its target at
+    its precision (``perfmodels.training_units.training_route``), NaN where they cannot be, and its mixed precision
+    flag (``PART_COLUMNS``)."""
+    out = np.full((len(rows), PART_COLUMNS), math.nan)
     if not routes or rows.empty:
         return out
     for i, (row, units) in enumerate(zip(rows.itertuples(), row_units(rows, shipped), strict=True)):
-        route = routes.get((str(row.target), str(row.framework)))
+        precision = getattr(row, "precision", None)
+        route = training_route(routes, str(row.target), str(row.framework), _precision(precision))
         if route is not None and units:
-            out[i] = route.parts(units, int(row.batch), float(row.params))
+            out[i] = (*route.parts(units, int(row.batch), float(row.params)), mixed_precision(precision))
     return out
 
 
@@ -588,7 +613,7 @@ class TrainingFit:
     unit_routes: dict[UnitRouteKey, PricesUnits] = field(default_factory=dict)
     #: The training-unit models (``perfmodels.training_units``) by (target, framework); ``unit_groups`` holds the
     #: groups fitted on them (``features`` ``train_units``).
-    training_routes: dict[tuple[str, str], TrainingUnitRoute] = field(default_factory=dict)
+    training_routes: dict[TrainingRouteKey, TrainingUnitRoute] = field(default_factory=dict)
 
     @classmethod
     def from_frame(
@@ -596,7 +621,7 @@ class TrainingFit:
         frame: pd.DataFrame,
         units: UnitFit | None = None,
         shipped: Mapping[str, tuple[Unit, ...]] | None = None,
-        training_routes: Mapping[tuple[str, str], TrainingUnitRoute] | None = None,
+        training_routes: Mapping[TrainingRouteKey, TrainingUnitRoute] | None = None,
     ) -> TrainingFit:
         """The fit of ``frame``'s training rows; with ``units`` (the inference unit models), also the unit-priced
         model of the frameworks it prices, and with training-unit sweeps in ``frame`` (or ``training_routes``) the
@@ -710,13 +735,15 @@ class TrainingFit:
         floor = float(roofline_floor(x, threads))
         coef = np.asarray(group.coef)
         if group.features == "train_units":
-            trained = self.training_routes.get((target, route.framework))
+            trained = training_route(self.training_routes, target, route.framework, route.precision)
             if trained is None:
                 return None
-            tx = train_unit_matrix(x, np.array(trained.parts(workload.units, workload.batch_size, workload.params)))[0]
+            parts = (*trained.parts(workload.units, workload.batch_size, workload.params), mixed_precision(route.precision))
+            tx = train_unit_matrix(x, np.array(parts))[0]
             if not np.isfinite(tx).all():
                 return None
-            return group, group.seconds(tx, threads, floor), float(coef[0] * tx[0]), float(coef[1] * tx[1])
+            memory = float(coef[1] * tx[1] + coef[4] * tx[4])
+            return group, group.seconds(tx, threads, floor), float(coef[0] * tx[0]), memory
         bandwidth = self.peaks[(target, threads)][1]
         forward = unit_priced_forward(
             None, self.unit_routes, target, route.framework, threads, workload.units, workload.batch_size, bandwidth,
@@ -952,7 +979,7 @@ def leave_one_family_out(
     include_busy: bool = False,
     units: UnitFit | None = None,
     shipped: Mapping[str, tuple[Unit, ...]] | None = None,
-    training_routes: Mapping[tuple[str, str], TrainingUnitRoute] | None = None,
+    training_routes: Mapping[TrainingRouteKey, TrainingUnitRoute] | None = None,
     nested: bool = True,
 ) -> TrainingEvaluation:
     """Fit each route's step time without one family, predict that family; repeat for every family (the per-node

@@ -377,23 +377,54 @@ def _seconds(rows: pd.DataFrame) -> np.ndarray:
     return effective_ms(rows).to_numpy(dtype=float) / 1e3
 
 
-def fit_training_units(frame: pd.DataFrame) -> dict[tuple[str, str], TrainingUnitRoute]:
-    """The training-unit models of every (target, framework) ``frame`` swept both parts of, at
-    ``TRAINING_UNIT_THREADS``."""
+#: A training-unit route's key: (target, framework, precision); mixed precision (``fp16``) is swept apart, as its
+#: casts and low-precision kernels cost by kind what no fp32 unit says.
+TrainingRouteKey = tuple[str, str, str]
+
+
+def fit_training_units(frame: pd.DataFrame) -> dict[TrainingRouteKey, TrainingUnitRoute]:
+    """The training-unit models of every (target, framework, precision) ``frame`` swept both parts of, at
+    ``TRAINING_UNIT_THREADS``. A precision with no optimiser rows of its own takes its framework's fp32 ones (the
+    mixed-precision trainer updates fp32 master weights)."""
     from perfmodels.unitfit import UNIT_FAMILY, sweep_rows
 
     if frame.empty or "family" not in frame:
         return {}
     measured = frame[(frame["source"] == "measured") & (frame["threads"] == TRAINING_UNIT_THREADS)]
+    measured = measured.assign(precision=_precisions(measured))
     parts = {}
     for family in (TRAIN_FORWARD_FAMILY, BACKWARD_FAMILY):
         rows = sweep_rows(measured[measured["family"] == family].assign(family=UNIT_FAMILY))
-        parts[family] = {(str(k[0]), str(k[1])): g for k, g in rows.groupby(["target", "framework"])}
+        parts[family] = {
+            (str(k[0]), str(k[1]), str(k[2])): g for k, g in rows.groupby(["target", "framework", "precision"])
+        }
     optimizer_rows = measured[measured["family"] == OPTIMIZER_FAMILY]
     out = {}
     for key in sorted(set(parts[TRAIN_FORWARD_FAMILY]) & set(parts[BACKWARD_FAMILY])):
-        mine = optimizer_rows[(optimizer_rows["target"] == key[0]) & (optimizer_rows["framework"] == key[1])]
+        target, framework, precision = key
+        route = optimizer_rows[(optimizer_rows["target"] == target) & (optimizer_rows["framework"] == framework)]
+        mine = route[route["precision"] == precision]
         out[key] = TrainingUnitRoute(
-            fit_part(parts[TRAIN_FORWARD_FAMILY][key]), fit_part(parts[BACKWARD_FAMILY][key]), fit_optimizer(mine)
+            fit_part(parts[TRAIN_FORWARD_FAMILY][key]),
+            fit_part(parts[BACKWARD_FAMILY][key]),
+            fit_optimizer(mine if len(mine) else route[route["precision"] == "fp32"]),
         )
     return out
+
+
+def training_route(
+    routes: Mapping[TrainingRouteKey, TrainingUnitRoute], target: str, framework: str, precision: str = "fp32"
+) -> TrainingUnitRoute | None:
+    """The training units a (``framework``, ``precision``) route's steps on ``target`` are priced by: its
+    precision's own sweep, else its framework's fp32 sweep (a mixed-precision route then differs by its fitted
+    scale alone); None where neither was swept."""
+    return routes.get((target, framework, precision)) or routes.get((target, framework, "fp32"))
+
+
+def _precisions(rows: pd.DataFrame) -> pd.Series:
+    """Rows' ``precision``, ``fp32`` where not recorded."""
+    import pandas
+
+    if "precision" not in rows:
+        return pandas.Series("fp32", index=rows.index)
+    return rows["precision"].fillna("fp32").replace("", "fp32").astype(str)

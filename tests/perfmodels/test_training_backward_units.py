@@ -56,7 +56,7 @@ def _backward(u: Unit) -> float:
     return 2.0 * _forward(u) + 4.0 * u["k"] * u["n"] / 1e9
 
 
-ROUTES = {(local_target_key(), "appopt-runtime"): TrainingUnitRoute(_Forward(), _Backward(), OPTIMIZER)}  # type: ignore[arg-type]
+ROUTES = {(local_target_key(), "appopt-runtime", "fp32"): TrainingUnitRoute(_Forward(), _Backward(), OPTIMIZER)}  # type: ignore[arg-type]
 SHIPPED = {name: _units(shapes) for name, (_, shapes) in MODELS.items()}
 
 
@@ -166,7 +166,7 @@ def test_training_units_are_learned_from_sweep_rows_and_price_other_shapes(tmp_p
     within the regressor's error, a kind not swept is not priced (NaN), and the optimiser's costs are recovered."""
     frame = _frame(tmp_path, _sweep_rows(np.random.default_rng(0)))
     (key, route), = fit_training_units(frame).items()  # fmt: skip
-    assert key == (local_target_key(), "appopt-runtime")
+    assert key == (local_target_key(), "appopt-runtime", "fp32")
     assert _costs(route.optimizer) == pytest.approx(_costs(OPTIMIZER), rel=1e-3)
     units = [Unit("gemm", {"m": 1, "k": 700, "n": 300, "act": 0, "init_w": 1}, count=2)]
     forward, backward, optimizer = route.parts(units, 8, 210_000)
