@@ -738,7 +738,8 @@ class TrainingFit:
             trained = training_route(self.training_routes, target, route.framework, route.precision)
             if trained is None:
                 return None
-            parts = (*trained.parts(workload.units, workload.batch_size, workload.params), mixed_precision(route.precision))
+            priced = trained.parts(workload.units, workload.batch_size, workload.params)
+            parts = (*priced, mixed_precision(route.precision))
             tx = train_unit_matrix(x, np.array(parts))[0]
             if not np.isfinite(tx).all():
                 return None

@@ -8,9 +8,11 @@ import pytest
 from analysis.units import Unit, decode_units
 from benchmarks.backward_units import (
     WIDE_SWEEP,
+    _feeds,
     backward_sweep_units,
     main,
     measure_unit,
+    mixed_precision_casts,
     split_profile,
     sweep_rows,
     training_unit_model,
@@ -89,6 +91,40 @@ def test_the_profile_splits_into_the_units_forward_and_its_gradient_kernels():
     assert split_profile(nodes, ("unit0", "unit1"), ("c0",)) == (1.5, 2.375)
 
 
+def test_under_mixed_precision_the_casts_around_the_unit_and_their_gradients_are_its_own():
+    """The casts the AMP pass puts around a unit's nodes (``<value>__cast``) are its forward, their gradients
+    (``<cast>__Cast``) its backward; the loss's nodes stay out."""
+    nodes = {
+        "x0__low__cast": 0.5,
+        "unit0": 1.0,
+        "t1__fp32__cast": 0.25,
+        "loss__sub": 7.0,
+        "t1__fp32__cast__Cast": 0.125,
+        "unit0__ConvGrad": 2.0,
+        "x0__low__cast__Cast": 1.0,
+        "c0__grad_out": 0.125,
+        "gradients_finite__check": 7.0,
+    }
+    casts = ("x0__low__cast", "t1__fp32__cast")
+    assert split_profile(nodes, ("unit0",), ("c0",), casts) == (1.75, 3.25)
+    assert split_profile(nodes, ("unit0",), ("c0",)) == (1.0, 2.125)
+
+
+def test_a_mixed_precision_unit_is_seeded_with_the_loss_scale_and_knows_its_casts():
+    from runtime.training.graph import build_training_graph
+    from runtime.training.loss_scale import DynamicLossScaler
+
+    model = training_unit_model(CONV)
+    graph = build_training_graph(model.proto, loss="mse", precision="fp16")
+    casts = mixed_precision_casts(graph)
+    assert casts and all(c.endswith("__cast") or "__cast_" in c for c in casts)
+    assert _feeds(graph, model.output_shape)[graph.program.seed] == DynamicLossScaler().scale
+    fp32 = build_training_graph(model.proto, loss="mse")
+    assert mixed_precision_casts(fp32) == () and _feeds(fp32, model.output_shape)[fp32.program.seed] == 1.0
+    times = measure_unit(CONV, precision="fp16")
+    assert times.forward_ms > 0 and times.backward_ms > 0
+
+
 def test_measuring_a_unit_times_both_parts():
     times = measure_unit(CONV)
     assert times.forward_ms > 0 and times.backward_ms > 0 and times.runs >= 3
@@ -115,6 +151,15 @@ def test_swept_rows_are_valid_and_fit_the_training_units(tmp_path):
     assert decode_units(frame["units"].iloc[0]) == [CONV]
     (route,) = fit_training_units(frame).values()
     assert not route.backward.kinds and np.isnan(route.backward.seconds([CONV], 1))
+
+
+def test_mixed_precision_rows_are_the_amp_routes(tmp_path):
+    rows = list(sweep_rows([CONV], optimizer=False, hardware=(50.0, 10.0, 40.0), precision="fp16"))
+    assert {(r["backend"], r["precision"]) for r in rows} == {("appopt-runtime-amp", "fp16")}
+    path = tmp_path / "rows.csv"
+    write_rows(path, [make_row(**r) for r in rows])
+    ((_target, framework, precision),) = fit_training_units(read_results(path))
+    assert (framework, precision) == ("appopt-runtime", "fp16")
 
 
 def test_a_bad_scale_is_one_line_naming_the_flag(tmp_path, capsys):

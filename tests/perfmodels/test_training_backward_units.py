@@ -12,7 +12,14 @@ from analysis.units import Unit, encode_units, unit_features
 from perfmodels.features import Route, Workload
 from perfmodels.results_db import make_row
 from perfmodels.targets import local_target_key
-from perfmodels.training_fit import TrainingFit, leave_one_family_out
+from perfmodels.training_fit import (
+    STEP_CONSTANT_S,
+    TRAIN_UNIT_FEATURES,
+    TrainingFit,
+    leave_one_family_out,
+    mixed_precision,
+    train_unit_matrix,
+)
 from perfmodels.training_units import (
     BACKWARD_FAMILY,
     OPTIMIZER_FAMILY,
@@ -24,6 +31,7 @@ from perfmodels.training_units import (
     fit_training_units,
     param_tensors,
     trained,
+    training_route,
     training_unit_features,
 )
 from tests.perfmodels.test_training_fit import _frame
@@ -137,6 +145,37 @@ def test_plans_price_the_workloads_training_kernels(tmp_path):
 
 
 # --- the unit models themselves ---------------------------------------------------------------------------------
+
+
+def test_each_precision_is_fitted_from_its_own_sweep_and_falls_back_to_fp32s(tmp_path):
+    """Mixed-precision sweep rows make a route of their own (never mixed into fp32's), with fp32's optimiser; a
+    precision not swept is priced by its framework's fp32 units."""
+    fp32 = _sweep_rows(np.random.default_rng(0))
+    slow = [{**r, "precision": "fp16", "backend": "appopt-runtime-amp",
+             "value": 3 * r["value"], "median_ms": 3 * r["median_ms"]}
+            for r in _sweep_rows(np.random.default_rng(1)) if r["family"] != OPTIMIZER_FAMILY]  # fmt: skip
+    routes = fit_training_units(_frame(tmp_path, fp32 + slow))
+    target = local_target_key()
+    assert set(routes) == {(target, "appopt-runtime", "fp32"), (target, "appopt-runtime", "fp16")}
+    units = [Unit("gemm", {"m": 1, "k": 700, "n": 300, "act": 0, "init_w": 1})]
+    low, full = routes[(target, "appopt-runtime", "fp16")], routes[(target, "appopt-runtime", "fp32")]
+    assert low.parts(units, 8, 1e5)[0] == pytest.approx(3 * full.parts(units, 8, 1e5)[0], rel=0.3)
+    assert low.optimizer == full.optimizer
+    assert training_route(routes, target, "appopt-runtime", "bf16") is full
+    assert training_route(routes, target, "pytorch", "fp32") is None
+
+
+def test_mixed_precision_rows_are_priced_with_their_activations_traffic():
+    """The training-unit features: the passes summed, the optimiser, nodes, the step constant and, on a
+    mixed-precision row only, the activations' traffic (the casts)."""
+    flops_x = np.array([[1.0, 2.0, 3.0, 0.25, 5.0, 6.0]] * 2)
+    parts = np.array([[0.5, 1.0, 0.125, 0.0], [0.5, 1.0, 0.125, 1.0]])
+    x = train_unit_matrix(flops_x, parts)
+    assert x.shape == (2, len(TRAIN_UNIT_FEATURES))
+    assert x[0].tolist() == [1.5, 0.125, 6.0, STEP_CONSTANT_S, 0.0]
+    assert x[1].tolist() == [1.5, 0.125, 6.0, STEP_CONSTANT_S, 0.25]
+    assert mixed_precision("fp16") == mixed_precision("bf16") == 1.0
+    assert mixed_precision("fp32") == mixed_precision(None) == 0.0
 
 
 def _sweep_rows(rng: np.random.Generator) -> list[dict]:

@@ -300,8 +300,8 @@ def test_the_shipped_rows_held_out_by_family_bound_the_step_and_time_to_target_e
     the full-size tasks the step is 28.8% over 332 rows (37.7% before appopt-runtime's two priced passes shared one
     coefficient, XLA's depthwise convolutions were priced by XLA's own units and compiled routes fitted coefficients
     of their own; 30.3% before mixed precision's casts were priced): PyTorch 27.5%, appopt-runtime 25.4% (30.2%
-    before the casts), TensorFlow 33.0%. Bounded here so none regresses. Needs the shipped rows refeatured by the fixed analyser
-    (``appopt bench refresh-features``)."""
+    before the casts), TensorFlow 33.0%. Bounded here so none regresses. Needs the shipped rows refeatured by the
+    fixed analyser (``appopt bench refresh-features``)."""
     from perfmodels.results_db import DEFAULT_DB
 
     evaluation = leave_one_family_out(read_results(DEFAULT_DB))
@@ -316,7 +316,7 @@ def test_the_shipped_rows_held_out_by_family_bound_the_step_and_time_to_target_e
         return TrainingEvaluation._rmspe(chosen)
 
     assert rmspe("torch", "torch-compile") < 0.29  # 29.4% sharing eager's coefficients
-    assert rmspe("appopt-runtime", "appopt-runtime-amp") < 0.27  # 43.5% with a coefficient per pass, 30.2% unpriced casts
+    assert rmspe("appopt-runtime", "appopt-runtime-amp") < 0.27  # 43.5% a coefficient per pass; 30.2% casts unpriced
     assert rmspe("appopt-runtime", "appopt-runtime-amp", "torch", "torch-compile") < 0.28
     assert rmspe("keras", "keras-xla") < 0.35  # 38.8% with XLA's depthwise priced as PyTorch's
     assert evaluation.step_rmspe() < 0.30
