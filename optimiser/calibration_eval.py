@@ -338,6 +338,7 @@ def measure_model(path: Path, threads: int, queries: int = 1000) -> list[str]:
 
 def main(argv: Sequence[str] | None = None) -> int:
     from perfmodels.fitted import default_db_path
+    from perfmodels.hoststore import HostStoreError
     from perfmodels.targets import local_target_key, usable_cores
 
     parser = argparse.ArgumentParser(prog="python -m optimiser.calibration_eval", description=__doc__.split("\n")[0])
@@ -368,7 +369,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     parser.add_argument(
         "--mode", choices=("inference", "training"), default="inference",
-        help="with --proxy: score inference plans, or training plans (optimiser.training_transfer_proxy)",
+        help="score inference plans, or training plans (optimiser.training_transfer_proxy; without --proxy: "
+        "--store and --truth, this host's training steps)",
     )
     parser.add_argument(
         "--every-route", action="store_true",
@@ -401,6 +403,16 @@ def main(argv: Sequence[str] | None = None) -> int:
 
             print("\n".join(run_training_proxy(db, args.proxy, args.anchors)))
             return 0
+        if args.mode == "training":
+            from optimiser.training_transfer_proxy import run_training_truth
+
+            if args.store is None or args.truth is None:
+                raise AppoptError("--mode training: needs --proxy S:T, or --store and --truth")
+            for path, flag in ((db, "--db"), (args.truth, "--truth"), (args.store, "--store")):
+                if not path.is_file():
+                    raise AppoptError(f"{flag}: {path} is not a file")
+            print("\n".join(run_training_truth(db, args.store, args.truth, threads)))
+            return 0
         if args.proxy is not None:
             return _proxy(db, args.proxy, args.anchors, args.spec, args.every_route, args.quick, args.units_only)
         for path, flag in ((db, "--db"), (args.truth or default_db_path(), "--truth"), (args.store, "--store")):
@@ -409,6 +421,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         decisions = evaluate(db, args.store, args.truth or default_db_path(), args.spec, threads, args.every_route)
     except AppoptError as error:
         print(f"error: {error}", file=sys.stderr)
+        return 1
+    except HostStoreError as error:  # a store that cannot be read (every path that reads one reads --store's)
+        print(f"error: --store: {error}", file=sys.stderr)
         return 1
     scored = "every measured route" if args.every_route or args.store is None else "the routes the store calibrated"
     print(f"host {local_target_key()}, {threads} threads; db {db}; store {args.store}; {scored}")

@@ -48,6 +48,9 @@ if TYPE_CHECKING:
 
 #: The predictions scored, in the order printed.
 VARIANTS = ("prior", "roofline-transfer", "calibrated")
+#: The predictions scored on a host of a measured key (``run_training_truth``): the fit of that key's rows as they
+#: stand (what a plan there gives without ``appopt calibrate``), and carried by the host's calibration.
+HOST_VARIANTS = ("as-measured", "calibrated")
 #: A training route as the rows name it: (framework, compiler, precision); the rows record no layout.
 TrainingRoute = tuple[str, str, str]
 #: The unseen host's device name: no target of the database starts with it.
@@ -142,9 +145,17 @@ class _VariantModel:
     name = "training-transfer-proxy"
 
     def __init__(
-        self, variant: str, fit: TrainingFit, prior: RooflinePrior, host: CalibratedHost | None, threads: int
+        self,
+        variant: str,
+        fit: TrainingFit,
+        prior: RooflinePrior,
+        host: CalibratedHost | None,
+        threads: int,
+        source: str = "",
     ) -> None:
         self.variant, self.fit, self.prior, self.host, self.threads = variant, fit, prior, host, threads
+        #: The measured key ``as-measured`` predicts at.
+        self.source = source
 
     def predict(self, workload: Workload, route: Route, device: Device) -> Prediction:
         from perfmodels.training_fit import training_prediction
@@ -152,6 +163,9 @@ class _VariantModel:
         prior = self.prior.predict(workload, route, device)
         if self.variant == "prior":
             return prior
+        if self.variant == "as-measured":
+            fitted = self.fit.predict(workload, route, self.source, self.threads)
+            return prior if fitted is None else fitted
         return training_prediction(
             self.fit,
             workload,
@@ -182,12 +196,17 @@ def decision(
 
 
 def evaluate_training_proxy(
-    data: TrainingProxyData, work_dir: Path, unit_cache: Path | None = None
+    data: TrainingProxyData,
+    work_dir: Path,
+    unit_cache: Path | None = None,
+    variants: Sequence[str] = VARIANTS,
+    held_out: bool = True,
 ) -> dict[str, list[Decision]]:
-    """Plan every (model, batch) of ``data.truth`` for training on the unseen host with each of ``VARIANTS``, the
-    source fitted without the model's family; the decisions over the routes the truth measured."""
-    out: dict[str, list[Decision]] = {v: [] for v in VARIANTS}
-    for variant, plan, measured in proxy_plans(data, work_dir, unit_cache):
+    """Plan every (model, batch) of ``data.truth`` for training on the unseen host with each of ``variants``, the
+    source fitted without the model's family (``held_out``; else on every row); the decisions over the routes the
+    truth measured."""
+    out: dict[str, list[Decision]] = {v: [] for v in variants}
+    for variant, plan, measured in proxy_plans(data, work_dir, unit_cache, variants, held_out):
         made = decision(plan.candidates, measured, plan.workload.model_name, plan.workload.batch_size)
         if made is not None:
             out[variant].append(made)
@@ -195,10 +214,14 @@ def evaluate_training_proxy(
 
 
 def proxy_plans(
-    data: TrainingProxyData, work_dir: Path, unit_cache: Path | None = None
+    data: TrainingProxyData,
+    work_dir: Path,
+    unit_cache: Path | None = None,
+    variants: Sequence[str] = VARIANTS,
+    held_out: bool = True,
 ) -> Iterator[tuple[str, Plan, dict[TrainingRoute, float]]]:
     """(variant, plan, measured step seconds per route) for every (model, batch) of ``data.truth`` and each of
-    ``VARIANTS``, the source fitted without the model's family."""
+    ``variants``, the source fitted without the model's family (``held_out``; else one fit of every row)."""
     from optimiser.catalog import load_catalog
     from optimiser.planner import analyse, enumerate_routes, place, predict, rank
     from optimiser.spec import load_spec
@@ -224,20 +247,18 @@ def proxy_plans(
     first = {(str(r["model"]), int(r["batch"])): r for _, r in firsts.iterrows()}
     source = data.source
     is_training = source["mode"].fillna("") == "training"
+    whole = None if held_out else TrainingFit.from_frame(source, units, shipped)
     for family in sorted({str(f) for f in data.truth["family"].dropna()}):
-        fit = TrainingFit.from_frame(source[~(is_training & (source["family"] == family))], units, shipped)
+        fit = whole or TrainingFit.from_frame(source[~(is_training & (source["family"] == family))], units, shipped)
         for (model, batch), measured in medians.items():
             row = first[(model, batch)]
             if str(row["family"]) != family:
                 continue
             workload = training_workload(row, shipped.get(model, ()))
             analysed = enumerate_routes(analyse(targeted, workload))
-            for variant in VARIANTS:
-                yield (
-                    variant,
-                    rank(predict(analysed, _VariantModel(variant, fit, prior, host, data.target_threads))),
-                    measured,
-                )
+            for variant in variants:
+                model_of = _VariantModel(variant, fit, prior, host, data.target_threads, data.host)
+                yield variant, rank(predict(analysed, model_of)), measured
 
 
 def _on_device(targeted: Targeted, device: Device) -> Targeted:
@@ -263,7 +284,13 @@ def report(data: TrainingProxyData, source_threads: int, decisions: dict[str, li
         f"training proxy: {data.host} at {source_threads} threads -> at {data.target_threads} threads; store "
         f"{len(data.store)} rows (anchors: {', '.join(data.anchors) or 'none'}); held out by family"
     ]
-    for variant in VARIANTS:
+    return lines + variant_lines(decisions)
+
+
+def variant_lines(decisions: dict[str, list[Decision]]) -> list[str]:
+    """Each variant's RMSPE, the summary's head and its per-route RMSPE."""
+    lines = []
+    for variant in decisions:
         found = decisions[variant]
         lines.append(f"{variant}: RMSPE {rmspe(found):.1%}")
         lines.extend(f"  {line}" for line in summary(found)[:4])
@@ -292,6 +319,53 @@ def run_training_proxy(db: Path, pair: str, anchors: Sequence[str] | None = None
     with tempfile.TemporaryDirectory(prefix="appopt-training-proxy-") as work:
         decisions = evaluate_training_proxy(data, Path(work), cache_dir_for(db))
     return report(data, source, decisions)
+
+
+def host_data(source: pd.DataFrame, store: pd.DataFrame, truth: pd.DataFrame, threads: int) -> TrainingProxyData:
+    """A host of a measured key as the training proxy's parts: ``source`` (the database) fitted as the planner fits
+    it, ``store`` this host's calibration, ``truth`` its quiet training steps at ``threads`` (ValueError: nothing to
+    score, or the store's key was never measured)."""
+    from perfmodels.training_fit import PROBE_FAMILY, step_rows
+
+    if "units" not in store or not store["units"].notna().any():
+        raise ValueError("--store: no kernel unit rows (appopt calibrate writes them)")
+    keys = sorted({str(t) for t in store["target"].dropna()}) if "target" in store else []
+    measured = set(step_rows(source)["target"].astype(str))
+    if len(keys) != 1 or keys[0] not in measured:
+        raise ValueError(f"--store: its host ({', '.join(keys) or 'none'}) has no training rows in --db")
+    truth = step_rows(truth)
+    truth = truth[(truth["threads"].astype("Int64") == threads) & (truth["family"] != PROBE_FAMILY)]
+    if truth.empty:
+        raise ValueError(f"--truth: no quiet training step rows at {threads} threads")
+    return TrainingProxyData(keys[0], source, store, truth, threads, ())
+
+
+def run_training_truth(db: Path, store: Path, truth: Path, threads: int) -> list[str]:
+    """``calibration_eval --mode training --store S --truth T``: training plans on this host, of a key ``db``
+    measured, scored against the steps ``truth`` measured here, as the rows stand and carried by ``store``'s
+    calibration (AppoptError naming the flag for bad input). One fit of every row: this host's tasks are the
+    database's own, run again here."""
+    import tempfile
+
+    from optimiser.errors import AppoptError
+    from perfmodels.hoststore import read_store
+    from perfmodels.results_db import read_results
+    from perfmodels.unitfit import cache_dir_for
+
+    frame = read_store(store)
+    if frame is None or frame.empty:
+        raise AppoptError(f"--store: {store} holds no rows")
+    try:
+        data = host_data(read_results(db, warn=False), frame, read_results(truth, warn=False), threads)
+    except ValueError as error:
+        raise AppoptError(str(error)) from None
+    with tempfile.TemporaryDirectory(prefix="appopt-training-host-") as work:
+        decisions = evaluate_training_proxy(data, Path(work), cache_dir_for(db), HOST_VARIANTS, held_out=False)
+    head = (
+        f"training plans on this host ({data.host}, {threads} threads) against {len(data.truth)} steps measured "
+        f"here; store {len(frame)} rows; one fit of every row of {db.name}"
+    )
+    return [head, *variant_lines(decisions)]
 
 
 #: The proxy's directions that ``appopt models evaluate --save`` pools for the transfer bands.

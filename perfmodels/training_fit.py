@@ -1178,10 +1178,12 @@ def training_prediction(
 ) -> Prediction:
     """A training step from the measured training rows (``fit``: ``fit_for`` the results): fitted on a measured CPU
     host; on an unmeasured host that ``calibrated`` gives a calibration of (and the unit models it compared with),
-    carried over by its kernel units (``TrainingFit.calibrated``); else transferred to another CPU (or several)
-    through the fit's ratio to the prior on the measuring host (``TrainingFit.transfer``); the prior on GPUs and for
-    frameworks without measured training rows, its basis then saying why. With ``residuals`` (the stored held-out
-    figures), a CPU step carries its p10-p90 interval (``perfmodels.training_intervals``)."""
+    carried over by its kernel units (``TrainingFit.calibrated``), as on a host of a measured key calibrated
+    (``appopt calibrate``, not the quick probe) against that key's own rows: one CPU model name can run at other
+    speeds from one machine to the next. Else transferred to another CPU (or several) through the fit's ratio to the
+    prior on the measuring host (``TrainingFit.transfer``); the prior on GPUs and for frameworks without measured
+    training rows, its basis then saying why. With ``residuals`` (the stored held-out figures), a CPU step carries
+    its p10-p90 interval (``perfmodels.training_intervals``)."""
     if not fit.groups:
         return prior
     if device.kind != "cpu":
@@ -1191,9 +1193,16 @@ def training_prediction(
     if target not in targets:
         target = next((t for t in targets if t.startswith(target_key(device.name, 0)[:-3])), "")
     predicted, carried = None, ""
+    host = calibrated() if calibrated is not None and device.count == 1 else None
     if target and device.count == 1:
-        predicted = fit.predict(workload, route, target, wanted_threads(target))
-    elif device.count == 1 and (host := calibrated() if calibrated is not None else None) is not None:
+        if host is not None and host.calibration.source == target and host.calibration.via == "calibration":
+            # a host of the measured key, calibrated against that key's rows: it may not run as the host that
+            # recorded them did (a VM's "Intel Xeon Processor" 2-core host measured 1.7x less GEMM peak one day).
+            # A quick probe's few units are not enough to move measured rows (docs/decisions.md, 2026-11-26).
+            predicted, carried = fit.calibrated(workload, route, host), "calibration"
+        if predicted is None:
+            predicted, carried = fit.predict(workload, route, target, wanted_threads(target)), ""
+    elif host is not None:
         predicted, carried = fit.calibrated(workload, route, host), "calibration"
     if predicted is None and not (target and device.count == 1) and prior_for is not None:
         predicted, carried = fit.transfer(workload, route, device, prior, prior_for), "roofline"

@@ -3,6 +3,7 @@ synthetic database: one host's training steps and calibration units at 1 and 2 t
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -125,3 +126,53 @@ def test_on_the_shipped_rows_the_proxy_tells_the_prior_from_the_calibrated_trans
     assert rmspe(calibrated) < 0.35 and rmspe(calibrated) < rmspe(prior) - 0.1
     assert not any(d.ties() for d in calibrated)
     assert sum(regrets(calibrated)) / len(regrets(calibrated)) < 1.22
+
+
+def _slower(rows: list[dict[str, object]], factor: float) -> list[dict[str, object]]:
+    """The 2-thread rows as another machine of the same key measures them: ``factor`` times slower, its GEMM peak
+    and bandwidth ``factor`` times lower."""
+    out = []
+    for row in rows:
+        if row["threads"] != 2:
+            continue
+        changed = {k: float(row[k]) / factor for k in ("peak_gflops", "bandwidth_gbs")}  # type: ignore[arg-type]
+        changed.update({k: float(row[k]) * factor for k in ("value", "median_ms") if row.get(k) is not None})  # type: ignore[arg-type]
+        out.append({**row, **changed})
+    return out
+
+
+def test_on_a_slower_machine_of_a_measured_key_the_calibration_carries_the_rows(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``--mode training --store --truth``: the database's rows as they stand predict this machine's steps half as
+    long as they take; carried by its calibration they are close."""
+    db, store, truth = tmp_path / "db.csv", tmp_path / "store.csv", tmp_path / "truth.csv"
+    rows = _rows()
+    write_rows(db, rows)
+    slower = _slower(rows, 2.0)
+    write_rows(store, [make_row(**r) for r in slower if r["mode"] != "training"])
+    write_rows(truth, [r for r in slower if r["mode"] == "training"])
+    argv = ["--db", str(db), "--mode", "training", "--store", str(store), "--truth", str(truth), "--threads", "2"]
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    assert out.startswith(f"training plans on this host ({HOST}, 2 threads) against 16 steps measured here")
+    figures = dict(re.findall(r"\n(as-measured|calibrated): RMSPE ([\d.]+)%", out))
+    assert 40 < float(figures["as-measured"]) < 55  # predicted at the rows' speed: about half
+    assert float(figures["calibrated"]) < 15
+    assert "bases: transferred-training:h-2c via calibration" in out.split("\ncalibrated:")[1]
+
+
+def test_a_store_without_units_or_no_truth_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    db, truth = tmp_path / "db.csv", tmp_path / "truth.csv"
+    rows = _rows()
+    write_rows(db, rows)
+    write_rows(truth, [r for r in _slower(rows, 2.0) if r["mode"] == "training"])
+    assert main(["--db", str(db), "--mode", "training", "--store", str(truth), "--truth", str(truth)]) == 1
+    assert capsys.readouterr().err.strip() == "error: --store: no kernel unit rows (appopt calibrate writes them)"
+    assert main(["--db", str(db), "--mode", "training", "--truth", str(truth)]) == 1
+    assert capsys.readouterr().err.strip() == "error: --mode training: needs --proxy S:T, or --store and --truth"
+    corrupt = tmp_path / "corrupt.csv"
+    corrupt.write_text("not,a,store\n1,2,3\n")
+    assert main(["--db", str(db), "--mode", "training", "--store", str(corrupt), "--truth", str(truth)]) == 1
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert line.startswith(f"error: --store: {corrupt}: not a results database")

@@ -13,7 +13,7 @@ from analysis.units import Unit
 from perfmodels.calibration import Calibration, KindRatio
 from perfmodels.features import Device, Route, Workload
 from perfmodels.fitted import fit_model
-from perfmodels.results_db import read_results
+from perfmodels.results_db import read_results, write_rows
 from perfmodels.roofline import RooflinePrior
 from perfmodels.targets import local_target_key
 from perfmodels.training_fit import CalibratedHost, calibration_factor, training_prediction
@@ -137,7 +137,7 @@ def test_a_calibrated_local_host_carries_the_fit_by_its_stores_probes(
     """The planner's wiring: on a ``local`` host the database never measured, with a calibration store, the training
     step comes from ``TrainingFit.calibrated`` at the GEMM peak and bandwidth the store's rows recorded."""
     import perfmodels.fitted as fitted
-    from perfmodels.results_db import to_frame, write_rows
+    from perfmodels.results_db import to_frame
     from tests.analysis.test_units import sweep_row
 
     monkeypatch.setattr(fitted, "usable_cores", lambda: 2)
@@ -155,3 +155,32 @@ def test_a_calibrated_local_host_carries_the_fit_by_its_stores_probes(
     assert carried.basis.startswith("transferred-training:elsewhere-2c via calibration (torch fp32 flops model")
     there = model.predict(workload, TORCH, Device("elsewhere-2c", "cpu", {"fp32": 95e9}, 14e9))
     assert carried.step_seconds / there.step_seconds == pytest.approx(0.5, rel=0.02)  # twice the peak and bandwidth
+
+
+def test_a_local_host_of_the_measured_key_calibrated_against_its_rows_is_carried_by_its_probes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """One CPU model name (one key) can run at other speeds from one machine to the next: a local host of the
+    measured key with a calibration against that key's rows is carried by its store's probes, not fitted as if it
+    were the machine that recorded them; without a calibration, or with the quick probe's only, it is fitted."""
+    import perfmodels.fitted as fitted
+    from tests.analysis.test_units import sweep_row
+
+    monkeypatch.setattr(fitted, "usable_cores", lambda: 2)
+    store = tmp_path / "store.csv"
+    write_rows(store, [{**sweep_row(GEMM, 1e-4, "onnxruntime"), "threads": 2, "peak_gflops": 190.0,
+                        "bandwidth_gbs": 28.0}])  # fmt: skip
+    frame = read_results(_training_db(tmp_path / "t.csv"))
+    workload = Workload(4e9, 1e8, 2.5e7, "training", 64, ops_by_class={"gemm": 160})
+    local = Device("local", "cpu", {"fp32": 1e12}, 5e10)
+    plain = fit_model(frame, source="t.csv").predict(workload, TORCH, local)
+    assert plain.basis.startswith(f"fitted-training:{local_target_key()} (torch fp32")
+    model = fit_model(frame, source="t.csv", store=store)
+    monkeypatch.setattr(model, "calibration", lambda: Calibration("here-2c", local_target_key(), 12))
+    monkeypatch.setattr(model, "units", lambda: _Units())
+    carried = model.predict(workload, TORCH, local)
+    assert carried.basis.startswith(f"transferred-training:{local_target_key()} via calibration (torch fp32")
+    assert carried.step_seconds / plain.step_seconds == pytest.approx(0.5, rel=0.02)  # twice the peak and bandwidth
+    quick = Calibration("here-2c", local_target_key(), 12, via="quick probe")
+    monkeypatch.setattr(model, "calibration", lambda: quick)
+    assert model.predict(workload, TORCH, local).step_seconds == plain.step_seconds
