@@ -42,6 +42,7 @@ from analysis.units import Unit, encode_units, unit_flops
 from benchmarks.unit_sweep import draw_units, unit_model
 from perfmodels.training_units import (
     BACKWARD_FAMILY,
+    MIXED_PRECISIONS,
     OPTIMIZER_FAMILY,
     TRAIN_FORWARD_FAMILY,
     TRAINING_UNIT_THREADS,
@@ -92,8 +93,6 @@ OPTIMIZER_SHAPES = (
 #: A unit is run until ``MIN_RUNS`` runs and ``MIN_SECONDS`` have passed (at most ``MAX_RUNS``), after one warm-up.
 MIN_RUNS, MAX_RUNS, MIN_SECONDS = 3, 50, 0.2
 _UNIT_PREFIX = "unit"
-#: The low precisions mixed precision trains in (``runtime.training.graph.build_training_graph``).
-MIXED_PRECISIONS = ("fp16", "bf16")
 #: How ``runtime.passes.amp`` names the casts it inserts (``fresh(f"{value}__cast")``).
 _AMP_CAST = re.compile(r"__cast(_\d+)?$")
 #: Every row's ``notes`` unless told otherwise (the shipped rows were swept with ``--notes "swept under load

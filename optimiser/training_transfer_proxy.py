@@ -249,7 +249,8 @@ def proxy_plans(
     is_training = source["mode"].fillna("") == "training"
     whole = None if held_out else TrainingFit.from_frame(source, units, shipped)
     for family in sorted({str(f) for f in data.truth["family"].dropna()}):
-        fit = whole or TrainingFit.from_frame(source[~(is_training & (source["family"] == family))], units, shipped)
+        held = source[~(is_training & (source["family"] == family))]
+        fit = whole if whole is not None else TrainingFit.from_frame(held, units, shipped)
         for (model, batch), measured in medians.items():
             row = first[(model, batch)]
             if str(row["family"]) != family:

@@ -49,14 +49,15 @@ Where a framework's own training kernels were swept as units (``benchmarks.backw
 NumPy gradients no inference sweep times), its steps have a third model (``TRAIN_UNIT_FEATURES``)::
 
     step_s = a'' · (forward_train_s + backward_s) + e'' · optimizer_s + f'' · kernel_nodes + h'' · 1 ms
+             + m'' · 3·activation_bytes·batch / bandwidth   (mixed-precision rows only: its casts)
 
 the forward pass in training mode and the backward pass priced unit by unit, and the optimiser update priced by its
-own sweep (``perfmodels.training_units.TrainingUnitRoute``). The two passes share one coefficient: both are priced by
-sweeps of the same kernels, and with one each the fit put everything on the forward (3.0, backward 0.03), which
-overprices a family whose backward is light for its forward (the GRU's element-wise gates; docs/decisions.md,
-2026-11-26, one coefficient for the priced passes). Each framework's rows are fitted with the most specific
-of the three that prices them all (``FEATURE_SETS``); the held-out evaluation also reports the model chosen per
-framework by an inner leave-one-family-out, the unbiased figure for that choice.
+own sweep (``perfmodels.training_units.TrainingUnitRoute``, per precision where swept, else fp32's). The two passes
+share one coefficient: both are priced by sweeps of the same kernels, and with one each the fit put everything on
+the forward (3.0, backward 0.03), which overprices a family whose backward is light for its forward (the GRU's
+element-wise gates; docs/decisions.md, 2026-11-26, one coefficient for the priced passes). Each framework's rows are
+fitted with the most specific of the three that prices them all (``FEATURE_SETS``); the held-out evaluation also
+reports the model chosen per framework by an inner leave-one-family-out, the unbiased figure for that choice.
 
 A route measured only under load is fitted alone (``fit_group``; below
 ``ROWS_PER_COEFFICIENT`` rows per coefficient, one scale of the roofline terms). Rows measured under load
@@ -86,6 +87,7 @@ from perfmodels.results_db import BUSY_OTHER_CPU, on_gpu
 from perfmodels.targets import local_target_key, target_key
 from perfmodels.training_intervals import TrainingResiduals, with_interval
 from perfmodels.training_units import (
+    MIXED_PRECISIONS,
     PROBE_FAMILY,
     Lender,
     PricesUnits,
@@ -138,8 +140,6 @@ TRAIN_UNIT_FEATURES = ("passes_units", "optimizer_units", "kernel_nodes", "step"
 #: Columns of the training units' priced parts (``priced_training``): forward, backward, optimiser seconds, and
 #: whether the row trains in mixed precision (1) or not (0).
 PART_COLUMNS = 4
-#: Precisions whose training is mixed (low-precision products, fp32 master weights): ``runtime.passes.amp``.
-MIXED_PRECISIONS = ("fp16", "bf16")
 #: The columns of each feature set that grow with the batch and speed up with ``threads ** thread_exponent`` (the
 #: unit-priced model's columns carry their thread counts' speed from the units; the training units are priced at
 #: their swept thread count, ``TRAINING_UNIT_THREADS``, for every row).

@@ -377,6 +377,8 @@ def _seconds(rows: pd.DataFrame) -> np.ndarray:
     return effective_ms(rows).to_numpy(dtype=float) / 1e3
 
 
+#: Precisions whose training is mixed (low-precision products, fp32 master weights: ``runtime.passes.amp``).
+MIXED_PRECISIONS = ("fp16", "bf16")
 #: A training-unit route's key: (target, framework, precision); mixed precision (``fp16``) is swept apart, as its
 #: casts and low-precision kernels cost by kind what no fp32 unit says.
 TrainingRouteKey = tuple[str, str, str]
