@@ -211,9 +211,10 @@ def measure_unit(unit: Unit, threads: int = TRAINING_UNIT_THREADS, precision: st
     missing = [w for w in (*model.weights, *model.inputs) if w not in graph.program.gradients]
     if missing:
         raise ValueError(f"{unit.signature()}: no gradient for {', '.join(missing)}")
-    casts = mixed_precision_casts(graph)
+    proto = graph.to_onnx()
+    casts = mixed_precision_casts(graph, proto)
     with blas_threads(threads):
-        exe = compile_model(graph.to_onnx(), threads, passes=())
+        exe = compile_model(proto, threads, passes=())
         feeds = _feeds(graph, model.output_shape)
         exe.run(feeds)  # warm-up
         walls: list[tuple[float, float]] = []
@@ -235,19 +236,22 @@ def measure_unit(unit: Unit, threads: int = TRAINING_UNIT_THREADS, precision: st
     )
 
 
-def mixed_precision_casts(graph: Any) -> tuple[str, ...]:
+def mixed_precision_casts(graph: Any, proto: onnx.ModelProto | None = None) -> tuple[str, ...]:
     """The names of the ``Cast`` nodes mixed precision put into ``graph``'s forward pass (``runtime.passes.amp``
     names them ``<value>__cast``, then ``_1``...; the autodiff names their gradients ``<cast>__Cast``); none at
-    fp32. They are the unit's: a model pays them around each of its low-precision nodes."""
+    fp32. They are the unit's: a model pays them around each of its low-precision nodes. ``proto``: the graph's
+    ``to_onnx()`` when the caller has it."""
     if graph.amp is None:
         return ()
-    return tuple(n.name for n in graph.to_onnx().graph.node if n.op_type == "Cast" and _AMP_CAST.search(n.name))
+    nodes = (proto or graph.to_onnx()).graph.node
+    return tuple(n.name for n in nodes if n.op_type == "Cast" and _AMP_CAST.search(n.name))
 
 
 def _feeds(graph: Any, out_shape: tuple[int, ...]) -> dict[str, np.ndarray]:
     """The training graph's feeds: its parameters, the loss seed and an mse target of the output's shape. Under
     mixed precision the seed is the trainer's first loss scale (``DynamicLossScaler``): seeded with 1, a unit's
-    gradients are small enough to be fp16 subnormals, whose casts ran 14x slower here than the scaled ones."""
+    gradients are small enough to be fp16 subnormals, whose casts are many times slower than the scaled ones'
+    (docs/decisions.md, 2026-11-26, mixed precision's casts)."""
     from runtime.training.loss_scale import DynamicLossScaler
 
     target = np.full(out_shape, 0.5, dtype=np.float32)
