@@ -9,6 +9,8 @@ Counting rules (forward pass, one sample set of ``batch_size``):
 
 * Conv / ConvTranspose / Gemm / MatMul (and their quantised forms) cost ``2 × MACs``; a bias adds one FLOP per output
   element. ``macs`` counts only these ops, which is what architecture tables quote as "MACs" or "mult-adds".
+* Recurrent layers (LSTM, GRU, RNN) are matrix products too: each step multiplies its input and the hidden state by
+  every gate's weights, in each direction, plus a few FLOPs per gate element for the activations and state update.
 * Elementwise ops cost one FLOP per output element (``Sum`` of n inputs: n-1; a few transcendental ops a small
   constant, see ``_ELEMENTWISE_FLOPS``).
 * Normalisation: Layer/Group/Instance normalisation about 5–8 per element. Local response normalisation (``lrn``,
@@ -37,6 +39,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal, Protocol
 
@@ -270,6 +273,11 @@ NONDETERMINISTIC_OPS = {
     "Bernoulli",
 }
 _CONTROL_FLOW = {"If", "Loop", "Scan", "SequenceMap"}
+#: Recurrent layers by their gates: each step multiplies the step's input and the hidden state by every gate's weights
+#: (ONNX ``LSTM``: input, output, forget, cell; ``GRU``: update, reset, hidden; ``RNN``: one).
+RECURRENT_GATES = {"LSTM": 4, "GRU": 3, "RNN": 1}
+#: FLOPs per gate element of a recurrent step besides its products: the gates' activations and the state update.
+RECURRENT_GATE_FLOPS = 6.0
 
 
 def op_class(op_type: str) -> OpClass:
@@ -280,7 +288,7 @@ def op_class(op_type: str) -> OpClass:
     """
     if op_type in _CONV_OPS:
         return "conv"
-    if op_type in _GEMM_OPS:
+    if op_type in _GEMM_OPS or op_type in RECURRENT_GATES:
         return "gemm"
     if op_type == "LRN":
         return "lrn"
@@ -344,6 +352,39 @@ def _conv_transpose_macs(node: onnx.NodeProto, shapes: Mapping[str, Shape]) -> t
     return macs, float(_numel(out)) if has_bias else 0.0
 
 
+@dataclass(frozen=True)
+class RecurrentShape:
+    """A recurrent layer's extents: steps, batch, directions, input and hidden widths and gates."""
+
+    steps: int
+    batch: int
+    directions: int
+    inputs: int
+    hidden: int
+    gates: int
+
+
+def recurrent_shape(node: onnx.NodeProto, shapes: Mapping[str, Shape]) -> RecurrentShape | None:
+    """The extents of an ONNX LSTM, GRU or RNN node from its input ``X`` ([steps, batch, input], or [batch, steps,
+    input] with ``layout`` 1) and weights ``W`` ([directions, gates x hidden, input]); None where unknown."""
+    x, w = shapes.get(node.input[0]), shapes.get(node.input[1]) if len(node.input) > 1 else None
+    gates = RECURRENT_GATES.get(node.op_type)
+    if x is None or w is None or gates is None or len(x) != 3 or len(w) != 3:
+        return None
+    steps, batch = (x[1], x[0]) if _attr(node, "layout", 0) else (x[0], x[1])
+    return RecurrentShape(int(steps), int(batch), int(w[0]), int(w[2]), int(w[1]) // gates, gates)
+
+
+def recurrent_macs(node: onnx.NodeProto, shapes: Mapping[str, Shape]) -> tuple[float, float]:
+    """(MACs, gate elements) of a recurrent layer over its whole sequence: every step multiplies its input and the
+    hidden state by each gate's weights, in each direction."""
+    r = recurrent_shape(node, shapes)
+    if r is None:
+        return 0.0, 0.0
+    gate_elements = float(r.steps * r.batch * r.directions * r.gates * r.hidden)
+    return gate_elements * (r.inputs + r.hidden), gate_elements
+
+
 def _gemm_macs(node: onnx.NodeProto, shapes: Mapping[str, Shape]) -> tuple[float, float]:
     """Gemm/MatMul: output elements × the contracted dimension."""
     out = shapes[node.output[0]]
@@ -384,6 +425,9 @@ def _node_flops(node: onnx.NodeProto, klass: OpClass, shapes: Mapping[str, Shape
     if klass in ("conv", "conv_dw"):
         macs, bias = (_conv_transpose_macs if node.op_type == "ConvTranspose" else _conv_macs)(node, shapes)
         return 2 * macs + bias, macs
+    if node.op_type in RECURRENT_GATES:
+        macs, gate_elements = recurrent_macs(node, shapes)
+        return 2 * macs + RECURRENT_GATE_FLOPS * gate_elements, macs
     if klass in ("gemm", "gemv"):
         macs, bias = _gemm_macs(node, shapes)
         return 2 * macs + bias, macs

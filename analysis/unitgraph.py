@@ -7,8 +7,10 @@ nothing. A transpose that keeps the last axes in place is a ``permute`` (rows of
 other data movement a ``move``. A depthwise convolution read only by a 1x1 convolution is one ``dwpw`` unit with it
 (one kernel in runtimes that fuse them, two in others: the sweep measures the pair on each); so is a residual add
 read only by a layer normalisation, a ``skipnorm`` unit (onnxruntime's SkipLayerNormalization), whose add the matrix
-product before it therefore does not absorb. Everything else is one unit per node. Dimensions are those of one
-sample (the model is analysed at batch 1).
+product before it therefore does not absorb. A recurrent layer (LSTM, GRU, RNN) is what CPU runtimes run for it:
+its input projection over the whole sequence as one matrix product, then per step and direction one matrix product
+by the recurrent weights and the gates' element-wise math (``recurrent_units``). Everything else is one unit per
+node. Dimensions are those of one sample (the model is analysed at batch 1).
 
 Example::
 
@@ -26,7 +28,15 @@ from pathlib import Path
 
 import onnx
 
-from analysis.modelinfo import _attr, _constant_tensors, _load, _shape_inference_model, inferred_shapes
+from analysis.modelinfo import (
+    RECURRENT_GATES,
+    _attr,
+    _constant_tensors,
+    _load,
+    _shape_inference_model,
+    inferred_shapes,
+    recurrent_shape,
+)
 from analysis.units import Unit
 
 Shape = tuple[int, ...]
@@ -147,6 +157,8 @@ class _Cutter:
                     unit = self._separable(unit, tail[-1] if tail else node, absorbed)
                 if unit is not None:
                     out.append(unit)
+            elif node.op_type in RECURRENT_GATES:
+                out.extend(self._recurrent_units(node))
             elif node.op_type in ELEMENTWISE and node.output and node.output[0] in self.shapes:
                 self._add_to_island(node, islands, out)
             elif (unit := self._single_unit(node)) is not None:
@@ -326,6 +338,21 @@ class _Cutter:
             return Unit("gemm", {"m": rows, "k": k, "n": n, "act": act, "init_w": init_w})
         m = y[-2] if len(y) > 1 else 1
         return Unit("bmm", {"b": math.prod(y[:-2]) if len(y) > 2 else 1, "m": m, "k": k, "n": n})
+
+    def _recurrent_units(self, node: onnx.NodeProto) -> list[Unit]:
+        """An LSTM, GRU or RNN: the input projection of every step at once, then each step's product by the
+        recurrent weights and its gates' activations, once per direction (none where the shapes are unknown)."""
+        r = recurrent_shape(node, self.shapes)
+        if r is None:
+            return []
+        width = r.gates * r.hidden
+        init_w = int(node.input[1] in self.initializers)
+        steps = r.steps * r.directions
+        return [
+            Unit("gemm", {"m": r.steps * r.batch, "k": r.inputs, "n": width, "act": 0, "init_w": init_w}, r.directions),
+            Unit("gemm", {"m": r.batch, "k": r.hidden, "n": width, "act": 0, "init_w": init_w}, steps),
+            Unit("eltwise", {"elements": r.batch * width, "inputs": 2, "heavy": 1}, steps),
+        ]
 
     # --- everything else ------------------------------------------------------------------------------------------
 

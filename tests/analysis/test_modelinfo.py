@@ -520,3 +520,21 @@ def test_modelinfo_does_not_import_the_runtime() -> None:
     )
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
     assert subprocess.run([sys.executable, "-c", code], env=env, check=False).returncode == 0
+
+
+def test_a_recurrent_layer_counts_each_steps_products_and_gates() -> None:
+    """An LSTM over 5 steps, 8 inputs, hidden 16, batch first: per step 4 gates x 16 x (8 + 16) MACs (it counted 0
+    before)."""
+    node = helper.make_node("LSTM", ["x", "W", "R"], ["y"], hidden_size=16, layout=1)
+    graph = helper.make_graph(
+        [node],
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 5, 8])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        [numpy_helper.from_array(np.ones(s, np.float32), n) for n, s in {"W": (1, 64, 8), "R": (1, 64, 16)}.items()],
+    )
+    cost = analyse_onnx(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), batch_size=2)
+    macs = 2 * 5 * 64 * (8 + 16)
+    assert cost.macs == macs
+    assert cost.flops == 2 * macs + 6 * (2 * 5 * 64)
+    assert op_class("GRU") == "gemm" and cost.by_class["gemm"].macs == macs

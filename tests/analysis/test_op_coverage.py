@@ -35,7 +35,7 @@ COSTED_AS_DATA_MOVEMENT = frozenset(
         "Upsample",
         # arithmetic the analyser does not count yet
         "Attention", "BitwiseAnd", "BitwiseNot", "BitwiseOr", "BitwiseXor", "CausalConvWithState", "CumProd",
-        "Det", "GRU", "LSTM", "LinearAttention", "NegativeLogLikelihoodLoss", "RMSNormalization", "RNN",
+        "Det", "LinearAttention", "NegativeLogLikelihoodLoss", "RMSNormalization",
         "RotaryEmbedding", "SoftmaxCrossEntropyLoss", "SwiGLU", "Swish",
     }
 )  # fmt: skip
