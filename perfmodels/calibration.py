@@ -13,11 +13,14 @@ whole (the anchors), on each installed backend (``perfmodels.hoststore``, ``benc
   with one unit, or units too alike in size, takes that slope (the quick probe measures one or two of each).
   A model's *mix* is the mean of its units' ratios weighted by their shipped times (the call: the no-op ratio).
 * Anchors: per route, the mean over the anchors of their time here over their time on the source, against what
-  their units' mix says. Units measured alone miss what a whole model pays (or saves) around its kernels.
+  their units' mix says. Units measured alone miss what a whole model pays (or saves) around its kernels. Where the
+  anchors' own mean ratio predicts each of them (from the others) clearly better than the mix does, the route's
+  factor is that mean alone (``Anchor.flat``, ``flat_beats_mix``): a compiled graph's units measured one by one
+  can change from host to host in ways its whole graphs do not.
 
 A prediction on the calibrated host is the shipped one times the route's factor: the model's mix, times the anchors'
-offset where there are anchors. Its basis says so: ``transferred:<source> via calibration (N units)``, with
-``, M anchor models`` where there are.
+offset where there are anchors (or the anchors' mean ratio, for a route whose mix failed them). Its basis says so:
+``transferred:<source> via calibration (N units)``, with ``, M anchor models`` where there are.
 
 The interval comes from the same rows, held out: with five or more anchors, each anchor predicted from the others
 of its route (leave-one-model-out); else each unit from the others of its kind (leave-one-unit-out). Their error
@@ -117,6 +120,16 @@ class Anchor:
     #: model's ratio adds to its units'.
     offset: float
     models: tuple[str, ...]
+    #: The mean over the models of log(time here / time on the source): the route's ratio, its units aside.
+    level: float = 0.0
+    #: Whether the route's factor is ``level`` alone: where its units' mix predicted the anchors (each from the
+    #: others, ``anchor_errors``) worse than their plain mean did. A graph compiler's units measured alone can move
+    #: apart from its whole graphs from one host to another (OpenVINO's call cost: docs/decisions.md, 2026-11-27).
+    flat: bool = False
+
+    def factor(self, mix: float) -> float:
+        """The route's factor for a model whose unit mix is ``mix``."""
+        return math.exp(self.level) if self.flat else math.exp(self.offset) * mix
 
 
 @dataclass(frozen=True)
@@ -177,7 +190,7 @@ class Calibration:
             return None
         mix = self.mix(key, timed)
         anchor = self.anchors.get(key)
-        return mix if anchor is None else math.exp(anchor.offset) * mix
+        return mix if anchor is None else anchor.factor(mix)
 
     def interval(self, step_s: float, source: tuple[float, float] | None = None) -> tuple[float, float] | None:
         """(p10, p90) of the step: the held-out errors' quantiles (with at least ``MIN_HELDOUT``) widened by
@@ -434,9 +447,44 @@ def _anchors(
     for key, by_model in found.items():
         # one (log ratio, log mix) per model, a mean over its batches
         pairs = [(float(np.mean([r for r, _ in v])), float(np.mean([x for _, x in v]))) for v in by_model.values()]
-        anchors[key] = Anchor(float(np.mean([r - x for r, x in pairs])), tuple(sorted(by_model)))
-        for i, (ratio, mix) in enumerate(pairs):  # leave-one-model-out: the route's other anchors
-            rest = [r - x for j, (r, x) in enumerate(pairs) if j != i]
-            if rest:
-                errors.append(math.exp(ratio - (float(np.mean(rest)) + mix)) - 1.0)
+        by_mix, flat = anchor_errors(pairs)
+        use_flat = flat_beats_mix(by_mix, flat)
+        anchors[key] = Anchor(
+            float(np.mean([r - x for r, x in pairs])),
+            tuple(sorted(by_model)),
+            float(np.mean([r for r, _ in pairs])),
+            use_flat,
+        )
+        errors.extend(math.exp(e) - 1.0 for e in (flat if use_flat else by_mix))
     return anchors, errors
+
+
+#: Anchors a route needs before its factor may be their mean ratio alone (``Anchor.flat``): each is then predicted
+#: from at least two others.
+MIN_FLAT_ANCHORS = 3
+
+
+def flat_beats_mix(by_mix: Sequence[float], flat: Sequence[float]) -> bool:
+    """Whether the anchors' mean ratio alone predicted them (``anchor_errors``) clearly better than the unit mix
+    did: with at least ``MIN_FLAT_ANCHORS``, by more than an RMS of n errors is itself uncertain (a relative
+    standard error of about 1/sqrt(2n)). The units are hundreds of measurements and the anchors a few, so a near
+    draw keeps the mix."""
+    n = len(flat)
+    return n >= MIN_FLAT_ANCHORS and _rms(flat) < _rms(by_mix) * (1.0 - 1.0 / math.sqrt(2.0 * n))
+
+
+def anchor_errors(pairs: Sequence[tuple[float, float]]) -> tuple[list[float], list[float]]:
+    """Leave-one-model-out log errors of a route's anchors, (log ratio, log mix) each, predicted from the others
+    two ways: their mean offset over the unit mix plus the model's own mix, and their mean log ratio alone."""
+    by_mix: list[float] = []
+    flat: list[float] = []
+    for i, (ratio, mix) in enumerate(pairs):
+        rest = [p for j, p in enumerate(pairs) if j != i]
+        if rest:
+            by_mix.append(ratio - (float(np.mean([r - x for r, x in rest])) + mix))
+            flat.append(ratio - float(np.mean([r for r, _ in rest])))
+    return by_mix, flat
+
+
+def _rms(values: Sequence[float]) -> float:
+    return math.sqrt(sum(v * v for v in values) / len(values)) if values else math.inf

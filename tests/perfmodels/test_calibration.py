@@ -381,3 +381,30 @@ def test_anchors_weigh_their_units_as_the_predictions_they_correct_pay_them() ->
     assert cal is not None and route is not None and keys == [route.key]
     mix = paid(route.key, timed_units(route, sampled_gemms(3, seed=11), 1))
     assert cal.factor(FW, mix) == pytest.approx(3.0, rel=1e-6)
+
+
+def test_anchors_the_unit_mix_mispredicts_set_the_factor_by_their_own_mean_ratio() -> None:
+    """OpenVINO on a slower machine (docs/decisions.md, 2026-11-27): its units alone ran 2-6x the shipped host's,
+    its whole models 1.8-2.5x, and the anchors' offset over the mix (tiny models' mixes 4-5x, ResNet-18's 2.4x)
+    took 0.55x off every model. Each anchor predicted from the others by its mix errs far more than by their
+    plain mean, so the route's factor is their mean ratio, whatever a model's mix."""
+    from perfmodels.calibration import Anchor, anchor_errors, flat_beats_mix
+
+    logs = [(math.log(r), math.log(m)) for r, m in ((2.49, 4.41), (2.03, 4.73), (1.94, 3.92), (1.78, 2.37))]
+    by_mix, flat = anchor_errors(logs)
+    assert flat_beats_mix(by_mix, flat)
+    level = sum(r for r, _ in logs) / 4
+    anchor = Anchor(sum(r - m for r, m in logs) / 4, ("a", "b", "c", "d"), level, flat=True)
+    assert anchor.factor(2.0) == anchor.factor(5.0) == pytest.approx(math.exp(level))
+    assert Anchor(math.log(0.5), ("a",), level).factor(2.0) == pytest.approx(1.0)
+
+
+def test_a_near_draw_or_too_few_anchors_keep_the_unit_mix() -> None:
+    """The units are hundreds of measurements, the anchors a few: the mean alone must beat the mix by more than an
+    RMS of n errors is uncertain (1/sqrt(2n)); the thread-count proxy's onnxruntime NCHW (0.099 against 0.125 over
+    four anchors) keeps its mix."""
+    from perfmodels.calibration import flat_beats_mix
+
+    assert not flat_beats_mix([0.125] * 4, [0.099] * 4)
+    assert flat_beats_mix([0.125] * 4, [0.07] * 4)
+    assert not flat_beats_mix([0.5, 0.5], [0.0, 0.0])  # two anchors: each predicted by one other
