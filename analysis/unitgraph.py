@@ -152,6 +152,10 @@ class _Cutter:
             if node.op_type in HEADS:
                 tail = self._fused_tail(node)
                 absorbed.update(id(n) for n in tail)
+                lowered = self._lowered_conv(node, tail)
+                if lowered is not None:
+                    out.extend(lowered)
+                    continue
                 unit = self._head_unit(node, tail)
                 if unit is not None and unit.kind == "dwconv":
                     unit = self._separable(unit, tail[-1] if tail else node, absorbed)
@@ -272,6 +276,45 @@ class _Cutter:
         if head.op_type in ("Conv", "ConvTranspose"):
             return self._conv_unit(head, act, residual)
         return self._matmul_unit(head, act)
+
+    def _lowered_conv(self, node: onnx.NodeProto, tail: list[onnx.NodeProto]) -> list[Unit] | None:
+        """A transposed convolution, or a 1-D convolution of one group, as CPU runtimes run it: a matrix product
+        and the data movement around it (None: any other node, or shapes unknown).
+
+        * ConvTranspose: the input by the weights to every tap's column, then col2im adds the columns into the
+          output (onnxruntime and appopt-runtime alike).
+        * A 1-D convolution: its product, the windows unrolled into the contraction (onnxruntime's NCHWc layout
+          leaves 1-D convolutions in NCHW, and no unit sweep measured a convolution of one spatial dimension). The
+          unrolling itself is not a unit of its own: the kernel does it in cache (priced as a data move, it
+          over-predicted onnxruntime NCHW by 20-60%, docs/decisions.md 2026-11-27).
+
+        A fused residual add that the product cannot take is an element-wise unit after it."""
+        transposed = node.op_type == "ConvTranspose"
+        if node.op_type not in ("Conv", "ConvTranspose") or len(node.input) < 2:
+            return None
+        x, w, y = (self.shapes.get(n) for n in (node.input[0], node.input[1], node.output[0]))
+        group = int(_attr(node, "group", 1) or 1)  # type: ignore[call-overload]
+        if x is None or w is None or y is None or not 3 <= len(x) <= 4 or len(w) != len(x) or len(y) != len(x):
+            return None
+        if not transposed and (len(x) != 3 or group != 1):
+            return None
+        act = int(any(n.op_type in ACTIVATIONS for n in tail))
+        residual = any(n.op_type in ("Add", "Sum") and not self._constant_operand(n) for n in tail)
+        init_w = int(node.input[1] in self.initializers)
+        taps = math.prod(w[2:])
+        cin, cout = int(x[1]), int(y[1])
+        pixels_in, pixels_out = math.prod(x[2:]), math.prod(y[2:])
+        units: list[Unit] = []
+        if transposed:  # columns (pixels_in x cout/g * taps) per group, then col2im
+            product = {"m": pixels_in, "k": cin // group, "n": cout // group * taps, "act": 0, "init_w": init_w}
+            units += [Unit("gemm", product, group), Unit("move", {"elements": cout * taps * pixels_in})]
+            if act:
+                units.append(Unit("eltwise", {"elements": cout * pixels_out, "inputs": 1, "heavy": 0}))
+        else:
+            units.append(Unit("gemm", {"m": pixels_out, "k": cin * taps, "n": cout, "act": act, "init_w": init_w}))
+        if residual:
+            units.append(Unit("eltwise", {"elements": cout * pixels_out, "inputs": 2, "heavy": 0}))
+        return units
 
     def _conv_unit(self, node: onnx.NodeProto, act: int, residual: int) -> Unit | None:
         x, w, y = (self.shapes.get(n) for n in (node.input[0], node.input[1], node.output[0]))

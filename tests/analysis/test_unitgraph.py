@@ -244,3 +244,30 @@ def test_a_bidirectional_batch_first_gru_pays_each_step_in_both_directions():
         ("gemm_1_8_24_0_1", 12),
         ("eltwise_24_2_1", 12),
     ]
+
+
+def test_a_transposed_convolution_is_its_column_product_then_col2im():
+    """How onnxruntime and appopt-runtime run it: the input by the weights to every tap's column, then the columns
+    added into the output. As the convolution computing its gradient it was priced as a blocked NCHWc convolution,
+    half what onnxruntime measured (docs/decisions.md, 2026-11-27)."""
+    nodes = [
+        helper.make_node("ConvTranspose", ["x", "w", "b"], ["t"], strides=[2, 2], pads=[1, 1, 1, 1]),
+        helper.make_node("Relu", ["t"], ["y"]),
+    ]
+    units = graph_units(model(nodes, {"x": ["batch", 32, 8, 8]}, {"w": (32, 16, 4, 4), "b": (16,)}))
+    assert [(u.signature(), u.count) for u in units] == [
+        ("gemm_64_32_256_0_1", 1),  # 8x8 input pixels, 32 channels in, 16 out x 4x4 taps
+        ("move_16384", 1),  # col2im reads every column
+        ("eltwise_4096_1_0", 1),  # the activation over the 16x16x16 output
+    ]
+
+
+def test_a_one_dimensional_convolution_is_its_product_and_keeps_its_residual_add():
+    nodes = [
+        helper.make_node("Conv", ["x", "w"], ["c"], pads=[2, 2], dilations=[2]),
+        helper.make_node("Add", ["c", "x"], ["y"]),
+    ]
+    units = graph_units(model(nodes, {"x": [1, 16, 100]}, {"w": (16, 16, 3)}))
+    assert [(u.signature(), u.count) for u in units] == [("gemm_100_48_16_0_1", 1), ("eltwise_1600_2_0", 1)]
+    depthwise = [helper.make_node("Conv", ["x", "dw"], ["y"], group=16, pads=[1, 1])]
+    assert [u.kind for u in graph_units(model(depthwise, {"x": [1, 16, 100]}, {"dw": (16, 1, 3)}))] == ["dwconv"]
