@@ -9,8 +9,9 @@ host that recorded the shipped data, give ``--db`` a copy of the database withou
 SingleStream rows at the planner's thread count.
 
 Each suite model is planned with ``--spec``'s target and goal (the README's main job: an ONNX model on this CPU),
-its workload taken from the recorded row (costs and kernel units); the plan's routes that were measured are
-compared:
+its workload taken from the recorded row (costs and kernel units), or with ``--reanalyse`` from the suite model
+analysed again by today's code, as a plan of its ONNX file would see it (rows recorded before a change to the
+analysis carry the units of their day); the plan's routes that were measured are compared:
 
 * RMSPE of predicted over measured step times;
 * top-1 regret: the measured time of the first-ranked measured route over the fastest measured one;
@@ -159,11 +160,41 @@ def workload_of(row: object, model: str, batch: int) -> Workload:
     )
 
 
+def reanalysed(name: str, batch: int) -> Workload | None:
+    """The suite model ``name`` as a plan of its ONNX file sees it today (None: not a suite model, or it cannot
+    be built here, e.g. a PyTorch export without torch)."""
+    from benchmarks.features import model_features
+    from benchmarks.models import get_model
+
+    try:
+        features = model_features(get_model(name).model())
+    except (KeyError, ValueError, ImportError, RuntimeError):
+        return None
+    return Workload(
+        flops_per_sample=features.flops_per_sample,
+        activation_bytes_per_sample=features.activation_bytes_per_sample,
+        params=features.params,
+        mode="inference",
+        batch_size=batch,
+        flops_by_class=features.flops_by_class,
+        ops_by_class=features.ops_by_class,
+        model_name=name,
+        units=tuple(decode_units(features.units)),
+    )
+
+
 def evaluate(
-    db: Path, store: Path | None, truth: Path, spec_path: Path, threads: int, every_route: bool = False
+    db: Path,
+    store: Path | None,
+    truth: Path,
+    spec_path: Path,
+    threads: int,
+    every_route: bool = False,
+    reanalyse: bool = False,
 ) -> list[Decision]:
     """Plan every measured suite model of this host with the model of ``db`` and ``store``; score the routes the
-    store measured (all measured routes with ``every_route`` or without a store)."""
+    store measured (all measured routes with ``every_route`` or without a store). ``reanalyse``: each model's
+    workload from today's analysis of it where it is a suite model (``reanalysed``), else from its row."""
     from perfmodels.fitted import fit_model
     from perfmodels.results_db import read_results
     from perfmodels.targets import local_target_key
@@ -177,7 +208,8 @@ def evaluate(
     for (name, batch), measured in measured_medians(truth, local_target_key(), threads).items():
         if name in seen_whole:  # the host fit was scaled by its measurement: not held out
             continue
-        plan = make_plan(spec, model=model, workload=workload_of(measured["row"], name, batch))
+        workload = (reanalyse and reanalysed(name, batch)) or workload_of(measured["row"], name, batch)
+        plan = make_plan(spec, model=model, workload=workload)
         decision = decision_of(plan.candidates, measured["routes"], name, batch, only)  # type: ignore[arg-type]
         if decision is not None:
             decisions.append(decision)
@@ -373,6 +405,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--store and --truth, this host's training steps)",
     )
     parser.add_argument(
+        "--reanalyse", action="store_true",
+        help="each suite model's workload from today's analysis of it, not from its recorded row",
+    )
+    parser.add_argument(
         "--every-route", action="store_true",
         help="score every measured route, not only those the store calibrated (graph compilers measured whole)",
     )
@@ -418,7 +454,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         for path, flag in ((db, "--db"), (args.truth or default_db_path(), "--truth"), (args.store, "--store")):
             if path is not None and not path.is_file():
                 raise AppoptError(f"{flag}: {path} is not a file")
-        decisions = evaluate(db, args.store, args.truth or default_db_path(), args.spec, threads, args.every_route)
+        decisions = evaluate(
+            db, args.store, args.truth or default_db_path(), args.spec, threads, args.every_route, args.reanalyse
+        )
     except AppoptError as error:
         print(f"error: {error}", file=sys.stderr)
         return 1

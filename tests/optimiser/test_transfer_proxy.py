@@ -119,3 +119,16 @@ def test_a_medium_anchor_carries_how_a_compiled_graph_scales_beyond_its_units(tm
         found[name] = (abs(error), decision.regret)
     assert found["shipped"][0] < found["small"][0]
     assert found["shipped"][1] <= 1.15
+
+
+def test_reanalyse_plans_a_suite_model_as_todays_analysis_sees_it_and_skips_other_names() -> None:
+    """Rows recorded before a change to the analysis (recurrent layers, transposed convolutions) carry the units of
+    their day; ``--reanalyse`` scores the workload a plan of the ONNX file gets now."""
+    from analysis.unitgraph import graph_units
+    from benchmarks.models import get_model
+    from optimiser.calibration_eval import reanalysed
+
+    workload = reanalysed("tiny_lenet5", 8)
+    assert workload is not None and workload.batch_size == 8
+    assert list(workload.units) == graph_units(get_model("tiny_lenet5").model())
+    assert reanalysed("not_a_suite_model", 1) is None
