@@ -372,7 +372,10 @@ def recurrent_shape(node: onnx.NodeProto, shapes: Mapping[str, Shape]) -> Recurr
     if x is None or w is None or gates is None or len(x) != 3 or len(w) != 3:
         return None
     steps, batch = (x[1], x[0]) if _attr(node, "layout", 0) else (x[0], x[1])
-    return RecurrentShape(int(steps), int(batch), int(w[0]), int(w[2]), int(w[1]) // gates, gates)
+    shape = RecurrentShape(int(steps), int(batch), int(w[0]), int(w[2]), int(w[1]) // gates, gates)
+    if min(shape.steps, shape.batch, shape.directions, shape.inputs, shape.hidden) < 1:
+        return None  # an empty or inconsistent layer: nothing to count
+    return shape
 
 
 def recurrent_macs(node: onnx.NodeProto, shapes: Mapping[str, Shape]) -> tuple[float, float]:

@@ -298,6 +298,8 @@ class _Cutter:
             return None
         if not transposed and (len(x) != 3 or group != 1):
             return None
+        if group < 1 or min((*x[1:], *w, *y[1:])) < 1 or int(x[1]) % group or int(y[1]) % group:
+            return None  # an inconsistent graph: the unit cut leaves the node out, as it does unknown shapes
         act = int(any(n.op_type in ACTIVATIONS for n in tail))
         residual = any(n.op_type in ("Add", "Sum") and not self._constant_operand(n) for n in tail)
         init_w = int(node.input[1] in self.initializers)

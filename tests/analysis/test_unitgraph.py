@@ -271,3 +271,11 @@ def test_a_one_dimensional_convolution_is_its_product_and_keeps_its_residual_add
     assert [(u.signature(), u.count) for u in units] == [("gemm_100_48_16_0_1", 1), ("eltwise_1600_2_0", 1)]
     depthwise = [helper.make_node("Conv", ["x", "dw"], ["y"], group=16, pads=[1, 1])]
     assert [u.kind for u in graph_units(model(depthwise, {"x": [1, 16, 100]}, {"dw": (16, 1, 3)}))] == ["dwconv"]
+
+
+def test_inconsistent_recurrent_and_transposed_layers_are_left_out_not_crashed_on():
+    """Hostile graphs (the ONNX fuzzer's kind): a GRU whose weights have fewer rows than its gates, a ConvTranspose
+    with more groups than channels. Each is left out of the units, as a node of unknown shape is."""
+    assert graph_units(_recurrent("GRU", ["batch", 6, 4], 1, 0, 4)) == []
+    nodes = [helper.make_node("ConvTranspose", ["x", "w"], ["y"], group=3)]
+    assert graph_units(model(nodes, {"x": [1, 4, 8, 8]}, {"w": (4, 1, 3, 3)})) == []
