@@ -8,9 +8,9 @@ other data movement a ``move``. A depthwise convolution read only by a 1x1 convo
 (one kernel in runtimes that fuse them, two in others: the sweep measures the pair on each); so is a residual add
 read only by a layer normalisation, a ``skipnorm`` unit (onnxruntime's SkipLayerNormalization), whose add the matrix
 product before it therefore does not absorb. A recurrent layer (LSTM, GRU, RNN) is what CPU runtimes run for it:
-its input projection over the whole sequence as one matrix product, then per step and direction one matrix product
-by the recurrent weights and the gates' element-wise math (``recurrent_units``). Everything else is one unit per
-node. Dimensions are those of one sample (the model is analysed at batch 1).
+its input projection over the whole sequence as one matrix product, per step and direction one matrix product by
+the recurrent weights, and the gates' element-wise math over the sequence (``_recurrent_units``). Everything else is
+one unit per node. Dimensions are those of one sample (the model is analysed at batch 1).
 
 Example::
 
@@ -385,8 +385,11 @@ class _Cutter:
         return Unit("bmm", {"b": math.prod(y[:-2]) if len(y) > 2 else 1, "m": m, "k": k, "n": n})
 
     def _recurrent_units(self, node: onnx.NodeProto) -> list[Unit]:
-        """An LSTM, GRU or RNN: the input projection of every step at once, then each step's product by the
-        recurrent weights and its gates' activations, once per direction (none where the shapes are unknown)."""
+        """An LSTM, GRU or RNN: the input projection of every step at once, each step's product by the recurrent
+        weights, and the gates' activations over every step as one pass, per direction (none where the shapes are
+        unknown). The products are sequential, each reading the recurrent weights again; the gates' math runs inside
+        the runtimes' loop, so it costs its traffic, not a node per step (priced per step, our runtime's LSTMs were
+        predicted at 2-4x: docs/decisions.md, 2026-11-27)."""
         r = recurrent_shape(node, self.shapes)
         if r is None:
             return []
@@ -396,7 +399,7 @@ class _Cutter:
         return [
             Unit("gemm", {"m": r.steps * r.batch, "k": r.inputs, "n": width, "act": 0, "init_w": init_w}, r.directions),
             Unit("gemm", {"m": r.batch, "k": r.hidden, "n": width, "act": 0, "init_w": init_w}, steps),
-            Unit("eltwise", {"elements": r.batch * width, "inputs": 2, "heavy": 1}, steps),
+            Unit("eltwise", {"elements": r.steps * r.batch * width, "inputs": 2, "heavy": 1}, r.directions),
         ]
 
     # --- everything else ------------------------------------------------------------------------------------------
