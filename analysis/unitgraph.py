@@ -7,7 +7,9 @@ nothing. A transpose that keeps the last axes in place is a ``permute`` (rows of
 other data movement a ``move``. A depthwise convolution read only by a 1x1 convolution is one ``dwpw`` unit with it
 (one kernel in runtimes that fuse them, two in others: the sweep measures the pair on each); so is a residual add
 read only by a layer normalisation, a ``skipnorm`` unit (onnxruntime's SkipLayerNormalization), whose add the matrix
-product before it therefore does not absorb. A recurrent layer (LSTM, GRU, RNN) is what CPU runtimes run for it:
+product before it therefore does not absorb. A transposed convolution is its column product and their scatter
+(col2im), a 1-D convolution of one group its product (``_lowered_conv``): no sweep measured either as a
+convolution. A recurrent layer (LSTM, GRU, RNN) is what CPU runtimes run for it:
 its input projection over the whole sequence as one matrix product, per step and direction one matrix product by
 the recurrent weights, and the gates' element-wise math over the sequence (``_recurrent_units``). Everything else is
 one unit per node. Dimensions are those of one sample (the model is analysed at batch 1).
@@ -278,8 +280,8 @@ class _Cutter:
         return self._matmul_unit(head, act)
 
     def _lowered_conv(self, node: onnx.NodeProto, tail: list[onnx.NodeProto]) -> list[Unit] | None:
-        """A transposed convolution, or a 1-D convolution of one group, as CPU runtimes run it: a matrix product
-        and the data movement around it (None: any other node, or shapes unknown).
+        """A transposed convolution, or a 1-D convolution of one group, as CPU runtimes run it: a matrix product,
+        and for a transposed one the scatter of its columns (None: any other node, or shapes unknown).
 
         * ConvTranspose: the input by the weights to every tap's column, then col2im adds the columns into the
           output (onnxruntime and appopt-runtime alike).
@@ -305,7 +307,8 @@ class _Cutter:
         init_w = int(node.input[1] in self.initializers)
         taps = math.prod(w[2:])
         cin, cout = int(x[1]), int(y[1])
-        pixels_in, pixels_out = math.prod(x[2:]), math.prod(y[2:])
+        # pixels of every sample the graph holds (1 at the analysis batch; a fixed batch keeps its own, as ``n``)
+        pixels_in, pixels_out = int(x[0]) * math.prod(x[2:]), int(x[0]) * math.prod(y[2:])
         units: list[Unit] = []
         if transposed:  # columns (pixels_in x cout/g * taps) per group, then col2im
             product = {"m": pixels_in, "k": cin // group, "n": cout // group * taps, "act": 0, "init_w": init_w}
