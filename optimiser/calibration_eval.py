@@ -37,9 +37,12 @@ Example::
 from __future__ import annotations
 
 import argparse
+import gzip
 import math
+import shutil
 import statistics
 import sys
+import tempfile
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -369,9 +372,8 @@ def measure_model(path: Path, threads: int, queries: int = 1000) -> list[str]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    from perfmodels.fitted import default_db_path
-    from perfmodels.hoststore import HostStoreError
-    from perfmodels.targets import local_target_key, usable_cores
+    from perfmodels.results_db import is_gzip
+    from perfmodels.targets import usable_cores
 
     parser = argparse.ArgumentParser(prog="python -m optimiser.calibration_eval", description=__doc__.split("\n")[0])
     parser.add_argument("--db", type=Path, help="database the plans predict from (default: the shipped one)")
@@ -414,6 +416,31 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
     threads = args.threads or usable_cores()
+    with tempfile.TemporaryDirectory(prefix="appopt-eval-") as work:
+        if args.store is not None and args.store.is_file() and is_gzip(args.store):
+            try:
+                args.store = unzipped_store(args.store, Path(work))
+            except (OSError, EOFError) as error:  # a torn or corrupt gzip file
+                print(f"error: --store: {args.store}: not a readable gzip file ({error})", file=sys.stderr)
+                return 1
+        return _run(args, threads)
+
+
+def unzipped_store(store: Path, work: Path) -> Path:
+    """A gzipped store (as ``benchmarks/results/machines/`` keeps them) decompressed into ``work``, its name without
+    ``.gz`` (a quick probe's store stays ``*.quick.csv``)."""
+    out = work / store.name.removesuffix(".gz")
+    with gzip.open(store, "rb") as src, out.open("wb") as dst:
+        shutil.copyfileobj(src, dst)
+    return out
+
+
+def _run(args: argparse.Namespace, threads: int) -> int:
+    """``main`` on parsed arguments."""
+    from perfmodels.fitted import default_db_path
+    from perfmodels.hoststore import HostStoreError
+    from perfmodels.targets import local_target_key
+
     try:
         if args.measure_model is not None:
             print("\n".join(measure_model(args.measure_model, threads)))

@@ -132,3 +132,22 @@ def test_reanalyse_plans_a_suite_model_as_todays_analysis_sees_it_and_skips_othe
     assert workload is not None and workload.batch_size == 8
     assert list(workload.units) == graph_units(get_model("tiny_lenet5").model())
     assert reanalysed("not_a_suite_model", 1) is None
+
+
+def test_a_gzipped_store_is_read_as_the_machines_folder_keeps_them_and_a_torn_one_is_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import gzip
+
+    from optimiser.calibration_eval import unzipped_store
+
+    rows = HEADER_LINE + "x\n"
+    store = tmp_path / "host.quick.csv.gz"
+    store.write_bytes(gzip.compress(rows.encode()))
+    out = unzipped_store(store, tmp_path)
+    assert out.name == "host.quick.csv" and out.read_text() == rows  # a quick probe's store stays one
+    torn = tmp_path / "torn.csv.gz"
+    torn.write_bytes(gzip.compress(rows.encode())[:30])
+    assert main(["--store", str(torn)]) == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "--store" in err and "Traceback" not in err
