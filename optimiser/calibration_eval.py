@@ -17,7 +17,9 @@ analysis carry the units of their day); the plan's routes that were measured are
 * top-1 regret: the measured time of the first-ranked measured route over the fastest measured one;
 * ties: pairs of ranked routes predicted equal (relative difference below 1e-9) whose measured times differ by
   more than 10%;
-* the share of measured medians inside their prediction's p10-p90.
+* the share of measured medians inside their prediction's p10-p90;
+* where the truth measured a route more than once, how far apart those times lie: the floor of any score against
+  it.
 
 ``--store-from-db DB -o STORE`` makes a store of ``DB``'s own rows of the calibration's units (quiet, where the
 recording was), and ``--measure-model ONNX`` times a model on each calibration backend here.
@@ -137,6 +139,32 @@ def route_medians(frame: pd.DataFrame) -> dict[tuple[str, int], dict[str, object
             )
         out[(str(model), int(batch))] = {"row": group.iloc[0], "routes": routes}
     return out
+
+
+def truth_noise(truth: Path, host: str, threads: int) -> str | None:
+    """A line on how far apart ``truth``'s repeated measurements of one route lie (None: none was repeated):
+    against a truth that moves this much from one pass to the next, even a perfect predictor scores about that."""
+    from perfmodels.results_db import read_results
+
+    frame = read_results(truth, warn=False)
+    rows = frame[
+        (frame["target"] == host)
+        & (frame["threads"].astype("Int64") == threads)
+        & (frame["source"] == "measured")
+        & (frame["scenario"] == "SingleStream")
+    ]
+    spans = [
+        float(times.max() / times.min() - 1.0)
+        for _, times in rows.groupby(["model", "batch", "framework", "compiler", "layout", "precision"])["median_ms"]
+        if len(times) >= 2 and times.min() > 0
+    ]
+    if not spans:
+        return None
+    median, p90 = statistics.median(spans), statistics.quantiles(spans, n=10)[-1] if len(spans) >= 2 else spans[0]
+    return (
+        f"truth: {len(spans)} routes measured more than once, their times {median:.0%} apart at the median "
+        f"(p90 {p90:.0%}); scores near that are the truth's own noise"
+    )
 
 
 def _json(value: object) -> dict[str, float]:
@@ -494,6 +522,9 @@ def _run(args: argparse.Namespace, threads: int) -> int:
     print(f"host {local_target_key()}, {threads} threads; db {db}; store {args.store}; {scored}")
     for line in summary(decisions):
         print(line)
+    noise = truth_noise(args.truth or default_db_path(), local_target_key(), threads)
+    if noise is not None:
+        print(noise)
     return 0
 
 
