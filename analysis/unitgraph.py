@@ -272,9 +272,14 @@ class _Cutter:
         shapes = [self.shapes.get(i) for i in node.input if i]
         return all(s is not None and s == shapes[0] for s in shapes)
 
-    def _head_unit(self, head: onnx.NodeProto, tail: list[onnx.NodeProto]) -> Unit | None:
+    def _fused(self, tail: list[onnx.NodeProto]) -> tuple[int, int]:
+        """(activation, residual add): whether the head's fused ``tail`` holds each (1) or not (0)."""
         act = int(any(n.op_type in ACTIVATIONS for n in tail))
         residual = int(any(n.op_type in ("Add", "Sum") and not self._constant_operand(n) for n in tail))
+        return act, residual
+
+    def _head_unit(self, head: onnx.NodeProto, tail: list[onnx.NodeProto]) -> Unit | None:
+        act, residual = self._fused(tail)
         if head.op_type in ("Conv", "ConvTranspose"):
             return self._conv_unit(head, act, residual)
         return self._matmul_unit(head, act)
@@ -302,8 +307,7 @@ class _Cutter:
             return None
         if group < 1 or min((*x[1:], *w, *y[1:])) < 1 or int(x[1]) % group or int(y[1]) % group:
             return None  # an inconsistent graph: the unit cut leaves the node out, as it does unknown shapes
-        act = int(any(n.op_type in ACTIVATIONS for n in tail))
-        residual = any(n.op_type in ("Add", "Sum") and not self._constant_operand(n) for n in tail)
+        act, residual = self._fused(tail)
         init_w = int(node.input[1] in self.initializers)
         taps = math.prod(w[2:])
         cin, cout = int(x[1]), int(y[1])

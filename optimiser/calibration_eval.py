@@ -46,7 +46,7 @@ import statistics
 import sys
 import tempfile
 from collections.abc import Collection, Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -109,13 +109,18 @@ class Decision:
         return out
 
 
-def measured_medians(truth: Path, host: str, threads: int) -> dict[tuple[str, int], dict[str, object]]:
-    """(model, batch) -> the workload row and route -> median step seconds, from ``truth``'s SingleStream rows of
-    ``host`` at ``threads``."""
+def host_rows(truth: Path, host: str, threads: int) -> pd.DataFrame:
+    """``truth``'s measured SingleStream rows of ``host`` at ``threads`` (read once: a plan's scores and the truth's
+    own noise come from them)."""
     from perfmodels.results_db import read_results
 
     frame = read_results(truth, warn=False)
-    return route_medians(frame[(frame["target"] == host) & (frame["threads"].astype("Int64") == threads)])
+    return frame[
+        (frame["target"] == host)
+        & (frame["threads"].astype("Int64") == threads)
+        & (frame["source"] == "measured")
+        & (frame["scenario"] == "SingleStream")
+    ]
 
 
 def route_medians(frame: pd.DataFrame) -> dict[tuple[str, int], dict[str, object]]:
@@ -141,18 +146,10 @@ def route_medians(frame: pd.DataFrame) -> dict[tuple[str, int], dict[str, object
     return out
 
 
-def truth_noise(truth: Path, host: str, threads: int) -> str | None:
-    """A line on how far apart ``truth``'s repeated measurements of one route lie (None: none was repeated):
-    against a truth that moves this much from one pass to the next, even a perfect predictor scores about that."""
-    from perfmodels.results_db import read_results
-
-    frame = read_results(truth, warn=False)
-    rows = frame[
-        (frame["target"] == host)
-        & (frame["threads"].astype("Int64") == threads)
-        & (frame["source"] == "measured")
-        & (frame["scenario"] == "SingleStream")
-    ]
+def truth_noise(rows: pd.DataFrame) -> str | None:
+    """A line on how far apart repeated measurements of one route lie in a truth's ``rows`` (``host_rows``; None:
+    none was repeated): against a truth that moves this much from one pass to the next, even a perfect predictor
+    scores about that."""
     spans = [
         float(times.max() / times.min() - 1.0)
         for _, times in rows.groupby(["model", "batch", "framework", "compiler", "layout", "precision"])["median_ms"]
@@ -168,16 +165,20 @@ def truth_noise(truth: Path, host: str, threads: int) -> str | None:
 
 
 def _json(value: object) -> dict[str, float]:
+    """A per-class mapping given as JSON text (a recorded row's) or as the mapping itself."""
     import json
 
+    if isinstance(value, dict):
+        return {str(k): float(v) for k, v in value.items()}
     if not isinstance(value, str) or not value:
         return {}
     return {str(k): float(v) for k, v in json.loads(value).items()}
 
 
 def workload_of(row: object, model: str, batch: int) -> Workload:
-    """The workload a plan of the recorded model sees: its costs and kernel units as the row recorded them."""
-    r = row  # a pandas row
+    """The workload a plan of the recorded model sees: its costs and kernel units as the row recorded them (a
+    pandas row, or a mapping of the same fields, ``benchmarks.runner.ModelFeatures``')."""
+    r = row
     return Workload(
         flops_per_sample=float(r["flops_per_sample"]),  # type: ignore[index]
         activation_bytes_per_sample=float(r["activation_bytes_per_sample"] or 0.0),  # type: ignore[index]
@@ -201,34 +202,23 @@ def reanalysed(name: str, batch: int) -> Workload | None:
         features = model_features(get_model(name).model())
     except (KeyError, ValueError, ImportError, RuntimeError):
         return None
-    return Workload(
-        flops_per_sample=features.flops_per_sample,
-        activation_bytes_per_sample=features.activation_bytes_per_sample,
-        params=features.params,
-        mode="inference",
-        batch_size=batch,
-        flops_by_class=features.flops_by_class,
-        ops_by_class=features.ops_by_class,
-        model_name=name,
-        units=tuple(decode_units(features.units)),
-    )
+    return workload_of(asdict(features), name, batch)
 
 
 def evaluate(
     db: Path,
     store: Path | None,
-    truth: Path,
+    truth: pd.DataFrame,
     spec_path: Path,
-    threads: int,
     every_route: bool = False,
     reanalyse: bool = False,
 ) -> list[Decision]:
-    """Plan every measured suite model of this host with the model of ``db`` and ``store``; score the routes the
-    store measured (all measured routes with ``every_route`` or without a store). ``reanalyse``: each model's
-    workload from today's analysis of it where it is a suite model (``reanalysed``), else from its row."""
+    """Plan every suite model that ``truth`` (this host's rows, ``host_rows``) measured with the model of ``db``
+    and ``store``; score the routes the store measured (all measured routes with ``every_route`` or without a
+    store). ``reanalyse``: each model's workload from today's analysis of it where it is a suite model
+    (``reanalysed``), else from its row."""
     from perfmodels.fitted import fit_model
     from perfmodels.results_db import read_results
-    from perfmodels.targets import local_target_key
 
     model = fit_model(read_results(db, warn=False), source=db.name, db=db, store=store)
     spec = load_spec(spec_path)
@@ -236,7 +226,7 @@ def evaluate(
     stored = read_results(store, warn=False) if store is not None else None
     seen_whole = _whole_models(stored) if stored is not None else set()
     only = None if stored is None or every_route else store_routes(stored)
-    for (name, batch), measured in measured_medians(truth, local_target_key(), threads).items():
+    for (name, batch), measured in route_medians(truth).items():
         if name in seen_whole:  # the host fit was scaled by its measurement: not held out
             continue
         workload = (reanalyse and reanalysed(name, batch)) or workload_of(measured["row"], name, batch)
@@ -509,9 +499,8 @@ def _run(args: argparse.Namespace, threads: int) -> int:
         for path, flag in ((db, "--db"), (args.truth or default_db_path(), "--truth"), (args.store, "--store")):
             if path is not None and not path.is_file():
                 raise AppoptError(f"{flag}: {path} is not a file")
-        decisions = evaluate(
-            db, args.store, args.truth or default_db_path(), args.spec, threads, args.every_route, args.reanalyse
-        )
+        truth = host_rows(args.truth or default_db_path(), local_target_key(), threads)
+        decisions = evaluate(db, args.store, truth, args.spec, args.every_route, args.reanalyse)
     except AppoptError as error:
         print(f"error: {error}", file=sys.stderr)
         return 1
@@ -522,7 +511,7 @@ def _run(args: argparse.Namespace, threads: int) -> int:
     print(f"host {local_target_key()}, {threads} threads; db {db}; store {args.store}; {scored}")
     for line in summary(decisions):
         print(line)
-    noise = truth_noise(args.truth or default_db_path(), local_target_key(), threads)
+    noise = truth_noise(truth)
     if noise is not None:
         print(noise)
     return 0

@@ -155,7 +155,7 @@ def test_a_gzipped_store_is_read_as_the_machines_folder_keeps_them_and_a_torn_on
 
 def test_the_truths_own_noise_is_reported_where_a_route_was_measured_twice(tmp_path: Path) -> None:
     """A VM whose passes move 50% apart cannot score a predictor below that; the line says so. One pass: no line."""
-    from optimiser.calibration_eval import truth_noise
+    from optimiser.calibration_eval import host_rows, truth_noise
     from perfmodels.results_db import write_rows
 
     def row(ms: float, model: str = "mlp") -> dict[str, object]:
@@ -164,9 +164,9 @@ def test_the_truths_own_noise_is_reported_where_a_route_was_measured_twice(tmp_p
 
     truth = tmp_path / "truth.csv"
     write_rows(truth, [row(0.10), row(0.15), row(1.0, "cnn")])
-    assert truth_noise(truth, "t-2c", 2) == (
+    assert truth_noise(host_rows(truth, "t-2c", 2)) == (
         "truth: 1 routes measured more than once, their times 50% apart at the median (p90 50%); scores near that "
         "are the truth's own noise"
     )
     write_rows(truth, [row(0.10), row(1.0, "cnn")])
-    assert truth_noise(truth, "t-2c", 2) is None
+    assert truth_noise(host_rows(truth, "t-2c", 2)) is None
