@@ -1,18 +1,20 @@
 """Cut an ONNX graph into kernel units (``analysis.units``): what inference frameworks run as one kernel each.
 
 The cut follows the fusions every CPU framework we measure makes: a convolution or matrix product absorbs the bias,
-batch norm, scale, activation and one residual add that follow it alone; element-wise nodes computed from one
-tensor form one unit; constant subgraphs fold away; shape-only nodes (Reshape, Flatten, Squeeze, Dropout…) cost
-nothing. A transpose that keeps the last axes in place is a ``permute`` (rows of contiguous elements move), any
-other data movement a ``move``. A depthwise convolution read only by a 1x1 convolution is one ``dwpw`` unit with it
-(one kernel in runtimes that fuse them, two in others: the sweep measures the pair on each); so is a residual add
-read only by a layer normalisation, a ``skipnorm`` unit (onnxruntime's SkipLayerNormalization), whose add the matrix
-product before it therefore does not absorb. A transposed convolution is its column product and their scatter
-(col2im), a 1-D convolution of one group its product (``_lowered_conv``): no sweep measured either as a
-convolution. A recurrent layer (LSTM, GRU, RNN) is what CPU runtimes run for it:
-its input projection over the whole sequence as one matrix product, per step and direction one matrix product by
-the recurrent weights, and the gates' element-wise math over the sequence (``_recurrent_units``). Everything else is
-one unit per node. Dimensions are those of one sample (the model is analysed at batch 1).
+batch norm, scale, activation and one residual add that follow it alone; element-wise nodes computed from one tensor
+form one unit; constant subgraphs fold away. Nodes that move no data but are still dispatched (views such as Reshape and
+Unsqueeze, shape arithmetic on small integer tensors, a Loop body's nodes once per iteration) are counted into one
+``noop`` unit of their number, priced per route at its cost of a node (a runtime that folds them pays nothing); Identity
+and Dropout cost nothing. A transpose that keeps the last axes in place is a ``permute`` (rows of contiguous elements
+move), any other data movement a ``move``. A depthwise convolution read only by a 1x1 convolution is one ``dwpw`` unit
+with it (one kernel in runtimes that fuse them, two in others: the sweep measures the pair on each); so is a residual
+add read only by a layer normalisation, a ``skipnorm`` unit (onnxruntime's SkipLayerNormalization), whose add the matrix
+product before it therefore does not absorb. A transposed convolution is its column product and their scatter (col2im),
+a 1-D convolution of one group its product (``_lowered_conv``): no sweep measured either as a convolution. A recurrent
+layer (LSTM, GRU, RNN) is what CPU runtimes run for it: its input projection over the whole sequence as one matrix
+product, per step and direction one matrix product by the recurrent weights, and the gates' element-wise math over the
+sequence (``_recurrent_units``). Everything else is one unit per node. Dimensions are those of one sample (the model is
+analysed at batch 1).
 
 Example::
 
@@ -45,6 +47,11 @@ Shape = tuple[int, ...]
 
 #: Nodes that only relabel memory: no unit.
 FREE = {"Reshape", "Flatten", "Squeeze", "Unsqueeze", "Dropout", "Identity", "Shape", "Constant", "Size"}
+#: Of those, the ones a runtime still dispatches as nodes (Identity and Dropout are removed, Constants folded).
+VIEWS = {"Reshape", "Flatten", "Squeeze", "Unsqueeze", "Shape", "Size"}
+#: Integer tensors up to this size are shape arithmetic (shape vectors, axes, a few indices).
+SHAPE_VECTOR_ELEMENTS = 64
+_INTEGER_TYPES = {onnx.TensorProto.INT64, onnx.TensorProto.INT32}
 HEADS = {"Conv", "ConvTranspose", "Gemm", "MatMul"}
 #: Single-input element-wise ops a convolution or matrix product fuses as its activation.
 ACTIVATIONS = {"Relu", "Clip", "LeakyRelu", "Sigmoid", "HardSigmoid", "HardSwish", "Tanh", "Elu", "Gelu"}
@@ -109,8 +116,8 @@ def graph_units(path_or_model: str | Path | onnx.ModelProto, dims: dict[str, int
     """
     model, source = _load(path_or_model)
     small, _, _ = _shape_inference_model(model, 1, dims or {}, [])
-    shapes, _ = inferred_shapes(small, source)
-    return _Cutter(model.graph, shapes).units()
+    shapes, types = inferred_shapes(small, source)
+    return _Cutter(model.graph, shapes, types).units()
 
 
 @dataclass
@@ -126,9 +133,12 @@ class _Island:
 
 
 class _Cutter:
-    def __init__(self, graph: onnx.GraphProto, shapes: dict[str, Shape]) -> None:
+    def __init__(self, graph: onnx.GraphProto, shapes: dict[str, Shape], types: dict[str, int] | None = None) -> None:
         self.graph = graph
         self.shapes = shapes
+        self.types = types or {}
+        #: Nodes run for their dispatch alone (``noop`` unit): shape arithmetic, views, a Loop body's nodes.
+        self.dispatched = 0
         self.constant = _constant_tensors(graph)
         self.initializers = {t.name for t in graph.initializer}
         self.consumers: dict[str, list[onnx.NodeProto]] = defaultdict(list)
@@ -147,10 +157,13 @@ class _Cutter:
         out: list[Unit | _Island] = []
         islands: dict[str, _Island] = {}
         for node in self.graph.node:
-            if id(node) in absorbed or node.op_type in FREE or (node.output and node.output[0] in self.skip_adds):
-                continue
             if node.output and all(o in self.constant for o in node.output if o):
                 continue  # folded before the model runs
+            if node.op_type in VIEWS or self._shape_arithmetic(node):
+                self.dispatched += 1
+                continue
+            if id(node) in absorbed or node.op_type in FREE or (node.output and node.output[0] in self.skip_adds):
+                continue
             if node.op_type in HEADS:
                 tail = self._fused_tail(node)
                 absorbed.update(id(n) for n in tail)
@@ -165,11 +178,26 @@ class _Cutter:
                     out.append(unit)
             elif node.op_type in RECURRENT_GATES:
                 out.extend(self._recurrent_units(node))
+            elif node.op_type == "Loop":
+                out.extend(self._loop_units(node))
             elif node.op_type in ELEMENTWISE and node.output and node.output[0] in self.shapes:
                 self._add_to_island(node, islands, out)
             elif (unit := self._single_unit(node)) is not None:
                 out.append(unit)
-        return [item.unit() if isinstance(item, _Island) else item for item in out]
+        units = [item.unit() if isinstance(item, _Island) else item for item in out]
+        if self.dispatched:
+            units.append(Unit("noop", {"nodes": self.dispatched}))
+        return units
+
+    def _shape_arithmetic(self, node: onnx.NodeProto) -> bool:
+        """Whether ``node`` computes only small integer tensors (shape vectors, indices): its cost is its dispatch."""
+        outputs = [name for name in node.output if name]
+        return bool(outputs) and all(
+            self.types.get(name) in _INTEGER_TYPES
+            and name in self.shapes
+            and math.prod(self.shapes[name]) <= SHAPE_VECTOR_ELEMENTS
+            for name in outputs
+        )
 
     def _add_to_island(self, node: onnx.NodeProto, islands: dict[str, _Island], out: list[Unit | _Island]) -> None:
         """Element-wise nodes computed from one tensor (and constants) run as one fused kernel (# x -> f(g(x))):
@@ -318,7 +346,8 @@ class _Cutter:
             product = {"m": pixels_in, "k": cin // group, "n": cout // group * taps, "act": 0, "init_w": init_w}
             units += [Unit("gemm", product, group), Unit("move", {"elements": cout * taps * pixels_in})]
             if act:
-                units.append(Unit("eltwise", {"elements": cout * pixels_out, "inputs": 1, "heavy": 0}))
+                heavy = int(any(n.op_type in HEAVY for n in tail))
+                units.append(Unit("eltwise", {"elements": cout * pixels_out, "inputs": 1, "heavy": heavy}))
         else:
             units.append(Unit("gemm", {"m": pixels_out, "k": cin * taps, "n": cout, "act": act, "init_w": init_w}))
         if residual:
@@ -384,7 +413,7 @@ class _Cutter:
             return None
         k = (b[1] if _attr(node, "transB", 0) else b[0]) if node.op_type == "Gemm" else a[-1]
         n = y[-1]
-        if node.input[1] in self.constant:
+        if node.input[1] in self.constant or len(b) == 2:  # one matrix for every row: a product by weights
             rows = math.prod(y[:-1]) if len(y) > 1 else 1
             init_w = int(node.input[1] in self.initializers)
             return Unit("gemm", {"m": rows, "k": k, "n": n, "act": act, "init_w": init_w})
@@ -452,6 +481,42 @@ class _Cutter:
                 return Unit("permute", {"elements": elements, "block": block})
         return Unit("move", {"elements": elements})
 
+    # --- control flow -----------------------------------------------------------------------------------------
+
+    def _loop_units(self, node: onnx.NodeProto) -> list[Unit]:
+        """A ``Loop`` runs its body once per iteration, each body node a kernel call (onnxruntime runs the body node
+        by node; PyTorch exports ``nn.EmbeddingBag`` as a Loop over the bags). The body's shapes are data-dependent
+        (a bag's slice, a few elements), so its nodes count for their dispatch (``dispatched``, the ``noop`` unit)
+        and the Loop itself is a ``move`` of its outputs.
+
+        Iterations: the first scan output's leading dimension, else a constant trip count, else one, all at batch 1
+        (units are one sample's; a ``noop`` unit does not grow with the batch, so a Loop over a batch's bags is
+        undercounted at larger batches).
+        """
+        body = next((a.g for a in node.attribute if a.name == "body"), None)
+        outputs = [self.shapes[name] for name in node.output if name and name in self.shapes]
+        elements = max(sum(math.prod(shape) for shape in outputs), 1)
+        if body is None:
+            return [Unit("move", {"elements": elements})]
+        iterations = self._loop_iterations(node)
+        body_constant = _constant_tensors(body)
+        kernels = sum(
+            1
+            for inner in body.node
+            if (inner.op_type in VIEWS or inner.op_type not in FREE)
+            and not (inner.output and all(name in body_constant for name in inner.output if name))
+        )
+        self.dispatched += kernels * iterations
+        return [Unit("move", {"elements": elements})]
+
+    def _loop_iterations(self, node: onnx.NodeProto) -> int:
+        carried = max(len(node.input) - 2, 0)
+        scanned = [name for name in node.output[carried:] if name]
+        if scanned and scanned[0] in self.shapes and self.shapes[scanned[0]]:
+            return max(int(self.shapes[scanned[0]][0]), 1)
+        trip = _constant_int(self.graph, node.input[0]) if node.input and node.input[0] else None
+        return trip if trip is not None and trip >= 1 else 1
+
     def _kept_block(self, node: onnx.NodeProto) -> int:
         """Elements a Transpose moves together: the product of the trailing axes its ``perm`` keeps in place."""
         x = self.shapes.get(node.input[0])
@@ -463,3 +528,15 @@ class _Cutter:
             block *= x[axis]
             axis -= 1
         return block if axis >= 0 else 1  # an identity perm moves nothing: a plain copy
+
+
+def _constant_int(graph: onnx.GraphProto, name: str) -> int | None:
+    """The value of a one-element integer initializer or ``Constant`` node named ``name``; None otherwise."""
+    tensors = [t for t in graph.initializer if t.name == name]
+    constants = [n for n in graph.node if n.op_type == "Constant" and name in n.output]
+    tensors += [a.t for n in constants for a in n.attribute if a.name == "value"]
+    for tensor in tensors:
+        value = onnx.numpy_helper.to_array(tensor)
+        if value.size == 1 and value.dtype.kind in "iu":
+            return int(value.reshape(-1)[0])
+    return None

@@ -197,10 +197,17 @@ def passed_elements(units: Sequence[Unit]) -> float:
     return total
 
 
+def kernel_units(units: Sequence[Unit]) -> list[Unit]:
+    """``units`` less the nodes dispatched for no work (``noop``: an ONNX export's shape arithmetic and views): a
+    training step runs the model's own code, and the step fits carry dispatch in their per-node term."""
+    return [u for u in units if u.kind != "noop"]
+
+
 def forward_seconds(route: PricesUnits, units: Sequence[Unit], batch: int) -> float:
     """Seconds of one forward pass of ``batch`` samples through ``units`` on ``route``: the sum of its units' times,
     without the per-query call cost (the training fit's per-node term carries dispatch). NaN when ``units`` is empty
     or holds a kind the route has not learned."""
+    units = kernel_units(units)
     if not units:
         return math.nan
     times = route.unit_seconds(units, batch)
@@ -367,7 +374,8 @@ class TrainingUnitRoute:
         """(forward, backward, optimiser) seconds of one step of ``batch`` through ``units`` with ``params``
         parameters; NaN for a part that cannot be priced (no units, or a kind not swept)."""
         optimizer = math.nan if self.optimizer is None else self.optimizer.seconds(param_tensors(units), params)
-        return self.forward.seconds(units, batch), self.backward.seconds(units, batch), optimizer
+        kernels = kernel_units(units)
+        return self.forward.seconds(kernels, batch), self.backward.seconds(kernels, batch), optimizer
 
 
 def _seconds(rows: pd.DataFrame) -> np.ndarray:

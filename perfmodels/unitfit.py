@@ -57,6 +57,11 @@ MIN_KIND_ROWS = 6
 #: Share of a unit's measured time always attributed to the unit itself (a small unit's time is mostly the call,
 #: and subtracting a noisy call cost must not leave it nothing).
 MIN_WORK_SHARE = 0.15
+#: Frameworks that settle shape arithmetic before the model runs, so a model's ``noop`` nodes cost them nothing:
+#: appopt-runtime folds it at compile time (``runtime.passes.shape_values``; an nn.EmbeddingBag's Loop becomes one
+#: kernel, ``runtime.passes.embedding_bag``). onnxruntime dispatches them: its profiler counts 153 nodes in a run of
+#: the held-out DLRM at batch 1, where the cut has 17 kernel units and 150 dispatched nodes (docs/decisions.md).
+FOLDS_SHAPE_ARITHMETIC = frozenset({"appopt-runtime"})
 _GROUP = ["target", "framework", "compiler", "layout", "precision", "threads"]
 _SWEEP_COLUMNS = [*_GROUP, "unit", "t", "boundary", "peak_flops", "bandwidth"]
 
@@ -176,6 +181,7 @@ class UnitRoute:
         """Predicted seconds of each unit (one of each, at ``batch``); NaN for kinds this route has not learned.
 
         A fused kind the route has not learned (``skipnorm``) is the sum of its ``unfused`` units where those are.
+        A ``noop`` unit (nodes a model dispatches for no work: shape arithmetic, views) costs its nodes at ``node_s``.
         """
         out = np.full(len(units), math.nan)
         by_kind: dict[str, list[int]] = {}
@@ -183,6 +189,10 @@ class UnitRoute:
             by_kind.setdefault(unit.kind, []).append(i)
         for kind, index in by_kind.items():
             model = self.kinds.get(kind)
+            if kind == "noop":  # nodes run for their dispatch alone: the no-op chains' cost of a node
+                node_s = 0.0 if self.route.framework in FOLDS_SHAPE_ARITHMETIC else self.node_s
+                out[index] = [units[i]["nodes"] * node_s for i in index]
+                continue
             if model is None:
                 out[index] = [self._unfused_seconds(units[i], batch) for i in index]
                 continue
