@@ -359,3 +359,40 @@ def test_a_loop_dispatches_its_body_once_per_iteration(bags):
     nine nodes dispatch (the Constant folds, the Identity is removed): seven per bag."""
     units = graph_units(_bags_loop(bags))
     assert [(u.signature(), u.count) for u in units] == [(f"move_{bags * 6}", 1), (f"noop_{7 * bags}", 1)]
+
+
+def test_a_loop_without_scan_outputs_takes_its_constant_trip_count_and_a_hostile_one_counts_once():
+    """No scan output to count the iterations by: the trip count when it is a constant, one iteration when it is
+    not a positive one (a fuzzer's -5), never a crash."""
+    body = helper.make_graph(
+        [helper.make_node("Add", ["acc", "one"], ["next"]), helper.make_node("Identity", ["cond"], ["cond_out"])],
+        "body",
+        [
+            helper.make_tensor_value_info("i", TensorProto.INT64, []),
+            helper.make_tensor_value_info("cond", TensorProto.BOOL, []),
+            helper.make_tensor_value_info("acc", TensorProto.FLOAT, [4]),
+        ],
+        [
+            helper.make_tensor_value_info("cond_out", TensorProto.BOOL, []),
+            helper.make_tensor_value_info("next", TensorProto.FLOAT, [4]),
+        ],
+        [numpy_helper.from_array(np.ones(4, np.float32), "one")],
+    )
+
+    def units(trips: int) -> list[tuple[str, int]]:
+        loop = helper.make_node("Loop", ["trips", "true", "x"], ["y"], body=body)
+        graph = helper.make_graph(
+            [loop],
+            "g",
+            [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4])],
+            [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4])],
+            [
+                numpy_helper.from_array(np.array(trips, np.int64), "trips"),
+                numpy_helper.from_array(np.array(True), "true"),
+            ],
+        )
+        model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+        return [(u.signature(), u.count) for u in graph_units(model)]
+
+    assert units(3) == [("move_4", 1), ("noop_3", 1)]  # the body's Add, three times (its Identity is removed)
+    assert units(-5) == [("move_4", 1), ("noop_1", 1)]
