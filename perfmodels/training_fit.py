@@ -806,8 +806,10 @@ class TrainingFit:
           (``calibration_factor``), the units the model prices;
         * by FLOPs and bytes (``flops``): the same coefficients with the host's measured GEMM peak and bandwidth at
           its threads (the route's thread exponent included), as the model's features are defined;
-        * by the framework's own training units (``train_units``, swept and priced at one thread for every row: a
-          step that does not speed up with threads): times one core's speed there over here (GEMM peak per thread).
+        * by the framework's own training units (``train_units``, swept and priced at one thread, sped up by the
+          route's thread exponent at the source's thread count nearest the host's): times one core's speed there
+          over here (GEMM peak per thread). Carried by the framework's calibrated forward units instead, the
+          thread-count proxy 1:2 went 28.7% -> 32.1% (docs/decisions.md, 2026-11-27).
 
         None: the source has no fit of the route's framework, or the forward units are not timed on the source."""
         calibration = host.calibration
@@ -828,7 +830,7 @@ class TrainingFit:
             how = f"x{factor:.3g}, the ratio of {how} measured here over there"
         elif used.features == "train_units":
             factor = (peak / n) / (host.peak_gflops / host.threads)
-            how = f"x{factor:.3g}, one core's GEMM peak there over here (its training kernels do not speed up)"
+            how = f"x{factor:.3g}, one core's GEMM peak there over here (its training kernels swept at one thread)"
         else:
             x = feature_row(
                 workload.flops_per_sample, workload.activation_bytes_per_sample, workload.params, workload.batch_size,
