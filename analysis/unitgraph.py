@@ -41,6 +41,7 @@ from analysis.modelinfo import (
     inferred_shapes,
     recurrent_shape,
 )
+from analysis.shapeprop import _constant_value
 from analysis.units import Unit
 
 Shape = tuple[int, ...]
@@ -133,10 +134,10 @@ class _Island:
 
 
 class _Cutter:
-    def __init__(self, graph: onnx.GraphProto, shapes: dict[str, Shape], types: dict[str, int] | None = None) -> None:
+    def __init__(self, graph: onnx.GraphProto, shapes: dict[str, Shape], types: dict[str, int]) -> None:
         self.graph = graph
         self.shapes = shapes
-        self.types = types or {}
+        self.types = types
         #: Nodes run for their dispatch alone (``noop`` unit): shape arithmetic, views, a Loop body's nodes.
         self.dispatched = 0
         self.constant = _constant_tensors(graph)
@@ -494,20 +495,17 @@ class _Cutter:
         undercounted at larger batches).
         """
         body = next((a.g for a in node.attribute if a.name == "body"), None)
+        if body is not None:
+            body_constant = _constant_tensors(body)
+            kernels = sum(
+                1
+                for inner in body.node
+                if (inner.op_type in VIEWS or inner.op_type not in FREE)
+                and not (inner.output and all(name in body_constant for name in inner.output if name))
+            )
+            self.dispatched += kernels * self._loop_iterations(node)
         outputs = [self.shapes[name] for name in node.output if name and name in self.shapes]
-        elements = max(sum(math.prod(shape) for shape in outputs), 1)
-        if body is None:
-            return [Unit("move", {"elements": elements})]
-        iterations = self._loop_iterations(node)
-        body_constant = _constant_tensors(body)
-        kernels = sum(
-            1
-            for inner in body.node
-            if (inner.op_type in VIEWS or inner.op_type not in FREE)
-            and not (inner.output and all(name in body_constant for name in inner.output if name))
-        )
-        self.dispatched += kernels * iterations
-        return [Unit("move", {"elements": elements})]
+        return [Unit("move", {"elements": max(sum(math.prod(shape) for shape in outputs), 1)})]
 
     def _loop_iterations(self, node: onnx.NodeProto) -> int:
         carried = max(len(node.input) - 2, 0)
@@ -532,11 +530,11 @@ class _Cutter:
 
 def _constant_int(graph: onnx.GraphProto, name: str) -> int | None:
     """The value of a one-element integer initializer or ``Constant`` node named ``name``; None otherwise."""
-    tensors = [t for t in graph.initializer if t.name == name]
-    constants = [n for n in graph.node if n.op_type == "Constant" and name in n.output]
-    tensors += [a.t for n in constants for a in n.attribute if a.name == "value"]
-    for tensor in tensors:
-        value = onnx.numpy_helper.to_array(tensor)
+    values = [onnx.numpy_helper.to_array(t) for t in graph.initializer if t.name == name]
+    for node in graph.node:
+        if node.op_type == "Constant" and name in node.output and node.attribute:
+            values += _constant_value(node) or []
+    for value in values:
         if value.size == 1 and value.dtype.kind in "iu":
             return int(value.reshape(-1)[0])
     return None

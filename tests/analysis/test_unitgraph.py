@@ -396,3 +396,33 @@ def test_a_loop_without_scan_outputs_takes_its_constant_trip_count_and_a_hostile
 
     assert units(3) == [("move_4", 1), ("noop_3", 1)]  # the body's Add, three times (its Identity is removed)
     assert units(-5) == [("move_4", 1), ("noop_1", 1)]
+
+
+def test_a_loop_trip_count_written_as_a_constant_node_of_any_dense_form_is_read():
+    """``Constant(value_int=...)`` as well as ``Constant(value=tensor)`` (``shapeprop._constant_value`` reads both)."""
+    body = helper.make_graph(
+        [helper.make_node("Neg", ["acc"], ["next"]), helper.make_node("Identity", ["cond"], ["cond_out"])],
+        "body",
+        [
+            helper.make_tensor_value_info("i", TensorProto.INT64, []),
+            helper.make_tensor_value_info("cond", TensorProto.BOOL, []),
+            helper.make_tensor_value_info("acc", TensorProto.FLOAT, [4]),
+        ],
+        [
+            helper.make_tensor_value_info("cond_out", TensorProto.BOOL, []),
+            helper.make_tensor_value_info("next", TensorProto.FLOAT, [4]),
+        ],
+    )
+    nodes = [
+        helper.make_node("Constant", [], ["trips"], value_int=5),
+        helper.make_node("Loop", ["trips", "true", "x"], ["y"], body=body),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4])],
+        [numpy_helper.from_array(np.array(True), "true")],
+    )
+    units = graph_units(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]))
+    assert [(u.signature(), u.count) for u in units] == [("move_4", 1), ("noop_5", 1)]
