@@ -95,6 +95,7 @@ def training_proxy_data(
     from perfmodels.training_fit import PROBE_FAMILY, step_rows
 
     data = proxy_data(frame, source_threads, target_threads, anchors)
+    data = replace(data, source=with_training_sweeps(frame, data.host, data.source))
     at_target = frame[(frame["target"] == data.host) & (frame["threads"].astype("Int64") == target_threads)]
     truth = step_rows(at_target)
     truth = truth[truth["family"] != PROBE_FAMILY]  # the per-node probes are fitted, never a plan's model
@@ -103,6 +104,21 @@ def training_proxy_data(
     if step_rows(data.source).empty:
         raise ValueError(f"--proxy: {data.host} has no quiet training step rows at {source_threads} threads")
     return TrainingProxyData(data.host, data.source, data.store, truth, target_threads, data.anchors)
+
+
+def with_training_sweeps(frame: pd.DataFrame, host: str, source: pd.DataFrame) -> pd.DataFrame:
+    """``source`` with ``host``'s training-unit sweeps, whatever thread count ``source`` holds: they are always swept
+    at ``TRAINING_UNIT_THREADS`` (``benchmarks.backward_units``), so a host measured at two threads has them too;
+    cut by the source's threads, a two-thread source lost them and priced appopt-runtime's steps by FLOPs alone."""
+    import pandas as pd
+
+    from perfmodels.training_units import BACKWARD_FAMILY, OPTIMIZER_FAMILY, TRAIN_FORWARD_FAMILY
+
+    sweeps = frame[
+        (frame["target"] == host) & frame["family"].isin([TRAIN_FORWARD_FAMILY, BACKWARD_FAMILY, OPTIMIZER_FAMILY])
+    ]
+    missing = sweeps[~sweeps.index.isin(source.index)]
+    return source if missing.empty else pd.concat([source, missing])
 
 
 def route_of(route: Route) -> TrainingRoute:

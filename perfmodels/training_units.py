@@ -203,17 +203,26 @@ def kernel_units(units: Sequence[Unit]) -> list[Unit]:
     return [u for u in units if u.kind != "noop"]
 
 
+#: A pool's weight in a forward pass priced for a training step. The step fits scale the forward by about 3 (backward
+#: ≈ 2x forward: a gradient for the inputs and one for the weights), but a pool has no weights: its backward moves
+#: the elements its forward moved (each window's gradient to its inputs), so a step costs about twice its forward,
+#: 2/3 of the fits' factor (docs/decisions.md, 2026-11-27: the digits CNN was +51% on PyTorch at 3x).
+POOL_FORWARD_SHARE = 2.0 / 3.0
+
+
 def forward_seconds(route: PricesUnits, units: Sequence[Unit], batch: int) -> float:
-    """Seconds of one forward pass of ``batch`` samples through ``units`` on ``route``: the sum of its units' times,
-    without the per-query call cost (the training fit's per-node term carries dispatch). NaN when ``units`` is empty
-    or holds a kind the route has not learned."""
+    """Seconds of one forward pass of ``batch`` samples through ``units`` on ``route``, as a training step's fit
+    scales it: the sum of its units' times, pools at ``POOL_FORWARD_SHARE``, without the per-query call cost (the
+    training fit's per-node term carries dispatch). NaN when ``units`` is empty or holds a kind the route has not
+    learned."""
     units = kernel_units(units)
     if not units:
         return math.nan
     times = route.unit_seconds(units, batch)
     if np.isnan(times).any():
         return math.nan
-    return float(np.array([u.count for u in units], dtype=float) @ times)
+    weights = np.array([u.count * (POOL_FORWARD_SHARE if u.kind == "pool" else 1.0) for u in units], dtype=float)
+    return float(weights @ times)
 
 
 # --- a framework's own training kernels, swept as units (``benchmarks.backward_units``) ---------------------------

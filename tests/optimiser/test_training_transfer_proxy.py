@@ -67,6 +67,24 @@ def test_the_cut_takes_the_source_at_s_threads_and_the_truth_at_t() -> None:
     assert set(steps[("resnet", 8)]) == {("pytorch", "none", "fp32"), ("appopt-runtime", "none", "fp32")}
 
 
+def test_a_source_at_two_threads_keeps_the_training_unit_sweeps_swept_at_one() -> None:
+    """The training-unit sweeps always run at one thread: a host measured at two has them, so the proxy's two-thread
+    source keeps them (cut by threads, appopt-runtime lost its unit-priced model)."""
+    from perfmodels.training_units import BACKWARD_FAMILY, TRAIN_FORWARD_FAMILY
+
+    unit = covering_units()[0]
+    sweeps = [
+        {**sweep_row(unit, 1e-4, "appopt-runtime"), "target": HOST, "family": family, "mode": "training"}
+        for family in (TRAIN_FORWARD_FAMILY, BACKWARD_FAMILY)
+    ]
+    data = training_proxy_data(to_frame([*_rows(), *sweeps]), 2, 1)
+    assert set(data.source["family"]) >= {TRAIN_FORWARD_FAMILY, BACKWARD_FAMILY}
+    assert set(data.source[data.source["mode"] != "training"]["threads"]) == {2}  # the rest is still the source's
+    assert len(training_proxy_data(to_frame([*_rows(), *sweeps]), 1, 2).source) == len(
+        training_proxy_data(to_frame(_rows()), 1, 2).source
+    ) + len(sweeps)  # at one thread they are the source's already, and kept once
+
+
 def test_the_command_prints_each_prediction_per_route(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     db = tmp_path / "db.csv"
     write_rows(db, _rows())
