@@ -203,16 +203,22 @@ def kernel_units(units: Sequence[Unit]) -> list[Unit]:
     return [u for u in units if u.kind != "noop"]
 
 
-#: A pool's weight in a forward pass priced for a training step. The step fits scale the forward by about 3 (backward
-#: ≈ 2x forward: a gradient for the inputs and one for the weights), but a pool has no weights: its backward moves
-#: the elements its forward moved (each window's gradient to its inputs), so a step costs about twice its forward,
-#: 2/3 of the fits' factor (docs/decisions.md, 2026-11-27: the digits CNN was +51% on PyTorch at 3x).
-POOL_FORWARD_SHARE = 2.0 / 3.0
+#: A max pool's weight in a forward pass priced for a training step. The step fits scale the forward by about 3
+#: (backward ≈ 2x forward: one gradient for the inputs and one for the weights), but a max pool has no weights and its
+#: backward only scatters each window's gradient to the input its forward picked: PyTorch's max pools run a step
+#: (forward with its indices, then backward) in 0.95-1.55x their forward, where its average pools take 2.0-3.1x
+#: (docs/decisions.md, 2026-11-27). So a max pool weighs 1.25/3; an average pool keeps the fits' factor.
+MAX_POOL_FORWARD_SHARE = 1.25 / 3.0
+
+
+def _is_max_pool(unit: Unit) -> bool:
+    """Whether ``unit`` is a max pool (``MAX_POOL_FORWARD_SHARE``)."""
+    return unit.kind == "pool" and not unit.dims.get("avg", 0)
 
 
 def forward_seconds(route: PricesUnits, units: Sequence[Unit], batch: int) -> float:
     """Seconds of one forward pass of ``batch`` samples through ``units`` on ``route``, as a training step's fit
-    scales it: the sum of its units' times, pools at ``POOL_FORWARD_SHARE``, without the per-query call cost (the
+    scales it: the sum of its units' times, max pools at ``MAX_POOL_FORWARD_SHARE``, without the per-query call cost (the
     training fit's per-node term carries dispatch). NaN when ``units`` is empty or holds a kind the route has not
     learned."""
     units = kernel_units(units)
@@ -221,7 +227,7 @@ def forward_seconds(route: PricesUnits, units: Sequence[Unit], batch: int) -> fl
     times = route.unit_seconds(units, batch)
     if np.isnan(times).any():
         return math.nan
-    weights = np.array([u.count * (POOL_FORWARD_SHARE if u.kind == "pool" else 1.0) for u in units], dtype=float)
+    weights = np.array([u.count * (MAX_POOL_FORWARD_SHARE if _is_max_pool(u) else 1.0) for u in units], dtype=float)
     return float(weights @ times)
 
 

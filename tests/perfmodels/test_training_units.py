@@ -165,17 +165,20 @@ def test_convolution_outputs_count_what_training_normalises_apart():
     assert convolution_outputs((gemm,)) == 0.0
 
 
-def test_a_pool_weighs_two_thirds_of_its_forward_in_a_training_forward():
-    """A pool has no weight gradient: its step costs about twice its forward where the fits scale a forward by 3."""
-    pool = Unit("pool", {"n": 1, "c": 8, "h": 8, "w": 8, "kh": 2, "kw": 2, "stride": 2, "oh": 4, "ow": 4, "avg": 0})
+def test_a_max_pool_weighs_less_than_its_forward_times_the_fits_factor_and_an_average_pool_does_not():
+    """A max pool has no weight gradient and its backward scatters to the picked inputs: its step costs about 1.25x
+    its forward where the fits scale a forward by 3; an average pool's backward costs what the fits' factor gives."""
+    dims = {"n": 1, "c": 8, "h": 8, "w": 8, "kh": 2, "kw": 2, "stride": 2, "oh": 4, "ow": 4}
+    max_pool, avg_pool = Unit("pool", {**dims, "avg": 0}), Unit("pool", {**dims, "avg": 1})
     gemm = _units(((64, 10),))[0]
 
     class _Each:
         def unit_seconds(self, units, batch):
             return np.full(len(units), 3e-6)
 
-    assert forward_seconds(_Each(), [gemm, pool], 1) == pytest.approx(3e-6 + 2e-6)  # type: ignore[arg-type]
-    assert forward_seconds(_Each(), [gemm], 1) == pytest.approx(3e-6)  # type: ignore[arg-type]
+    route = _Each()
+    assert forward_seconds(route, [gemm, max_pool], 1) == pytest.approx(3e-6 + 1.25e-6)  # type: ignore[arg-type]
+    assert forward_seconds(route, [gemm, avg_pool], 1) == pytest.approx(6e-6)  # type: ignore[arg-type]
 
 
 #: name: family, (cin, cout, pixels) of each 3x3 convolution of one sample.
