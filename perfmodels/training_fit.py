@@ -100,6 +100,7 @@ from perfmodels.training_units import (
     passed_elements,
     read_training_units,
     row_units,
+    threads_own,
     training_route,
     unit_route,
     units_framework,
@@ -144,7 +145,7 @@ PART_COLUMNS = 4
 #: unit-priced model's columns carry their thread counts' speed from the units; the training units' passes are
 #: priced at their swept thread count, ``TRAINING_UNIT_THREADS``, so they take the route's measured exponent: appopt-
 #: runtime's steps now run 1.0-1.3x faster on a second thread. Its optimiser and casts are NumPy's, one thread).
-PER_SAMPLE_COLUMNS: dict[str, tuple[int, ...]] = {"flops": tuple(range(PER_SAMPLE)), "units": (), "train_units": (0,)}
+PER_SAMPLE_COLUMNS: dict[str, tuple[int, ...]] = {"flops": tuple(range(PER_SAMPLE)), "units": (0,), "train_units": (0,)}
 #: Feature sets from the most specific to the least: a framework's rows are fitted with the first that prices all
 #: of them (``fit_frameworks``).
 FEATURE_SETS = ("train_units", "units", "flops")
@@ -393,7 +394,7 @@ def fit_routes(rows: pd.DataFrame, x: np.ndarray | None = None, features: str = 
     keys = _route_key(rows).to_numpy()
     routes = list(dict.fromkeys(keys))
     index = np.array([routes.index(k) for k in keys])
-    alphas = np.array([thread_exponent(rows[keys == k]) for k in routes])
+    alphas = np.array([_exponent(rows[keys == k], features) for k in routes])
     flops_x = _matrix(rows)
     x = flops_x if x is None else np.asarray(x)
     columns = PER_SAMPLE_COLUMNS[features]
@@ -422,6 +423,17 @@ def fit_routes(rows: pd.DataFrame, x: np.ndarray | None = None, features: str = 
         described = replace(_describe(part, coef, float(alphas[r])), features=features)
         fits[str(key)] = replace(described, train_rmspe=error)
     return fits
+
+
+def _exponent(rows: pd.DataFrame, features: str) -> float:
+    """The thread exponent of one route's rows as ``features`` applies it: none where units price its forward at its
+    thread count (they carry the kernels' speed-up), unless the route takes its own threading (``threads_own``);
+    else ``thread_exponent``."""
+    if features == "units":
+        first = rows.iloc[0]
+        if not threads_own(str(first["framework"]), _compiler(first.get("compiler"))):
+            return 0.0
+    return thread_exponent(rows)
 
 
 def fit_frameworks(
@@ -570,7 +582,7 @@ def unit_priced_forward(
     up in ``routes`` first, found ones added to it (``units`` None: only ``routes``)."""
     lender = lender_of(framework, compiler, any_framework)
     priced = []
-    for n in (threads, 1):
+    for n in (1, 1) if threads_own(framework, compiler) else (threads, 1):
         key = (target, lender or Lender(""), n)
         if lender is not None and key not in routes and units is not None:
             found = unit_route(units, target, framework, n, any_framework, compiler)

@@ -50,12 +50,15 @@ UNIT_PRICED_FRAMEWORKS = ("pytorch",)
 class Lender:
     """The inference unit sweep whose units price a trainer: the route (``framework``, ``compiler``) of a swept
     framework's plain kernels, and the unit ``kinds`` the trainer's own compiler emits kernels of its own for, priced
-    by the units of the sweep of that compiler (``own``: its route's framework and compiler)."""
+    by the units of the sweep of that compiler (``own``: its route's framework and compiler). ``own_threads``: the
+    trainer's steps do not gain from threads as the lender's kernels do, so its forward is priced by the units at
+    one thread and sped up by its own rows' thread exponent (``perfmodels.training_fit``)."""
 
     framework: str
     compiler: str = "none"
     own: tuple[str, str] | None = None
     kinds: tuple[str, ...] = ()
+    own_threads: bool = False
 
 
 #: Trainer routes (framework, compiler) with no inference unit sweep of their own, priced by the units of another
@@ -66,9 +69,12 @@ class Lender:
 #: depthwise convolutions run 9-50x slower than PyTorch's here, so those are priced by the units of JAX's XLA route
 #: (``jax-xla``, swept as the ONNX graph's ``xla`` compiler). Not its small kernels: a unit swept alone through JAX
 #: pays a dispatch per input that XLA's fused training step does not (docs/decisions.md, 2026-11-26, XLA's depthwise
-#: convolutions priced by JAX's XLA units).
+#: convolutions priced by JAX's XLA units). TensorFlow's eager steps gain 1.05x from a second thread (thread exponent
+#: 0.07 on the recording host) where PyTorch's kernels gain up to 2x (its steps' exponent 0.56), so its forward takes
+#: its own threading; XLA's steps gain as PyTorch's do (0.50) and keep the per-kernel speed-ups (docs/decisions.md,
+#: 2026-11-27, TensorFlow's threading).
 BORROWED_UNITS: dict[tuple[str, str], Lender] = {
-    ("tensorflow", "none"): Lender("pytorch"),
+    ("tensorflow", "none"): Lender("pytorch", own_threads=True),
     ("tensorflow", "xla"): Lender("pytorch", own=("onnxruntime", "xla"), kinds=("dwconv", "dwpw")),
 }
 #: The training suite's models cut into kernel units, by task name (``python -m benchmarks.training_units``).
@@ -117,6 +123,13 @@ def units_framework(framework: str, compiler: str = "none") -> Lender | None:
     if framework in UNIT_PRICED_FRAMEWORKS:
         return Lender(framework)
     return BORROWED_UNITS.get((framework, compiler or "none"))
+
+
+def threads_own(framework: str, compiler: str = "none") -> bool:
+    """Whether a (``framework``, ``compiler``) trainer priced by another framework's units takes its own threading
+    (``Lender.own_threads``): its forward priced at one thread, sped up by its own rows' thread exponent."""
+    lender = units_framework(framework, compiler)
+    return lender is not None and lender.own_threads
 
 
 def lender_of(framework: str, compiler: str = "none", any_framework: bool = False) -> Lender | None:
@@ -218,9 +231,9 @@ def _is_max_pool(unit: Unit) -> bool:
 
 def forward_seconds(route: PricesUnits, units: Sequence[Unit], batch: int) -> float:
     """Seconds of one forward pass of ``batch`` samples through ``units`` on ``route``, as a training step's fit
-    scales it: the sum of its units' times, max pools at ``MAX_POOL_FORWARD_SHARE``, without the per-query call cost (the
-    training fit's per-node term carries dispatch). NaN when ``units`` is empty or holds a kind the route has not
-    learned."""
+    scales it: the sum of its units' times, max pools at ``MAX_POOL_FORWARD_SHARE``, without the per-query call cost
+    (the training fit's per-node term carries dispatch). NaN when ``units`` is empty or holds a kind the route has
+    not learned."""
     units = kernel_units(units)
     if not units:
         return math.nan

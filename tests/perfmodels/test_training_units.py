@@ -277,6 +277,44 @@ def test_normalisation_traffic_and_each_models_thread_speed_up_are_priced(tmp_pa
 
 # --- a framework with no unit sweep of its own, priced by a swept framework's units (``BORROWED_UNITS``) ----------
 
+
+def _own_threads_frame(tmp_path):
+    """TensorFlow steps at 1.4x three times PyTorch's one-thread forward, gaining only 2**0.1 from a second thread
+    where PyTorch's large kernels gain 1.8x (``_ThreadedRoute``)."""
+    rows = []
+    for name, (family, shapes) in CONV_MODELS.items():
+        units = _conv_units(shapes)
+        flops = sum(unit_flops(u) for u in units)
+        for batch in (4, 16):
+            forward = forward_seconds(_ThreadedRoute(1), units, batch)  # type: ignore[arg-type]
+            for threads in (1, 2):
+                rows.append(make_row(
+                    source="measured", target=local_target_key(), backend="keras", framework="tensorflow",
+                    compiler="none", mode="training", precision="fp32", model=name, family=family, batch=batch,
+                    threads=threads, scenario="training", flops_per_sample=flops, activation_bytes_per_sample=0.0,
+                    params=0.0, flops_by_class={"conv": flops}, ops_by_class={"conv": len(units)},
+                    peak_gflops=50.0 * threads, bandwidth_gbs=10.0, metric="ms_per_step",
+                    value=1.4 * 3.0 * forward / threads**0.1 * 1e3,
+                ))  # fmt: skip
+    path = tmp_path / "tf-threads.csv"
+    write_rows(path, rows)
+    return read_results(path)
+
+
+def test_a_borrower_with_threading_of_its_own_is_priced_at_one_thread_and_sped_up_by_its_exponent(
+    tmp_path, monkeypatch
+):
+    """TensorFlow's eager steps barely gain from a second thread where PyTorch's kernels do: priced by PyTorch's
+    units at one thread and its own rows' exponent, held out by family every row is predicted; carried by PyTorch's
+    two-thread units instead, its two-thread steps are not."""
+    frame = _own_threads_frame(tmp_path)
+    shipped = {name: _conv_units(shapes) for name, (_, shapes) in CONV_MODELS.items()}
+    own = leave_one_family_out(frame, units=_ThreadedUnits(), shipped=shipped)  # type: ignore[arg-type]
+    assert len(own.predictions) == 32 and own.step_rmspe() < 0.01
+    monkeypatch.setitem(training_units.BORROWED_UNITS, ("tensorflow", "none"), training_units.Lender("pytorch"))
+    lenders = leave_one_family_out(frame, units=_ThreadedUnits(), shipped=shipped)  # type: ignore[arg-type]
+    assert lenders.step_rmspe() > 0.1
+
 #: How much slower than PyTorch's each TensorFlow route runs the same kernels in ``_tf_rows``' truth.
 TF_SCALES = {"none": 1.4, "xla": 2.2}
 
