@@ -141,10 +141,12 @@ TRAIN_UNIT_FEATURES = ("passes_units", "optimizer_units", "kernel_nodes", "step"
 #: Columns of the training units' priced parts (``priced_training``): forward, backward, optimiser seconds, and
 #: whether the row trains in mixed precision (1) or not (0).
 PART_COLUMNS = 4
-#: The columns of each feature set that grow with the batch and speed up with ``threads ** thread_exponent`` (the
-#: unit-priced model's columns carry their thread counts' speed from the units; the training units' passes are
-#: priced at their swept thread count, ``TRAINING_UNIT_THREADS``, so they take the route's measured exponent: appopt-
-#: runtime's steps now run 1.0-1.3x faster on a second thread. Its optimiser and casts are NumPy's, one thread).
+#: The columns of each feature set that grow with the batch and speed up with ``threads ** thread_exponent``. The
+#: unit-priced model's forward carries its thread count's speed from the units (exponent 0), except a route that
+#: takes its own threading (``training_units.threads_own``: priced at one thread, it takes its rows' exponent). The
+#: training units' passes are priced at their swept thread count, ``TRAINING_UNIT_THREADS``, so they take the route's
+#: measured exponent: appopt-runtime's steps run 1.0-1.3x faster on a second thread. Its optimiser and casts are
+#: NumPy's, one thread.
 PER_SAMPLE_COLUMNS: dict[str, tuple[int, ...]] = {"flops": tuple(range(PER_SAMPLE)), "units": (0,), "train_units": (0,)}
 #: Feature sets from the most specific to the least: a framework's rows are fitted with the first that prices all
 #: of them (``fit_frameworks``).
@@ -577,7 +579,8 @@ def unit_priced_forward(
 ) -> tuple[float, float, float]:
     """``forward``'s pass of ``batch`` samples priced by ``framework``'s unit routes on ``target`` at ``threads`` and
     at one thread (as at ``threads`` where only that count was swept: a speed-up of 1, which a fit of rows at one
-    thread count absorbs), and the traffic of its passed elements (``passed_elements``) at ``bandwidth_gbs`` (NaN
+    thread count absorbs; at one thread both for a route that takes its own threading, ``threads_own``, NaN where
+    one thread was not swept), and the traffic of its passed elements (``passed_elements``) at ``bandwidth_gbs`` (NaN
     where a route was not swept); routes (keyed by the framework whose units they are, ``units_framework``) looked
     up in ``routes`` first, found ones added to it (``units`` None: only ``routes``)."""
     lender = lender_of(framework, compiler, any_framework)
