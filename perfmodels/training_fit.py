@@ -50,6 +50,7 @@ NumPy gradients no inference sweep times), its steps have a third model (``TRAIN
 
     step_s = a'' · (forward_train_s + backward_s) + e'' · optimizer_s + f'' · kernel_nodes + h'' · 1 ms
              + m'' · 3·activation_bytes·batch / bandwidth   (mixed-precision rows only: its casts)
+             + r'' · 3·activation_bytes·batch / bandwidth   (the activations kept for the backward, read again)
 
 the forward pass in training mode and the backward pass priced unit by unit, and the optimiser update priced by its
 own sweep (``perfmodels.training_units.TrainingUnitRoute``, per precision where swept, else fp32's). The two passes
@@ -137,7 +138,9 @@ PASSED_BYTES_PER_ELEMENT = 4.0
 #: The training-unit model's features (``perfmodels.training_units.TrainingUnitRoute``): the forward pass in
 #: training mode plus the backward pass, priced unit by unit by the framework's own swept training kernels, its
 #: optimiser update priced by the optimiser sweep, ``FEATURES``' per-node term and the per-step constant.
-TRAIN_UNIT_FEATURES = ("passes_units", "optimizer_units", "kernel_nodes", "step", "mixed_precision_traffic")
+TRAIN_UNIT_FEATURES = (
+    "passes_units", "optimizer_units", "kernel_nodes", "step", "mixed_precision_traffic", "activation_traffic"
+)
 #: Columns of the training units' priced parts (``priced_training``): forward, backward, optimiser seconds, and
 #: whether the row trains in mixed precision (1) or not (0).
 PART_COLUMNS = 4
@@ -258,14 +261,20 @@ def unit_matrix(flops_x: np.ndarray, forward: np.ndarray) -> np.ndarray:
 def train_unit_matrix(flops_x: np.ndarray, parts: np.ndarray) -> np.ndarray:
     """``TRAIN_UNIT_FEATURES`` rows from ``FEATURES`` rows and each row's (forward, backward, optimiser) seconds
     priced by the framework's training units (``TrainingUnitRoute.parts``; the two passes summed) with its mixed
-    precision flag (``PART_COLUMNS``), the per-step constant, and, under mixed precision, the activations' traffic
-    (``FEATURES``' ``activations``): the casts mixed precision puts around each low-precision node, which cost by
-    the elements cast, not by the FLOPs (appopt-runtime's AMP steps took 1.5-4.4x its fp32 ones, VGG's least;
-    docs/decisions.md, 2026-11-26, mixed precision's casts)."""
+    precision flag (``PART_COLUMNS``), the per-step constant, and the activations' traffic (``FEATURES``'
+    ``activations``) twice:
+
+    * under mixed precision only: the casts it puts around each low-precision node, which cost by the elements cast,
+      not by the FLOPs (appopt-runtime's AMP steps took 1.5-4.4x its fp32 ones, VGG's least; docs/decisions.md,
+      2026-11-26, mixed precision's casts);
+    * every row: the activations a step keeps for its backward, which the rest of the pass evicts before the
+      backward reads them again; the sweeps time each unit alone, its operands in cache (docs/decisions.md,
+      2026-11-27, the activations' traffic)."""
     flops_x = np.asarray(flops_x).reshape(-1, len(FEATURES))
     parts = np.asarray(parts, dtype=float).reshape(-1, PART_COLUMNS)
     constant = np.full(len(parts), STEP_CONSTANT_S)
-    return np.c_[parts[:, 0] + parts[:, 1], parts[:, 2], flops_x[:, 5], constant, flops_x[:, 3] * parts[:, 3]]
+    passes, optimizer, mixed, activations = parts[:, 0] + parts[:, 1], parts[:, 2], parts[:, 3], flops_x[:, 3]
+    return np.c_[passes, optimizer, flops_x[:, 5], constant, activations * mixed, activations]
 
 
 @dataclass(frozen=True)

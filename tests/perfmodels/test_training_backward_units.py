@@ -165,15 +165,15 @@ def test_each_precision_is_fitted_from_its_own_sweep_and_falls_back_to_fp32s(tmp
     assert training_route(routes, target, "pytorch", "fp32") is None
 
 
-def test_mixed_precision_rows_are_priced_with_their_activations_traffic():
-    """The training-unit features: the passes summed, the optimiser, nodes, the step constant and, on a
-    mixed-precision row only, the activations' traffic (the casts)."""
+def test_every_row_is_priced_with_its_activations_traffic_and_mixed_precision_with_its_casts_too():
+    """The training-unit features: the passes summed, the optimiser, nodes, the step constant, on a mixed-precision
+    row the activations' traffic for its casts, and on every row the activations' traffic (kept for the backward)."""
     flops_x = np.array([[1.0, 2.0, 3.0, 0.25, 5.0, 6.0]] * 2)
     parts = np.array([[0.5, 1.0, 0.125, 0.0], [0.5, 1.0, 0.125, 1.0]])
     x = train_unit_matrix(flops_x, parts)
     assert x.shape == (2, len(TRAIN_UNIT_FEATURES))
-    assert x[0].tolist() == [1.5, 0.125, 6.0, STEP_CONSTANT_S, 0.0]
-    assert x[1].tolist() == [1.5, 0.125, 6.0, STEP_CONSTANT_S, 0.25]
+    assert x[0].tolist() == [1.5, 0.125, 6.0, STEP_CONSTANT_S, 0.0, 0.25]
+    assert x[1].tolist() == [1.5, 0.125, 6.0, STEP_CONSTANT_S, 0.25, 0.25]
     assert mixed_precision("fp16") == mixed_precision("bf16") == 1.0
     assert mixed_precision("fp32") == mixed_precision(None) == 0.0
 
