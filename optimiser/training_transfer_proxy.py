@@ -78,10 +78,12 @@ class TrainingProxyData:
     anchors: tuple[str, ...]
 
     def device(self) -> Device:
-        """The unseen host as the planner's device: the GEMM peak and bandwidth its rows measured there."""
+        """The unseen host as the planner's device: the GEMM peak and bandwidth its rows measured there, as a plan
+        reads them from a store (``perfmodels.fitted.probe_figures``)."""
+        from perfmodels.fitted import probe_figures
+
         rows = self.truth if self.store.empty else self.store
-        peak = float(rows["peak_gflops"].astype(float).median()) * 1e9
-        bandwidth = float(rows["bandwidth_gbs"].astype(float).median()) * 1e9
+        peak, bandwidth = (figure * 1e9 for figure in probe_figures(rows))
         if not (peak > 0 and bandwidth > 0):
             raise ValueError(f"--proxy: no GEMM peak or bandwidth measured at {self.target_threads} threads")
         return Device(UNSEEN, "cpu", {"fp32": peak}, bandwidth, arch="x86_64")

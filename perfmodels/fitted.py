@@ -806,9 +806,17 @@ class FittedModel:
         ]
 
 
+def probe_figures(rows: pd.DataFrame) -> tuple[float, float]:
+    """The GEMM peak (GFLOP/s) and bandwidth (GB/s) of a host from its rows' probes: the best reading of each. A probe
+    is a best-of whose readings interference only lowers, and the rows carry every probe taken (a calibration's and
+    each anchor's): on a two-vCPU machine one calibration's two-thread GEMM peak read 156 GFLOP/s where its anchors'
+    read 284 and the training run after it 297 (docs/decisions.md, 2026-11-27, a probe read under steal)."""
+    return float(rows["peak_gflops"].astype(float).max()), float(rows["bandwidth_gbs"].astype(float).max())
+
+
 def _store_probes(store: Path) -> tuple[float, float, int] | None:
-    """The store's measured GEMM peak (GFLOP/s) and bandwidth (GB/s) at the thread count nearest this host's usable
-    cores, and that count (None: no row recorded them)."""
+    """The store's GEMM peak (GFLOP/s) and bandwidth (GB/s) at the thread count nearest this host's usable cores
+    (``probe_figures``), and that count (None: no row recorded them)."""
     from perfmodels.hoststore import read_store
 
     frame = read_store(store)
@@ -819,8 +827,7 @@ def _store_probes(store: Path) -> tuple[float, float, int] | None:
         return None
     counts = sorted({int(t) for t in rows["threads"]})
     threads = min(counts, key=lambda t: (abs(t - usable_cores()), -t))
-    at = rows[rows["threads"].astype(int) == threads]
-    return float(at["peak_gflops"].astype(float).median()), float(at["bandwidth_gbs"].astype(float).median()), threads
+    return (*probe_figures(rows[rows["threads"].astype(int) == threads]), threads)
 
 
 def _host_fit_of(store: Path) -> HostFit | None:

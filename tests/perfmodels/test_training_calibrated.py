@@ -157,6 +157,21 @@ def test_a_calibrated_local_host_carries_the_fit_by_its_stores_probes(
     assert carried.step_seconds / there.step_seconds == pytest.approx(0.5, rel=0.02)  # twice the peak and bandwidth
 
 
+def test_the_stores_probes_are_their_best_readings(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A probe read while the machine was interfered with (a vCPU stolen: half the two-thread GEMM peak) on most of a
+    store's rows does not set the host's figures: its best readings do."""
+    import perfmodels.fitted as fitted
+    from tests.analysis.test_units import sweep_row
+
+    monkeypatch.setattr(fitted, "usable_cores", lambda: 2)
+    store = tmp_path / "store.csv"
+    units = [Unit("gemm", {"m": 1, "k": 64 * (i + 1), "n": 64, "act": 0, "init_w": 1}) for i in range(6)]
+    probes = [(95.0, 21.0)] * 5 + [(190.0, 28.0)]  # the calibration's probe on five rows, an anchor's on one
+    write_rows(store, [{**sweep_row(u, 1e-4, "onnxruntime"), "threads": 2, "peak_gflops": peak, "bandwidth_gbs": gbs}
+                       for u, (peak, gbs) in zip(units, probes, strict=True)])  # fmt: skip
+    assert fitted._store_probes(store) == (190.0, 28.0, 2)
+
+
 def test_a_local_host_of_the_measured_key_calibrated_against_its_rows_is_carried_by_its_probes(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
