@@ -593,14 +593,16 @@ def unit_priced_forward(
     where a route was not swept); routes (keyed by the framework whose units they are, ``units_framework``) looked
     up in ``routes`` first, found ones added to it (``units`` None: only ``routes``)."""
     lender = lender_of(framework, compiler, any_framework)
-    priced = []
-    for n in (1, 1) if threads_own(framework, compiler) else (threads, 1):
+    counts = (1, 1) if threads_own(framework, compiler) else (threads, 1)
+    by_count: dict[int, float] = {}
+    for n in dict.fromkeys(counts):  # each thread count priced once (both are one for a single thread)
         key = (target, lender or Lender(""), n)
         if lender is not None and key not in routes and units is not None:
             found = unit_route(units, target, framework, n, any_framework, compiler)
             if found is not None:
                 routes[key] = found
-        priced.append(forward_seconds(routes[key], forward, batch) if key in routes else math.nan)
+        by_count[n] = forward_seconds(routes[key], forward, batch) if key in routes else math.nan
+    priced = [by_count[n] for n in counts]
     if math.isnan(priced[1]) and threads != 1:  # units swept at this thread count only: no speed-up known (1)
         priced[1] = priced[0]
     traffic = PASSED_BYTES_PER_ELEMENT * passed_elements(forward) * batch / (bandwidth_gbs * 1e9)

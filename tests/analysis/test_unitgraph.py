@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
@@ -361,11 +362,11 @@ def test_a_loop_dispatches_its_body_once_per_iteration(bags):
     assert [(u.signature(), u.count) for u in units] == [(f"move_{bags * 6}", 1), (f"noop_{7 * bags}", 1)]
 
 
-def test_a_loop_without_scan_outputs_takes_its_constant_trip_count_and_a_hostile_one_counts_once():
-    """No scan output to count the iterations by: the trip count when it is a constant, one iteration when it is
-    not a positive one (a fuzzer's -5), never a crash."""
-    body = helper.make_graph(
-        [helper.make_node("Add", ["acc", "one"], ["next"]), helper.make_node("Identity", ["cond"], ["cond_out"])],
+def _accumulating_body(step: onnx.NodeProto, initializers: list[onnx.TensorProto] | None = None) -> onnx.GraphProto:
+    """A Loop body of no scan output: ``step`` takes the carried (4,) ``acc`` to ``next``; the condition passes
+    through an Identity."""
+    return helper.make_graph(
+        [step, helper.make_node("Identity", ["cond"], ["cond_out"])],
         "body",
         [
             helper.make_tensor_value_info("i", TensorProto.INT64, []),
@@ -376,8 +377,15 @@ def test_a_loop_without_scan_outputs_takes_its_constant_trip_count_and_a_hostile
             helper.make_tensor_value_info("cond_out", TensorProto.BOOL, []),
             helper.make_tensor_value_info("next", TensorProto.FLOAT, [4]),
         ],
-        [numpy_helper.from_array(np.ones(4, np.float32), "one")],
+        initializers or [],
     )
+
+
+def test_a_loop_without_scan_outputs_takes_its_constant_trip_count_and_a_hostile_one_counts_once():
+    """No scan output to count the iterations by: the trip count when it is a constant, one iteration when it is
+    not a positive one (a fuzzer's -5), never a crash."""
+    body = _accumulating_body(helper.make_node("Add", ["acc", "one"], ["next"]),
+                              [numpy_helper.from_array(np.ones(4, np.float32), "one")])  # fmt: skip
 
     def units(trips: int) -> list[tuple[str, int]]:
         loop = helper.make_node("Loop", ["trips", "true", "x"], ["y"], body=body)
@@ -400,19 +408,7 @@ def test_a_loop_without_scan_outputs_takes_its_constant_trip_count_and_a_hostile
 
 def test_a_loop_trip_count_written_as_a_constant_node_of_any_dense_form_is_read():
     """``Constant(value_int=...)`` as well as ``Constant(value=tensor)`` (``shapeprop._constant_value`` reads both)."""
-    body = helper.make_graph(
-        [helper.make_node("Neg", ["acc"], ["next"]), helper.make_node("Identity", ["cond"], ["cond_out"])],
-        "body",
-        [
-            helper.make_tensor_value_info("i", TensorProto.INT64, []),
-            helper.make_tensor_value_info("cond", TensorProto.BOOL, []),
-            helper.make_tensor_value_info("acc", TensorProto.FLOAT, [4]),
-        ],
-        [
-            helper.make_tensor_value_info("cond_out", TensorProto.BOOL, []),
-            helper.make_tensor_value_info("next", TensorProto.FLOAT, [4]),
-        ],
-    )
+    body = _accumulating_body(helper.make_node("Neg", ["acc"], ["next"]))
     nodes = [
         helper.make_node("Constant", [], ["trips"], value_int=5),
         helper.make_node("Loop", ["trips", "true", "x"], ["y"], body=body),
