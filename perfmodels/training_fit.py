@@ -97,6 +97,7 @@ from perfmodels.training_units import (
     UnitRouteKey,
     fit_training_units,
     forward_seconds,
+    fused_kinds,
     lender_of,
     passed_elements,
     read_training_units,
@@ -139,7 +140,12 @@ PASSED_BYTES_PER_ELEMENT = 4.0
 #: training mode plus the backward pass, priced unit by unit by the framework's own swept training kernels, its
 #: optimiser update priced by the optimiser sweep, ``FEATURES``' per-node term and the per-step constant.
 TRAIN_UNIT_FEATURES = (
-    "passes_units", "optimizer_units", "kernel_nodes", "step", "mixed_precision_traffic", "activation_traffic"
+    "passes_units",
+    "optimizer_units",
+    "kernel_nodes",
+    "step",
+    "mixed_precision_traffic",
+    "activation_traffic",
 )
 #: Columns of the training units' priced parts (``priced_training``): forward, backward, optimiser seconds, and
 #: whether the row trains in mixed precision (1) or not (0).
@@ -586,13 +592,15 @@ def unit_priced_forward(
     any_framework: bool = False,
     compiler: str = "none",
 ) -> tuple[float, float, float]:
-    """``forward``'s pass of ``batch`` samples priced by ``framework``'s unit routes on ``target`` at ``threads`` and
-    at one thread (as at ``threads`` where only that count was swept: a speed-up of 1, which a fit of rows at one
-    thread count absorbs; at one thread both for a route that takes its own threading, ``threads_own``, NaN where
-    one thread was not swept), and the traffic of its passed elements (``passed_elements``) at ``bandwidth_gbs`` (NaN
-    where a route was not swept); routes (keyed by the framework whose units they are, ``units_framework``) looked
-    up in ``routes`` first, found ones added to it (``units`` None: only ``routes``)."""
+    """``forward``'s pass of ``batch`` samples (less the units ``compiler`` fuses away, ``fused_kinds``) priced by
+    ``framework``'s unit routes on ``target`` at ``threads`` and at one thread (as at ``threads`` where only that
+    count was swept: a speed-up of 1, which a fit of rows at one thread count absorbs; at one thread both for a route
+    that takes its own threading, ``threads_own``, NaN where one thread was not swept), and the traffic of its passed
+    elements (``passed_elements``) at ``bandwidth_gbs`` (NaN where a route was not swept); routes (keyed by the
+    framework whose units they are, ``units_framework``) looked up in ``routes`` first, found ones added to it
+    (``units`` None: only ``routes``)."""
     lender = lender_of(framework, compiler, any_framework)
+    fused = fused_kinds(compiler)
     counts = (1, 1) if threads_own(framework, compiler) else (threads, 1)
     by_count: dict[int, float] = {}
     for n in dict.fromkeys(counts):  # each thread count priced once (both are one for a single thread)
@@ -601,7 +609,7 @@ def unit_priced_forward(
             found = unit_route(units, target, framework, n, any_framework, compiler)
             if found is not None:
                 routes[key] = found
-        by_count[n] = forward_seconds(routes[key], forward, batch) if key in routes else math.nan
+        by_count[n] = forward_seconds(routes[key], forward, batch, fused) if key in routes else math.nan
     priced = [by_count[n] for n in counts]
     if math.isnan(priced[1]) and threads != 1:  # units swept at this thread count only: no speed-up known (1)
         priced[1] = priced[0]
@@ -774,7 +782,14 @@ class TrainingFit:
             return group, group.seconds(tx, threads, floor), float(coef[0] * tx[0]), memory
         bandwidth = self.peaks[(target, threads)][1]
         forward = unit_priced_forward(
-            None, self.unit_routes, target, route.framework, threads, workload.units, workload.batch_size, bandwidth,
+            None,
+            self.unit_routes,
+            target,
+            route.framework,
+            threads,
+            workload.units,
+            workload.batch_size,
+            bandwidth,
             compiler=route.compiler,
         )
         ux = unit_matrix(x, np.array([forward]))[0]
@@ -822,7 +837,6 @@ class TrainingFit:
             basis + _unmeasured(group, route),
             {"transfer_factor": factor, "fitted_rows": float(group.rows), "train_rmspe": group.train_rmspe},
         )
-
 
     def calibrated(self, workload: Workload, route: Route, host: CalibratedHost) -> Prediction | None:
         """Step time on a calibrated host the training rows never saw, from the fit on the calibration's source at
@@ -1242,7 +1256,9 @@ def training_prediction(
         band = (
             residuals.transfer.get(carried)
             if carried
-            else residuals.fitted(group.backend, group.precision, group.framework) if group is not None else None
+            else residuals.fitted(group.backend, group.precision, group.framework)
+            if group is not None
+            else None
         )
         predicted = with_interval(predicted, band)
     return replace(predicted, detail={**predicted.detail, "prior_step_s": prior.step_seconds})

@@ -229,14 +229,30 @@ def _is_max_pool(unit: Unit) -> bool:
     return unit.kind == "pool" and not unit.dims.get("avg", 0)
 
 
-def forward_seconds(route: PricesUnits, units: Sequence[Unit], batch: int) -> float:
+#: Unit kinds a graph compiler's training step fuses into the kernels around them: elementwise ops and copies (a
+#: GRU's gates, its slices and reshapes), which an eager framework runs as one kernel each and its unit sweep timed
+#: so, dispatch included. A compiled route's forward is priced without them; its per-node term and the passed
+#: elements' traffic carry what is left of them. Held out by family, torch.compile's GRU went from +58% to +32% and
+#: XLA's from +57% to +22% (docs/decisions.md, 2026-11-27, compiled routes' fused pointwise units).
+FUSED_KINDS = ("eltwise", "move")
+
+
+def fused_kinds(compiler: str) -> tuple[str, ...]:
+    """The unit kinds a trainer compiled by ``compiler`` fuses away (``FUSED_KINDS``; none for an eager one)."""
+    return FUSED_KINDS if compiler not in ("", "none") else ()
+
+
+def forward_seconds(route: PricesUnits, units: Sequence[Unit], batch: int, fused: Sequence[str] = ()) -> float:
     """Seconds of one forward pass of ``batch`` samples through ``units`` on ``route``, as a training step's fit
-    scales it: the sum of its units' times, max pools at ``MAX_POOL_FORWARD_SHARE``, without the per-query call cost
-    (the training fit's per-node term carries dispatch). NaN when ``units`` is empty or holds a kind the route has
-    not learned."""
+    scales it: the sum of its units' times, max pools at ``MAX_POOL_FORWARD_SHARE``, units of the ``fused`` kinds at
+    none (``fused_kinds``), without the per-query call cost (the training fit's per-node term carries dispatch). NaN
+    when ``units`` is empty or holds a kind the route has not learned."""
     units = kernel_units(units)
     if not units:
         return math.nan
+    units = [u for u in units if u.kind not in fused]
+    if not units:
+        return 0.0
     times = route.unit_seconds(units, batch)
     if np.isnan(times).any():
         return math.nan

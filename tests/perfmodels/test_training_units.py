@@ -181,6 +181,26 @@ def test_a_max_pool_weighs_less_than_its_forward_times_the_fits_factor_and_an_av
     assert forward_seconds(route, [gemm, avg_pool], 1) == pytest.approx(6e-6)  # type: ignore[arg-type]
 
 
+def test_a_compiled_trainer_is_priced_without_the_pointwise_units_its_compiler_fuses_and_an_eager_one_with_them():
+    """torch.compile and XLA fuse elementwise ops and copies into the kernels around them; an eager trainer runs each
+    as a kernel of its own, as the unit sweep timed it."""
+    gemm = _units(((64, 10),))[0]
+    gate = Unit("eltwise", {"elements": 128, "inputs": 2, "heavy": 1}, count=3)
+    copy = Unit("move", {"elements": 128}, count=2)
+
+    class _Each:
+        def unit_seconds(self, units, batch):
+            return np.full(len(units), 3e-6)
+
+    route = _Each()
+    assert training_units.fused_kinds("none") == ()
+    eager = forward_seconds(route, [gemm, gate, copy], 1, training_units.fused_kinds("none"))  # type: ignore[arg-type]
+    compiled = forward_seconds(route, [gemm, gate, copy], 1, training_units.fused_kinds("inductor"))  # type: ignore[arg-type]
+    assert eager == pytest.approx(6 * 3e-6)
+    assert compiled == pytest.approx(3e-6)
+    assert forward_seconds(route, [gate], 1, training_units.fused_kinds("xla")) == 0.0  # type: ignore[arg-type]
+
+
 #: name: family, (cin, cout, pixels) of each 3x3 convolution of one sample.
 CONV_MODELS = {
     "small_a": ("small", ((3, 8, 16), (8, 8, 16))),
@@ -314,6 +334,7 @@ def test_a_borrower_with_threading_of_its_own_is_priced_at_one_thread_and_sped_u
     monkeypatch.setitem(training_units.BORROWED_UNITS, ("tensorflow", "none"), training_units.Lender("pytorch"))
     lenders = leave_one_family_out(frame, units=_ThreadedUnits(), shipped=shipped)  # type: ignore[arg-type]
     assert lenders.step_rmspe() > 0.1
+
 
 #: How much slower than PyTorch's each TensorFlow route runs the same kernels in ``_tf_rows``' truth.
 TF_SCALES = {"none": 1.4, "xla": 2.2}
