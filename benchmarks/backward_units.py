@@ -112,11 +112,11 @@ class TrainingUnitModel:
     output_shape: tuple[int, ...]
 
 
-def training_unit_model(unit: Unit, seed: int = 0) -> TrainingUnitModel:
+def training_unit_model(unit: Unit, seed: int = 0, normalise: bool = True) -> TrainingUnitModel:
     """``unit``'s one-unit model with named nodes and its inputs turned into initializers (see the module
-    docstring)."""
+    docstring); ``normalise``: with a batch normalisation after every convolution."""
     proto, inputs = unit_model(trained(unit))
-    running = _normalise_convolutions(proto)
+    running = _normalise_convolutions(proto) if normalise else set()
     names = []
     for index, node in enumerate(proto.graph.node):
         node.name = f"{_UNIT_PREFIX}{index}"
