@@ -27,6 +27,7 @@ from runtime.passes.util import (
     elem_type_of,
     is_float32,
     make_node,
+    one_rank,
     plain_attrs,
     remove_nodes,
     replace_node,
@@ -144,8 +145,7 @@ def _sink(node: Node, graph: Graph, index: GraphIndex) -> bool:
         return False
     attrs = plain_attrs(node)
     if op in _BINARY:
-        shapes = {shape_of(graph, i) for i in node.inputs if index.constant(i) is None}
-        if len(shapes) != 1 or node.opset < 7:
+        if not one_rank(graph, [i for i in node.inputs if index.constant(i) is None]) or node.opset < 7:
             return False
     elif op in _POOLS:
         kernel = attrs.get("kernel_shape") or []

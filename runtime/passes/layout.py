@@ -34,6 +34,7 @@ from runtime.passes.util import (
     add_constant,
     is_float32,
     make_node,
+    one_rank,
     plain_attrs,
     remove_nodes,
     replace_node,
@@ -221,8 +222,7 @@ def _sink(node: Node, graph: Graph, index: GraphIndex) -> bool:
         inputs = _nhwc_inputs(node, index, graph if op in _BINARY else None)
         if inputs is None:
             return False
-        shapes = {shape_of(graph, i) for i in node.inputs if i and index.constant(i) is None}
-        if len(shapes) != 1:
+        if not one_rank(graph, [i for i in node.inputs if i and index.constant(i) is None]):
             return False
     elif op in ("MaxPool", "AveragePool") and len([o for o in node.outputs if o]) == 1 and len(node.outputs) == 1:
         kernel = node.attrs.get("kernel_shape") or []

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any, TypeVar
 
 import numpy as np
@@ -53,6 +53,22 @@ def shape_of(graph: Graph, name: str) -> tuple[Any, ...] | None:
         arr = graph.initializers.get(name)
         return tuple(arr.shape) if arr is not None else None
     return value.shape
+
+
+def one_rank(graph: Graph, names: Iterable[str]) -> bool:
+    """Whether every value of ``names`` has a known shape, all of one rank.
+
+    What a binary elementwise op needs to move across a layout change that permutes (or lifts) all its tensor
+    operands alike: broadcasting commutes with a common permutation of the axes, so their shapes need not be equal.
+    Equal is not even decidable where a model was exported with a dynamic length: it names each convolution's
+    output length apart (a WaveNet gate's ``unk__3`` against its filter's ``unk__4``)."""
+    ranks = set()
+    for name in names:
+        shape = shape_of(graph, name)
+        if shape is None:
+            return False
+        ranks.add(len(shape))
+    return len(ranks) == 1
 
 
 def elem_type_of(graph: Graph, name: str) -> int:

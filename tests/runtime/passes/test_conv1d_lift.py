@@ -68,3 +68,31 @@ def test_look_alikes_are_left_alone() -> None:
         nodes = compile_model(m, passes=["conv1d_lift"]).model.graph.nodes
         assert nodes[0].op_type == "Conv" and nodes[0].inputs[1] == first.input[1]
         assert [n.op_type for n in nodes].count("Unsqueeze") == 1
+
+
+def _gate(length: int | str) -> onnx.ModelProto:
+    """A WaveNet gate over a length the export left dynamic: tanh(filter conv) * sigmoid(gate conv), then a 1x1 conv.
+    Shape inference names the two convolutions' output lengths apart."""
+    nodes = [
+        helper.make_node("Conv", ["x", "wf"], ["f"], pads=[2, 0], dilations=[2]),
+        helper.make_node("Tanh", ["f"], ["tf"]),
+        helper.make_node("Conv", ["x", "wg"], ["g"], pads=[2, 0], dilations=[2]),
+        helper.make_node("Sigmoid", ["g"], ["sg"]),
+        helper.make_node("Mul", ["tf", "sg"], ["z"]),
+        helper.make_node("Conv", ["z", "wo"], ["out"]),
+    ]
+    init = [
+        const("wf", rng.standard_normal((8, 4, 2)) * 0.3),
+        const("wg", rng.standard_normal((8, 4, 2)) * 0.3),
+        const("wo", rng.standard_normal((6, 8, 1)) * 0.3),
+    ]
+    return model(nodes, [vi("x", shape=[1, 4, length])], [vi("out", shape=[1, 6, length])], init)
+
+
+@pytest.mark.parametrize("length", ["t", 37])
+def test_a_gate_over_a_dynamic_length_stays_nhwc_between_its_convolutions(length: int | str) -> None:
+    feeds = {"x": rng.standard_normal((1, 4, 37)).astype(np.float32)}
+    exe = compare(_gate(length), feeds, layout="nhwc", rtol=1e-4)
+    ops = ops_of(exe)
+    # one change back to NCHW, at the output: the gate's product runs NHWC (each Conv reading x lifts it on its own)
+    assert ops.count("NhwcConv") == 3 and ops.count("ToNchw") == 1

@@ -128,3 +128,24 @@ def test_a_relu_after_an_nhwc_concat_becomes_a_compiled_chain() -> None:
     exe = compare(m, {"x": rng.standard_normal((1, 3, 6, 6)).astype(np.float32)}, layout="nhwc", rtol=1e-4)
     ops = [n.op_type for n in exe.model.graph.nodes]
     assert "Relu" not in ops and "ElementwiseChain" in ops and "NhwcConcat" in ops
+
+
+def test_a_product_broadcasting_two_nhwc_tensors_stays_nhwc() -> None:
+    """conv(x) * conv(GAP(x)): [N, 8, H, W] times [N, 8, 1, 1], both from NHWC convolutions. Broadcasting commutes
+    with the one permutation both operands take, so the product runs NHWC and the graph changes layout once out."""
+    nodes = [
+        helper.make_node("Conv", ["x", "wa"], ["a"], pads=[1, 1, 1, 1]),
+        helper.make_node("GlobalAveragePool", ["x"], ["g"]),
+        helper.make_node("Conv", ["g", "wb"], ["b"]),
+        helper.make_node("Mul", ["a", "b"], ["m"]),
+        helper.make_node("Conv", ["m", "wc"], ["y"]),
+    ]
+    init = [
+        const("wa", rng.standard_normal((8, 3, 3, 3))),
+        const("wb", rng.standard_normal((8, 3, 1, 1))),
+        const("wc", rng.standard_normal((4, 8, 1, 1))),
+    ]
+    m = model(nodes, [vi("x", shape=["n", 3, 9, 9])], [vi("y", shape=["n", 4, 9, 9])], init)
+    exe = compare(m, {"x": rng.standard_normal((2, 3, 9, 9)).astype(np.float32)}, layout="nhwc", rtol=1e-4)
+    ops = Counter(n.op_type for n in exe.model.graph.nodes)
+    assert ops["NhwcConv"] == 3 and ops["ToNchw"] == 1
