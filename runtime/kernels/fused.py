@@ -244,6 +244,7 @@ CHAIN_UNARY = {
     "Sqrt": 13,
     "Reciprocal": 14,
     "Clip": 15,
+    "LeakyRelu": 16,
 }
 #: Operand kinds: none (unary), a scalar, a tensor of the output's shape, a vector along the last axis.
 KIND_NONE, KIND_SCALAR, KIND_FULL, KIND_INNER = 0, 1, 2, 3
@@ -358,6 +359,8 @@ class ElementwiseChain(IntoKernel):
                     np.divide(t(1), y, out=y)
                 elif op == 15:
                     np.minimum(np.maximum(y, t(self.scalars[idx]), out=y), t(self.scalars[idx + 1]), out=y)
+                elif op == 16:
+                    np.multiply(y, np.where(y < 0, t(self.scalars[idx]), t(1)), out=y)
         return y
 
 

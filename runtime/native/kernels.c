@@ -1157,7 +1157,7 @@ API void ap_gelu(const int64_t *a) {
  * vectors broadcast along the last axis (length `inner`). Step = (op, operand kind, operand index, swapped). */
 enum { EW_X, EW_Y, EW_N, EW_INNER, EW_NSTEPS, EW_STEPS, EW_OPERANDS, EW_SCALARS, EW_NARGS };
 enum { EO_ADD, EO_SUB, EO_MUL, EO_DIV, EO_MAX, EO_MIN, EO_RELU, EO_NEG, EO_ABS, EO_EXP, EO_ERF, EO_SIGMOID,
-       EO_TANH, EO_SQRT, EO_RECIP, EO_CLIP };
+       EO_TANH, EO_SQRT, EO_RECIP, EO_CLIP, EO_LEAKY_RELU };
 enum { EK_NONE, EK_SCALAR, EK_FULL, EK_INNER };
 #define EW_CHUNK 1024
 
@@ -1244,6 +1244,11 @@ static void ew_task(const void *vctx, long task) {
       case EO_CLIP: {
         v16 lo = vsplat(scalars[idx]), hi = vsplat(scalars[idx + 1]);
         EW_UNARY_LOOP(vmin(vmax(v, lo), hi));
+        break;
+      }
+      case EO_LEAKY_RELU: {
+        v16 alpha = vsplat(scalars[idx]);
+        EW_UNARY_LOOP(vblend((vi16)(v < 0.0f), v * alpha, v));
         break;
       }
       default: break;

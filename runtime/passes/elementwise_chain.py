@@ -3,11 +3,11 @@
     # Relu(Add(Mul(x, s), b)) -> ElementwiseChain(x; Mul s, Add b, Relu)
     # op(ElementwiseChain(x; ...)) -> ElementwiseChain(x; ..., op)        extends an existing chain
 
-A step is a unary op (Relu, Neg, Abs, Exp, Erf, Sigmoid, Tanh, Sqrt, Reciprocal, Clip with constant bounds) or a
-binary one (Add, Sub, Mul, Div, Max, Min) whose other operand is a scalar constant, a vector along the last axis,
-or any tensor broadcasting to the chain's shape. Every link's output is read only by the next link and is not a
-graph output; every step keeps the chain's shape (the first input is never broadcast up). At least two steps, or a
-lone Relu/Clip/Sigmoid reading the output of one of the passes' fused ops.
+A step is a unary op (Relu, Neg, Abs, Exp, Erf, Sigmoid, Tanh, Sqrt, Reciprocal, Clip with constant bounds,
+LeakyRelu) or a binary one (Add, Sub, Mul, Div, Max, Min) whose other operand is a scalar constant, a vector along
+the last axis, or any tensor broadcasting to the chain's shape. Every link's output is read only by the next link
+and is not a graph output; every step keeps the chain's shape (the first input is never broadcast up). At least two
+steps, or a lone activation (``LONE_ACTIVATIONS``) reading the output of one of the passes' fused ops.
 """
 
 from __future__ import annotations
@@ -57,9 +57,11 @@ def _step(node: Node, current: str, chain: _Chain, graph: Graph, index: GraphInd
     """Append ``node`` (reading ``current``) to ``chain``; False when it is not a chain link."""
     if node.domain or not is_float32(graph, node.outputs[0]) or len(node.outputs) != 1:
         return False
-    if shape_of(graph, node.outputs[0]) != chain.shape:
-        return False
     op = node.op_type
+    # a unary step keeps its input's shape whatever shape inference named the output's dims (a dynamic batch may come
+    # out as ``batch`` after ``unk__0``); a binary one must not broadcast the chain up
+    if op not in CHAIN_UNARY and shape_of(graph, node.outputs[0]) != chain.shape:
+        return False
     if op in CHAIN_BINARY:
         if node.opset < _MIN_OPSET[op] or len(node.inputs) != 2 or node.inputs[0] == node.inputs[1]:
             return False
@@ -86,6 +88,11 @@ def _step(node: Node, current: str, chain: _Chain, graph: Graph, index: GraphInd
                 return False
             chain.steps += [CHAIN_UNARY[op], KIND_NONE, len(chain.scalars), 0]
             chain.scalars += [act[1], act[2]]
+        elif op == "LeakyRelu":
+            if len(node.inputs) != 1:
+                return False
+            chain.steps += [CHAIN_UNARY[op], KIND_NONE, len(chain.scalars), 0]
+            chain.scalars.append(float(np.float32(node.attrs.get("alpha", 0.01))))
         else:
             if len(node.inputs) != 1:
                 return False
@@ -122,7 +129,8 @@ def _grow(start: Node, graph: Graph, index: GraphIndex) -> _Chain | None:
     else:
         if start.domain or not start.inputs or not start.outputs:
             return None
-        out_shape = shape_of(graph, start.outputs[0])
+        unary = start.op_type in CHAIN_UNARY
+        out_shape = shape_of(graph, start.inputs[0] if unary else start.outputs[0])
         mains = [i for i in start.inputs[:2] if i and index.constant(i) is None and shape_of(graph, i) == out_shape]
         # dims known, or named (a dynamic batch): the kernel checks operand shapes again at run time
         if not mains or out_shape is None or not all(isinstance(d, int) or d for d in out_shape):
@@ -143,10 +151,16 @@ def _grow(start: Node, graph: Graph, index: GraphIndex) -> _Chain | None:
     return chain
 
 
+#: Activations that form a chain of their own right after one of the passes' fused ops (``_lone_activation``).
+LONE_ACTIVATIONS = ("Relu", "Clip", "Sigmoid", "Tanh", "LeakyRelu")
+
+
 def _lone_activation(chain: _Chain, index: GraphIndex) -> bool:
-    """A single Relu, Clip or Sigmoid right after one of the passes' fused ops is worth a chain too: the compiled kernel
-    writes into a planned buffer, so the ops around it can run prebound. (Elsewhere the op keeps its own kernel.)"""
-    if len(chain.nodes) != 1 or chain.nodes[0].op_type not in ("Relu", "Clip", "Sigmoid") or len(chain.shape) < 2:
+    """A single activation (``LONE_ACTIVATIONS``) right after one of the passes' fused ops is worth a chain too: the
+    compiled kernel writes into a planned buffer, so the ops around it can run prebound, and NumPy's own Tanh and
+    LeakyRelu (a comparison, a select and a product) took 14-20 us on the 8k-32k elements after a VAE decoder's
+    NHWC transposed convolutions, 3-6x the compiled chain's time. (Elsewhere the op keeps its own kernel.)"""
+    if len(chain.nodes) != 1 or chain.nodes[0].op_type not in LONE_ACTIVATIONS or len(chain.shape) < 2:
         return False
     producer = index.producers.get(chain.x)
     return producer is not None and producer.domain == "com.appopt"

@@ -104,7 +104,7 @@ def table_drift(text: str) -> list[str]:
         "fused.CHAIN_UNARY": (fused.CHAIN_UNARY, {"Relu": "EO_RELU", "Neg": "EO_NEG", "Abs": "EO_ABS",
                                                   "Exp": "EO_EXP", "Erf": "EO_ERF", "Sigmoid": "EO_SIGMOID",
                                                   "Tanh": "EO_TANH", "Sqrt": "EO_SQRT", "Reciprocal": "EO_RECIP",
-                                                  "Clip": "EO_CLIP"}),
+                                                  "Clip": "EO_CLIP", "LeakyRelu": "EO_LEAKY_RELU"}),
         "fused.KIND_*": ({k: v for k, v in vars(fused).items() if k.startswith("KIND_")},
                          {"KIND_NONE": "EK_NONE", "KIND_SCALAR": "EK_SCALAR", "KIND_FULL": "EK_FULL",
                           "KIND_INNER": "EK_INNER"}),

@@ -81,3 +81,37 @@ def test_a_lone_relu_after_a_fused_op_becomes_a_compiled_chain() -> None:
     assert ops_of(with_fusion) == ["ElementwiseChain", "FusedMatMul"]  # the Relu went into the product
     lone_exp = model([helper.make_node("Exp", ["x"], ["y"])], [vi("x", shape=SHAPE)], [vi("y", shape=SHAPE)])
     assert ops_of(compare(lone_exp, {"x": FEEDS["x"]}, passes=["elementwise_chain"])) == ["Exp"]
+
+
+def test_leaky_relu_is_a_step_with_its_slope_on_numpy_and_compiled(numpy_only: None) -> None:
+    nodes = [
+        helper.make_node("Mul", ["x", "two"], ["a"]),
+        helper.make_node("LeakyRelu", ["a"], ["b"], alpha=0.2),
+        helper.make_node("Add", ["b", "vec"], ["y"]),
+    ]
+    exe = compare(_m(nodes), FEEDS, passes=["elementwise_chain"], exact=True)
+    assert ops_of(exe) == ["ElementwiseChain"]
+
+
+def test_leaky_relu_compiled_agrees() -> None:
+    nodes = [
+        helper.make_node("Mul", ["x", "two"], ["a"]),
+        helper.make_node("LeakyRelu", ["a"], ["y"]),  # the default slope, 0.01
+    ]
+    exe = compare(_m(nodes), FEEDS, passes=["elementwise_chain"], rtol=2e-6)
+    assert ops_of(exe) == ["ElementwiseChain"]
+
+
+def test_a_lone_tanh_after_a_fused_op_chains_though_its_output_names_the_batch_apart() -> None:
+    """A dynamic batch comes out of shape inference as ``unk__0`` before the Tanh and as the graph's ``batch`` after
+    it (a VAE decoder's last transposed convolution, run NHWC): a unary step keeps its input's shape, so the names
+    need not agree."""
+    nodes = [
+        helper.make_node("Conv", ["x", "v"], ["a"], pads=[1, 1, 1, 1]),
+        helper.make_node("ConvTranspose", ["a", "w"], ["c"], strides=[2, 2], pads=[1, 1, 1, 1], kernel_shape=[4, 4]),
+        helper.make_node("Tanh", ["c"], ["y"]),
+    ]
+    init = [const("v", rng.standard_normal((3, 3, 3, 3)) * 0.3), const("w", rng.standard_normal((3, 4, 4, 4)) * 0.2)]
+    m = model(nodes, [vi("x", shape=["n", 3, 5, 16])], [vi("y", shape=["batch", 4, 10, 32])], init)
+    exe = compare(m, {"x": FEEDS["x"]}, passes=["layout", "elementwise_chain"], rtol=2e-5, layout="nhwc")
+    assert ops_of(exe) == ["ToNhwc", "NhwcConv", "NhwcConvTranspose", "ElementwiseChain", "ToNchw"]
