@@ -4,6 +4,9 @@
     # Transpose(x, identity) -> x
     # Reshape(Reshape(x, s1), s2) -> Reshape(x, s2)             s2 constant without 0 entries
     # Reshape(x, s) -> x                                         x already has the (static) target shape
+    # Transpose(Reshape(ToNchw(t), [N, C, H*W]), [0, 2, 1])
+    #     -> Reshape(t, [0, -1, C])                              a vision transformer's patch tokens (``flatten(2)
+    #                                                            .transpose(1, 2)``) of an NHWC map: its own rows
 
 Readers are rewired only when the removed value is not a graph output and no subgraph reads it; a Transpose or
 Reshape whose output becomes unread is left for dead-node elimination.
@@ -13,9 +16,11 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+import numpy as np
+
 from runtime.ir import Graph, Node
 from runtime.passes.pipeline import Pass
-from runtime.passes.util import GraphIndex, shape_of
+from runtime.passes.util import GraphIndex, add_constant, make_node, replace_node, shape_of
 
 if TYPE_CHECKING:
     from runtime.passes.pipeline import PassContext
@@ -41,6 +46,35 @@ def _static(shape: object) -> bool:
     return isinstance(shape, tuple) and all(isinstance(d, int) for d in shape)
 
 
+def _nhwc_tokens(node: Node, perm: list[int], graph: Graph, index: GraphIndex) -> str | None:
+    """``t`` when ``node`` is ``Transpose(Reshape(ToNchw(t), [N, C, H*W]), [0, 2, 1])``: the tokens of an NCHW map
+    ``t`` holds in NHWC, which are ``t``'s own rows, ``[N, H*W, C]`` in ``h * W + w`` order either way."""
+    reshape = index.producers.get(node.inputs[0])
+    if perm != [0, 2, 1] or reshape is None or reshape.op_type != "Reshape" or reshape.domain or reshape.opset < 5:
+        return None
+    to_nchw = index.producers.get(reshape.inputs[0])
+    if to_nchw is None or to_nchw.op_type != "ToNchw" or to_nchw.domain != "com.appopt":
+        return None
+    t, target = to_nchw.inputs[0], index.constant(reshape.inputs[1])
+    nhwc = shape_of(graph, t)
+    if nhwc is None or len(nhwc) != 4 or target is None or target.size != 3:
+        return None
+    n, h, w, c = nhwc
+    batch, channels, length = (int(v) for v in target.reshape(-1))
+    same_batch = batch == 0 or (isinstance(n, int) and batch == n)  # 0 copies the input's batch (allowzero off)
+    whole_map = length == -1 or (isinstance(h, int) and isinstance(w, int) and length == h * w)
+    if not (same_batch and whole_map and isinstance(c, int) and channels == c) or reshape.attrs.get("allowzero"):
+        return None
+    return t
+
+
+def _patch_tokens(node: Node, t: str, graph: Graph) -> Node:
+    """``Reshape(t, [0, -1, C])`` writing ``node``'s output."""
+    channels = shape_of(graph, t)[3]  # type: ignore[index]
+    target = add_constant(graph, f"{node.name}_tokens", np.array([0, -1, channels], dtype=np.int64))
+    return make_node(graph, "Reshape", [t, target], [node.outputs[0]], f"{node.name}_tokens", domain="", opset=14)
+
+
 def run(graph: Graph, ctx: PassContext) -> int:
     index = GraphIndex(graph)
     rewrites = 0
@@ -52,6 +86,12 @@ def run(graph: Graph, ctx: PassContext) -> int:
             in_shape = shape_of(graph, node.inputs[0])
             perm = _perm(node, len(in_shape) if in_shape is not None else None)
             if perm is None:
+                continue
+            tokens = _nhwc_tokens(node, perm, graph, index)
+            if tokens is not None:
+                replace_node(graph, node, [_patch_tokens(node, tokens, graph)])
+                index.refresh()
+                rewrites += 1
                 continue
             if perm == list(range(len(perm))):
                 if _rewire(index, out, node.inputs[0]):
