@@ -153,17 +153,28 @@ def _grow(start: Node, graph: Graph, index: GraphIndex) -> _Chain | None:
 
 #: Activations that form a chain of their own right after one of the passes' fused ops (``_lone_activation``).
 LONE_ACTIVATIONS = ("Relu", "Clip", "Sigmoid", "Tanh", "LeakyRelu")
+#: Binary ops that do too when one of their tensor operands is such an op's output: a residual added after the
+#: activation (a TCN's ``relu(conv(x)) + x``), which the convolution's epilogue cannot take.
+LONE_SUMS = ("Add", "Sub", "Mul")
 
 
 def _lone_activation(chain: _Chain, index: GraphIndex) -> bool:
-    """A single activation (``LONE_ACTIVATIONS``) right after one of the passes' fused ops is worth a chain too: the
-    compiled kernel writes into a planned buffer, so the ops around it can run prebound, and NumPy's own Tanh and
-    LeakyRelu (a comparison, a select and a product) took 14-20 us on the 8k-32k elements after a VAE decoder's
-    NHWC transposed convolutions, 3-6x the compiled chain's time. (Elsewhere the op keeps its own kernel.)"""
-    if len(chain.nodes) != 1 or chain.nodes[0].op_type not in LONE_ACTIVATIONS or len(chain.shape) < 2:
+    """A single activation (``LONE_ACTIVATIONS``) or sum (``LONE_SUMS``) right after one of the passes' fused ops is
+    worth a chain too: the compiled kernel writes into a planned buffer, so the ops around it can run prebound, and
+    NumPy's own Tanh and LeakyRelu (a comparison, a select and a product) took 14-20 us on the 8k-32k elements after
+    a VAE decoder's NHWC transposed convolutions, 3-6x the compiled chain's time, a TCN's residual sums 10-24 us.
+    (Elsewhere the op keeps its own kernel.)"""
+    if len(chain.nodes) != 1 or len(chain.shape) < 2:
         return False
-    producer = index.producers.get(chain.x)
-    return producer is not None and producer.domain == "com.appopt"
+    node = chain.nodes[0]
+    if node.op_type in LONE_ACTIVATIONS:
+        reads = [chain.x]
+    elif node.op_type in LONE_SUMS:
+        reads = [name for name in node.inputs if index.constant(name) is None]
+    else:
+        return False
+    producers = [index.producers.get(name) for name in reads]
+    return any(p is not None and p.domain == "com.appopt" for p in producers)
 
 
 def run(graph: Graph, ctx: PassContext) -> int:

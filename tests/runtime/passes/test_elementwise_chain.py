@@ -115,3 +115,21 @@ def test_a_lone_tanh_after_a_fused_op_chains_though_its_output_names_the_batch_a
     m = model(nodes, [vi("x", shape=["n", 3, 5, 16])], [vi("y", shape=["batch", 4, 10, 32])], init)
     exe = compare(m, {"x": FEEDS["x"]}, passes=["layout", "elementwise_chain"], rtol=2e-5, layout="nhwc")
     assert ops_of(exe) == ["ToNhwc", "NhwcConv", "NhwcConvTranspose", "ElementwiseChain", "ToNchw"]
+
+
+def test_a_residual_added_after_a_fused_convolutions_activation_chains() -> None:
+    """``relu(conv(x)) + x`` (a TCN block): the convolution's epilogue takes the ReLU but not a sum after it; the
+    lone Add reading its output becomes a compiled chain, and a lone Add of two graph inputs stays an Add."""
+    nodes = [
+        helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1]),
+        helper.make_node("Relu", ["c"], ["r"]),
+        helper.make_node("Add", ["r", "x"], ["y"]),
+    ]
+    init = [const("w", rng.standard_normal((3, 3, 3, 3)) * 0.3)]
+    m = model(nodes, [vi("x", shape=[2, 3, 5, 16])], [vi("y", shape=[2, 3, 5, 16])], init)
+    feeds = {"x": FEEDS["x"]}
+    exe = compare(m, feeds, passes=["conv_fusion", "layout", "elementwise_chain"], rtol=1e-5, layout="nhwc")
+    assert "ElementwiseChain" in ops_of(exe) and "Add" not in ops_of(exe)
+    plain = model([helper.make_node("Add", ["x", "z"], ["y"])], [vi("x", shape=SHAPE), vi("z", shape=SHAPE)],
+                  [vi("y", shape=SHAPE)])  # fmt: skip
+    assert ops_of(compare(plain, FEEDS, passes=["elementwise_chain"])) == ["Add"]
