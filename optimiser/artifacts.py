@@ -263,11 +263,18 @@ def ships_runtime_runner(plan: Plan, model_file: str | None, trainer: str | None
 
 def _training_engine(plan: Plan, catalog: Catalog, model_file: str | None) -> str | None:
     """The ``runtime train --engine`` of a training plan for an ONNX model or a built-in architecture with no
-    command, on a framework whose catalog entry names one (``trains_onnx``: PyTorch); None otherwise."""
+    command, on a framework whose catalog entry names one (``trains_onnx``: PyTorch, TensorFlow), compiled where the
+    runtime has that engine (``tensorflow-xla`` for TensorFlow's XLA route); None otherwise."""
     app = plan.spec.application
     if app.type != "training" or app.command or (model_file is None and _built_in_architecture(plan, catalog) is None):
         return None
-    return catalog.frameworks[plan.choice.route.framework].trains_onnx
+    engine = catalog.frameworks[plan.choice.route.framework].trains_onnx
+    if engine is None or plan.choice.route.compiler in ("", "none"):
+        return engine
+    from runtime.training.run import ENGINES
+
+    compiled = f"{engine}-{plan.choice.route.compiler}"
+    return compiled if compiled in ENGINES else engine
 
 
 def _built_in_architecture(plan: Plan, catalog: Catalog) -> tuple[str, ...] | None:

@@ -325,6 +325,10 @@ class _Enumerator:
                 reason = f"{self.target.hardware.id} has no {prec} support"
             elif prec == "int8" and self.mode == "training":
                 reason = "int8 is for inference only"
+            elif self._trains_onnx_file(fw) and prec not in (fw.trains_onnx_precisions or supported):
+                reason = f"{fw.id} trains an ONNX model (python -m runtime train --engine {fw.trains_onnx}) at " + (
+                    ", ".join(fw.trains_onnx_precisions or supported) + " only"
+                )
             elif selection := _selection_problem("precisions", prec, self.spec):
                 reason = selection
             if reason is None:
@@ -334,6 +338,12 @@ class _Enumerator:
         if not out and wanted == "auto":
             self._exclude("no usable precision", framework=fw.id)
         return out
+
+    def _trains_onnx_file(self, fw: Framework) -> bool:
+        """Whether a training plan on ``fw`` trains the spec's ONNX model through ``python -m runtime train`` (the
+        framework cannot read it itself, and the spec brings no command of its own)."""
+        app = self.spec.application
+        return self.mode == "training" and app.model.onnx is not None and not app.command and not fw.reads_onnx
 
     def _layouts(self, fw: Framework) -> list[str]:
         layouts = fw.layouts.get(self.target.device_key, ["NCHW"])

@@ -843,7 +843,10 @@ class TrainingFit:
         the thread count nearest the host's, carried as the fitted model says the step runs:
 
         * priced by inference kernel units (``units``): times the host's factor for the model's forward units
-          (``calibration_factor``), the units the model prices;
+          (``calibration_factor``), the units the model prices; a route on its own threading (``threads_own``:
+          TensorFlow's eager steps) times one core's GEMM peak there over here and its own thread exponent from the
+          source's thread count to the host's, as the engines' kernels thread otherwise (the thread-count proxy 1:2
+          had TensorFlow at 41.9% carried by them, 22.2% so; docs/decisions.md, 2026-11-27);
         * by FLOPs and bytes (``flops``): the same coefficients with the host's measured GEMM peak and bandwidth at
           its threads (the route's thread exponent included), as the model's features are defined;
         * by the framework's own training units (``train_units``, swept and priced at one thread, sped up by the
@@ -862,7 +865,15 @@ class TrainingFit:
         n = int(fitted.detail["threads"])
         peak, _ = self.peaks[(calibration.source, n)]
         used = self._unit_priced_group(workload, route, calibration.source, n) or group
-        if used.features == "units":
+        if used.features == "units" and threads_own(route.framework, route.compiler):
+            # its steps thread as its own rows say, not as the calibrated engines' kernels do (at two threads here
+            # they ran 1.6-1.9x faster, TensorFlow's steps 1.05x): one core's speed carries it, its exponent the rest
+            factor = (peak / n) / (host.peak_gflops / host.threads) * (n / host.threads) ** used.thread_exponent
+            how = (
+                f"x{factor:.3g}, one core's GEMM peak there over here and its own threading from {n} to "
+                f"{host.threads} thread(s)"
+            )
+        elif used.features == "units":
             carried = calibration_factor(calibration, host.units, workload, route, n)
             if carried is None:
                 return None

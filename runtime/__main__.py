@@ -2,7 +2,7 @@
 
     python -m runtime compile MODEL.onnx -o OUT [--engine appopt|openvino|tvm|iree] [--trials N]
     python -m runtime train MODEL.onnx --data FILE.npz -o TRAINED.onnx [--epochs N] [--checkpoint DIR --resume]
-                            [--engine appopt|torch] ...
+                            [--engine appopt|torch|tensorflow|tensorflow-xla] ...
     python -m runtime train --arch resnet50 (--data FILE.npz | --synthetic N) -o TRAINED.onnx [--classes N]
                             [--image-size S] ...
     python -m runtime run MODEL_OR_OUT [--input name=file.npy ...] [--random] [--repeat N] [--threads N]
@@ -22,6 +22,8 @@ from runtime.errors import RuntimeModelError
 
 
 def _parser() -> argparse.ArgumentParser:
+    from runtime.training.run import ENGINES  # (the trainers themselves are imported when one is asked for)
+
     parser = argparse.ArgumentParser(prog="python -m runtime", description="appopt's ONNX compiler and runtime")
     sub = parser.add_subparsers(dest="command", required=True)
     comp = sub.add_parser("compile", help="check, optimise and save a model for fast start-up")
@@ -73,7 +75,7 @@ def _parser() -> argparse.ArgumentParser:
     train.add_argument("--threads", type=int, default=None)
     train.add_argument("--seed", type=int, default=0)
     train.add_argument(
-        "--engine", default="appopt", choices=["appopt", "torch"], help="who trains (default: this runtime)"
+        "--engine", default="appopt", choices=list(ENGINES), help="who trains (default: this runtime)"
     )
     sub.add_parser("passes", help="list the graph passes in running order, each with why it sits there")
     return parser

@@ -193,6 +193,8 @@ class Framework(Component):
     #: ``python -m runtime train --engine`` value that trains an ONNX model in this framework (the runtime's sources
     #: carry the converter), so a training plan may pick it for ``application.model.onnx`` without a command.
     trains_onnx: str | None = None
+    #: The precisions that trainer trains at (None: every precision the framework runs).
+    trains_onnx_precisions: list[str] | None = None
     #: True if it only runs model files (no model definitions of its own): inference on it needs
     #: ``application.model.onnx``, or an ``application.command`` that brings its own model.
     model_files_only: bool = False

@@ -93,3 +93,11 @@ def load_npz(path: str | os.PathLike[str], test_fraction: float = 0.2, seed: int
     raise TrainingError(
         f"data file {str(file)!r} needs arrays x_train and y_train (or x and y); it has {sorted(arrays) or 'none'}"
     )
+
+
+def class_ids(y: np.ndarray) -> np.ndarray:
+    """``y`` as int64 class ids (cross-entropy's targets); TrainingError naming the dtype when they are not integers."""
+    arr = np.asarray(y)
+    if arr.dtype.kind not in "iu":
+        raise TrainingError(f"labels must be integer class ids for cross_entropy, got {arr.dtype}")
+    return arr.astype(np.int64, copy=False)

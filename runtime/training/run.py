@@ -23,12 +23,14 @@ from runtime.training.trainer import EpochStats, Trainer
 if TYPE_CHECKING:
     import onnx
 
+    from runtime.training.tf_trainer import TfTrainer
     from runtime.training.torch_trainer import TorchTrainer
 
 OPTIMIZERS = ("sgd", "adam")
 PRECISIONS = ("fp32", "fp16", "bf16")
-#: Who trains: the runtime's own executor, or PyTorch (``runtime.training.torch_trainer``, for PyTorch plans).
-ENGINES = ("appopt", "torch")
+#: Who trains: the runtime's own executor, PyTorch (``runtime.training.torch_trainer``, for PyTorch plans), or
+#: TensorFlow with or without XLA (``runtime.training.tf_trainer``, for TensorFlow plans).
+ENGINES = ("appopt", "torch", "tensorflow", "tensorflow-xla")
 
 
 @dataclass
@@ -119,13 +121,19 @@ def train_to_file(
     if engine not in ENGINES:
         raise TrainingError(f"--engine: {engine!r}; use {' or '.join(ENGINES)}")
     validation = (data.x_test, data.y_test) if data.x_test is not None and data.y_test is not None else None
-    trainer: Trainer | TorchTrainer
+    trainer: Trainer | TorchTrainer | TfTrainer
     if engine == "torch":
         try:
             from runtime.training.torch_trainer import TorchTrainer
         except ImportError:
             raise TrainingError("--engine torch: the torch package is not installed") from None
         trainer = TorchTrainer(_source(model), config, resume=resume)
+    elif engine in ("tensorflow", "tensorflow-xla"):
+        try:
+            from runtime.training.tf_trainer import TfTrainer
+        except ImportError:
+            raise TrainingError(f"--engine {engine}: the tensorflow package is not installed") from None
+        trainer = TfTrainer(_source(model), config, resume=resume, jit_compile=engine == "tensorflow-xla")
     else:
         trainer = Trainer(_source(model), config, resume=resume)
     if trainer.resumed_from is not None:

@@ -24,7 +24,7 @@ from runtime.atomic import write_atomic
 from runtime.ir import Value
 from runtime.loader import ModelSource, load_model_proto
 from runtime.training.config import TrainConfig, TrainingError
-from runtime.training.data import Features, as_feeds
+from runtime.training.data import Features, as_feeds, class_ids
 from runtime.training.export import export_trained
 from runtime.training.torch_module import OnnxModule
 from runtime.training.trainer import EpochStats
@@ -114,7 +114,7 @@ class TorchTrainer:
     ) -> list[EpochStats]:
         """Train up to ``config.epochs`` epochs (counting those a resumed checkpoint already did)."""
         inputs = self._tensors(x)
-        target = torch.from_numpy(_labels(y)).to(self.device)
+        target = torch.from_numpy(class_ids(y)).to(self.device)
         n = len(target)
         if any(len(t) != n for t in inputs):
             raise TrainingError(f"data: {n} targets but {[len(t) for t in inputs]} samples")
@@ -149,7 +149,7 @@ class TorchTrainer:
     def evaluate(self, x: Features, y: np.ndarray, batch_size: int = 512) -> dict[str, float]:
         """Mean loss and accuracy of the model (in inference mode) on ``(x, y)``."""
         inputs = self._tensors(x)
-        target = torch.from_numpy(_labels(y)).to(self.device)
+        target = torch.from_numpy(class_ids(y)).to(self.device)
         self.module.eval()
         total, correct = 0.0, 0
         with torch.no_grad(), self._autocast():
@@ -199,9 +199,3 @@ class TorchTrainer:
         self.history = [EpochStats(**h) for h in state.get("history", [])]
         self.resumed_from = directory
 
-
-def _labels(y: np.ndarray) -> np.ndarray:
-    arr = np.asarray(y)
-    if arr.dtype.kind not in "iu":
-        raise TrainingError(f"labels must be integer class ids for cross_entropy, got {arr.dtype}")
-    return arr.astype(np.int64, copy=False)

@@ -31,7 +31,7 @@ from runtime.executor import Executable, compile_model
 from runtime.loader import ModelSource, load_model_proto
 from runtime.training.checkpoint import has_checkpoint, load_checkpoint, save_checkpoint
 from runtime.training.config import TrainConfig, TrainingError
-from runtime.training.data import Features, as_feeds
+from runtime.training.data import Features, as_feeds, class_ids
 from runtime.training.export import export_trained
 from runtime.training.graph import TrainingGraph, build_training_graph
 from runtime.training.loss_scale import DynamicLossScaler
@@ -233,9 +233,7 @@ class Trainer:
         value = self.exe.inputs[self.graph.loss.target]
         arr = np.asarray(y)
         if self.config.loss == "cross_entropy":
-            if arr.dtype.kind not in "iu":
-                raise TrainingError(f"labels must be integer class ids for cross_entropy, got {arr.dtype}")
-            return arr.astype(np.int64, copy=False)
+            return class_ids(arr)
         from runtime.training.data import fit_to_input
 
         return fit_to_input(arr, value, "targets")
