@@ -16,8 +16,6 @@ from __future__ import annotations
 
 import io
 import json
-import math
-import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -30,6 +28,7 @@ from runtime.ir import Value
 from runtime.loader import ModelSource, load_model_proto
 from runtime.training.config import TrainConfig, TrainingError
 from runtime.training.data import Features, as_feeds, class_ids
+from runtime.training.epochs import train_epochs
 from runtime.training.export import export_trained
 from runtime.training.tf_module import OnnxTfGraph
 from runtime.training.trainer import EpochStats
@@ -139,33 +138,12 @@ class TfTrainer:
         n = len(target)
         if any(len(a) != n for a in inputs):
             raise TrainingError(f"data: {n} targets but {[len(a) for a in inputs]} samples")
-        bs = self.config.batch_size
-        while self.epoch < self.config.epochs:
-            order = np.random.default_rng([self.config.seed, self.epoch]).permutation(n)
-            started = time.perf_counter()
-            losses: list[float] = []
-            correct = 0
-            for start in range(0, n, bs):
-                idx = order[start : start + bs]
-                loss, scores = self._train([tf.constant(a[idx]) for a in inputs], tf.constant(target[idx]))
-                losses.append(float(loss))
-                correct += int((np.argmax(scores.numpy(), axis=1) == target[idx]).sum())
-            self.epoch += 1
-            stats = EpochStats(
-                epoch=self.epoch,
-                loss=float(np.mean(losses)) if losses else math.nan,
-                seconds=round(time.perf_counter() - started, 4),
-                steps=len(losses),
-                train_accuracy=correct / n if n else None,
-            )
-            if validation is not None:
-                metrics = self.evaluate(*validation)
-                stats.val_loss, stats.val_accuracy = metrics["loss"], metrics["accuracy"]
-            self.history.append(stats)
-            self.save_checkpoint()
-            if on_epoch is not None:
-                on_epoch(stats)
-        return self.history
+
+        def step(idx: np.ndarray) -> tuple[float, int]:
+            loss, scores = self._train([tf.constant(a[idx]) for a in inputs], tf.constant(target[idx]))
+            return float(loss), int((np.argmax(scores.numpy(), axis=1) == target[idx]).sum())
+
+        return train_epochs(self, n, step, validation, on_epoch)
 
     def evaluate(self, x: Features, y: np.ndarray, batch_size: int = 512) -> dict[str, float]:
         """Mean loss and accuracy of the model (in inference mode) on ``(x, y)``."""

@@ -9,8 +9,6 @@ or Adam). Mixed precision is ``torch.autocast`` (bf16 or fp16) on the device; CU
 from __future__ import annotations
 
 import json
-import math
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -25,6 +23,7 @@ from runtime.ir import Value
 from runtime.loader import ModelSource, load_model_proto
 from runtime.training.config import TrainConfig, TrainingError
 from runtime.training.data import Features, as_feeds, class_ids
+from runtime.training.epochs import train_epochs
 from runtime.training.export import export_trained
 from runtime.training.torch_module import OnnxModule
 from runtime.training.trainer import EpochStats
@@ -118,33 +117,13 @@ class TorchTrainer:
         n = len(target)
         if any(len(t) != n for t in inputs):
             raise TrainingError(f"data: {n} targets but {[len(t) for t in inputs]} samples")
-        bs = self.config.batch_size
-        while self.epoch < self.config.epochs:
-            order = torch.from_numpy(np.random.default_rng([self.config.seed, self.epoch]).permutation(n))
-            started = time.perf_counter()
-            losses: list[float] = []
-            correct = 0
-            for start in range(0, n, bs):
-                idx = order[start : start + bs].to(self.device)
-                loss, scores = self.train_step([t[idx] for t in inputs], target[idx])
-                losses.append(loss)
-                correct += int((scores.argmax(dim=1) == target[idx]).sum())
-            self.epoch += 1
-            stats = EpochStats(
-                epoch=self.epoch,
-                loss=float(np.mean(losses)) if losses else math.nan,
-                seconds=round(time.perf_counter() - started, 4),
-                steps=len(losses),
-                train_accuracy=correct / n if n else None,
-            )
-            if validation is not None:
-                metrics = self.evaluate(*validation)
-                stats.val_loss, stats.val_accuracy = metrics["loss"], metrics["accuracy"]
-            self.history.append(stats)
-            self.save_checkpoint()
-            if on_epoch is not None:
-                on_epoch(stats)
-        return self.history
+
+        def step(idx: np.ndarray) -> tuple[float, int]:
+            batch = torch.from_numpy(idx).to(self.device)
+            loss, scores = self.train_step([t[batch] for t in inputs], target[batch])
+            return loss, int((scores.argmax(dim=1) == target[batch]).sum())
+
+        return train_epochs(self, n, step, validation, on_epoch)
 
     def evaluate(self, x: Features, y: np.ndarray, batch_size: int = 512) -> dict[str, float]:
         """Mean loss and accuracy of the model (in inference mode) on ``(x, y)``."""
@@ -198,4 +177,3 @@ class TorchTrainer:
         self.epoch = int(state["epoch"])
         self.history = [EpochStats(**h) for h in state.get("history", [])]
         self.resumed_from = directory
-
