@@ -1,5 +1,6 @@
-"""The epoch loop the framework trainers share (``torch_trainer``, ``tf_trainer``): a seeded permutation of the
-samples per epoch, cut into batches, a line of figures per epoch, validation, a checkpoint after each."""
+"""What the framework trainers share (``torch_trainer``, ``tf_trainer``): the output their loss reads, whether a
+checkpoint is there to resume, and the epoch loop (a seeded permutation of the samples per epoch, cut into batches,
+a line of figures per epoch, validation, a checkpoint after each)."""
 
 from __future__ import annotations
 
@@ -10,10 +11,28 @@ from pathlib import Path
 from typing import Any, Protocol
 
 import numpy as np
+import onnx
 
-from runtime.training.config import TrainConfig
+from runtime.training.config import TrainConfig, TrainingError
 from runtime.training.data import Features
 from runtime.training.trainer import EpochStats
+
+
+def loss_reads(proto: onnx.ModelProto, output: str) -> tuple[str, str]:
+    """(what the cross-entropy reads, the value it reads) for a classifier whose ``output`` is ``proto``'s: the logits
+    before a final Softmax (``"Softmax"``, its input), the log-probabilities of a LogSoftmax (``"LogSoftmax"``,
+    ``output``), else ``output`` taken as logits (``""``). The model's own output is kept."""
+    producer = next((n for n in proto.graph.node if output in n.output), None)
+    reads = producer.op_type if producer is not None and producer.op_type in ("Softmax", "LogSoftmax") else ""
+    return reads, producer.input[0] if reads == "Softmax" and producer is not None else output
+
+
+def checkpoint_to_resume(config: TrainConfig, name: str) -> bool:
+    """Whether ``config.checkpoint_dir`` holds the checkpoint file ``name`` (TrainingError: no directory to look in)."""
+    if config.checkpoint_dir is None:
+        raise TrainingError("resume needs a checkpoint directory")
+    return (Path(config.checkpoint_dir) / name).is_file()
+
 
 #: One optimiser step on the batch of these sample indices: (its loss, how many of its samples it classed right).
 Step = Callable[[np.ndarray], tuple[float, int]]

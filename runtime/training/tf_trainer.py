@@ -28,7 +28,7 @@ from runtime.ir import Value
 from runtime.loader import ModelSource, load_model_proto
 from runtime.training.config import TrainConfig, TrainingError
 from runtime.training.data import Features, as_feeds, class_ids
-from runtime.training.epochs import train_epochs
+from runtime.training.epochs import checkpoint_to_resume, loss_reads, train_epochs
 from runtime.training.export import export_trained
 from runtime.training.tf_module import OnnxTfGraph
 from runtime.training.trainer import EpochStats
@@ -58,10 +58,7 @@ class TfTrainer:
         self.proto = load_model_proto(model)
         self.graph = OnnxTfGraph(self.proto)
         self.output = self.config.output or self.graph.output_names[0]
-        producer = next((n for n in self.proto.graph.node if self.output in n.output), None)
-        #: The model's own output is kept; the loss reads the logits (Softmax's input) or log-probabilities.
-        self.reads = producer.op_type if producer is not None and producer.op_type in ("Softmax", "LogSoftmax") else ""
-        self.logits = producer.input[0] if self.reads == "Softmax" and producer is not None else self.output
+        self.reads, self.logits = loss_reads(self.proto, self.output)
         if self.logits not in self.graph.output_names:
             self.graph.output_names.append(self.logits)
         inputs = {vi.name: Value.from_type(vi.name, vi.type) for vi in self.proto.graph.input}
@@ -79,11 +76,8 @@ class TfTrainer:
         self.epoch = 0
         self.history: list[EpochStats] = []
         self.resumed_from: Path | None = None
-        if resume:
-            if self.config.checkpoint_dir is None:
-                raise TrainingError("resume needs a checkpoint directory")
-            if (Path(self.config.checkpoint_dir) / CHECKPOINT).is_file():
-                self.load_checkpoint()
+        if resume and checkpoint_to_resume(self.config, CHECKPOINT):
+            self.load_checkpoint()
 
     def _loss(self, scores: tf.Tensor, target: tf.Tensor) -> tf.Tensor:
         if self.reads == "LogSoftmax":

@@ -23,7 +23,7 @@ from runtime.ir import Value
 from runtime.loader import ModelSource, load_model_proto
 from runtime.training.config import TrainConfig, TrainingError
 from runtime.training.data import Features, as_feeds, class_ids
-from runtime.training.epochs import train_epochs
+from runtime.training.epochs import checkpoint_to_resume, loss_reads, train_epochs
 from runtime.training.export import export_trained
 from runtime.training.torch_module import OnnxModule
 from runtime.training.trainer import EpochStats
@@ -48,10 +48,7 @@ class TorchTrainer:
         torch.manual_seed(self.config.seed)
         self.module = OnnxModule(self.proto).to(self.device)
         self.output = self.config.output or self.module.output_names[0]
-        producer = next((n for n in self.proto.graph.node if self.output in n.output), None)
-        #: The model's own output is kept; the loss reads the logits (Softmax's input) or log-probabilities.
-        self.reads = producer.op_type if producer is not None and producer.op_type in ("Softmax", "LogSoftmax") else ""
-        self.logits = producer.input[0] if self.reads == "Softmax" and producer is not None else self.output
+        self.reads, self.logits = loss_reads(self.proto, self.output)
         if self.logits != self.output:
             self.module.output_names.append(self.logits)
         inputs = {vi.name: Value.from_type(vi.name, vi.type) for vi in self.proto.graph.input}
@@ -74,11 +71,8 @@ class TorchTrainer:
         self.epoch = 0
         self.history: list[EpochStats] = []
         self.resumed_from: Path | None = None
-        if resume:
-            if self.config.checkpoint_dir is None:
-                raise TrainingError("resume needs a checkpoint directory")
-            if (Path(self.config.checkpoint_dir) / CHECKPOINT).is_file():
-                self.load_checkpoint()
+        if resume and checkpoint_to_resume(self.config, CHECKPOINT):
+            self.load_checkpoint()
 
     def _loss(self, outputs: dict[str, torch.Tensor], target: torch.Tensor) -> torch.Tensor:
         scores = outputs[self.logits].float()
