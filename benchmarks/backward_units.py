@@ -320,6 +320,41 @@ def backward_sweep_units(scale: float = 1.0, seed: int = SEED) -> list[Unit]:
     return draw_units(sizes, seed) + wide
 
 
+def sweep_common(
+    route: dict[str, Any], threads: int, notes: str, hardware: tuple[float, float, float] | None = None
+) -> dict[str, Any]:
+    """The fields every row of a training-unit sweep on ``route`` (its backend, framework, library, versions and
+    precision) shares: provenance, the kernel scenario at ``threads``, the machine's ``hardware`` (GEMM GFLOP/s at
+    ``threads``, copy and cache bandwidth GB/s; measured here when not given) and ``notes``."""
+    from benchmarks.kernels import measure_bandwidth, measure_cache_bandwidth, measure_gemm_peak
+    from benchmarks.results.provenance import collect
+
+    prov = collect()
+    peak, bandwidth, cache_bandwidth = hardware or (
+        measure_gemm_peak(threads),
+        measure_bandwidth() / 1e9,
+        measure_cache_bandwidth() / 1e9,
+    )
+    return {
+        "source": "measured",
+        "target": prov.target,
+        **prov.as_dict(),
+        "compiler": "none",
+        "layout": "NCHW",
+        **route,
+        "threads": threads,
+        "mode": "training",
+        "batch": 1,
+        "scenario": "kernel",
+        "metric": "ms",
+        "unit": "ms",
+        "peak_gflops": peak,
+        "bandwidth_gbs": bandwidth,
+        "cache_bandwidth_gbs": cache_bandwidth,
+        "notes": notes,
+    }
+
+
 def sweep_rows(
     units: list[Unit],
     threads: int = TRAINING_UNIT_THREADS,
@@ -334,38 +369,17 @@ def sweep_rows(
     ``appopt-runtime-amp`` route's, as its training steps are. A unit whose training graph cannot be built or run is
     reported to ``log`` and skipped. ``hardware``: the (GEMM GFLOP/s at ``threads``, copy and cache bandwidth GB/s)
     to record, measured here when not given."""
-    from benchmarks.kernels import measure_bandwidth, measure_cache_bandwidth, measure_gemm_peak
-    from benchmarks.results.provenance import ProbeWindow, collect, load_average
+    from benchmarks.results.provenance import ProbeWindow, load_average
 
-    prov = collect()
-    peak, bandwidth, cache_bandwidth = hardware or (
-        measure_gemm_peak(threads),
-        measure_bandwidth() / 1e9,
-        measure_cache_bandwidth() / 1e9,
-    )
-    common = {
-        "source": "measured",
-        "target": prov.target,
-        **prov.as_dict(),
+    route = {
         "backend": "appopt-runtime" if precision == "fp32" else "appopt-runtime-amp",
         "framework": "appopt-runtime",
-        "compiler": "none",
         "library": "numpy",
-        "layout": "NCHW",
         "backend_version": np.__version__,
         "library_versions": {"numpy": np.__version__, "onnx": onnx.__version__},
-        "threads": threads,
         "precision": precision,
-        "mode": "training",
-        "batch": 1,
-        "scenario": "kernel",
-        "metric": "ms",
-        "unit": "ms",
-        "peak_gflops": peak,
-        "bandwidth_gbs": bandwidth,
-        "cache_bandwidth_gbs": cache_bandwidth,
-        "notes": notes,
     }
+    common = sweep_common(route, threads, notes, hardware)
     for unit in units:
         window = ProbeWindow()
         try:

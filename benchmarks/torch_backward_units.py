@@ -40,6 +40,7 @@ from benchmarks.backward_units import (
     SEED,
     TrainingUnitModel,
     backward_sweep_units,
+    sweep_common,
     training_unit_model,
 )
 from perfmodels.training_units import BACKWARD_FAMILY, OPTIMIZER_FAMILY, TRAIN_FORWARD_FAMILY, TRAINING_UNIT_THREADS
@@ -159,38 +160,17 @@ def sweep_rows(
     (GEMM GFLOP/s at ``threads``, copy and cache bandwidth GB/s) to record, measured here when not given."""
     import torch
 
-    from benchmarks.kernels import measure_bandwidth, measure_cache_bandwidth, measure_gemm_peak
-    from benchmarks.results.provenance import ProbeWindow, collect, load_average
+    from benchmarks.results.provenance import ProbeWindow, load_average
 
-    prov = collect()
-    peak, bandwidth, cache_bandwidth = hardware or (
-        measure_gemm_peak(threads),
-        measure_bandwidth() / 1e9,
-        measure_cache_bandwidth() / 1e9,
-    )
-    common = {
-        "source": "measured",
-        "target": prov.target,
-        **prov.as_dict(),
+    route = {
         "backend": "torch",
         "framework": "pytorch",
-        "compiler": "none",
         "library": "aten",
-        "layout": "NCHW",
         "backend_version": torch.__version__,
         "library_versions": {"torch": torch.__version__, "onnx": onnx.__version__},
-        "threads": threads,
         "precision": "fp32",
-        "mode": "training",
-        "batch": 1,
-        "scenario": "kernel",
-        "metric": "ms",
-        "unit": "ms",
-        "peak_gflops": peak,
-        "bandwidth_gbs": bandwidth,
-        "cache_bandwidth_gbs": cache_bandwidth,
-        "notes": notes,
     }
+    common = sweep_common(route, threads, notes, hardware)
     for unit in units:
         window = ProbeWindow()
         try:
