@@ -30,6 +30,7 @@ from optimiser.catalog import load_catalog
 from optimiser.catalog.models import Catalog, Install
 from optimiser.errors import AppoptError, SpecError
 from optimiser.output_dir import exclusive_output_dir
+from optimiser.planner import runtime_architecture, trains_in_runtime
 from optimiser.report import appopt_version, plan_to_dict, render_markdown, spec_digest
 from optimiser.stages import Deployed, Plan
 from runtime.engines import compiled_engines, image_engine
@@ -62,7 +63,7 @@ def deployment_from_plan(plan: Plan, catalog: Catalog | None = None) -> Deployme
             installs.append(compiler.install_with[route.framework].for_key(key))
     installs += [catalog.libraries[lib].install.for_key(key) for lib in route.libraries]
     model_file = "model.onnx" if spec.application.model.onnx is not None else None
-    trainer = _training_engine(plan, catalog, model_file)
+    trainer = _training_engine(plan, catalog)
     ships_runtime = ships_runtime_runner(plan, model_file, trainer)
     if ships_runtime and route.framework != OUR_RUNTIME:
         installs.append(_runner_requirements(catalog, key, installs))
@@ -261,12 +262,11 @@ def ships_runtime_runner(plan: Plan, model_file: str | None, trainer: str | None
     return model_file is not None and not plan.spec.application.command and runner_engine(plan) is not None
 
 
-def _training_engine(plan: Plan, catalog: Catalog, model_file: str | None) -> str | None:
+def _training_engine(plan: Plan, catalog: Catalog) -> str | None:
     """The ``runtime train --engine`` of a training plan for an ONNX model or a built-in architecture with no
     command, on a framework whose catalog entry names one (``trains_onnx``: PyTorch, TensorFlow), compiled where the
     runtime has that engine (``tensorflow-xla`` for TensorFlow's XLA route); None otherwise."""
-    app = plan.spec.application
-    if app.type != "training" or app.command or (model_file is None and _built_in_architecture(plan, catalog) is None):
+    if not trains_in_runtime(plan.spec, catalog):
         return None
     engine = catalog.frameworks[plan.choice.route.framework].trains_onnx
     if engine is None or plan.choice.route.compiler in ("", "none"):
@@ -281,15 +281,12 @@ def _built_in_architecture(plan: Plan, catalog: Catalog) -> tuple[str, ...] | No
     """``--arch ID --image-size S`` for a training plan of a named architecture that ``runtime.architectures``
     builds, when the spec gives no command; None otherwise."""
     app = plan.spec.application
-    name = app.model.architecture
-    if app.type != "training" or app.command or name is None:
+    if app.type != "training" or app.command:
         return None
-    from runtime.architectures import ARCHITECTURES  # (imports onnx: only training plans of named models need it)
-
-    arch = catalog.get_architecture(name)
-    if arch.id not in ARCHITECTURES:
+    built = runtime_architecture(app.model.architecture, catalog)
+    if built is None:
         return None
-    return ("--arch", arch.id, "--image-size", str(arch.input_shape[-1]))
+    return ("--arch", built, "--image-size", str(catalog.architectures[built].input_shape[-1]))
 
 
 def _runner_requirements(catalog: Catalog, key: str, installs: list[Install]) -> Install:

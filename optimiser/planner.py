@@ -224,6 +224,27 @@ def with_setup(prediction: Prediction, route: Route, workload: Workload) -> Pred
 
 
 
+def runtime_architecture(name: str | None, catalog: Catalog) -> str | None:
+    """The catalog id of architecture ``name`` when ``runtime.architectures`` builds it (None: no name, or not built
+    there)."""
+    if name is None:
+        return None
+    from runtime.architectures import ARCHITECTURES  # (imports onnx: only training plans of named models need it)
+
+    arch = catalog.get_architecture(name).id
+    return arch if arch in ARCHITECTURES else None
+
+
+def trains_in_runtime(spec: AppSpec, catalog: Catalog) -> bool:
+    """Whether a training plan for ``spec`` on a framework with a trainer in the runtime (``trains_onnx``) trains
+    through ``python -m runtime train`` in its image: no command of its own, and an ONNX model or a named architecture
+    the runtime builds (``runtime_architecture``)."""
+    app = spec.application
+    if app.type != "training" or app.command:
+        return False
+    return app.model.onnx is not None or runtime_architecture(app.model.architecture, catalog) is not None
+
+
 class _Enumerator:
     """Walks the catalog for one spec and target, collecting routes and exclusions."""
 
@@ -235,6 +256,7 @@ class _Enumerator:
         self.convolutions = has_convolutions(workload)
         self.mode = spec.application.type
         self.excluded: list[Exclusion] = []
+        self._runtime_trains: bool | None = None  # trains_in_runtime, asked once
 
     def _exclude(self, reason: str, **what: str) -> None:
         self.excluded.append(Exclusion(what=what, reason=reason))
@@ -325,9 +347,10 @@ class _Enumerator:
                 reason = f"{self.target.hardware.id} has no {prec} support"
             elif prec == "int8" and self.mode == "training":
                 reason = "int8 is for inference only"
-            elif self._trains_onnx_file(fw) and prec not in (fw.trains_onnx_precisions or supported):
-                reason = f"{fw.id} trains an ONNX model (python -m runtime train --engine {fw.trains_onnx}) at " + (
-                    ", ".join(fw.trains_onnx_precisions or supported) + " only"
+            elif self._trains_in_runtime(fw) and prec not in (trainable := fw.trains_onnx_precisions or supported):
+                reason = (
+                    f"{fw.id} trains the model in its image with python -m runtime train --engine {fw.trains_onnx}, "
+                    f"at {', '.join(trainable)} only"
                 )
             elif selection := _selection_problem("precisions", prec, self.spec):
                 reason = selection
@@ -339,11 +362,14 @@ class _Enumerator:
             self._exclude("no usable precision", framework=fw.id)
         return out
 
-    def _trains_onnx_file(self, fw: Framework) -> bool:
-        """Whether a training plan on ``fw`` trains the spec's ONNX model through ``python -m runtime train`` (the
-        framework cannot read it itself, and the spec brings no command of its own)."""
-        app = self.spec.application
-        return self.mode == "training" and app.model.onnx is not None and not app.command and not fw.reads_onnx
+    def _trains_in_runtime(self, fw: Framework) -> bool:
+        """Whether a training plan on ``fw`` trains through ``python -m runtime train`` (``trains_in_runtime``, and
+        the framework names its trainer there)."""
+        if fw.trains_onnx is None:
+            return False
+        if self._runtime_trains is None:
+            self._runtime_trains = trains_in_runtime(self.spec, self.catalog)
+        return self._runtime_trains
 
     def _layouts(self, fw: Framework) -> list[str]:
         layouts = fw.layouts.get(self.target.device_key, ["NCHW"])

@@ -42,6 +42,22 @@ def test_the_image_trains_the_onnx_model_with_the_tensorflow_engine_of_its_route
 def test_a_precision_its_trainer_does_not_train_is_refused_with_the_reason(tmp_path: Path) -> None:
     result = CliRunner().invoke(app, ["plan", str(_spec(tmp_path, "bf16")), "-o", str(tmp_path / "out")])
     assert result.exit_code != 0
-    assert "tensorflow trains an ONNX model (python -m runtime train --engine tensorflow) at fp32 only" in (
+    assert "tensorflow trains the model in its image with python -m runtime train --engine tensorflow, at fp32" in (
         result.output
     )
+
+
+def test_a_named_architecture_trained_in_the_runtime_is_held_to_its_trainers_precisions_too(tmp_path: Path) -> None:
+    """``model: {architecture: resnet18}`` with no command trains through ``python -m runtime train --arch`` as well:
+    bf16 on TensorFlow would have written an entry its trainer refuses."""
+    spec = tmp_path / "arch.yaml"
+    spec.write_text(
+        "name: arch-tf\n"
+        "application: {type: training, model: {architecture: resnet18}, batch_size: 8, framework: tensorflow, "
+        "precision: bf16}\n"
+        "target: {cpu: {arch: x86_64, model: local}, scheduler: none}\n"
+        "container: {formats: [docker]}\n"
+    )
+    result = CliRunner().invoke(app, ["plan", str(spec), "-o", str(tmp_path / "out")])
+    assert result.exit_code != 0
+    assert "python -m runtime train --engine tensorflow, at fp32 only" in result.output
