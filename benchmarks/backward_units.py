@@ -30,7 +30,7 @@ import json
 import math
 import re
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -415,9 +415,20 @@ def sweep_rows(
                 f"{unit.signature()}: forward {times.forward_ms:.3f} ms, backward {times.backward_ms:.3f} ms"
                 f" (other_cpu {other_cpu})"
             )
-    for tensors, elements in OPTIMIZER_SHAPES if optimizer else ():
+    if optimizer:
+        yield from optimizer_rows(common, optimizer_seconds)
+
+
+def optimizer_rows(
+    common: dict[str, Any], seconds: Callable[[int, int], tuple[float, float | None]]
+) -> Iterator[dict[str, Any]]:
+    """One row per ``OPTIMIZER_SHAPES`` entry: ``seconds(tensors, elements)`` of one SGD-with-momentum update (wall,
+    and CPU where the trainer measures it), with ``common``'s fields."""
+    from benchmarks.results.provenance import ProbeWindow, load_average
+
+    for tensors, elements in OPTIMIZER_SHAPES:
         window = ProbeWindow()
-        wall, cpu = optimizer_seconds(tensors, elements)
+        wall, cpu = seconds(tensors, elements)
         if not window.ready():
             time.sleep(max(0.0, 0.25 - window.elapsed()))
         yield {
@@ -428,7 +439,7 @@ def sweep_rows(
             "settings": json.dumps({"tensors": tensors, "elements": elements, "optimizer": "sgd", "momentum": 0.9}),
             "value": wall * 1e3,
             "median_ms": wall * 1e3,
-            "cpu_ms": cpu * 1e3,
+            **({"cpu_ms": cpu * 1e3} if cpu is not None else {}),
             "queries": 5,
             "load_avg": load_average(),
             "other_cpu": window.read(),

@@ -36,14 +36,14 @@ from benchmarks.backward_units import (
     MAX_RUNS,
     MIN_RUNS,
     MIN_SECONDS,
-    OPTIMIZER_SHAPES,
     SEED,
     TrainingUnitModel,
     backward_sweep_units,
+    optimizer_rows,
     sweep_common,
     training_unit_model,
 )
-from perfmodels.training_units import BACKWARD_FAMILY, OPTIMIZER_FAMILY, TRAIN_FORWARD_FAMILY, TRAINING_UNIT_THREADS
+from perfmodels.training_units import BACKWARD_FAMILY, TRAIN_FORWARD_FAMILY, TRAINING_UNIT_THREADS
 
 DEFAULT_NOTES = "benchmarks.torch_backward_units"
 #: PyTorch's SGD momentum, as ``benchmarks.trainers.torch_eager`` trains.
@@ -199,23 +199,8 @@ def sweep_rows(
             }
         if log is not None:
             log(f"{unit.signature()}: forward {times.forward_ms:.3f} ms, backward {times.backward_ms:.3f} ms")
-    for tensors, elements in OPTIMIZER_SHAPES if optimizer else ():
-        window = ProbeWindow()
-        wall = optimizer_seconds(tensors, elements)
-        if not window.ready():
-            time.sleep(max(0.0, 0.25 - window.elapsed()))
-        yield {
-            **common,
-            "model": f"sgd_momentum_{tensors}x{elements}",
-            "family": OPTIMIZER_FAMILY,
-            "params": float(tensors * elements),
-            "settings": json.dumps({"tensors": tensors, "elements": elements, "optimizer": "sgd", "momentum": 0.9}),
-            "value": wall * 1e3,
-            "median_ms": wall * 1e3,
-            "queries": 5,
-            "load_avg": load_average(),
-            "other_cpu": window.read(),
-        }
+    if optimizer:
+        yield from optimizer_rows(common, lambda tensors, elements: (optimizer_seconds(tensors, elements), None))
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -271,7 +271,7 @@ def _training_engine(plan: Plan, catalog: Catalog) -> str | None:
     engine = catalog.frameworks[plan.choice.route.framework].trains_onnx
     if engine is None or plan.choice.route.compiler in ("", "none"):
         return engine
-    from runtime.training.run import ENGINES
+    from runtime.training.config import ENGINES
 
     compiled = f"{engine}-{plan.choice.route.compiler}"
     return compiled if compiled in ENGINES else engine

@@ -22,7 +22,7 @@ from runtime.errors import RuntimeModelError
 
 
 def _parser() -> argparse.ArgumentParser:
-    from runtime.training.run import ENGINES  # (the trainers themselves are imported when one is asked for)
+    from runtime.training.config import ENGINES  # (the trainers themselves are imported when one is asked for)
 
     parser = argparse.ArgumentParser(prog="python -m runtime", description="appopt's ONNX compiler and runtime")
     sub = parser.add_subparsers(dest="command", required=True)

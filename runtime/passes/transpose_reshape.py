@@ -46,9 +46,10 @@ def _static(shape: object) -> bool:
     return isinstance(shape, tuple) and all(isinstance(d, int) for d in shape)
 
 
-def _nhwc_tokens(node: Node, perm: list[int], graph: Graph, index: GraphIndex) -> str | None:
-    """``t`` when ``node`` is ``Transpose(Reshape(ToNchw(t), [N, C, H*W]), [0, 2, 1])``: the tokens of an NCHW map
-    ``t`` holds in NHWC, which are ``t``'s own rows, ``[N, H*W, C]`` in ``h * W + w`` order either way."""
+def _nhwc_tokens(node: Node, perm: list[int], graph: Graph, index: GraphIndex) -> tuple[str, int] | None:
+    """``t`` and its channels ``C`` when ``node`` is ``Transpose(Reshape(ToNchw(t), [N, C, H*W]), [0, 2, 1])``: the
+    tokens of an NCHW map ``t`` holds in NHWC, which are ``t``'s own rows, ``[N, H*W, C]`` in ``h * W + w`` order
+    either way."""
     reshape = index.producers.get(node.inputs[0])
     if perm != [0, 2, 1] or reshape is None or reshape.op_type != "Reshape" or reshape.domain or reshape.opset < 5:
         return None
@@ -65,12 +66,11 @@ def _nhwc_tokens(node: Node, perm: list[int], graph: Graph, index: GraphIndex) -
     whole_map = length == -1 or (isinstance(h, int) and isinstance(w, int) and length == h * w)
     if not (same_batch and whole_map and isinstance(c, int) and channels == c) or reshape.attrs.get("allowzero"):
         return None
-    return t
+    return t, c
 
 
-def _patch_tokens(node: Node, t: str, graph: Graph) -> Node:
-    """``Reshape(t, [0, -1, C])`` writing ``node``'s output."""
-    channels = shape_of(graph, t)[3]  # type: ignore[index]
+def _patch_tokens(node: Node, t: str, channels: int, graph: Graph) -> Node:
+    """``Reshape(t, [0, -1, channels])`` writing ``node``'s output."""
     target = add_constant(graph, f"{node.name}_tokens", np.array([0, -1, channels], dtype=np.int64))
     return make_node(graph, "Reshape", [t, target], [node.outputs[0]], f"{node.name}_tokens", domain="", opset=14)
 
@@ -89,7 +89,7 @@ def run(graph: Graph, ctx: PassContext) -> int:
                 continue
             tokens = _nhwc_tokens(node, perm, graph, index)
             if tokens is not None:
-                replace_node(graph, node, [_patch_tokens(node, tokens, graph)])
+                replace_node(graph, node, [_patch_tokens(node, *tokens, graph)])
                 index.refresh()
                 rewrites += 1
                 continue

@@ -10,6 +10,9 @@ from runtime.errors import RuntimeModelError
 
 OPTIMIZERS = ("sgd", "adam")
 PRECISIONS = ("fp32", "fp16", "bf16")
+#: Who trains: the runtime's own executor, PyTorch (``runtime.training.torch_trainer``, for PyTorch plans), or
+#: TensorFlow with or without XLA (``runtime.training.tf_trainer``, for TensorFlow plans).
+ENGINES = ("appopt", "torch", "tensorflow", "tensorflow-xla")
 LOSSES = ("cross_entropy", "mse")
 
 

@@ -1,12 +1,12 @@
-"""What the framework trainers share (``torch_trainer``, ``tf_trainer``): the output their loss reads, whether a
-checkpoint is there to resume, and the epoch loop (a seeded permutation of the samples per epoch, cut into batches,
-a line of figures per epoch, validation, a checkpoint after each)."""
+"""What the framework trainers share (``torch_trainer``, ``tf_trainer``): the output their loss reads, the samples
+the data hold, whether a checkpoint is there to resume, and the epoch loop (a seeded permutation of the samples per
+epoch, cut into batches, a line of figures per epoch, validation, a checkpoint after each)."""
 
 from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence, Sized
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -32,6 +32,14 @@ def checkpoint_to_resume(config: TrainConfig, name: str) -> bool:
     if config.checkpoint_dir is None:
         raise TrainingError("resume needs a checkpoint directory")
     return (Path(config.checkpoint_dir) / name).is_file()
+
+
+def sample_count(inputs: Sequence[Sized], target: Sized) -> int:
+    """How many samples ``target`` labels; TrainingError when an input holds another count."""
+    n = len(target)
+    if any(len(a) != n for a in inputs):
+        raise TrainingError(f"data: {n} targets but {[len(a) for a in inputs]} samples")
+    return n
 
 
 #: One optimiser step on the batch of these sample indices: (its loss, how many of its samples it classed right).

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from runtime.training.config import TrainConfig, TrainingError
+from runtime.training.config import ENGINES, OPTIMIZERS, PRECISIONS, TrainConfig, TrainingError
 from runtime.training.data import Dataset, load_npz, split
 from runtime.training.export import save_model_atomic
 from runtime.training.trainer import EpochStats, Trainer
@@ -26,11 +26,6 @@ if TYPE_CHECKING:
     from runtime.training.tf_trainer import TfTrainer
     from runtime.training.torch_trainer import TorchTrainer
 
-OPTIMIZERS = ("sgd", "adam")
-PRECISIONS = ("fp32", "fp16", "bf16")
-#: Who trains: the runtime's own executor, PyTorch (``runtime.training.torch_trainer``, for PyTorch plans), or
-#: TensorFlow with or without XLA (``runtime.training.tf_trainer``, for TensorFlow plans).
-ENGINES = ("appopt", "torch", "tensorflow", "tensorflow-xla")
 
 
 @dataclass

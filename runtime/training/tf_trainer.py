@@ -28,7 +28,7 @@ from runtime.ir import Value
 from runtime.loader import ModelSource, load_model_proto
 from runtime.training.config import TrainConfig, TrainingError
 from runtime.training.data import Features, as_feeds, class_ids
-from runtime.training.epochs import checkpoint_to_resume, loss_reads, train_epochs
+from runtime.training.epochs import checkpoint_to_resume, loss_reads, sample_count, train_epochs
 from runtime.training.export import export_trained
 from runtime.training.tf_module import OnnxTfGraph
 from runtime.training.trainer import EpochStats
@@ -129,9 +129,7 @@ class TfTrainer:
     ) -> list[EpochStats]:
         """Train up to ``config.epochs`` epochs (counting those a resumed checkpoint already did)."""
         inputs, target = self._arrays(x), class_ids(y)
-        n = len(target)
-        if any(len(a) != n for a in inputs):
-            raise TrainingError(f"data: {n} targets but {[len(a) for a in inputs]} samples")
+        n = sample_count(inputs, target)
 
         def step(idx: np.ndarray) -> tuple[float, int]:
             loss, scores = self._train([tf.constant(a[idx]) for a in inputs], tf.constant(target[idx]))

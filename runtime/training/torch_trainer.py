@@ -23,7 +23,7 @@ from runtime.ir import Value
 from runtime.loader import ModelSource, load_model_proto
 from runtime.training.config import TrainConfig, TrainingError
 from runtime.training.data import Features, as_feeds, class_ids
-from runtime.training.epochs import checkpoint_to_resume, loss_reads, train_epochs
+from runtime.training.epochs import checkpoint_to_resume, loss_reads, sample_count, train_epochs
 from runtime.training.export import export_trained
 from runtime.training.torch_module import OnnxModule
 from runtime.training.trainer import EpochStats
@@ -108,9 +108,7 @@ class TorchTrainer:
         """Train up to ``config.epochs`` epochs (counting those a resumed checkpoint already did)."""
         inputs = self._tensors(x)
         target = torch.from_numpy(class_ids(y)).to(self.device)
-        n = len(target)
-        if any(len(t) != n for t in inputs):
-            raise TrainingError(f"data: {n} targets but {[len(t) for t in inputs]} samples")
+        n = sample_count(inputs, target)
 
         def step(idx: np.ndarray) -> tuple[float, int]:
             batch = torch.from_numpy(idx).to(self.device)

@@ -6,6 +6,7 @@ import pytest
 
 from analysis.units import Unit, decode_units
 from benchmarks import torch_backward_units
+from benchmarks.backward_units import OPTIMIZER_SHAPES
 from perfmodels.training_units import BACKWARD_FAMILY, OPTIMIZER_FAMILY, TRAIN_FORWARD_FAMILY
 
 CONV = Unit("conv", {"n": 2, "cin": 8, "cout": 16, "h": 8, "w": 8, "kh": 3, "kw": 3, "stride": 1, "group": 1,
@@ -21,7 +22,7 @@ def test_each_unit_gives_a_forward_and_a_backward_row_and_the_optimiser_its_own(
     assert [decode_units(r["units"])[0] for r in units[::2]] == [CONV, MAX_POOL]
     assert all(r["framework"] == "pytorch" and r["threads"] == 1 and r["value"] > 0 for r in units)
     optimizer = [r for r in rows if r["family"] == OPTIMIZER_FAMILY]
-    assert len(optimizer) == len(torch_backward_units.OPTIMIZER_SHAPES)
+    assert len(optimizer) == len(OPTIMIZER_SHAPES)
 
 
 def test_a_convolution_is_timed_without_a_normalisation_and_its_weights_get_gradients() -> None:
