@@ -10,9 +10,11 @@ from runtime.errors import RuntimeModelError
 
 OPTIMIZERS = ("sgd", "adam")
 PRECISIONS = ("fp32", "fp16", "bf16")
-#: Who trains: the runtime's own executor, PyTorch (``runtime.training.torch_trainer``, for PyTorch plans), or
-#: TensorFlow with or without XLA (``runtime.training.tf_trainer``, for TensorFlow plans).
-ENGINES = ("appopt", "torch", "tensorflow", "tensorflow-xla")
+#: Who trains: the runtime's own executor, PyTorch eager or with the model compiled by ``torch.compile``
+#: (``runtime.training.torch_trainer``, for PyTorch plans), or TensorFlow with or without XLA
+#: (``runtime.training.tf_trainer``, for TensorFlow plans). A compiled engine is named ``{engine}-{compiler}``, the
+#: catalog's ``trains_onnx`` and the route's compiler id, which is how a plan's image entry picks it.
+ENGINES = ("appopt", "torch", "torch-inductor", "tensorflow", "tensorflow-xla")
 LOSSES = ("cross_entropy", "mse")
 
 

@@ -117,12 +117,12 @@ def train_to_file(
         raise TrainingError(f"--engine: {engine!r}; use {' or '.join(ENGINES)}")
     validation = (data.x_test, data.y_test) if data.x_test is not None and data.y_test is not None else None
     trainer: Trainer | TorchTrainer | TfTrainer
-    if engine == "torch":
+    if engine in ("torch", "torch-inductor"):
         try:
             from runtime.training.torch_trainer import TorchTrainer
         except ImportError:
-            raise TrainingError("--engine torch: the torch package is not installed") from None
-        trainer = TorchTrainer(_source(model), config, resume=resume)
+            raise TrainingError(f"--engine {engine}: the torch package is not installed") from None
+        trainer = TorchTrainer(_source(model), config, resume=resume, compiled=engine == "torch-inductor")
     elif engine in ("tensorflow", "tensorflow-xla"):
         try:
             from runtime.training.tf_trainer import TfTrainer

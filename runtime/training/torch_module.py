@@ -64,6 +64,12 @@ class OnnxModule(nn.Module):
                 continue
             self.slots[init.name] = slot
         self.input_names, self.output_names = checked.input_names, list(checked.output_names)
+        #: The nodes as plain Python (op function, attributes, input and output names): ``torch.compile`` traces the
+        #: forward through these, where each read of a protobuf node broke its graph and recompiled every op alone.
+        self.program: list[tuple[Op, dict[str, Any], tuple[str, ...], tuple[str, ...]]] = [
+            (OPS[node.op_type], attrs, tuple(node.input), tuple(node.output))
+            for node, attrs in zip(self.nodes, self.attrs, strict=True)
+        ]
 
     def values(self) -> dict[str, np.ndarray]:
         """Every trained parameter and running statistic, by ONNX initializer name (for ``export_trained``)."""
@@ -73,11 +79,11 @@ class OnnxModule(nn.Module):
         env: dict[str, Any] = dict(self.constants)
         env.update({name: getattr(self, slot) for name, slot in self.slots.items()})
         env.update(zip(self.input_names, inputs, strict=True))
-        for node, attrs in zip(self.nodes, self.attrs, strict=True):
-            args = [env[i] if i else None for i in node.input]
-            result = OPS[node.op_type](self, attrs, *args)
+        for fn, attrs, inputs_of, outputs_of in self.program:
+            args = [env[i] if i else None for i in inputs_of]
+            result = fn(self, attrs, *args)
             outs = result if isinstance(result, tuple) else (result,)
-            for name, value in zip(node.output, outs, strict=False):
+            for name, value in zip(outputs_of, outs, strict=False):
                 if name:
                     env[name] = value
         return {name: env[name] for name in self.output_names}

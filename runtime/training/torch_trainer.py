@@ -1,14 +1,23 @@
-"""``TorchTrainer``: the runtime's ``Trainer`` interface with PyTorch doing the work (``--engine torch``).
+"""``TorchTrainer``: the runtime's ``Trainer`` interface with PyTorch doing the work (``--engine torch``, or
+``torch-inductor`` with the model compiled by ``torch.compile``).
 
 A PyTorch training plan for an ONNX model, with no command of its own, runs ``python -m runtime train MODEL --engine
-torch``: the same data, batch order (a seeded permutation per epoch), epoch lines, checkpoints and ONNX export as the
-runtime's own trainer, with the model run as an ``OnnxModule`` and optimised by ``torch.optim`` (SGD with momentum,
-or Adam). Mixed precision is ``torch.autocast`` (bf16 or fp16) on the device; CUDA when present, else the CPU.
+torch`` (``torch-inductor`` on the torch.compile route): the same data, batch order (a seeded permutation per epoch),
+epoch lines, checkpoints and ONNX export as the runtime's own trainer, with the model run as an ``OnnxModule`` and
+optimised by ``torch.optim`` (SGD with momentum, or Adam). Mixed precision is ``torch.autocast`` (bf16 or fp16) on
+the device; CUDA when present, else the CPU.
+
+Compiled, the module's forward is ``torch.compile(module, dynamic=False)`` (inductor; its backward is compiled with
+it) and the optimiser step stays eager, as ``benchmarks.trainers.torch_compile`` measures the route. The first step
+of each batch shape compiles (an epoch's short last batch and evaluation's are shapes of their own), and inductor's
+CPU backend builds C++ with the system compiler: the route's image installs one (the catalog's ``inductor``).
+Checkpoints and the export read the uncompiled module, so they are the eager engine's and either engine resumes them.
 """
 
 from __future__ import annotations
 
 import json
+import shutil
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -34,19 +43,32 @@ _AUTOCAST = {"bf16": torch.bfloat16, "fp16": torch.float16}
 
 
 class TorchTrainer:
-    """Trains ``model`` with ``config`` in PyTorch; ``resume=True`` continues from ``config.checkpoint_dir``."""
+    """Trains ``model`` with ``config`` in PyTorch (``compiled``: its forward and backward by ``torch.compile``);
+    ``resume=True`` continues from ``config.checkpoint_dir``."""
 
-    def __init__(self, model: ModelSource, config: TrainConfig | None = None, *, resume: bool = False) -> None:
+    def __init__(
+        self, model: ModelSource, config: TrainConfig | None = None, *, resume: bool = False, compiled: bool = False
+    ) -> None:
         self.config = config or TrainConfig()
         self.config.validate()
+        self.engine = "torch-inductor" if compiled else "torch"
         if self.config.loss != "cross_entropy":
-            raise TrainingError("--engine torch trains classifiers (cross_entropy) only")
+            raise TrainingError(f"--engine {self.engine} trains classifiers (cross_entropy) only")
+        if compiled and not torch.cuda.is_available() and not (shutil.which("g++") or shutil.which("c++")):
+            raise TrainingError(
+                "--engine torch-inductor: torch.compile builds C++ on a CPU and no C++ compiler is on PATH "
+                "(install g++, or train with --engine torch)"
+            )
         self.proto = load_model_proto(model)
         self.device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
         if self.config.threads:
             torch.set_num_threads(self.config.threads)
         torch.manual_seed(self.config.seed)
         self.module = OnnxModule(self.proto).to(self.device)
+        #: What runs the forward: the module itself, or its compiled form (the parameters are the module's).
+        self.forward: Callable[..., dict[str, torch.Tensor]] = (
+            torch.compile(self.module, dynamic=False) if compiled else self.module
+        )
         self.output = self.config.output or self.module.output_names[0]
         self.reads, self.logits = loss_reads(self.proto, self.output)
         if self.logits != self.output:
@@ -90,7 +112,7 @@ class TorchTrainer:
         """One optimiser step on a batch; returns its loss and the logits."""
         self.module.train()
         with self._autocast():
-            outputs = self.module(*inputs)
+            outputs = self.forward(*inputs)
             loss = self._loss(outputs, target)
         self.optimizer.zero_grad(set_to_none=True)
         loss.backward()
@@ -126,7 +148,7 @@ class TorchTrainer:
         with torch.no_grad(), self._autocast():
             for start in range(0, len(target), batch_size):
                 part = slice(start, start + batch_size)
-                outputs = self.module(*(t[part] for t in inputs))
+                outputs = self.forward(*(t[part] for t in inputs))
                 total += float(self._loss(outputs, target[part])) * len(target[part])
                 correct += int((outputs[self.logits].argmax(dim=1) == target[part]).sum())
         n = max(len(target), 1)
@@ -134,7 +156,8 @@ class TorchTrainer:
 
     def export(self) -> onnx.ModelProto:
         """The original model with the trained weights and running statistics."""
-        summary = {"epochs": self.epoch, "optimizer": self.config.optimizer, "engine": f"torch {torch.__version__}"}
+        engine = f"{self.engine} {torch.__version__}"
+        summary = {"epochs": self.epoch, "optimizer": self.config.optimizer, "engine": engine}
         return export_trained(self.proto, self.module.values(), {"appopt.training": json.dumps(summary)})
 
     # -- checkpoints (after every epoch, atomic) ------------------------------------------------------------------

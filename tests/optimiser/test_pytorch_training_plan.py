@@ -1,5 +1,6 @@
 """A PyTorch training plan for an ONNX model, with no command: its image trains the model on the spec's data with
-``python -m runtime train --engine torch`` (the runtime's sources ship as the trainer), not a bare python3."""
+``python -m runtime train --engine torch`` (``torch-inductor`` on the torch.compile route; the runtime's sources ship
+as the trainer), not a bare python3."""
 
 from __future__ import annotations
 
@@ -31,10 +32,14 @@ container:
 """
 
 
-def _plan(tmp_path: Path, framework: str = "pytorch", command: str = "") -> Path:
+def _plan(tmp_path: Path, framework: str = "pytorch", command: str = "", compiler: str | None = None) -> Path:
     shutil.copy2(EXAMPLES / "digits_mlp.onnx", tmp_path / "digits_mlp.onnx")
     _separable_npz(tmp_path / "data.npz", n=64)
-    (tmp_path / "train.yaml").write_text(SPEC.format(framework=framework, command=command))
+    text = SPEC.format(framework=framework, command=command)
+    if compiler is not None:  # that route alone: the other denied (running without a compiler is allowed unless so)
+        other = "none" if compiler == "inductor" else "inductor"
+        text += f"optimisation: {{deny: {{compilers: [{other}]}}}}\n"
+    (tmp_path / "train.yaml").write_text(text)
     out = tmp_path / "out"
     result = CliRunner().invoke(app, ["plan", str(tmp_path / "train.yaml"), "-o", str(out)])
     assert result.exit_code == 0, result.output
@@ -46,15 +51,28 @@ def test_the_image_trains_the_onnx_model_with_the_torch_engine_on_the_specs_data
     deployment = json.loads((out / "deployment.json").read_text())
     choice = json.loads((out / "plan.json").read_text())["choice"]
     assert choice["framework"] == "pytorch"
+    engine = "torch-inductor" if choice["compiler"] == "inductor" else "torch"
     assert deployment["run_argv"] == [
         "python3", "-m", "runtime", "train", "/opt/app/model.onnx", "--data", "/opt/app/data/data.npz",
         "-o", "trained.onnx", "--batch-size", "16", "--precision", choice["precision"], "--epochs", "2",
-        "--checkpoint", "checkpoints", "--resume", "--engine", "torch",
+        "--checkpoint", "checkpoints", "--resume", "--engine", engine,
     ]  # fmt: skip
     assert "runtime" in deployment["app_files"]  # the trainer ships with the image
     packages = {p.split("==")[0] for p in deployment["pip_packages"]}
     assert {"torch", "onnx", "numpy"} <= packages
     assert "bare python3" not in (out / "plan.md").read_text()
+
+
+@pytest.mark.parametrize(("compiler", "engine"), [("none", "torch"), ("inductor", "torch-inductor")])
+def test_the_image_trains_with_the_engine_of_the_chosen_compiler(tmp_path: Path, compiler: str, engine: str) -> None:
+    """The torch.compile route's image compiles as its predicted steps did (it trained eagerly before), and installs
+    the C++ compiler inductor builds with."""
+    out = _plan(tmp_path, compiler=compiler)
+    choice = json.loads((out / "plan.json").read_text())["choice"]
+    assert (choice["framework"], choice["compiler"]) == ("pytorch", compiler)
+    deployment = json.loads((out / "deployment.json").read_text())
+    assert deployment["run_argv"][-2:] == ["--engine", engine]
+    assert ("g++" in (out / "Dockerfile").read_text()) == (compiler == "inductor")
 
 
 def test_a_command_of_its_own_still_wins(tmp_path: Path) -> None:

@@ -106,3 +106,34 @@ def test_a_checkpoint_of_another_optimizer_is_refused_in_one_line(tmp_path: Path
     adam = TrainConfig(epochs=2, batch_size=32, optimizer="adam", lr=1e-3, checkpoint_dir=str(tmp_path / "ck"))
     with pytest.raises(TrainingError, match="was made with optimizer 'sgd', not 'adam'"):
         TorchTrainer(str(MLP), adam, resume=True)
+
+
+@pytest.mark.slow  # inductor compiles the forward and backward: ~30 s on 2 cores
+def test_the_compiled_engine_trains_as_the_eager_one_does(tmp_path: Path) -> None:
+    """``--engine torch-inductor`` (the torch.compile route's image): the same seeded steps as eager PyTorch, to
+    float tolerance, and an export the eager engine's checkpoint layout shares."""
+    data = load_npz(_separable_npz(tmp_path / "data.npz", n=96))
+    config = TrainConfig(epochs=2, batch_size=32, lr=0.05, threads=1)
+    eager = TorchTrainer(str(MLP), config)
+    compiled = TorchTrainer(str(MLP), config, compiled=True)
+    assert compiled.forward is not compiled.module
+    losses = [[h.loss for h in t.fit(data.x_train, data.y_train)] for t in (eager, compiled)]
+    np.testing.assert_allclose(losses[1], losses[0], rtol=1e-4)
+    trained = [t.module.values() for t in (eager, compiled)]
+    for name, value in trained[0].items():
+        np.testing.assert_allclose(trained[1][name], value, rtol=1e-4, atol=1e-6)
+    assert '"engine": "torch-inductor ' in compiled.export().metadata_props[0].value
+
+
+def test_the_compiled_engine_without_a_cpp_compiler_says_so(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("runtime.training.torch_trainer.shutil.which", lambda _name: None)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    with pytest.raises(TrainingError, match=r"--engine torch-inductor: .* no C\+\+ compiler is on PATH"):
+        TorchTrainer(str(MLP), TrainConfig(epochs=1), compiled=True)
+
+
+def test_torch_compile_traces_the_module_as_one_graph() -> None:
+    """The compiled engine's forward is one graph: a graph break per node recompiled each op for every shape and
+    fell back to eager after eight (the digits MLP's epoch ended on dynamo's recompile limit)."""
+    explained = torch._dynamo.explain(OnnxModule(digits_cnn(0)).train())(torch.randn(4, 1, 8, 8))
+    assert (explained.graph_count, explained.graph_break_count) == (1, 0), explained.break_reasons
