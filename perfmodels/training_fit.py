@@ -71,6 +71,7 @@ Time to solution = epochs × steps per epoch × step time + what the measured fi
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import weakref
@@ -313,12 +314,20 @@ def thread_exponent(rows: pd.DataFrame) -> float:
     """How a route's steps speed up with threads, from its own rows: the median over (model, batch) measured at
     several thread counts of log(t_fewest / t_most) / log(most / fewest), clipped to [0, 1]; 0 (one core's speed)
     with no such pair. PyTorch's steps here run 1.0-1.75x faster on a second thread, appopt-runtime's not at all."""
-    slopes = []
-    for _, part in rows.groupby(["model", "batch"]):
-        times = part.groupby("threads")["value"].median()
-        if len(times) >= 2 and times.index[0] > 0:
-            lo, hi = float(times.index[0]), float(times.index[-1])
-            slopes.append(math.log(float(times.iloc[0]) / float(times.iloc[-1])) / math.log(hi / lo))
+    if rows.empty:
+        return 0.0
+    # one grouping for every (model, batch): the held-out evaluation asks for thousands of routes' exponents
+    times = rows.groupby(["model", "batch", "threads"])["value"].median()
+    keys = times.index.droplevel("threads").to_numpy()
+    threads = times.index.get_level_values("threads").to_numpy(dtype=float)
+    values = times.to_numpy(dtype=float)
+    starts = np.flatnonzero(np.r_[True, keys[1:] != keys[:-1]])
+    ends = np.r_[starts[1:], len(keys)] - 1
+    slopes = [
+        math.log(values[a] / values[b]) / math.log(threads[b] / threads[a])
+        for a, b in zip(starts, ends, strict=True)
+        if b > a and threads[a] > 0
+    ]
     return float(np.clip(np.median(slopes), 0.0, 1.0)) if slopes else 0.0
 
 
@@ -340,24 +349,62 @@ def step_rows(frame: pd.DataFrame, include_busy: bool = False) -> pd.DataFrame:
 
 
 def _matrix(rows: pd.DataFrame) -> np.ndarray:
-    by_flops = rows["flops_by_class"] if "flops_by_class" in rows else pd.Series([None] * len(rows), index=rows.index)
-    by_ops = rows["ops_by_class"] if "ops_by_class" in rows else pd.Series([None] * len(rows), index=rows.index)
-    return np.array(
+    """``feature_row`` of every row, computed a column at a time (the held-out evaluation builds thousands)."""
+    n = len(rows)
+    if n == 0:
+        return np.zeros((0, len(FEATURES)))
+    by_flops = [_classes(v) for v in (rows["flops_by_class"] if "flops_by_class" in rows else [None] * n)]
+    by_ops = [_classes(v) for v in (rows["ops_by_class"] if "ops_by_class" in rows else [None] * n)]
+    threads = np.maximum(rows["threads"].to_numpy(dtype=float).astype(int), 1)
+    core_peak = rows["peak_gflops"].to_numpy(dtype=float) * 1e9 / threads
+    bandwidth = rows["bandwidth_gbs"].to_numpy(dtype=float) * 1e9
+    batch = rows["batch"].to_numpy(dtype=float).astype(int)
+    flops = rows["flops_per_sample"].to_numpy(dtype=float)
+    conv = np.array([c.conv for c in by_flops])
+    matmul = np.array([c.matmul if c.given else f for c, f in zip(by_flops, flops, strict=True)])
+    depthwise = np.array([c.depthwise for c in by_flops])
+    nodes = np.array([c.nodes for c in by_ops])
+    return np.column_stack(
         [
-            feature_row(
-                float(r.flops_per_sample),
-                float(r.activation_bytes_per_sample),
-                float(r.params),
-                int(r.batch),
-                float(r.peak_gflops),
-                float(r.bandwidth_gbs),
-                _by_class(f),
-                _by_class(o),
-                int(r.threads),
-            )
-            for r, f, o in zip(rows.itertuples(), by_flops, by_ops, strict=True)
+            TRAINING_FLOP_FACTOR * conv * batch / core_peak,
+            TRAINING_FLOP_FACTOR * matmul * batch / core_peak,
+            TRAINING_FLOP_FACTOR * depthwise * LIGHT_BYTES_PER_FLOP * batch / bandwidth,
+            TRAINING_FLOP_FACTOR * rows["activation_bytes_per_sample"].to_numpy(dtype=float) * batch / bandwidth,
+            OPTIMIZER_BYTES_PER_PARAM * rows["params"].to_numpy(dtype=float) / bandwidth,
+            nodes * 1e-6,
         ]
-    ).reshape(len(rows), len(FEATURES))
+    )
+
+
+@dataclass(frozen=True)
+class _Classes:
+    """The sums ``feature_row`` takes of one ``flops_by_class`` / ``ops_by_class`` value."""
+
+    given: bool
+    conv: float
+    matmul: float
+    depthwise: float
+    nodes: float
+
+
+@functools.lru_cache(maxsize=4096)
+def _classes_of(text: str) -> _Classes:
+    return _sums(_by_class(text))
+
+
+def _classes(value: object) -> _Classes:
+    """``_Classes`` of a row's ``*_by_class`` value (a JSON string, cached: a database repeats a few hundred)."""
+    return _classes_of(value) if isinstance(value, str) else _sums(_by_class(value))
+
+
+def _sums(by: Mapping[str, float]) -> _Classes:
+    return _Classes(
+        given=bool(by),
+        conv=float(by.get("conv", 0.0)),
+        matmul=sum(float(by.get(k, 0.0)) for k in MATMUL_CLASSES),
+        depthwise=float(by.get("conv_dw", 0.0)),
+        nodes=sum(float(v) for k, v in by.items() if k != BOOKKEEPING_CLASS),
+    )
 
 
 @dataclass(frozen=True)

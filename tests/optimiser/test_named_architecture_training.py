@@ -41,10 +41,11 @@ def test_the_resnet50_example_without_a_command_trains_the_built_in_resnet50(tmp
     deployment = json.loads((out / "deployment.json").read_text())
     choice = json.loads((out / "plan.json").read_text())["choice"]
     assert choice["framework"] == "pytorch"
+    engine = "torch-inductor" if choice["compiler"] == "inductor" else "torch"  # the route's, as it was priced
     argv = [
         "python3", "-m", "runtime", "train", "--arch", "resnet50", "--image-size", "224", "--synthetic", "1024",
         "-o", "trained.onnx", "--batch-size", "256", "--precision", choice["precision"], "--epochs", "90",
-        "--checkpoint", "checkpoints", "--resume", "--engine", "torch",
+        "--checkpoint", "checkpoints", "--resume", "--engine", engine,
     ]  # fmt: skip
     assert deployment["run_argv"] == argv
     assert "runtime" in deployment["app_files"]  # the trainer and the architecture's definition ship in the image
