@@ -197,15 +197,15 @@ def _huber_ridge(
     iteratively reweighted least squares from the median (``z`` standardised)."""
     n, k = z.shape
     a, b = float(np.median(t)), np.zeros(k)
+    design = np.hstack([np.ones((n, 1)), z])
+    pulled = np.ones(k) if free is None else (~free).astype(float)
+    penalty = np.diag([0.0, *(n * ridge * pulled)])
     for _ in range(iterations):
         r = t - a - z @ b
         sigma = 1.4826 * float(np.median(np.abs(r - np.median(r))))
         sigma = max(sigma, 1e-3)
         w = np.minimum(1.0, HUBER_K * sigma / np.maximum(np.abs(r), 1e-12))
-        design = np.hstack([np.ones((n, 1)), z])
         weighted = design * w[:, None]
-        pulled = np.ones(k) if free is None else (~free).astype(float)
-        penalty = np.diag([0.0, *(n * ridge * pulled)])
         solution = np.linalg.solve(weighted.T @ design + penalty + 1e-9 * np.eye(k + 1), weighted.T @ t)
         step = max(abs(solution[0] - a), float(np.max(np.abs(solution[1:] - b), initial=0.0)))
         a, b = float(solution[0]), solution[1:]

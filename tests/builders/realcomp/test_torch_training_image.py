@@ -1,5 +1,6 @@
 """A PyTorch training plan's own image, built and run: with no command in the spec, it trains the spec's ONNX model
-in PyTorch (``python -m runtime train --engine torch``) on the data shipped with the plan, in the job's directory.
+in PyTorch (``python -m runtime train --engine torch``; ``torch-inductor`` on the torch.compile route, whose image
+installs the C++ compiler inductor builds with) on the data shipped with the plan, in the job's directory.
 
 Built with buildah on the Debian 12 minbase (standing in for ``python:3.11-slim``) from a wheelhouse whose torch is
 the CPU wheel in pip's find-links (CI's /opt/wheels): PyPI's torch for this platform is the CUDA build, gigabytes of
@@ -47,19 +48,25 @@ def _torch_cpu_wheel() -> Path | None:
     return None
 
 
-def test_a_pytorch_training_image_trains_the_model_on_the_specs_data(debian_image: str, cache_dir: Path,
-                                                                     tmp_path: Path,
-                                                                     appopt: Callable[..., Result]) -> None:
+def _build(spec: str, base: str, ref: str, cache_dir: Path, tmp_path: Path, appopt: Callable[..., Result]) -> Path:
+    """The plan's image built on ``base``; returns the plan's directory."""
     from tests.runtime.training.test_runtime_train_cli import _separable_npz
 
     if _torch_cpu_wheel() is None:
         pytest.skip("torch CPU wheel: extra not installed (no torch-*+cpu-cp311 wheel in PIP_FIND_LINKS)")
     _separable_npz(tmp_path / "data.npz")
-    out = plan_for(SPEC, tmp_path)
-    ref = "localhost/appopt-test/digits-torch-train:ci"
-    result = appopt("build", out, "--engine", "buildah", "--base-image", debian_image, "--wheelhouse",
+    out = plan_for(spec, tmp_path)
+    result = appopt("build", out, "--engine", "buildah", "--base-image", base, "--wheelhouse",
                     wheelhouse_for(out, cache_dir), "--tag", ref, "--quiet")
     assert result.exit_code == 0, result.output[-3000:]
+    return out
+
+
+def test_a_pytorch_training_image_trains_the_model_on_the_specs_data(debian_image: str, cache_dir: Path,
+                                                                     tmp_path: Path,
+                                                                     appopt: Callable[..., Result]) -> None:
+    ref = "localhost/appopt-test/digits-torch-train:ci"
+    out = _build(SPEC, debian_image, ref, cache_dir, tmp_path, appopt)
     job = tmp_path / "job"
     job.mkdir()
     env = {**os.environ, "APPOPT_CONTAINER": "podman", "APPOPT_IMAGE": ref}
@@ -80,3 +87,37 @@ def test_a_pytorch_training_image_trains_the_model_on_the_specs_data(debian_imag
     again = run_job()
     assert again.returncode == 0, again.stderr[-3000:]
     assert again.stdout.splitlines()[0] == "resumed from checkpoints at epoch 3", again.stdout
+
+
+def test_the_torch_compile_routes_image_trains_compiled(debian_image: str, cache_dir: Path, tmp_path: Path,
+                                                        appopt: Callable[..., Result]) -> None:
+    """The torch.compile route (the plan denied eager PyTorch): the image installs g++ and trains with
+    ``--engine torch-inductor``; inductor generates and builds C++ in the container at the first step. The base
+    stands in for ``python:3.11-slim``, which ships Python's headers (inductor's C++ includes them), so the Debian
+    stand-in gets its python3-dev first."""
+    if _torch_cpu_wheel() is None:
+        pytest.skip("torch CPU wheel: extra not installed (no torch-*+cpu-cp311 wheel in PIP_FIND_LINKS)")
+    base = "localhost/appopt-test/debian-python-dev:bookworm"
+    context = tmp_path / "base"
+    context.mkdir()
+    (context / "Containerfile").write_text(
+        f"FROM {debian_image}\nRUN apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y "
+        "--no-install-recommends python3-dev && rm -rf /var/lib/apt/lists/*\n"
+    )
+    made = subprocess.run(["buildah", "bud", "--quiet", "-t", base, str(context)], capture_output=True, text=True,
+                          timeout=900, check=False)
+    assert made.returncode == 0, made.stderr[-3000:]
+    spec = SPEC.replace("epochs: 3}", "epochs: 2}") + "optimisation: {deny: {compilers: [none]}}\n"
+    ref = "localhost/appopt-test/digits-torch-compile-train:ci"
+    out = _build(spec, base, ref, cache_dir, tmp_path, appopt)
+    assert '"--engine", "torch-inductor"]' in (out / "Dockerfile").read_text()
+    job = tmp_path / "job"
+    job.mkdir()
+    env = {**os.environ, "APPOPT_CONTAINER": "podman", "APPOPT_IMAGE": ref}
+    done = subprocess.run(["bash", str(out / "run.sh")], cwd=job, env=env, capture_output=True, text=True,
+                          timeout=900, check=False)
+    assert done.returncode == 0, done.stderr[-3000:]
+    losses = [float(x) for x in re.findall(r"^epoch \d/2  loss ([\d.]+)", done.stdout, re.MULTILINE)]
+    assert len(losses) == 2 and losses[-1] < losses[0], done.stdout
+    assert "recompile_limit" not in done.stderr  # one graph, compiled (not fallen back to eager)
+    assert '"engine": "torch-inductor ' in (job / "trained.onnx").read_bytes().decode("latin-1")
