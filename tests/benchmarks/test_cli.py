@@ -125,14 +125,32 @@ def test_bench_run_slice_writes_its_shard(tmp_path):
     assert out.exit_code == 1 and "--slice" in out.output
 
 
-def test_models_fit_evaluate_show_on_the_shipped_database(tmp_path):
+def test_models_fit_evaluate_save_show_on_the_shipped_database(tmp_path):
+    """``models fit``, ``models show`` and one ``models evaluate`` with every output (a plot, per-family figures,
+    ``--save``): one leave-one-architecture-out of the shipped data, which takes minutes, serves all of them."""
+    import shutil
+
+    from perfmodels.fitted import read_evaluation, read_evaluation_summary
+    from perfmodels.results_db import DEFAULT_DB
+
     fit = runner.invoke(app(), ["models", "fit", "-o", str(tmp_path / "w.json")])
     assert fit.exit_code == 0, fit.output
     assert "appopt-runtime" in fit.output and (tmp_path / "w.json").is_file()
-    evaluate = runner.invoke(app(), ["models", "evaluate", "--plot", str(tmp_path / "pvm.png"), "--per-family"])
+    db = tmp_path / "db.csv.gz"
+    shutil.copy(DEFAULT_DB, db)
+    plot = tmp_path / "pvm.png"
+    evaluate = runner.invoke(app(), ["models", "evaluate", "--db", str(db), "--plot", str(plot), "--per-family",
+                                     "--save"])  # fmt: skip
     assert evaluate.exit_code == 0, evaluate.output
     assert "RMSPE" in evaluate.output and "Spearman" in evaluate.output and "top-1 regret" in evaluate.output
-    assert (tmp_path / "pvm.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    # --save stores the figures plans show, with the training steps' held-out bands
+    assert "db.csv.evaluation.json" in evaluate.output and read_evaluation_summary(db) is not None
+    stored = read_evaluation(db)
+    assert stored is not None and stored.training is not None and stored.training.by_route
+    assert set(stored.training.transfer) == {"roofline", "calibration"}
+    refused = runner.invoke(app(), ["models", "evaluate", "--db", str(db), "--threads", "1", "--save"])
+    assert refused.exit_code == 1 and "error: --save:" in refused.output
     show = runner.invoke(app(), ["models", "show"])
     assert show.exit_code == 0 and "this machine:" in show.output
 
@@ -143,24 +161,6 @@ def test_models_commands_report_a_bad_database_in_one_line(tmp_path):
     result = runner.invoke(app(), ["models", "evaluate", "--db", str(bad)])
     assert result.exit_code == 1
     assert "error: --db:" in result.output and "Traceback" not in result.output
-
-
-def test_models_evaluate_save_stores_the_figures_plans_show(tmp_path):
-    import shutil
-
-    from perfmodels.fitted import read_evaluation, read_evaluation_summary
-    from perfmodels.results_db import DEFAULT_DB
-
-    db = tmp_path / "db.csv.gz"
-    shutil.copy(DEFAULT_DB, db)
-    result = runner.invoke(app(), ["models", "evaluate", "--db", str(db), "--save"])
-    assert result.exit_code == 0, result.output
-    assert "db.csv.evaluation.json" in result.output and read_evaluation_summary(db) is not None
-    stored = read_evaluation(db)  # the same command stores the training steps' held-out bands
-    assert stored is not None and stored.training is not None and stored.training.by_route
-    assert set(stored.training.transfer) == {"roofline", "calibration"}
-    refused = runner.invoke(app(), ["models", "evaluate", "--db", str(db), "--threads", "1", "--save"])
-    assert refused.exit_code == 1 and "error: --save:" in refused.output
 
 
 def test_models_evaluate_scores_another_weight_of_the_whole_model_fit(tmp_path):
