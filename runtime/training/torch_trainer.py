@@ -108,11 +108,23 @@ class TorchTrainer:
         dtype = _AUTOCAST.get(self.config.precision)
         return torch.autocast(self.device.type, dtype=dtype or torch.bfloat16, enabled=dtype is not None)
 
+    def _forward(self, *inputs: torch.Tensor) -> dict[str, torch.Tensor]:
+        """``forward``, a compiler's failure (no working C++ compiler, an op inductor cannot lower) said in one
+        line."""
+        try:
+            return self.forward(*inputs)
+        except torch._dynamo.exc.TorchDynamoException as error:
+            text = str(error).strip()
+            first = text.splitlines()[0] if text else type(error).__name__
+            raise TrainingError(
+                f"--engine {self.engine}: torch.compile failed: {first} (or train with --engine torch)"
+            ) from None
+
     def train_step(self, inputs: list[torch.Tensor], target: torch.Tensor) -> tuple[float, torch.Tensor]:
         """One optimiser step on a batch; returns its loss and the logits."""
         self.module.train()
         with self._autocast():
-            outputs = self.forward(*inputs)
+            outputs = self._forward(*inputs)
             loss = self._loss(outputs, target)
         self.optimizer.zero_grad(set_to_none=True)
         loss.backward()
@@ -148,7 +160,7 @@ class TorchTrainer:
         with torch.no_grad(), self._autocast():
             for start in range(0, len(target), batch_size):
                 part = slice(start, start + batch_size)
-                outputs = self.forward(*(t[part] for t in inputs))
+                outputs = self._forward(*(t[part] for t in inputs))
                 total += float(self._loss(outputs, target[part])) * len(target[part])
                 correct += int((outputs[self.logits].argmax(dim=1) == target[part]).sum())
         n = max(len(target), 1)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -137,3 +138,23 @@ def test_torch_compile_traces_the_module_as_one_graph() -> None:
     fell back to eager after eight (the digits MLP's epoch ended on dynamo's recompile limit)."""
     explained = torch._dynamo.explain(OnnxModule(digits_cnn(0)).train())(torch.randn(4, 1, 8, 8))
     assert (explained.graph_count, explained.graph_break_count) == (1, 0), explained.break_reasons
+
+
+def test_a_compile_that_fails_is_one_line_and_writes_nothing(tmp_path: Path) -> None:
+    """A C++ compiler on PATH that does not work: inductor's failure is the trainer's one-line error, not its
+    traceback, and no trained model is written."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    for name in ("g++", "c++", "gcc", "cc"):
+        fake = bin_dir / name
+        fake.write_text("#!/bin/sh\nexit 1\n")
+        fake.chmod(0o755)
+    data, out = _separable_npz(tmp_path / "data.npz", n=64), tmp_path / "trained.onnx"
+    env = {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}", "CXX": str(bin_dir / "g++"),
+           "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "inductor")}  # fmt: skip
+    argv = [sys.executable, "-m", "runtime", "train", str(MLP), "--data", str(data), "-o", str(out), "--engine",
+            "torch-inductor", "--epochs", "1", "--threads", "1"]  # fmt: skip
+    done = subprocess.run(argv, cwd=ROOT, env=env, capture_output=True, text=True, check=False, timeout=300)
+    assert done.returncode != 0
+    assert "error: --engine torch-inductor: torch.compile failed: " in done.stderr
+    assert "Traceback" not in done.stderr and not out.exists()
