@@ -18,6 +18,7 @@ import io
 import json
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import onnx
@@ -132,10 +133,19 @@ class TfTrainer:
         n = sample_count(inputs, target)
 
         def step(idx: np.ndarray) -> tuple[float, int]:
-            loss, scores = self._train([tf.constant(a[idx]) for a in inputs], tf.constant(target[idx]))
+            loss, scores = self._run(self._train, [tf.constant(a[idx]) for a in inputs], tf.constant(target[idx]))
             return float(loss), int((np.argmax(scores.numpy(), axis=1) == target[idx]).sum())
 
         return train_epochs(self, n, step, validation, on_epoch)
+
+    def _run(self, function: Callable[..., Any], *args: Any) -> Any:
+        """``function(*args)``, TensorFlow's failure (an op XLA cannot compile, memory) said in one line."""
+        try:
+            return function(*args)
+        except tf.errors.OpError as error:
+            text = str(error.message).strip()
+            first = text.splitlines()[0] if text else type(error).__name__
+            raise TrainingError(f"--engine {self.engine}: TensorFlow failed: {first}") from None
 
     def evaluate(self, x: Features, y: np.ndarray, batch_size: int = 512) -> dict[str, float]:
         """Mean loss and accuracy of the model (in inference mode) on ``(x, y)``."""
@@ -143,7 +153,7 @@ class TfTrainer:
         total, correct = 0.0, 0
         for start in range(0, len(target), batch_size):
             part = slice(start, start + batch_size)
-            scores = self._scores([tf.constant(a[part]) for a in inputs])
+            scores = self._run(self._scores, [tf.constant(a[part]) for a in inputs])
             total += float(self._loss(scores, tf.constant(target[part]))) * len(target[part])
             correct += int((np.argmax(scores.numpy(), axis=1) == target[part]).sum())
         n = max(len(target), 1)

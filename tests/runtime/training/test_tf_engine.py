@@ -89,3 +89,20 @@ def test_a_checkpoint_of_another_optimizer_or_model_is_refused_in_one_line(tmp_p
     other = TrainConfig(epochs=2, batch_size=16, checkpoint_dir=str(tmp_path / "ck"))
     with pytest.raises(TrainingError, match="does not fit this model: its tensors differ"):
         TfTrainer(digits_cnn(0).SerializeToString(), other, resume=True)
+
+
+def test_what_tensorflow_fails_at_is_one_line(tmp_path: Path) -> None:
+    """An op XLA cannot compile (or memory running out) fails the step with TensorFlow's error: the trainer says its
+    first line, not TensorFlow's traceback."""
+    import tensorflow as tf
+
+    data = load_npz(_separable_npz(tmp_path / "data.npz", n=64))
+    trainer = TfTrainer(str(MLP), TrainConfig(epochs=1, batch_size=32, threads=1), jit_compile=True)
+
+    def unsupported(*_args: object) -> None:
+        raise tf.errors.InvalidArgumentError(None, None, "Detected unsupported operations when compiling\nStack...")
+
+    trainer._train = unsupported
+    message = r"^--engine tensorflow-xla: TensorFlow failed: Detected unsupported operations when compiling$"
+    with pytest.raises(TrainingError, match=message):
+        trainer.fit(data.x_train, data.y_train)
