@@ -77,7 +77,7 @@ import math
 import weakref
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -196,21 +196,29 @@ def feature_row(
     """The step's features in seconds on a host of ``peak_gflops`` (at ``threads``) and ``gbs`` (``FEATURES``
     order); compute at one core's share of the peak."""
     core_peak, bandwidth = peak_gflops * 1e9 / max(int(threads), 1), gbs * 1e9
-    by_flops, by_ops = flops_by_class or {}, ops_by_class or {}
-    conv = float(by_flops.get("conv", 0.0))
-    matmul = sum(float(by_flops.get(k, 0.0)) for k in MATMUL_CLASSES) if by_flops else flops
-    depthwise = float(by_flops.get("conv_dw", 0.0))
-    nodes = sum(float(v) for k, v in by_ops.items() if k != BOOKKEEPING_CLASS)
-    return np.array(
-        [
-            TRAINING_FLOP_FACTOR * conv * batch / core_peak,
-            TRAINING_FLOP_FACTOR * matmul * batch / core_peak,
-            TRAINING_FLOP_FACTOR * depthwise * LIGHT_BYTES_PER_FLOP * batch / bandwidth,
-            TRAINING_FLOP_FACTOR * activation_bytes * batch / bandwidth,
-            OPTIMIZER_BYTES_PER_PARAM * params / bandwidth,
-            nodes * 1e-6,
-        ]
-    )
+    flops_sums, ops_sums = _sums(flops_by_class or {}), _sums(ops_by_class or {})
+    matmul = flops_sums.matmul if flops_sums.given else flops
+    columns = _feature_columns(
+        flops_sums.conv, matmul, flops_sums.depthwise, activation_bytes, params, ops_sums.nodes, batch, core_peak,
+        bandwidth,
+    )  # fmt: skip
+    return np.array(columns)
+
+
+def _feature_columns(
+    conv: Any, matmul: Any, depthwise: Any, activation_bytes: Any, params: Any, nodes: Any, batch: Any,
+    core_peak: Any, bandwidth: Any,
+) -> list[Any]:  # fmt: skip
+    """``FEATURES`` in seconds, of one row (floats) or of many (arrays): compute at one core's peak, the traffic at
+    the host's bandwidth, nodes at a microsecond each."""
+    return [
+        TRAINING_FLOP_FACTOR * conv * batch / core_peak,
+        TRAINING_FLOP_FACTOR * matmul * batch / core_peak,
+        TRAINING_FLOP_FACTOR * depthwise * LIGHT_BYTES_PER_FLOP * batch / bandwidth,
+        TRAINING_FLOP_FACTOR * activation_bytes * batch / bandwidth,
+        OPTIMIZER_BYTES_PER_PARAM * params / bandwidth,
+        nodes * 1e-6,
+    ]
 
 
 def step_seconds(
@@ -364,15 +372,10 @@ def _matrix(rows: pd.DataFrame) -> np.ndarray:
     matmul = np.array([c.matmul if c.given else f for c, f in zip(by_flops, flops, strict=True)])
     depthwise = np.array([c.depthwise for c in by_flops])
     nodes = np.array([c.nodes for c in by_ops])
+    activation_bytes = rows["activation_bytes_per_sample"].to_numpy(dtype=float)
+    params = rows["params"].to_numpy(dtype=float)
     return np.column_stack(
-        [
-            TRAINING_FLOP_FACTOR * conv * batch / core_peak,
-            TRAINING_FLOP_FACTOR * matmul * batch / core_peak,
-            TRAINING_FLOP_FACTOR * depthwise * LIGHT_BYTES_PER_FLOP * batch / bandwidth,
-            TRAINING_FLOP_FACTOR * rows["activation_bytes_per_sample"].to_numpy(dtype=float) * batch / bandwidth,
-            OPTIMIZER_BYTES_PER_PARAM * rows["params"].to_numpy(dtype=float) / bandwidth,
-            nodes * 1e-6,
-        ]
+        _feature_columns(conv, matmul, depthwise, activation_bytes, params, nodes, batch, core_peak, bandwidth)
     )
 
 
