@@ -10,8 +10,12 @@ from typing import Any, ClassVar
 
 import numpy as np
 
+from runtime import native
+from runtime.errors import KernelError
 from runtime.kernels.base import IntoKernel, Kernel, define_kernel, register
 from runtime.kernels.tensor_shape import int_list, norm_axis
+from runtime.native.abi import Bound
+from runtime.native.convnets import gather_call
 
 
 def onnx_slice(start: int, end: int, step: int, dim: int) -> slice:
@@ -112,6 +116,15 @@ class Gather(IntoKernel):
             except IndexError:
                 pass  # the message below names the dimension
         return np.take(x, positive_indices(idx, x.shape[axis]), axis=axis, out=out)
+
+    def bind(self, out: np.ndarray, x: np.ndarray, indices: np.ndarray) -> Bound | None:
+        """The static plan's call over fixed arrays: the compiled row copy (``ap_gather``), an index outside the
+        axis a one-line error naming the node; None where it does not apply (NumPy's ``take`` then runs)."""
+        lib = native.lib()
+        if lib is None or not isinstance(x, np.ndarray) or not isinstance(indices, np.ndarray):
+            return None
+        axis = norm_axis(int(self.attrs["axis"]), x.ndim)
+        return gather_call(lib, x, indices, axis, out, KernelError, f"node {self.node.name!r} (Gather)")
 
 
 @register

@@ -78,6 +78,7 @@ ENTRY_POINTS = (
     "ap_se",
     "ap_embag",
     "ap_embag_ranges",
+    "ap_gather",
     "ap_col2im_nhwc",
     "ap_resize2d",
     "ap_concat_last",

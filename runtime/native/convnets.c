@@ -1,9 +1,11 @@
-/* appopt runtime native kernels: squeeze-excite and the embedding bag, compiled with kernels.c (EXTRA_SOURCES).
+/* appopt runtime native kernels: squeeze-excite, the embedding bag and Gather, compiled with kernels.c (EXTRA_SOURCES).
  *
  * Squeeze-excite (ap_se): y = x * gate(W2 act1(W1 mean(x) + b1) + b2), per image and channel, over NHWC or NCHW x.
  * One call replaces GlobalAveragePool, two 1x1 convolutions on a 1x1 image, their activations and the broadcast
  * Mul, and keeps the tensor in whichever layout it is in. The activations are kernels.c's (ap_activate_row), so
  * the codes are runtime/native/abi.py's ACTIVATIONS.
+ *
+ * Gather (ap_gather): rows picked by index, checked; the static plan's Gather of fixed arrays.
  *
  * Embedding bag (ap_embag): y[n] = sum (or mean) over l of table[ids[n, l]], the Gather + ReduceSum that PyTorch
  * exports for a bag of ids. Ids are checked: one outside [-V, V) stops the call with EB_STATUS set.
@@ -148,6 +150,34 @@ CN_API void ap_embag(int64_t *a) {
   a[EB_STATUS] = 0;
   for (long n = 0; n < a[EB_N]; n++) {
     if (!eb_bag(a, n)) { a[EB_STATUS] = 1 + n; return; }
+  }
+}
+
+/* ---------------------------------------------------------------------------------------------------------- */
+/* Gather (ap_gather): y[o, j] = x[o, idx[j]] for o < GA_OUTER, j < GA_NIDX, each a row of GA_INNER bytes of an
+ * axis of GA_DIM rows (any element type: rows are copied as bytes). Indices (int64, or int32 when GA_I32) are all
+ * checked before any row is copied: one outside [-DIM, DIM) stops the call with GA_STATUS = 1 + its position. */
+enum { GA_X, GA_OUTER, GA_DIM, GA_INNER, GA_IDX, GA_I32, GA_NIDX, GA_Y, GA_STATUS, GA_NARGS };
+
+static long ga_index(const int64_t *a, long j) {
+  return a[GA_I32] ? (long)((const int32_t *)a[GA_IDX])[j] : (long)((const int64_t *)a[GA_IDX])[j];
+}
+
+CN_API void ap_gather(int64_t *a) {
+  long outer = a[GA_OUTER], dim = a[GA_DIM], inner = a[GA_INNER], n = a[GA_NIDX];
+  const char *x = (const char *)a[GA_X];
+  char *y = (char *)a[GA_Y];
+  a[GA_STATUS] = 0;
+  for (long j = 0; j < n; j++) {
+    long i = ga_index(a, j);
+    if (i < -dim || i >= dim) { a[GA_STATUS] = 1 + j; return; }
+  }
+  for (long o = 0; o < outer; o++) {
+    for (long j = 0; j < n; j++) {
+      long i = ga_index(a, j);
+      if (i < 0) i += dim;
+      memcpy(y + (o * n + j) * inner, x + (o * dim + i) * inner, (size_t)inner);
+    }
   }
 }
 

@@ -33,6 +33,7 @@ from runtime.native.abi import ACTIVATIONS, Bound, _bound
     SE_NARGS,
 ) = range(19)
 (EB_TABLE, EB_V, EB_D, EB_IDS, EB_I32, EB_N, EB_L, EB_ROW, EB_OFF, EB_Y, EB_MEAN, EB_STATUS, EB_NARGS) = range(13)
+(GA_X, GA_OUTER, GA_DIM, GA_INNER, GA_IDX, GA_I32, GA_NIDX, GA_Y, GA_STATUS, GA_NARGS) = range(10)
 (
     ER_TABLE,
     ER_V,
@@ -151,6 +152,50 @@ def embedding_bag_call(
             rows = table.shape[0]
             bad = next((i for i in bag if not -rows <= i < rows), bag)
             raise on_bad_id(f"{where}: index {bad} is out of range for a table of {rows} rows")
+
+    call.args = a  # type: ignore[attr-defined]
+    return call
+
+
+def gather_call(
+    native: NativeLib,
+    x: np.ndarray,
+    indices: np.ndarray,
+    axis: int,
+    out: np.ndarray,
+    on_bad_index: type[Exception],
+    where: str,
+) -> Bound | None:
+    """``out = take(x, indices, axis)`` over fixed arrays (rows copied as bytes, any element type but objects),
+    raising ``on_bad_index`` (naming ``where``) for an index outside ``[-dim, dim)``; None when the arrays do not fit
+    the kernel (not contiguous, another output shape or type)."""
+    if x.dtype.hasobject or out.dtype != x.dtype or indices.dtype not in (np.int64, np.int32):
+        return None
+    if not (x.flags.c_contiguous and out.flags.c_contiguous and indices.flags.c_contiguous) or not 0 <= axis < x.ndim:
+        return None
+    if out.shape != (*x.shape[:axis], *indices.shape, *x.shape[axis + 1 :]):
+        return None
+    dim = x.shape[axis]
+    a = Args(GA_NARGS)
+    a.block[:] = (
+        addr(x),
+        int(np.prod(x.shape[:axis], dtype=np.int64)),
+        dim,
+        int(np.prod(x.shape[axis + 1 :], dtype=np.int64)) * x.itemsize,
+        addr(indices),
+        int(indices.dtype == np.int32),
+        indices.size,
+        addr(out),
+        0,
+    )
+    a.keep.extend((x, indices, out))
+    fn, ptr, block = native.gather, a.ptr, a.block
+
+    def call() -> None:
+        fn(ptr)
+        if block[GA_STATUS]:
+            bad = int(indices.reshape(-1)[int(block[GA_STATUS]) - 1])
+            raise on_bad_index(f"{where}: index {bad} is out of range for a dimension of size {dim}")
 
     call.args = a  # type: ignore[attr-defined]
     return call
