@@ -10,7 +10,7 @@ from onnx import TensorProto, helper, numpy_helper
 from runtime import compile_model, native
 from runtime.errors import KernelError
 
-pytestmark = pytest.mark.skipif(native.lib() is None, reason="compiled kernels unavailable: no C compiler")
+pytestmark = pytest.mark.skipif(native.lib() is None, reason=f"compiled kernels unavailable: {native.status()}")
 
 ONNX_TYPES = {np.float32: TensorProto.FLOAT, np.int64: TensorProto.INT64, np.bool_: TensorProto.BOOL,
               np.float16: TensorProto.FLOAT16}  # fmt: skip
