@@ -246,18 +246,25 @@ CHAIN_UNARY = {
     "Clip": 15,
     "LeakyRelu": 16,
 }
-#: Operand kinds: none (unary), a scalar, a tensor of the output's shape, a vector along the last axis.
-KIND_NONE, KIND_SCALAR, KIND_FULL, KIND_INNER = 0, 1, 2, 3
+#: ``x ** scalar``, and the two steps that let a chain evaluate a tree: copy the accumulator into a register, and
+#: replace it by an operand.
+CHAIN_POW, CHAIN_SAVE, CHAIN_LOAD = 17, 18, 19
+#: Operand kinds: none (unary), a scalar, a tensor of the output's shape, a vector along the last axis, the
+#: accumulator itself, a register (``CHAIN_SAVE``).
+KIND_NONE, KIND_SCALAR, KIND_FULL, KIND_INNER, KIND_SELF, KIND_REG = 0, 1, 2, 3, 4, 5
+#: Registers a chain may use (``EW_REGS`` in kernels.c).
+CHAIN_REGISTERS = 4
 _NP_BINARY: dict[int, Any] = {0: np.add, 1: np.subtract, 2: np.multiply, 3: np.divide, 4: np.maximum, 5: np.minimum}
 
 
 @register
 class ElementwiseChain(IntoKernel):
-    """A straight line of float32 elementwise ops applied to input 0, evaluated in one pass.
+    """A program of float32 elementwise ops applied to input 0, evaluated in one pass.
 
-    ``steps`` holds 4 ints per step: opcode (``CHAIN_BINARY``/``CHAIN_UNARY``), operand kind, operand index
-    (into ``scalars`` for scalars and Clip bounds, else input ``index + 1``) and ``swapped`` (operand on the
-    left). Operands broadcast to input 0's shape.
+    ``steps`` holds 4 ints per step: opcode (``CHAIN_BINARY``/``CHAIN_UNARY``/``CHAIN_POW``/``CHAIN_SAVE``/
+    ``CHAIN_LOAD``), operand kind, operand index (into ``scalars`` for scalars and Clip bounds, a register for
+    ``KIND_REG`` and ``CHAIN_SAVE``, else input ``index + 1``) and ``swapped`` (operand on the left). Each step
+    updates one accumulator, which starts as input 0. Operands broadcast to input 0's shape.
     """
 
     op_type = "ElementwiseChain"
@@ -270,6 +277,14 @@ class ElementwiseChain(IntoKernel):
         self.steps = [tuple(flat[i : i + 4]) for i in range(0, len(flat), 4)]
         self.scalars = np.asarray(self.attrs["scalars"] or [0.0], dtype=np.float32)
         self.step_block = np.asarray(flat or [0], dtype=np.int64)
+        saved: set[int] = set()
+        for op, kind, idx, _ in self.steps:
+            if (kind == KIND_REG or op == CHAIN_SAVE) and not 0 <= idx < CHAIN_REGISTERS:
+                raise ValueError(f"register {idx} outside 0..{CHAIN_REGISTERS - 1}")
+            if kind == KIND_REG and idx not in saved:
+                raise ValueError(f"register {idx} read before a step saves it")
+            if op == CHAIN_SAVE:
+                saved.add(idx)
 
     fresh_output = True
     inplace_inputs = (0,)
@@ -328,12 +343,24 @@ class ElementwiseChain(IntoKernel):
     def compute_numpy(self, x: np.ndarray, *operands: np.ndarray) -> np.ndarray:
         y = np.array(x, copy=True)
         t = y.dtype.type
+        registers: dict[int, np.ndarray] = {}
         with np.errstate(all="ignore"):
             for op, kind, idx, swapped in self.steps:
-                if op in _NP_BINARY:
-                    other: Any = t(self.scalars[idx]) if kind == KIND_SCALAR else operands[idx]
+                if op in _NP_BINARY or op == CHAIN_LOAD:
+                    other: Any
+                    if kind == KIND_SCALAR:
+                        other = t(self.scalars[idx])
+                    elif kind == KIND_SELF:
+                        other = y.copy()
+                    elif kind == KIND_REG:
+                        other = registers[idx]
+                    else:
+                        other = operands[idx]
                     if kind == KIND_INNER:
                         other = np.asarray(other).reshape(-1)
+                    if op == CHAIN_LOAD:
+                        y[...] = other
+                        continue
                     fn = _NP_BINARY[op]
                     if swapped:
                         fn(other, y, out=y)
@@ -361,6 +388,10 @@ class ElementwiseChain(IntoKernel):
                     np.minimum(np.maximum(y, t(self.scalars[idx]), out=y), t(self.scalars[idx + 1]), out=y)
                 elif op == 16:
                     np.multiply(y, np.where(y < 0, t(self.scalars[idx]), t(1)), out=y)
+                elif op == CHAIN_POW:
+                    np.power(y, t(self.scalars[idx]), out=y)
+                elif op == CHAIN_SAVE:
+                    registers[idx] = y.copy()
         return y
 
 

@@ -1152,14 +1152,18 @@ API void ap_gelu(const int64_t *a) {
 }
 
 /* ---------------------------------------------------------------------------------------------------------- */
-/* Elementwise chain: a straight-line program over one float32 tensor, evaluated in L1-sized chunks so the
- * intermediate values never go to memory. Operands of binary steps are scalars, tensors of the output's size, or
- * vectors broadcast along the last axis (length `inner`). Step = (op, operand kind, operand index, swapped). */
+/* Elementwise chain: a program over one float32 tensor, evaluated in L1-sized chunks so the intermediate values
+ * never go to memory. Each step updates an accumulator chunk. Operands of binary steps are scalars, tensors of the
+ * output's size, vectors broadcast along the last axis (length `inner`), the accumulator itself (x * x), or one of
+ * EW_REGS saved chunks; SAVE copies the accumulator to a register and LOAD replaces it by an operand, so a tree of
+ * elementwise ops over the input (a tanh GELU's three reads of x) runs as one program. POW takes a scalar exponent.
+ * Step = (op, operand kind, operand index, swapped). */
 enum { EW_X, EW_Y, EW_N, EW_INNER, EW_NSTEPS, EW_STEPS, EW_OPERANDS, EW_SCALARS, EW_NARGS };
 enum { EO_ADD, EO_SUB, EO_MUL, EO_DIV, EO_MAX, EO_MIN, EO_RELU, EO_NEG, EO_ABS, EO_EXP, EO_ERF, EO_SIGMOID,
-       EO_TANH, EO_SQRT, EO_RECIP, EO_CLIP, EO_LEAKY_RELU };
-enum { EK_NONE, EK_SCALAR, EK_FULL, EK_INNER };
+       EO_TANH, EO_SQRT, EO_RECIP, EO_CLIP, EO_LEAKY_RELU, EO_POW, EO_SAVE, EO_LOAD };
+enum { EK_NONE, EK_SCALAR, EK_FULL, EK_INNER, EK_SELF, EK_REG };
 #define EW_CHUNK 1024
+enum { EW_REGS = 4 }; /* registers of a chain (CHAIN_REGISTERS in kernels/fused.py) */
 
 /* One binary step over buf[0..m): the operand kind and order are fixed for the whole loop. */
 #define EW_BINARY_LOOP(EXPR)                                                                 \
@@ -1174,6 +1178,12 @@ enum { EK_NONE, EK_SCALAR, EK_FULL, EK_INNER };
       for (long i = 0; i < m; i += VL) {                                                     \
         int nv = (int)(m - i < VL ? m - i : VL);                                             \
         v16 v = vload(buf + i), b = vload_n(src + i0 + i, nv), l = swap ? b : v, r = swap ? v : b; \
+        vstore(buf + i, EXPR);                                                               \
+      }                                                                                      \
+    } else if (kind == EK_SELF || kind == EK_REG) {                                          \
+      const float *rb = kind == EK_SELF ? buf : regs[idx];                                   \
+      for (long i = 0; i < m; i += VL) {                                                     \
+        v16 v = vload(buf + i), b = vload(rb + i), l = swap ? b : v, r = swap ? v : b;       \
         vstore(buf + i, EXPR);                                                               \
       }                                                                                      \
     } else {                                                                                 \
@@ -1216,6 +1226,7 @@ static void ew_task(const void *vctx, long task) {
   const float *x = (const float *)a[EW_X];
   float *y = (float *)a[EW_Y];
   float buf[EW_CHUNK + VL];
+  float regs[EW_REGS][EW_CHUNK + VL];
   long m = i1 - i0;
   memcpy(buf, x + i0, (size_t)m * sizeof(float));
   memset(buf + m, 0, sizeof(float) * VL);
@@ -1223,6 +1234,7 @@ static void ew_task(const void *vctx, long task) {
     int op = (int)steps[4 * s], kind = (int)steps[4 * s + 1], idx = (int)steps[4 * s + 2], swap = (int)steps[4 * s + 3];
     const float *src = kind == EK_FULL || kind == EK_INNER ? (const float *)ops[idx] : NULL;
     float sc = kind == EK_SCALAR ? scalars[idx] : 0.0f;
+    if ((kind == EK_REG || op == EO_SAVE) && (idx < 0 || idx >= EW_REGS)) continue; /* checked by the caller */
     switch (op) {
       case EO_ADD: EW_BINARY_LOOP(l + r); break;
       case EO_SUB: EW_BINARY_LOOP(l - r); break;
@@ -1251,7 +1263,17 @@ static void ew_task(const void *vctx, long task) {
         EW_UNARY_LOOP(vblend((vi16)(v < 0.0f), v * alpha, v));
         break;
       }
-      default: break;
+      case EO_POW: /* x ** scalar: products for the small integer powers exporters write, powf otherwise */
+        if (sc == 2.0f) {
+          EW_UNARY_LOOP(v * v);
+        } else if (sc == 3.0f) {
+          EW_UNARY_LOOP(v * v * v);
+        } else if (sc != 1.0f) {
+          for (long i = 0; i < m; i++) buf[i] = powf(buf[i], sc);
+        }
+        break;
+      case EO_SAVE: memcpy(regs[idx], buf, sizeof(float) * (size_t)(m + VL)); break;
+      case EO_LOAD: EW_BINARY_LOOP(r); break;
     }
   }
   memcpy(y + i0, buf, (size_t)m * sizeof(float));

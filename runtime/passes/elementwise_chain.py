@@ -1,13 +1,17 @@
-"""Fuse straight lines of float32 elementwise ops into one ElementwiseChain, evaluated in one pass over memory.
+"""Fuse straight lines and trees of float32 elementwise ops into one ElementwiseChain, evaluated in one pass over
+memory.
 
     # Relu(Add(Mul(x, s), b)) -> ElementwiseChain(x; Mul s, Add b, Relu)
     # op(ElementwiseChain(x; ...)) -> ElementwiseChain(x; ..., op)        extends an existing chain
+    # Mul(Mul(x, 0.5), Add(Tanh(...(Pow(x, 3))...), 1))                  a tanh GELU: one chain reading x twice
 
 A step is a unary op (Relu, Neg, Abs, Exp, Erf, Sigmoid, Tanh, Sqrt, Reciprocal, Clip with constant bounds,
 LeakyRelu) or a binary one (Add, Sub, Mul, Div, Max, Min) whose other operand is a scalar constant, a vector along
-the last axis, or any tensor broadcasting to the chain's shape. Every link's output is read only by the next link
-and is not a graph output; every step keeps the chain's shape (the first input is never broadcast up). At least two
-steps, or a lone activation (``LONE_ACTIVATIONS``) reading the output of one of the passes' fused ops.
+the last axis, or any tensor broadcasting to the chain's shape; Pow takes a scalar constant exponent. Where that
+other operand is itself computed by elementwise ops of the chain's shape that only it reads, the chain computes it
+too (``_emit``), with the pending side in a register (``CHAIN_REGISTERS``). Every link's output is read only by
+the next link and is not a graph output; every step keeps the chain's shape (the first input is never broadcast up).
+At least two steps, or a lone activation (``LONE_ACTIVATIONS``) reading the output of one of the passes' fused ops.
 """
 
 from __future__ import annotations
@@ -18,7 +22,20 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from runtime.ir import Graph, Node
-from runtime.kernels.fused import CHAIN_BINARY, CHAIN_UNARY, KIND_FULL, KIND_INNER, KIND_NONE, KIND_SCALAR
+from runtime.kernels.fused import (
+    CHAIN_BINARY,
+    CHAIN_LOAD,
+    CHAIN_POW,
+    CHAIN_REGISTERS,
+    CHAIN_SAVE,
+    CHAIN_UNARY,
+    KIND_FULL,
+    KIND_INNER,
+    KIND_NONE,
+    KIND_REG,
+    KIND_SCALAR,
+    KIND_SELF,
+)
 from runtime.passes.pipeline import Pass
 from runtime.passes.util import (
     GraphIndex,
@@ -34,6 +51,8 @@ if TYPE_CHECKING:
     from runtime.passes.pipeline import PassContext
 
 _MIN_OPSET = {"Add": 7, "Sub": 7, "Mul": 7, "Div": 7, "Max": 8, "Min": 8}
+#: Nodes one chain may replace: bounds the recursion of ``_emit`` through a tree of operands.
+MAX_NODES = 32
 
 
 @dataclass
@@ -53,54 +72,169 @@ class _Chain:
         return len(self.operands) - 1
 
 
+def _leaf(name: str, chain: _Chain, graph: Graph, index: GraphIndex) -> tuple[int, int] | None:
+    """(operand kind, index) of ``name`` read as it is: a scalar constant, a vector constant along the last axis, or
+    a tensor broadcasting to the chain's shape; None when it cannot be an operand."""
+    if not is_float32(graph, name):
+        return None
+    const = index.constant(name)
+    last = chain.shape[-1] if chain.shape else None
+    if const is not None and const.size == 1:
+        chain.scalars.append(float(np.float32(const.reshape(-1)[0])))
+        return KIND_SCALAR, len(chain.scalars) - 1
+    if const is not None and const.size == last and const.ndim >= 1 and const.shape[-1] == last:
+        return KIND_INNER, chain.add_operand(name)
+    other_shape = shape_of(graph, name)
+    if other_shape is None or len(other_shape) > len(chain.shape):
+        return None
+    return KIND_FULL, chain.add_operand(name)
+
+
+def _exponent(node: Node, index: GraphIndex) -> float | None:
+    """The scalar constant exponent of a Pow node."""
+    if len(node.inputs) != 2:
+        return None
+    const = index.constant(node.inputs[1])
+    if const is None or const.size != 1 or const.dtype.kind not in "fiu":
+        return None
+    return float(np.float32(const.reshape(-1)[0]))
+
+
+def _unary(node: Node, chain: _Chain, index: GraphIndex) -> bool:
+    """Append the unary op ``node`` applied to the accumulator."""
+    op = node.op_type
+    if op == "Clip":
+        act = activation_of(node, index)
+        if act is None:
+            return False
+        chain.steps += [CHAIN_UNARY[op], KIND_NONE, len(chain.scalars), 0]
+        chain.scalars += [act[1], act[2]]
+    elif op == "LeakyRelu":
+        if len(node.inputs) != 1:
+            return False
+        chain.steps += [CHAIN_UNARY[op], KIND_NONE, len(chain.scalars), 0]
+        chain.scalars.append(float(np.float32(node.attrs.get("alpha", 0.01))))
+    else:
+        if len(node.inputs) != 1:
+            return False
+        chain.steps += [CHAIN_UNARY[op], KIND_NONE, 0, 0]
+    return True
+
+
+def _elementwise(node: Node | None, graph: Graph) -> bool:
+    """A float32 op a chain step can be (Pow only with a scalar exponent, checked where it is read)."""
+    if node is None or node.domain or len(node.outputs) != 1 or not is_float32(graph, node.outputs[0]):
+        return False
+    op = node.op_type
+    if op in CHAIN_BINARY:
+        return node.opset >= _MIN_OPSET[op] and len(node.inputs) == 2
+    return op in CHAIN_UNARY or (op == "Pow" and node.opset >= 7)
+
+
+def _absorbable(name: str, chain: _Chain, graph: Graph, index: GraphIndex) -> Node | None:
+    """The producer of ``name`` when the chain can compute it in place of reading it: an elementwise op whose output,
+    of the chain's shape, only the chain reads. (A smaller value is read as it is: computed at the chain's shape, an
+    Exp of a bias would run once per element of the chain.)"""
+    node = index.producers.get(name)
+    if not _elementwise(node, graph) or index.sole_consumer(name) is None or index.constant(name) is not None:
+        return None
+    if shape_of(graph, name) != chain.shape:
+        return None
+    assert node is not None
+    return None if any(n is node for n in chain.nodes) else node
+
+
+def _emit(name: str, chain: _Chain, graph: Graph, index: GraphIndex, register: int) -> bool:
+    """Append steps that leave ``name``'s value in the accumulator: the tree of elementwise ops computing it
+    (``_absorbable``), down to leaves read as operands. Registers from ``register`` up hold a pending left side."""
+    node = _absorbable(name, chain, graph, index)
+    if node is None or len(chain.nodes) >= MAX_NODES:
+        leaf = _leaf(name, chain, graph, index)
+        if leaf is None or (leaf[0] == KIND_FULL and shape_of(graph, name) != chain.shape):
+            return False  # a broadcast load would leave the compiled kernel (its full operands match the chain)
+        chain.steps += [CHAIN_LOAD, leaf[0], leaf[1], 0]
+        return True
+    chain.nodes.append(node)
+    op = node.op_type
+    if op == "Pow":
+        exponent = _exponent(node, index)
+        if exponent is None or not _emit(node.inputs[0], chain, graph, index, register):
+            return False
+        chain.steps += [CHAIN_POW, KIND_SCALAR, len(chain.scalars), 0]
+        chain.scalars.append(exponent)
+        return True
+    if op in CHAIN_UNARY:
+        return _emit(node.inputs[0], chain, graph, index, register) and _unary(node, chain, index)
+    a, b = node.inputs
+    if a == b:
+        if not _emit(a, chain, graph, index, register):
+            return False
+        chain.steps += [CHAIN_BINARY[op], KIND_SELF, 0, 0]
+        return True
+    for inner, other, swapped in ((a, b, 0), (b, a, 1)):
+        if _absorbable(other, chain, graph, index) is None:
+            if not _emit(inner, chain, graph, index, register):
+                return False
+            leaf = _leaf(other, chain, graph, index)
+            if leaf is None:
+                return False
+            chain.steps += [CHAIN_BINARY[op], leaf[0], leaf[1], swapped]
+            return True
+    # both sides computed: the left one waits in a register while the right one is computed
+    if register >= CHAIN_REGISTERS or not _emit(a, chain, graph, index, register):
+        return False
+    chain.steps += [CHAIN_SAVE, KIND_NONE, register, 0]
+    if not _emit(b, chain, graph, index, register + 1):
+        return False
+    chain.steps += [CHAIN_BINARY[op], KIND_REG, register, 1]
+    return True
+
+
 def _step(node: Node, current: str, chain: _Chain, graph: Graph, index: GraphIndex) -> bool:
-    """Append ``node`` (reading ``current``) to ``chain``; False when it is not a chain link."""
-    if node.domain or not is_float32(graph, node.outputs[0]) or len(node.outputs) != 1:
+    """Append ``node`` (reading ``current``) to ``chain``; False (``chain`` unchanged) when it is not a chain link."""
+    state = (len(chain.steps), len(chain.operands), len(chain.scalars), len(chain.nodes))
+    if _link(node, current, chain, graph, index):
+        chain.nodes.append(node)
+        chain.out = node.outputs[0]
+        return True
+    del chain.steps[state[0] :], chain.operands[state[1] :], chain.scalars[state[2] :], chain.nodes[state[3] :]
+    return False
+
+
+def _link(node: Node, current: str, chain: _Chain, graph: Graph, index: GraphIndex) -> bool:
+    if not _elementwise(node, graph):
         return False
     op = node.op_type
     # a unary step keeps its input's shape whatever shape inference named the output's dims (a dynamic batch may come
     # out as ``batch`` after ``unk__0``); a binary one must not broadcast the chain up
     if op not in CHAIN_UNARY and shape_of(graph, node.outputs[0]) != chain.shape:
         return False
-    if op in CHAIN_BINARY:
-        if node.opset < _MIN_OPSET[op] or len(node.inputs) != 2 or node.inputs[0] == node.inputs[1]:
+    if op in CHAIN_UNARY:
+        return _unary(node, chain, index)
+    if op == "Pow":
+        exponent = _exponent(node, index)
+        if exponent is None or node.inputs[0] != current:
             return False
-        swapped = int(node.inputs[1] == current)
-        other = node.inputs[1 - swapped]
-        if not is_float32(graph, other):
+        chain.steps += [CHAIN_POW, KIND_SCALAR, len(chain.scalars), 0]
+        chain.scalars.append(exponent)
+        return True
+    if node.inputs[0] == node.inputs[1]:
+        chain.steps += [CHAIN_BINARY[op], KIND_SELF, 0, 0]
+        return True
+    swapped = int(node.inputs[1] == current)
+    other = node.inputs[1 - swapped]
+    if _absorbable(other, chain, graph, index) is not None and len(chain.nodes) < MAX_NODES:
+        # ``other`` is computed by elementwise ops only this node reads: compute it here too, with ``current`` kept
+        # in register 0 (the link's left operand when it was not swapped)
+        chain.steps += [CHAIN_SAVE, KIND_NONE, 0, 0]
+        if not _emit(other, chain, graph, index, 1):
             return False
-        const = index.constant(other)
-        last = chain.shape[-1] if chain.shape else None
-        if const is not None and const.size == 1:
-            chain.steps += [CHAIN_BINARY[op], KIND_SCALAR, len(chain.scalars), swapped]
-            chain.scalars.append(float(np.float32(const.reshape(-1)[0])))
-        elif const is not None and const.size == last and const.ndim >= 1 and const.shape[-1] == last:
-            chain.steps += [CHAIN_BINARY[op], KIND_INNER, chain.add_operand(other), swapped]
-        else:
-            other_shape = shape_of(graph, other)
-            if other_shape is None or len(other_shape) > len(chain.shape):
-                return False
-            chain.steps += [CHAIN_BINARY[op], KIND_FULL, chain.add_operand(other), swapped]
-    elif op in CHAIN_UNARY:
-        if op == "Clip":
-            act = activation_of(node, index)
-            if act is None:
-                return False
-            chain.steps += [CHAIN_UNARY[op], KIND_NONE, len(chain.scalars), 0]
-            chain.scalars += [act[1], act[2]]
-        elif op == "LeakyRelu":
-            if len(node.inputs) != 1:
-                return False
-            chain.steps += [CHAIN_UNARY[op], KIND_NONE, len(chain.scalars), 0]
-            chain.scalars.append(float(np.float32(node.attrs.get("alpha", 0.01))))
-        else:
-            if len(node.inputs) != 1:
-                return False
-            chain.steps += [CHAIN_UNARY[op], KIND_NONE, 0, 0]
-    else:
+        chain.steps += [CHAIN_BINARY[op], KIND_REG, 0, 1 - swapped]
+        return True
+    leaf = _leaf(other, chain, graph, index)
+    if leaf is None:
         return False
-    chain.nodes.append(node)
-    chain.out = node.outputs[0]
+    chain.steps += [CHAIN_BINARY[op], leaf[0], leaf[1], swapped]
     return True
 
 

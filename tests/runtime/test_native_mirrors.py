@@ -107,7 +107,11 @@ def table_drift(text: str) -> list[str]:
                                                   "Clip": "EO_CLIP", "LeakyRelu": "EO_LEAKY_RELU"}),
         "fused.KIND_*": ({k: v for k, v in vars(fused).items() if k.startswith("KIND_")},
                          {"KIND_NONE": "EK_NONE", "KIND_SCALAR": "EK_SCALAR", "KIND_FULL": "EK_FULL",
-                          "KIND_INNER": "EK_INNER"}),
+                          "KIND_INNER": "EK_INNER", "KIND_SELF": "EK_SELF", "KIND_REG": "EK_REG"}),
+        "fused.CHAIN_* steps": ({"CHAIN_POW": fused.CHAIN_POW, "CHAIN_SAVE": fused.CHAIN_SAVE,
+                                 "CHAIN_LOAD": fused.CHAIN_LOAD, "CHAIN_REGISTERS": fused.CHAIN_REGISTERS},
+                                {"CHAIN_POW": "EO_POW", "CHAIN_SAVE": "EO_SAVE", "CHAIN_LOAD": "EO_LOAD",
+                                 "CHAIN_REGISTERS": "EW_REGS"}),
         "rnn._NATIVE_ACTIVATIONS": (rnn._NATIVE_ACTIVATIONS, {"sigmoid": "RA_SIGMOID", "tanh": "RA_TANH",
                                                               "relu": "RA_RELU"}),
     }  # fmt: skip

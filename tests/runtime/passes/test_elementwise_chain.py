@@ -1,11 +1,14 @@
-"""Straight lines of elementwise ops fuse into one ElementwiseChain."""
+"""Straight lines and trees of elementwise ops fuse into one ElementwiseChain."""
 
 from __future__ import annotations
 
 import numpy as np
 import onnx
+import pytest
 from onnx import helper
 
+from runtime import RuntimeModelError, compile_model, native
+from runtime.kernels.fused import CHAIN_BINARY, CHAIN_LOAD, CHAIN_POW, CHAIN_SAVE, KIND_NONE, KIND_REG
 from tests.runtime.graphs import const, model, vi
 from tests.runtime.passes.conftest import compare, ops_of
 
@@ -133,3 +136,136 @@ def test_a_residual_added_after_a_fused_convolutions_activation_chains() -> None
     plain = model([helper.make_node("Add", ["x", "z"], ["y"])], [vi("x", shape=SHAPE), vi("z", shape=SHAPE)],
                   [vi("y", shape=SHAPE)])  # fmt: skip
     assert ops_of(compare(plain, FEEDS, passes=["elementwise_chain"])) == ["Add"]
+
+
+# -- trees: a value read by several ops of one chain (a tanh GELU reads x three times) -------------------------------
+GELU_CONSTANTS = [
+    const("half", 0.5),
+    const("one", 1.0),
+    const("kappa", 0.044715),
+    const("beta", float(np.sqrt(2 / np.pi))),
+    const("three", 3.0),
+    const("three_i", 3, dtype=np.int64),
+]
+
+
+def _tanh_gelu(form: str) -> list[onnx.NodeProto]:
+    """GELU's tanh approximation as exporters write it, from ``x`` to ``y``: ``cube`` x*x*x (PyTorch's own export),
+    ``pow`` Pow(x, 3.0) with 0.5*x first (Hugging Face's NewGELU), ``pow_int`` an int64 exponent with the half last."""
+    if form == "cube":
+        return [
+            helper.make_node("Mul", ["x", "x"], ["x2"]),
+            helper.make_node("Mul", ["x", "x2"], ["x3"]),
+            helper.make_node("Mul", ["x3", "kappa"], ["k"]),
+            helper.make_node("Add", ["x", "k"], ["s"]),
+            helper.make_node("Mul", ["s", "beta"], ["i"]),
+            helper.make_node("Tanh", ["i"], ["t"]),
+            helper.make_node("Add", ["t", "one"], ["u"]),
+            helper.make_node("Mul", ["x", "u"], ["v"]),
+            helper.make_node("Mul", ["v", "half"], ["y"]),
+        ]
+    exponent = "three" if form == "pow" else "three_i"
+    tanh_branch = [
+        helper.make_node("Pow", ["x", exponent], ["x3"]),
+        helper.make_node("Mul", ["kappa", "x3"], ["k"]),
+        helper.make_node("Add", ["x", "k"], ["s"]),
+        helper.make_node("Mul", ["beta", "s"], ["i"]),
+        helper.make_node("Tanh", ["i"], ["t"]),
+        helper.make_node("Add", ["one", "t"], ["u"]),
+    ]
+    if form == "pow":
+        half_first = helper.make_node("Mul", ["half", "x"], ["h"])
+        return [half_first, *tanh_branch, helper.make_node("Mul", ["h", "u"], ["y"])]
+    return [*tanh_branch, helper.make_node("Mul", ["u", "x"], ["h"]), helper.make_node("Mul", ["h", "half"], ["y"])]
+
+
+def _gelu_model(form: str) -> onnx.ModelProto:
+    return model(_tanh_gelu(form), [vi("x", shape=SHAPE)], [vi("y", shape=SHAPE)], [*INIT, *GELU_CONSTANTS])
+
+
+def _tanh_gelu_reference(x: np.ndarray) -> np.ndarray:
+    x64 = x.astype(np.float64)
+    return 0.5 * x64 * (1 + np.tanh(np.sqrt(2 / np.pi) * (x64 + 0.044715 * x64**3)))
+
+
+@pytest.mark.parametrize("form", ["cube", "pow", "pow_int"])
+def test_every_spelling_of_the_tanh_gelu_is_one_chain_on_numpy(form: str, numpy_only: None) -> None:
+    exe = compare(_gelu_model(form), {"x": FEEDS["x"]}, passes=["elementwise_chain"], rtol=2e-6)
+    assert ops_of(exe) == ["ElementwiseChain"]
+
+
+@pytest.mark.parametrize("form", ["cube", "pow", "pow_int"])
+def test_every_spelling_of_the_tanh_gelu_compiled_agrees_with_the_formula(form: str) -> None:
+    x = (FEEDS["x"] * 3).astype(np.float32)
+    exe = compare(_gelu_model(form), {"x": x}, passes=["elementwise_chain"], rtol=2e-6)
+    assert ops_of(exe) == ["ElementwiseChain"]
+    np.testing.assert_allclose(exe.run({"x": x})["y"], _tanh_gelu_reference(x), rtol=1e-5, atol=1e-6)
+
+
+def test_the_compiled_tanh_gelu_is_the_tree_program() -> None:
+    """The Pow form keeps 0.5 * x waiting in a register while the tanh branch is computed from x read again."""
+    exe = compile_model(_gelu_model("pow"), passes=["elementwise_chain"])
+    (node,) = exe.model.graph.nodes
+    steps = [tuple(node.attrs["steps"][i : i + 4]) for i in range(0, len(node.attrs["steps"]), 4)]
+    assert (CHAIN_SAVE, KIND_NONE, 0, 0) in steps and (CHAIN_BINARY["Mul"], KIND_REG, 0, 1) == steps[-1]
+    assert [s[0] for s in steps].count(CHAIN_POW) == 1 and any(s[0] == CHAIN_LOAD for s in steps)
+    assert node.inputs[1:] == ["x"]  # x read again as an operand, not copied
+
+
+def test_two_computed_sides_use_two_registers_and_a_square_reads_the_accumulator() -> None:
+    """(exp(x) - 1) * (sigmoid(x) + (x*x)): each side a computed tree, the square of the accumulator itself."""
+    nodes = [
+        helper.make_node("Exp", ["x"], ["e"]),
+        helper.make_node("Sub", ["e", "one"], ["a"]),
+        helper.make_node("Sigmoid", ["x"], ["s"]),
+        helper.make_node("Mul", ["z", "z"], ["q"]),
+        helper.make_node("Add", ["s", "q"], ["b"]),
+        helper.make_node("Mul", ["a", "b"], ["y"]),
+    ]
+    m = _m(nodes)
+    m.graph.initializer.extend(GELU_CONSTANTS)
+    for numpy in (True, False):
+        native.set_enabled(False if numpy else None)
+        try:
+            exe = compare(m, FEEDS, passes=["elementwise_chain"], rtol=2e-6)
+        finally:
+            native.set_enabled(None)
+        assert ops_of(exe) == ["ElementwiseChain"]
+    x, z = FEEDS["x"].astype(np.float64), FEEDS["z"].astype(np.float64)
+    np.testing.assert_allclose(
+        exe.run(dict(FEEDS))["y"], (np.exp(x) - 1) * (1 / (1 + np.exp(-x)) + z * z), rtol=1e-5, atol=1e-6
+    )
+
+
+def test_a_value_read_outside_the_tree_is_read_not_recomputed() -> None:
+    """x*0.5 is also a graph output: the chain reads it as an operand and the node computing it stays."""
+    m = model(
+        _tanh_gelu("pow"),
+        [vi("x", shape=SHAPE)],
+        [vi("y", shape=SHAPE), vi("h", shape=SHAPE)],
+        [*INIT, *GELU_CONSTANTS],
+    )
+    exe = compare(m, {"x": FEEDS["x"]}, passes=["elementwise_chain"], rtol=2e-6)
+    assert sorted(ops_of(exe)) == ["ElementwiseChain", "Mul"]
+
+
+def test_a_pow_with_a_tensor_exponent_is_not_a_step() -> None:
+    nodes = [
+        helper.make_node("Abs", ["x"], ["a"]),
+        helper.make_node("Pow", ["a", "z"], ["p"]),
+        helper.make_node("Relu", ["p"], ["y"]),
+    ]
+    exe = compare(_m(nodes), FEEDS, passes=["elementwise_chain"])
+    assert ops_of(exe) == ["Abs", "Pow", "Relu"]
+
+
+def test_a_register_outside_the_file_is_refused_at_load() -> None:
+    nodes = [helper.make_node("ElementwiseChain", ["x"], ["y"], domain="com.appopt", steps=[CHAIN_SAVE, 0, 9, 0])]
+    bad = model(nodes, [vi("x", shape=SHAPE)], [vi("y", shape=SHAPE)], extra_opsets=[("com.appopt", 1)])
+    with pytest.raises(RuntimeModelError, match="register 9"):
+        compile_model(bad, passes=[]).run({"x": FEEDS["x"]})
+    unsaved = [CHAIN_BINARY["Add"], KIND_REG, 1, 0]
+    nodes = [helper.make_node("ElementwiseChain", ["x"], ["y"], domain="com.appopt", steps=unsaved)]
+    bad = model(nodes, [vi("x", shape=SHAPE)], [vi("y", shape=SHAPE)], extra_opsets=[("com.appopt", 1)])
+    with pytest.raises(RuntimeModelError, match="register 1 read before"):
+        compile_model(bad, passes=[]).run({"x": FEEDS["x"]})
