@@ -137,6 +137,15 @@ def _link_tree(source: Path, dest: Path) -> None:
         shutil.copytree(source, dest, symlinks=True, ignore=_special_files)
 
 
+def refuse_build_flags(platform: str, base_image: str | None, wheelhouse: Path | None) -> None:
+    """An assembled image has no build stage: ``--base-image`` and ``--wheelhouse`` are refused in one line (before
+    the engine is even looked for)."""
+    if base_image is not None or wheelhouse is not None:
+        arch = debian_arch(platform.split("/")[1])
+        raise EngineError(f"--platform {platform}: this host cannot run {arch} code, so the image is assembled "
+                          "from a Debian root prepared here; --base-image and --wheelhouse do not apply")  # fmt: skip
+
+
 def prepare_foreign_build(
     out_dir: Path,
     dep: Deployment | None,
@@ -153,9 +162,7 @@ def prepare_foreign_build(
     if dep is None:
         raise EngineError(f"{out_dir}: no deployment.json, so the {arch} image cannot be assembled; "
                           "run `appopt plan` again")  # fmt: skip
-    if base_image is not None or wheelhouse is not None:
-        raise EngineError(f"--platform {platform}: this host cannot run {arch} code, so the image is assembled "
-                          "from a Debian root prepared here; --base-image and --wheelhouse do not apply")  # fmt: skip
+    refuse_build_flags(platform, base_image, wheelhouse)
     carried = plan_final_stage(out_dir, dep)
     python = python_version_of(dep.base_image)
     if python != "3.11":

@@ -221,12 +221,16 @@ def build_plan_image(
     """
     if platform is not None:
         validate_platform(platform)
+    from builders import foreign_arch, multiarch
+
+    assemble = foreign_arch.needs_assembly(platform, out_dir)
+    if assemble:
+        assert platform is not None
+        foreign_arch.refuse_build_flags(platform, base_image, wheelhouse)
     chosen = get_engine(engine, env) if isinstance(engine, str) else engine
     say = on_line or (lambda _line: None)
     say(f"engine: {chosen.describe()}")
-    from builders import foreign_arch, multiarch
-
-    if foreign_arch.needs_assembly(platform, out_dir):  # no RUN possible: assembled from a root prepared on this host
+    if assemble:  # no RUN possible: assembled from a root prepared on this host
         assert platform is not None
         prepared, platform = foreign_arch.prepared_foreign_build(out_dir, platform, base_image=base_image,
                                                                  wheelhouse=wheelhouse, on_line=say)
