@@ -100,6 +100,9 @@ def evaluate_cmd(
 
     if mode not in ("inference", "training", "gpu"):
         raise AppoptError(f"--mode: {mode!r} is not one of inference, training, gpu")
+    defaults = mode == "inference" and by == "family" and statistic == "auto" and threads is None
+    if save and (len(db or [None]) != 1 or not defaults or whole_weight is not None):  # (before minutes of refits)
+        raise AppoptError("--save: only for one --db evaluated with the defaults (what plans use)")
     if mode == "gpu":
         from optimiser.catalog import load_catalog
         from optimiser.gpu_baseline import prior_on_rows
@@ -150,8 +153,6 @@ def evaluate_cmd(
         typer.echo(line)
     paths = db or [default_db_path()]
     if save:
-        if len(paths) != 1 or statistic != "auto" or threads is not None or whole_weight is not None:
-            raise AppoptError("--save: only for one --db evaluated with the defaults (what plans use)")
         from optimiser.training_transfer_proxy import training_bands
 
         with progress("training steps held out by family, and the training transfer proxy 1:2 and 2:1 (~1 min)"):

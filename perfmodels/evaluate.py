@@ -289,19 +289,22 @@ def nested_weights(
     family's nested figures owe nothing to its own measurements.
 
     ``unitfit.WHOLE_WEIGHT`` was chosen once on every family's held-out predictions; the nested figures say what
-    choosing it costs on a family it never saw. Families × (families − 1) whole-model fits (cheap); the unit
-    predictions ``by_units`` (by ``data`` index) are made once.
+    choosing it costs on a family it never saw. One whole-model fit per pair of families, which predicts both (the
+    fit without ``outer`` and ``family`` serves either as the outer one); the unit predictions ``by_units`` (by
+    ``data`` index) are made once.
     """
     if not isinstance(by_units, UnitLookup):
         by_units = UnitLookup(None, data, own=by_units)
     families = sorted(data["family"].unique())
+    held: dict[tuple[str, str], pd.DataFrame] = {}
+    for i, first in enumerate(families):
+        for second in families[i + 1 :]:
+            without = _fit_without(frame, data, (first, second), by_units, ridge, share_routes)
+            held[(first, second)] = _predict_family(without, data, second, by_units)
+            held[(second, first)] = _predict_family(without, data, first, by_units)
     chosen = {}
     for outer in families:
-        inner = [
-            _held_out(frame, data, family, (outer, family), by_units, ridge, share_routes)
-            for family in families
-            if family != outer
-        ]
+        inner = [held[(outer, family)] for family in families if family != outer]
         rows = pd.concat(inner, ignore_index=True) if inner else pd.DataFrame()
         if rows.empty:
             continue
@@ -322,11 +325,33 @@ def _held_out(
     """``family``'s rows predicted by a fit on ``data`` less the families ``without``: the whole-model, prior and
     unit estimates, and the share of the whole-model estimate that is overheads (rows of routes the fit cannot
     answer are left out)."""
+    return _predict_family(_fit_without(frame, data, without, by_units, ridge, share_routes), data, family, by_units)
+
+
+@dataclass(frozen=True)
+class _FitWithout:
+    """The fits on ``data`` less some families: whole-model, in-graph scales, and the op classes each route saw."""
+
+    result: FitResult
+    in_graph: Mapping[Key, InGraph]
+    seen: Mapping[RouteKey, tuple[float, ...]]
+
+
+def _fit_without(
+    frame: pd.DataFrame,
+    data: pd.DataFrame,
+    without: tuple[str, ...],
+    by_units: UnitLookup,
+    ridge: float,
+    share_routes: bool,
+) -> _FitWithout:
     training = data[~data["family"].isin(without)]
     result = fit(frame, ridge=ridge, data=training, share_routes=share_routes)
-    in_graph = fit_in_graphs(training, by_units.parts)
-    seen = exercised_by_route(training)
-    groups = {g.key: g for g in result.groups if g.usable}
+    return _FitWithout(result, fit_in_graphs(training, by_units.parts), exercised_by_route(training))
+
+
+def _predict_family(fitted: _FitWithout, data: pd.DataFrame, family: str, by_units: UnitLookup) -> pd.DataFrame:
+    groups = {g.key: g for g in fitted.result.groups if g.usable}
     records = []
     for index, row in data[data["family"] == family].iterrows():
         group = groups.get(tuple(row[k] for k in _GROUP))
@@ -336,7 +361,7 @@ def _held_out(
             {
                 **{k: row[k] for k in [*_GROUP, "model", "family", "batch"]},
                 "y": row["y"],
-                **_estimates(result, group, index, row, by_units, in_graph, seen),
+                **_estimates(fitted.result, group, index, row, by_units, fitted.in_graph, fitted.seen),
                 "prior": prior_seconds(row["x"], row["peak_flops"], row["bandwidth"]),
             }
         )

@@ -560,34 +560,28 @@ def fit_weights(
     n_groups = len(grouped)
     scale = math.sqrt(n_rows)
 
+    # the pulls' rows, whose layout does not change between iterations: one per feature, then one per group
+    ridge_strength = scale * math.sqrt(ridge)
+    overhead_strength = scale * math.sqrt(overhead_ridge)
+    group_strength = scale * math.sqrt(GROUP_RIDGE)
+    features = np.arange(n_features)
+    in_group = has_prior & (member_of >= 0)
+    pull_jac = np.zeros((n_features + n_groups, n_features + n_groups))
+    pull_jac[features[has_prior], features[has_prior]] = ridge_strength
+    pull_jac[features[in_group], n_features + member_of[in_group]] = -ridge_strength
+    pull_jac[n_features + np.arange(n_groups), n_features + np.arange(n_groups)] = group_strength
+    no_prior = features[~has_prior]
+
     def residuals(theta: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         v = np.exp(theta[:n_features])
         eta = theta[n_features:]
-        r = [au @ v - 1.0]
-        jac = [np.hstack([au * v, np.zeros((n_rows, n_groups))])]
-        for j in range(n_features):
-            row = np.zeros(n_features + n_groups)
-            if has_prior[j]:
-                g = member_of[j]
-                strength = scale * math.sqrt(ridge)
-                row[j] = strength
-                target = 0.0
-                if g >= 0:
-                    row[n_features + g] = -strength
-                    target = 0.0
-                r.append(np.array([strength * theta[j] - (strength * eta[g] if g >= 0 else target)]))
-            else:
-                strength = scale * math.sqrt(overhead_ridge)
-                row[j] = strength * v[j]
-                r.append(np.array([strength * v[j]]))
-            jac.append(row[None, :])
-        for g in range(n_groups):
-            row = np.zeros(n_features + n_groups)
-            strength = scale * math.sqrt(GROUP_RIDGE)
-            row[n_features + g] = strength
-            r.append(np.array([strength * eta[g]]))
-            jac.append(row[None, :])
-        return np.concatenate(r), np.vstack(jac)
+        pulls = np.where(has_prior, ridge_strength * theta[:n_features], overhead_strength * v)
+        pulls[in_group] -= ridge_strength * eta[member_of[in_group]]
+        jac = np.zeros((n_rows + n_features + n_groups, n_features + n_groups))
+        jac[:n_rows, :n_features] = au * v
+        jac[n_rows:] = pull_jac
+        jac[n_rows + no_prior, no_prior] = overhead_strength * v[no_prior]
+        return np.concatenate([au @ v - 1.0, pulls, group_strength * eta]), jac
 
     start = nnls(au, np.ones(n_rows))
     theta = np.concatenate([np.log(np.maximum(start, 1e-3)), np.zeros(n_groups)])

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 import typer
 from typer.testing import CliRunner
 
@@ -149,10 +150,27 @@ def test_models_fit_evaluate_save_show_on_the_shipped_database(tmp_path):
     stored = read_evaluation(db)
     assert stored is not None and stored.training is not None and stored.training.by_route
     assert set(stored.training.transfer) == {"roofline", "calibration"}
-    refused = runner.invoke(app(), ["models", "evaluate", "--db", str(db), "--threads", "1", "--save"])
-    assert refused.exit_code == 1 and "error: --save:" in refused.output
     show = runner.invoke(app(), ["models", "show"])
     assert show.exit_code == 0 and "this machine:" in show.output
+
+
+@pytest.mark.parametrize(
+    "flags", [["--threads", "1"], ["--mode", "training"], ["--by", "host"], ["--whole-weight", "0.2"]]
+)
+def test_models_evaluate_refuses_to_save_figures_plans_do_not_use_before_it_evaluates(flags, monkeypatch):
+    """--save stores what plans show: anything but the default evaluation of one database is refused, in one line,
+    before any refit (the evaluation is made to fail loudly were it reached)."""
+    import perfmodels.evaluate
+    import perfmodels.training_fit
+
+    def reached(*_args, **_kwargs):
+        raise AssertionError("evaluated before the flags were checked")
+
+    monkeypatch.setattr(perfmodels.evaluate, "leave_one_architecture_out", reached)
+    monkeypatch.setattr(perfmodels.evaluate, "leave_one_host_out", reached)
+    monkeypatch.setattr(perfmodels.training_fit, "leave_one_family_out", reached)
+    refused = runner.invoke(app(), ["models", "evaluate", *flags, "--save"])
+    assert refused.exit_code == 1 and "error: --save:" in refused.output, refused.output
 
 
 def test_models_commands_report_a_bad_database_in_one_line(tmp_path):
