@@ -21,7 +21,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from runtime import native
-from runtime.kernels.activations import sigmoid
+from runtime.kernels.activations import sigmoid, softplus
 from runtime.kernels.base import IntoKernel, Kernel, register, store_into
 from runtime.kernels.elementwise import erf
 from runtime.native import ops
@@ -245,6 +245,8 @@ CHAIN_UNARY = {
     "Reciprocal": 14,
     "Clip": 15,
     "LeakyRelu": 16,
+    "Softplus": 20,
+    "Mish": 21,
 }
 #: ``x ** scalar``, and the two steps that let a chain evaluate a tree: copy the accumulator into a register, and
 #: replace it by an operand.
@@ -388,6 +390,10 @@ class ElementwiseChain(IntoKernel):
                     np.minimum(np.maximum(y, t(self.scalars[idx]), out=y), t(self.scalars[idx + 1]), out=y)
                 elif op == 16:
                     np.multiply(y, np.where(y < 0, t(self.scalars[idx]), t(1)), out=y)
+                elif op == 20:
+                    y[...] = softplus(y)
+                elif op == 21:
+                    y[...] = y * np.tanh(softplus(y))
                 elif op == CHAIN_POW:
                     np.power(y, t(self.scalars[idx]), out=y)
                 elif op == CHAIN_SAVE:

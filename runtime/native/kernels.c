@@ -1131,6 +1131,35 @@ INLINE v16 vtanh(v16 v) {
   return vblend((vi16)(ax < 0.3f), small, t);
 }
 
+/* log(1 + t) for t in [0, 1] (softplus): log u of u = 1 + t in [1, 2] by Cephes' logf polynomial about 1 (u above
+ * sqrt 2 halved first, adding ln 2), times t / (u - 1), the rounding of 1 + t undone (Goldberg), so that tiny t keep
+ * their value instead of rounding to log 1 = 0. */
+INLINE v16 vlog1p_unit(v16 t) {
+  v16 u = 1.0f + t;
+  vi16 high = (vi16)(u > 1.41421356f);
+  v16 m = vblend(high, u * 0.5f, u), e = vblend(high, vsplat(1.0f), vsplat(0.0f));
+  v16 f = m - 1.0f, z = f * f;
+  v16 y = vsplat(7.0376836292e-2f);
+  y = y * f - 1.1514610310e-1f;
+  y = y * f + 1.1676998740e-1f;
+  y = y * f - 1.2420140846e-1f;
+  y = y * f + 1.4249322787e-1f;
+  y = y * f - 1.6668057665e-1f;
+  y = y * f + 2.0000714765e-1f;
+  y = y * f - 2.4999993993e-1f;
+  y = y * f + 3.3333331174e-1f;
+  y = y * f * z + e * -2.12194440e-4f - 0.5f * z;
+  v16 logu = f + y + e * 0.693359375f, d = u - 1.0f;
+  return vblend((vi16)(d == 0.0f), t, logu * (t / vblend((vi16)(d == 0.0f), vsplat(1.0f), d)));
+}
+/* softplus(x) = log(1 + e^x) = max(x, 0) + log(1 + e^-|x|), never overflowing; a NaN stays NaN, and below
+ * -87.3, where e^x is under FLT_MIN (vexp clamps there), the result is 0 rather than a denormal. */
+INLINE v16 vsoftplus(v16 v) {
+  v16 ax = vblend((vi16)(v < 0.0f), -v, v);
+  v16 r = vmax(v, vsplat(0.0f)) + vlog1p_unit(vexp(-ax));
+  return vblend((vi16)(v < -87.3f), vsplat(0.0f), r);
+}
+
 /* y = 0.5 * x * (1 + erf(x / sqrt(2))) over n contiguous floats. */
 enum { GL_X, GL_Y, GL_N, GL_NARGS };
 #define GL_CHUNK 4096
@@ -1160,7 +1189,7 @@ API void ap_gelu(const int64_t *a) {
  * Step = (op, operand kind, operand index, swapped). */
 enum { EW_X, EW_Y, EW_N, EW_INNER, EW_NSTEPS, EW_STEPS, EW_OPERANDS, EW_SCALARS, EW_NARGS };
 enum { EO_ADD, EO_SUB, EO_MUL, EO_DIV, EO_MAX, EO_MIN, EO_RELU, EO_NEG, EO_ABS, EO_EXP, EO_ERF, EO_SIGMOID,
-       EO_TANH, EO_SQRT, EO_RECIP, EO_CLIP, EO_LEAKY_RELU, EO_POW, EO_SAVE, EO_LOAD };
+       EO_TANH, EO_SQRT, EO_RECIP, EO_CLIP, EO_LEAKY_RELU, EO_POW, EO_SAVE, EO_LOAD, EO_SOFTPLUS, EO_MISH };
 enum { EK_NONE, EK_SCALAR, EK_FULL, EK_INNER, EK_SELF, EK_REG };
 #define EW_CHUNK 1024
 enum { EW_REGS = 4 }; /* registers of a chain (CHAIN_REGISTERS in kernels/fused.py) */
@@ -1272,6 +1301,8 @@ static void ew_task(const void *vctx, long task) {
           for (long i = 0; i < m; i++) buf[i] = powf(buf[i], sc);
         }
         break;
+      case EO_SOFTPLUS: EW_UNARY_LOOP(vsoftplus(v)); break;
+      case EO_MISH: EW_UNARY_LOOP(v * vtanh(vsoftplus(v))); break;
       case EO_SAVE: memcpy(regs[idx], buf, sizeof(float) * (size_t)(m + VL)); break;
       case EO_LOAD: EW_BINARY_LOOP(r); break;
     }

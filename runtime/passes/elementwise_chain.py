@@ -6,12 +6,13 @@ memory.
     # Mul(Mul(x, 0.5), Add(Tanh(...(Pow(x, 3))...), 1))                  a tanh GELU: one chain reading x twice
 
 A step is a unary op (Relu, Neg, Abs, Exp, Erf, Sigmoid, Tanh, Sqrt, Reciprocal, Clip with constant bounds,
-LeakyRelu) or a binary one (Add, Sub, Mul, Div, Max, Min) whose other operand is a scalar constant, a vector along
-the last axis, or any tensor broadcasting to the chain's shape; Pow takes a scalar constant exponent. Where that
-other operand is itself computed by elementwise ops of the chain's shape that only it reads, the chain computes it
-too (``_emit``), with the pending side in a register (``CHAIN_REGISTERS``). Every link's output is read only by
-the next link and is not a graph output; every step keeps the chain's shape (the first input is never broadcast up).
-At least two steps, or a lone activation (``LONE_ACTIVATIONS``) reading the output of one of the passes' fused ops.
+LeakyRelu, Softplus, Mish) or a binary one (Add, Sub, Mul, Div, Max, Min) whose other operand is a scalar constant,
+a vector along the last axis, or any tensor broadcasting to the chain's shape; Pow takes a scalar constant exponent.
+Where that other operand is itself computed by elementwise ops of the chain's shape that only it reads, the chain
+computes it too (``_emit``), with the pending side in a register (``CHAIN_REGISTERS``). Every link's output is read
+only by the next link and is not a graph output; every step keeps the chain's shape (the first input is never
+broadcast up). At least two steps, or a lone activation (``LONE_ACTIVATIONS``) reading the output of one of the
+passes' fused ops.
 """
 
 from __future__ import annotations
@@ -286,7 +287,7 @@ def _grow(start: Node, graph: Graph, index: GraphIndex) -> _Chain | None:
 
 
 #: Activations that form a chain of their own right after one of the passes' fused ops (``_lone_activation``).
-LONE_ACTIVATIONS = ("Relu", "Clip", "Sigmoid", "Tanh", "LeakyRelu")
+LONE_ACTIVATIONS = ("Relu", "Clip", "Sigmoid", "Tanh", "LeakyRelu", "Softplus", "Mish")
 #: Binary ops that do too when one of their tensor operands is such an op's output: a residual added after the
 #: activation (a TCN's ``relu(conv(x)) + x``), which the convolution's epilogue cannot take.
 LONE_SUMS = ("Add", "Sub", "Mul")

@@ -269,3 +269,68 @@ def test_a_register_outside_the_file_is_refused_at_load() -> None:
     bad = model(nodes, [vi("x", shape=SHAPE)], [vi("y", shape=SHAPE)], extra_opsets=[("com.appopt", 1)])
     with pytest.raises(RuntimeModelError, match="register 1 read before"):
         compile_model(bad, passes=[]).run({"x": FEEDS["x"]})
+
+
+# -- softplus and Mish: compiled chain steps (NumPy's logaddexp took 28 ns an element) -------------------------------
+EXTREMES = np.array([-100, -30, -17, -5, -1e-3, -1e-30, 0, 1e-30, 1e-3, 0.5, 5, 17, 30, 100], dtype=np.float32)
+
+
+def _softplus_reference(x: np.ndarray) -> np.ndarray:
+    with np.errstate(invalid="ignore"):
+        return np.logaddexp(x.astype(np.float64), 0.0)
+
+
+def _activation_model(nodes: list, opset: int = 18) -> onnx.ModelProto:
+    shape = [2, 3, 5, 16]
+    return model(nodes, [vi("x", shape=shape)], [vi("y", shape=shape)], [*INIT], opset=opset)
+
+
+def _feeds_with_extremes() -> dict[str, np.ndarray]:
+    x = (FEEDS["x"] * 4).astype(np.float32)
+    x.reshape(-1)[: EXTREMES.size] = EXTREMES
+    return {"x": x}
+
+
+@pytest.mark.parametrize("numpy", [True, False])
+def test_mish_written_out_is_one_chain_and_matches_the_formula_at_the_extremes(numpy: bool) -> None:
+    """x * tanh(softplus(x)), as PyTorch exports Mish before opset 18."""
+    nodes = [
+        helper.make_node("Softplus", ["x"], ["s"]),
+        helper.make_node("Tanh", ["s"], ["t"]),
+        helper.make_node("Mul", ["x", "t"], ["y"]),
+    ]
+    feeds = _feeds_with_extremes()
+    native.set_enabled(False if numpy else None)
+    try:
+        exe = compare(_activation_model(nodes, opset=17), feeds, passes=["elementwise_chain"], rtol=2e-6)
+        assert ops_of(exe) == ["ElementwiseChain"]
+        got = exe.run(feeds)["y"]
+    finally:
+        native.set_enabled(None)
+    x64 = feeds["x"].astype(np.float64)
+    np.testing.assert_allclose(got, x64 * np.tanh(_softplus_reference(x64)), rtol=2e-6, atol=1e-30)
+
+
+@pytest.mark.parametrize("op", ["Softplus", "Mish"])
+def test_a_lone_softplus_or_mish_after_a_convolution_is_a_compiled_step(op: str) -> None:
+    nodes = [helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1]), helper.make_node(op, ["c"], ["y"])]
+    init = [const("w", rng.standard_normal((3, 3, 3, 3)) * 2)]
+    shape = [2, 3, 5, 16]
+    m = model(nodes, [vi("x", shape=shape)], [vi("y", shape=shape)], init, opset=18)
+    exe = compare(m, {"x": FEEDS["x"][:, :3]}, passes=["conv_fusion", "layout", "elementwise_chain"], rtol=2e-6)
+    assert "ElementwiseChain" in ops_of(exe) and op not in ops_of(exe)
+
+
+def test_the_compiled_softplus_keeps_tiny_values_and_the_infinities() -> None:
+    nodes = [helper.make_node("Neg", ["x"], ["n"]), helper.make_node("Softplus", ["n"], ["y"])]
+    x = np.zeros([2, 3, 5, 16], dtype=np.float32)
+    x.reshape(-1)[: EXTREMES.size] = -EXTREMES
+    x.reshape(-1)[EXTREMES.size : EXTREMES.size + 3] = [np.inf, -np.inf, np.nan]
+    exe = compile_model(_activation_model(nodes), passes=["elementwise_chain"])
+    assert ops_of(exe) == ["ElementwiseChain"]
+    got = exe.run({"x": x})["y"].reshape(-1)
+    want = _softplus_reference(-x.reshape(-1))
+    n = EXTREMES.size
+    np.testing.assert_allclose(got[:n][EXTREMES > -87], want[:n][EXTREMES > -87], rtol=2e-6)  # tiny ones too
+    assert got[:n][EXTREMES < -87] == 0  # e^-100 is below FLT_MIN: no denormal
+    assert got[n] == 0 and got[n + 1] == np.inf and np.isnan(got[n + 2])
