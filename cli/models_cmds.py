@@ -146,6 +146,7 @@ def evaluate_cmd(
                 statistic=statistic,  # type: ignore[arg-type]
                 threads=threads,
                 whole_weight=whole_weight,
+                nested=whole_weight is None,  # (a weight asked for is scored as given: no weight is chosen)
             )
     except ValueError as error:
         raise AppoptError(f"--db: {error}") from None

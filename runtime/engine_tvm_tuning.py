@@ -113,6 +113,39 @@ def candidate_linker() -> Iterator[None]:
                 os.environ["CC"] = saved
 
 
+def cpu_tensor_intrinsics() -> None:
+    """Register the CPU tensor intrinsics (x86, Arm) that MetaSchedule's schedules for an LLVM target may use,
+    without the rest: ``tvm.s_tir.tensor_intrin`` parses every target's in TVMScript (CUDA's hundreds), 40-45 s a
+    process on a 2-core Xeon. The CPU modules are loaded under an empty package of that name, so later imports of
+    the package (MetaSchedule's tune context and default build) find it loaded; a submodule asked for by name
+    (``...tensor_intrin.cuda``) still loads."""
+    import importlib
+    import types
+
+    import tvm.s_tir
+
+    name = "tvm.s_tir.tensor_intrin"
+    if name in sys.modules:
+        return
+    package = types.ModuleType(name)
+    package.__path__ = [str(Path(tvm.s_tir.__file__).parent / "tensor_intrin")]
+    sys.modules[name] = package
+    for module in ("x86", "arm_cpu"):
+        setattr(package, module, importlib.import_module(f"{name}.{module}"))
+
+
+def cpu_candidate_build(mod: Any, target: Any, _params: Any) -> Any:
+    """MetaSchedule's default candidate build with only the CPU tensor intrinsics registered: the
+    ``LocalBuilder`` starts fresh processes for every round of the search, and its default build imports every
+    target's intrinsics in each (``cpu_tensor_intrinsics``). Runs in the builder's processes."""
+    from tvm.driver import build as tvm_build
+    from tvm.s_tir.transform import RemoveWeightLayoutRewriteBlock
+
+    cpu_tensor_intrinsics()
+    mod = RemoveWeightLayoutRewriteBlock(skip_tensor_rewrite=True)(mod)
+    return tvm_build(mod, target=target)
+
+
 def tuned_executable(model: onnx.ModelProto, threads: int | None, trials: int, work_dir: Path,
                      about: dict[str, Any] | None = None) -> TuningResult:
     """The Relax executable of ``model`` with MetaSchedule schedules found in ``trials`` trials on this host, from
@@ -139,13 +172,14 @@ def tuned_executable(model: onnx.ModelProto, threads: int | None, trials: int, w
         shutil.rmtree(work_dir, ignore_errors=True)  # an interrupted search's half-written records
         work_dir.mkdir(parents=True, exist_ok=True)
         started = time.perf_counter()
+        cpu_tensor_intrinsics()  # (the search's tune contexts import them)
         tasks = len(ms.relax_integration.extract_tasks(module, target))
         per_round = max(1, min(64, trials // max(tasks, 1)))  # every task gets its share of the budget
         with candidate_linker():
             ms.relax_integration.tune_relax(
                 module, {}, target, str(work_dir), max_trials_global=trials,
                 num_trials_per_iter=per_round,
-                builder=ms.builder.LocalBuilder(timeout_sec=BUILD_TIMEOUT_S),
+                builder=ms.builder.LocalBuilder(timeout_sec=BUILD_TIMEOUT_S, f_build=cpu_candidate_build),
                 runner=ms.runner.LocalRunner(timeout_sec=RUN_TIMEOUT_S),
                 seed=0,
             )

@@ -86,6 +86,28 @@ def test_tvm_links_with_zig_when_no_c_compiler_is_on_path(tmp_path: Path, monkey
     np.testing.assert_allclose(runner.run({"input": X})["probabilities"], _reference(X), rtol=1e-4, atol=1e-6)
 
 
+def test_a_tvm_search_registers_the_cpu_tensor_intrinsics_without_parsing_every_targets() -> None:
+    """MetaSchedule imports ``tvm.s_tir.tensor_intrin`` in its tune contexts and in every builder process (fresh
+    ones each round); that package parses CUDA's hundreds of intrinsics (45 s a process here). The search loads the
+    x86 and Arm ones only, and a GPU module asked for by name can still be found. In a process of its own: the
+    registry is global."""
+    _needs("tvm")
+    code = (
+        "import sys\n"
+        "from runtime.engine_tvm_tuning import cpu_tensor_intrinsics\n"
+        "cpu_tensor_intrinsics()\n"
+        "import tvm.s_tir.tensor_intrin\n"
+        "from tvm.s_tir import TensorIntrin\n"
+        "assert TensorIntrin.get('dot_16x4_vnni') is not None\n"
+        "assert 'tvm.s_tir.tensor_intrin.cuda' not in sys.modules, 'CUDA intrinsics parsed'\n"
+        "import importlib.util\n"
+        "assert importlib.util.find_spec('tvm.s_tir.tensor_intrin.cuda') is not None  # (found, not parsed)\n"
+        "print('ok')\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600, check=False)
+    assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr[-2000:]
+
+
 @pytest.mark.slow
 def test_a_tuned_tvm_directory_searches_with_zig_ships_its_records_and_runs_the_batch_it_searched(
         tmp_path: Path) -> None:
