@@ -329,7 +329,8 @@ class ElementwiseChain(IntoKernel):
     ) -> np.ndarray:
         if out is None:
             out = np.empty_like(x)
-        lib.ew(self._args(x, operands, out).ptr)
+        args = self._args(x, operands, out)  # held through the call: it owns the block and any contiguous copies
+        lib.ew(args.ptr)
         return out
 
     def bind(self, out: np.ndarray, x: np.ndarray, *operands: np.ndarray) -> ops.Bound | None:

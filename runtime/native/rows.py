@@ -141,7 +141,8 @@ def pool(
     if tiled is not None:
         native.maxpool_2x2(tiled.ptr)
         return out
-    (native.pool_nchw if nchw else native.pool)(_pool_args(x, sizes, win, out).ptr)
+    args = _pool_args(x, sizes, win, out)  # held through the call: it owns the argument block
+    (native.pool_nchw if nchw else native.pool)(args.ptr)
     return out
 
 
@@ -191,7 +192,8 @@ def layernorm_rows(
     """Layer normalisation over the last axis; ``gamma``/``beta`` float32 of that length, contiguous."""
     if out is None:
         out = np.empty_like(x)
-    native.layernorm(_layernorm_args(x, out, gamma, beta, eps).ptr)
+    args = _layernorm_args(x, out, gamma, beta, eps)  # held through the call: it owns the argument block
+    native.layernorm(args.ptr)
     return out
 
 
@@ -225,7 +227,8 @@ def lrn(
     """Local response normalisation across the channels (axis 1) of a contiguous float32 ``[N, C, ...]`` array."""
     if out is None:
         out = np.empty_like(x)
-    native.lrn(_lrn_args(x, out, size, alpha, beta, bias).ptr)
+    args = _lrn_args(x, out, size, alpha, beta, bias)  # held through the call: it owns the argument block
+    native.lrn(args.ptr)
     return out
 
 

@@ -8,7 +8,7 @@ import pytest
 from onnx import helper
 
 from runtime import RuntimeModelError, compile_model, native
-from runtime.kernels.fused import CHAIN_BINARY, CHAIN_LOAD, CHAIN_POW, CHAIN_SAVE, KIND_NONE, KIND_REG
+from runtime.kernels.fused import CHAIN_BINARY, CHAIN_LOAD, CHAIN_POW, CHAIN_SAVE, KIND_FULL, KIND_NONE, KIND_REG
 from tests.runtime.graphs import const, model, vi
 from tests.runtime.passes.conftest import compare, ops_of
 
@@ -334,3 +334,31 @@ def test_the_compiled_softplus_keeps_tiny_values_and_the_infinities() -> None:
     np.testing.assert_allclose(got[:n][EXTREMES > -87], want[:n][EXTREMES > -87], rtol=2e-6)  # tiny ones too
     assert got[:n][EXTREMES < -87] == 0  # e^-100 is below FLT_MIN: no denormal
     assert got[n] == 0 and got[n + 1] == np.inf and np.isnan(got[n + 2])
+
+
+def test_a_transposed_operand_is_read_from_a_copy_that_lives_through_the_call(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A chain's operand that is a view (an MLP-Mixer's token MLP output, transposed back) is copied contiguous for
+    the kernel. The copy, and the argument block, were freed before the kernel ran (held only by a temporary), so
+    the model read freed memory: MLP-Mixer differed from onnxruntime by 1.6e-3 to 3e-2, or NaN, depending on what
+    reused it. Here every freed block is overwritten before the kernel runs."""
+    lib = native.lib()
+    if lib is None:
+        pytest.skip(f"compiled kernels unavailable: {native.status()}")
+    real = lib.ew
+
+    def ew_after_reuse(ptr: int) -> None:
+        import gc
+
+        gc.collect()
+        junk = [np.full(4096, np.nan, dtype=np.float32) for _ in range(64)]  # takes the freed memory back
+        real(ptr)
+        del junk
+
+    monkeypatch.setattr(lib, "ew", ew_after_reuse)
+    x = FEEDS["x"][0]  # [3, 5, 16]
+    base = np.ascontiguousarray(FEEDS["z"][0].transpose(0, 2, 1))  # [3, 16, 5]
+    view = base.transpose(0, 2, 1)
+    from runtime.kernels.fused import ElementwiseChain
+
+    chain = ElementwiseChain(None, {"steps": [CHAIN_BINARY["Add"], KIND_FULL, 0, 0], "scalars": [0.0]})
+    np.testing.assert_array_equal(chain.compute_into(None, x, view), x + view)
