@@ -73,6 +73,22 @@ def test_suite_models_match_their_unoptimised_graphs(name: str, _verify_after_ea
 
 
 @pytest.mark.slow
+def test_the_held_out_mixer_matches_its_unoptimised_graph_run_after_run() -> None:
+    """MLP-Mixer (held-out suite) adds a transposed view to a residual in a chain: the chain's copy of that view
+    was freed before its kernel ran, and the outputs were off by up to 3e-2 (or NaN), differently from run to run."""
+    pytest.importorskip("torch", reason="torch: extra not installed (the held-out suite is PyTorch exports)")
+    m = _suite("mlp_mixer")
+    feeds = m.feeds(1)
+    plain = compile_model(m.model(), passes=[]).run(dict(feeds))
+    exe = compile_model(m.model(), threads=2)
+    for _ in range(4):
+        out = exe.run(dict(feeds))
+        for key in plain:
+            scale = float(np.abs(plain[key]).max())
+            np.testing.assert_allclose(out[key], plain[key], rtol=1e-4, atol=1e-4 * scale)
+
+
+@pytest.mark.slow
 def test_suite_model_on_numpy_only(numpy_only: None) -> None:
     m = _suite("resnet18")
     feeds = m.feeds(1)
