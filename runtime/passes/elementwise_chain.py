@@ -226,12 +226,13 @@ def _link(node: Node, current: str, chain: _Chain, graph: Graph, index: GraphInd
     other = node.inputs[1 - swapped]
     if _absorbable(other, chain, graph, index) is not None and len(chain.nodes) < MAX_NODES:
         # ``other`` is computed by elementwise ops only this node reads: compute it here too, with ``current`` kept
-        # in register 0 (the link's left operand when it was not swapped)
+        # in register 0 (the link's left operand when it was not swapped); where its tree cannot be, read it
+        state = (len(chain.steps), len(chain.operands), len(chain.scalars), len(chain.nodes))
         chain.steps += [CHAIN_SAVE, KIND_NONE, 0, 0]
-        if not _emit(other, chain, graph, index, 1):
-            return False
-        chain.steps += [CHAIN_BINARY[op], KIND_REG, 0, 1 - swapped]
-        return True
+        if _emit(other, chain, graph, index, 1):
+            chain.steps += [CHAIN_BINARY[op], KIND_REG, 0, 1 - swapped]
+            return True
+        del chain.steps[state[0] :], chain.operands[state[1] :], chain.scalars[state[2] :], chain.nodes[state[3] :]
     leaf = _leaf(other, chain, graph, index)
     if leaf is None:
         return False

@@ -362,3 +362,20 @@ def test_a_transposed_operand_is_read_from_a_copy_that_lives_through_the_call(mo
 
     chain = ElementwiseChain(None, {"steps": [CHAIN_BINARY["Add"], KIND_FULL, 0, 0], "scalars": [0.0]})
     np.testing.assert_array_equal(chain.compute_into(None, x, view), x + view)
+
+
+def test_a_computed_operand_whose_tree_cannot_be_compiled_is_read_as_it_is() -> None:
+    """relu(exp(x) + (p + q)) with p and q smaller than x: the tree of p + q would load broadcast leaves, which the
+    chain does not do, so the chain reads p + q's output as an operand (as before trees) rather than stopping."""
+    nodes = [
+        helper.make_node("Exp", ["x"], ["e"]),
+        helper.make_node("Add", ["p", "q"], ["n"]),
+        helper.make_node("Add", ["e", "n"], ["a"]),
+        helper.make_node("Relu", ["a"], ["y"]),
+    ]
+    inputs = [vi("x", shape=SHAPE), vi("p", shape=[2, 3, 5, 1]), vi("q", shape=[16])]
+    m = model(nodes, inputs, [vi("y", shape=SHAPE)], INIT)
+    feeds = {"x": FEEDS["x"], "p": rng.standard_normal((2, 3, 5, 1)).astype(np.float32),
+             "q": rng.standard_normal(16).astype(np.float32)}  # fmt: skip
+    exe = compare(m, feeds, passes=["elementwise_chain"], rtol=2e-6)
+    assert sorted(ops_of(exe)) == ["Add", "ElementwiseChain"]
