@@ -66,6 +66,14 @@ class _Chain:
     nodes: list[Node] = field(default_factory=list)
     out: str = ""
 
+    def mark(self) -> tuple[int, int, int, int]:
+        """Where the chain stands, for ``rollback``."""
+        return len(self.steps), len(self.operands), len(self.scalars), len(self.nodes)
+
+    def rollback(self, mark: tuple[int, int, int, int]) -> None:
+        """Forget every step, operand, scalar and node added since ``mark``."""
+        del self.steps[mark[0] :], self.operands[mark[1] :], self.scalars[mark[2] :], self.nodes[mark[3] :]
+
     def add_operand(self, name: str) -> int:
         if name in self.operands:
             return self.operands.index(name)
@@ -193,12 +201,12 @@ def _emit(name: str, chain: _Chain, graph: Graph, index: GraphIndex, register: i
 
 def _step(node: Node, current: str, chain: _Chain, graph: Graph, index: GraphIndex) -> bool:
     """Append ``node`` (reading ``current``) to ``chain``; False (``chain`` unchanged) when it is not a chain link."""
-    state = (len(chain.steps), len(chain.operands), len(chain.scalars), len(chain.nodes))
+    mark = chain.mark()
     if _link(node, current, chain, graph, index):
         chain.nodes.append(node)
         chain.out = node.outputs[0]
         return True
-    del chain.steps[state[0] :], chain.operands[state[1] :], chain.scalars[state[2] :], chain.nodes[state[3] :]
+    chain.rollback(mark)
     return False
 
 
@@ -227,12 +235,12 @@ def _link(node: Node, current: str, chain: _Chain, graph: Graph, index: GraphInd
     if _absorbable(other, chain, graph, index) is not None and len(chain.nodes) < MAX_NODES:
         # ``other`` is computed by elementwise ops only this node reads: compute it here too, with ``current`` kept
         # in register 0 (the link's left operand when it was not swapped); where its tree cannot be, read it
-        state = (len(chain.steps), len(chain.operands), len(chain.scalars), len(chain.nodes))
+        mark = chain.mark()
         chain.steps += [CHAIN_SAVE, KIND_NONE, 0, 0]
         if _emit(other, chain, graph, index, 1):
             chain.steps += [CHAIN_BINARY[op], KIND_REG, 0, 1 - swapped]
             return True
-        del chain.steps[state[0] :], chain.operands[state[1] :], chain.scalars[state[2] :], chain.nodes[state[3] :]
+        chain.rollback(mark)
     leaf = _leaf(other, chain, graph, index)
     if leaf is None:
         return False
