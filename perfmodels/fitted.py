@@ -492,7 +492,7 @@ class FittedModel:
     def evaluation(self) -> Evaluation | None:
         """Leave-one-architecture-out figures of this model's data (computed once; None without data), for the
         plan's held-out figures and route errors: without the nested weight's figures, which plans do not read and
-        which took 40% of the time (``appopt models evaluate`` gives them).
+        which take more than half the time (``appopt models evaluate`` gives them; docs/decisions.md, 2026-11-27).
         """
         frame = self.frame() if self._evaluation is None else None
         if frame is not None:

@@ -329,8 +329,7 @@ class ElementwiseChain(IntoKernel):
     ) -> np.ndarray:
         if out is None:
             out = np.empty_like(x)
-        args = self._args(x, operands, out)  # held through the call: it owns the block and any contiguous copies
-        lib.ew(args.ptr)
+        lib.ew(self._args(x, operands, out))  # (the Args object itself: it keeps any contiguous copies alive)
         return out
 
     def bind(self, out: np.ndarray, x: np.ndarray, *operands: np.ndarray) -> ops.Bound | None:

@@ -378,6 +378,12 @@ class Args:
         #: Arrays the block points into (kept alive as long as the block).
         self.keep: list[Any] = []
 
+    @property
+    def _as_parameter_(self) -> int:
+        """What ctypes passes for an ``Args`` given to an entry point: the block's address. Pass the object, not
+        ``.ptr`` of a temporary: the call then holds the block, and the arrays it keeps, until the kernel returns."""
+        return self.ptr
+
     def __setitem__(self, index: int, value: int) -> None:
         self.block[index] = value
 

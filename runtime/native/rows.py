@@ -141,8 +141,7 @@ def pool(
     if tiled is not None:
         native.maxpool_2x2(tiled.ptr)
         return out
-    args = _pool_args(x, sizes, win, out)  # held through the call: it owns the argument block
-    (native.pool_nchw if nchw else native.pool)(args.ptr)
+    (native.pool_nchw if nchw else native.pool)(_pool_args(x, sizes, win, out))
     return out
 
 
@@ -192,8 +191,7 @@ def layernorm_rows(
     """Layer normalisation over the last axis; ``gamma``/``beta`` float32 of that length, contiguous."""
     if out is None:
         out = np.empty_like(x)
-    args = _layernorm_args(x, out, gamma, beta, eps)  # held through the call: it owns the argument block
-    native.layernorm(args.ptr)
+    native.layernorm(_layernorm_args(x, out, gamma, beta, eps))
     return out
 
 
@@ -227,8 +225,7 @@ def lrn(
     """Local response normalisation across the channels (axis 1) of a contiguous float32 ``[N, C, ...]`` array."""
     if out is None:
         out = np.empty_like(x)
-    args = _lrn_args(x, out, size, alpha, beta, bias)  # held through the call: it owns the argument block
-    native.lrn(args.ptr)
+    native.lrn(_lrn_args(x, out, size, alpha, beta, bias))
     return out
 
 

@@ -109,6 +109,13 @@ def _exponent(node: Node, index: GraphIndex) -> float | None:
     return float(np.float32(const.reshape(-1)[0]))
 
 
+def _power(chain: _Chain, exponent: float) -> bool:
+    """Append ``accumulator ** exponent``."""
+    chain.steps += [CHAIN_POW, KIND_SCALAR, len(chain.scalars), 0]
+    chain.scalars.append(exponent)
+    return True
+
+
 def _unary(node: Node, chain: _Chain, index: GraphIndex) -> bool:
     """Append the unary op ``node`` applied to the accumulator."""
     op = node.op_type
@@ -167,11 +174,7 @@ def _emit(name: str, chain: _Chain, graph: Graph, index: GraphIndex, register: i
     op = node.op_type
     if op == "Pow":
         exponent = _exponent(node, index)
-        if exponent is None or not _emit(node.inputs[0], chain, graph, index, register):
-            return False
-        chain.steps += [CHAIN_POW, KIND_SCALAR, len(chain.scalars), 0]
-        chain.scalars.append(exponent)
-        return True
+        return exponent is not None and _emit(node.inputs[0], chain, graph, index, register) and _power(chain, exponent)
     if op in CHAIN_UNARY:
         return _emit(node.inputs[0], chain, graph, index, register) and _unary(node, chain, index)
     a, b = node.inputs
@@ -222,11 +225,7 @@ def _link(node: Node, current: str, chain: _Chain, graph: Graph, index: GraphInd
         return _unary(node, chain, index)
     if op == "Pow":
         exponent = _exponent(node, index)
-        if exponent is None or node.inputs[0] != current:
-            return False
-        chain.steps += [CHAIN_POW, KIND_SCALAR, len(chain.scalars), 0]
-        chain.scalars.append(exponent)
-        return True
+        return exponent is not None and node.inputs[0] == current and _power(chain, exponent)
     if node.inputs[0] == node.inputs[1]:
         chain.steps += [CHAIN_BINARY[op], KIND_SELF, 0, 0]
         return True
