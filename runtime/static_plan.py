@@ -173,6 +173,7 @@ class _StaticPlan:
         stable.update(staged)
         program: list[tuple[str, Any]] = []
         fixed_values: set[str] = set()
+        copies: list[np.ndarray] = []  # results of reshapes that copy (``_bound_reshape_copy``), reused every run
         for i, (step, slot, meta, placed) in enumerate(
             zip(plan.steps, self.planned, self.out_meta, self.placed_out, strict=True)
         ):
@@ -221,10 +222,16 @@ class _StaticPlan:
                     self.skipped_views.add(step.outputs[0])
                     program.append(("skip", None))
                     continue
+                copy = _bound_reshape_copy(step.node, args[0], view)
+                if copy is not None:  # a reshape of a strided view: its copy runs compiled into the result it made
+                    stable[step.outputs[0]] = view
+                    copies.append(view)
+                    program.append(("bound", copy))
+                    continue
             program.append(("run", None))
         env = dict(plan.constants)
         env.update(stable)
-        buffers = slots + list(staged.values())
+        buffers = slots + list(staged.values()) + copies
         self.may_use_blas = any(
             kind != "bound" and kind != "skip" and step.node.op_type in BLAS_OPS
             for (kind, _), step in zip(program, plan.steps, strict=True)
@@ -384,6 +391,25 @@ def _merge_compiled(program: list[_Entry]) -> list[_Entry]:
             stretch.append((entry, made))
     close()
     return merged
+
+
+#: View ops whose result is their input's elements in C order (a copy of them where the input is strided).
+C_ORDER_VIEWS = frozenset({"Reshape", "Flatten", "Squeeze", "Unsqueeze"})
+
+
+def _bound_reshape_copy(node: Node, source: Any, result: Any) -> Any:
+    """A compiled copy of ``source``'s elements into ``result`` (what a reshape of a strided view computed: a fresh
+    array), for a reshape of a source at a fixed address; None when it does not apply."""
+    if node.domain or node.op_type not in C_ORDER_VIEWS or not isinstance(source, np.ndarray):
+        return None
+    if not isinstance(result, np.ndarray) or result.size != source.size or not result.flags.c_contiguous:
+        return None
+    lib = native.lib()
+    if lib is None:
+        return None
+    from runtime.native.convnets import strided_copy_call
+
+    return strided_copy_call(lib, source, result)
 
 
 def _is_view_op(node: Node) -> bool:

@@ -79,6 +79,7 @@ ENTRY_POINTS = (
     "ap_embag",
     "ap_embag_ranges",
     "ap_gather",
+    "ap_strided_copy",
     "ap_col2im_nhwc",
     "ap_resize2d",
     "ap_concat_last",

@@ -7,6 +7,9 @@
  *
  * Gather (ap_gather): rows picked by index, checked; the static plan's Gather of fixed arrays.
  *
+ * Strided copy (ap_strided_copy): a strided view (a Transpose's) copied into a contiguous buffer, row by row; what
+ * the static plan runs for a Reshape or Flatten that cannot view its input.
+ *
  * Embedding bag (ap_embag): y[n] = sum (or mean) over l of table[ids[n, l]], the Gather + ReduceSum that PyTorch
  * exports for a bag of ids. Ids are checked: one outside [-V, V) stops the call with EB_STATUS set.
  */
@@ -17,6 +20,7 @@
 typedef void (*cn_task_fn)(const void *ctx, long task);
 void ap_pool_for(long ntasks, cn_task_fn fn, const void *ctx);
 void ap_activate_row(float *p, long n, int act, float lo, float hi);
+void ap_pool_run(long ntasks, cn_task_fn fn, const void *ctx, double work);
 
 typedef float cv16 __attribute__((vector_size(64), aligned(4), may_alias));
 #define CVL 16
@@ -179,6 +183,47 @@ CN_API void ap_gather(int64_t *a) {
       memcpy(y + (o * n + j) * inner, x + (o * dim + i) * inner, (size_t)inner);
     }
   }
+}
+
+/* ---------------------------------------------------------------------------------------------------------- */
+/* Strided copy (ap_strided_copy): y, contiguous, gets SC_ROWS rows of SC_ROW bytes each; row r's multi-index over
+ * the SC_RANK outer dims (SC_DIMS.., row-major) picks its source at x + sum(index[d] * SC_STRIDES[d]) bytes. Any
+ * element type (rows are bytes); SC_RANK <= SC_MAX_RANK. Tasks take runs of rows. */
+#define SC_MAX_RANK 8
+#define SC_TASKS 64L
+enum { SC_X, SC_Y, SC_RANK, SC_ROW, SC_ROWS, SC_DIMS, SC_STRIDES = 13, SC_NARGS = 21 };
+_Static_assert(SC_STRIDES == SC_DIMS + SC_MAX_RANK && SC_NARGS == SC_STRIDES + SC_MAX_RANK, "SC_ slots");
+
+static void sc_task(const void *vctx, long task) {
+  const int64_t *a = (const int64_t *)vctx;
+  long rows = a[SC_ROWS], rank = a[SC_RANK], row = a[SC_ROW];
+  long ntasks = rows < SC_TASKS ? rows : SC_TASKS;
+  long r0 = rows * task / ntasks, r1 = rows * (task + 1) / ntasks;
+  const int64_t *dims = a + SC_DIMS, *strides = a + SC_STRIDES;
+  long index[SC_MAX_RANK];
+  long offset = 0, rest = r0;
+  for (long d = rank - 1; d >= 0; d--) {
+    index[d] = rest % dims[d];
+    rest /= dims[d];
+    offset += index[d] * strides[d];
+  }
+  const char *x = (const char *)a[SC_X];
+  char *y = (char *)a[SC_Y] + r0 * row;
+  for (long r = r0; r < r1; r++, y += row) {
+    memcpy(y, x + offset, (size_t)row);
+    for (long d = rank - 1; d >= 0; d--) {  /* the next index, carrying */
+      offset += strides[d];
+      if (++index[d] < dims[d]) break;
+      offset -= index[d] * strides[d];
+      index[d] = 0;
+    }
+  }
+}
+
+CN_API void ap_strided_copy(const int64_t *a) {
+  long rows = a[SC_ROWS];
+  if (rows <= 0) return;
+  ap_pool_run(rows < SC_TASKS ? rows : SC_TASKS, sc_task, a, (double)rows * (double)a[SC_ROW] / 4.0);
 }
 
 /* ---------------------------------------------------------------------------------------------------------- */

@@ -256,3 +256,44 @@ def embedding_bag_ranges_call(
 
     call.args = a  # type: ignore[attr-defined]
     return call
+
+
+#: ``ap_strided_copy``'s argument block: the source, the output, the outer rank, the row's bytes, the row count,
+#: then ``SC_MAX_RANK`` dims and as many byte strides.
+SC_MAX_RANK = 8
+(SC_X, SC_Y, SC_RANK, SC_ROW, SC_ROWS, SC_DIMS) = range(6)
+SC_STRIDES = SC_DIMS + SC_MAX_RANK
+SC_NARGS = SC_STRIDES + SC_MAX_RANK
+
+
+def strided_rows(x: np.ndarray) -> tuple[list[tuple[int, int]], int] | None:
+    """``x``'s elements in C order as rows of contiguous bytes: the outer (dim, byte stride) pairs, merged where
+    they are contiguous to each other, and the row's bytes; None beyond ``SC_MAX_RANK`` outer dims."""
+    pairs = [(int(d), int(s)) for d, s in zip(x.shape, x.strides, strict=True) if d != 1]
+    merged: list[tuple[int, int]] = []
+    for dim, stride in pairs:
+        if merged and merged[-1][1] == dim * stride:
+            merged[-1] = (merged[-1][0] * dim, stride)
+        else:
+            merged.append((dim, stride))
+    row = x.itemsize
+    if merged and merged[-1][1] == x.itemsize:
+        row *= merged.pop()[0]
+    return (merged, row) if len(merged) <= SC_MAX_RANK else None
+
+
+def strided_copy_call(native: NativeLib, x: np.ndarray, out: np.ndarray) -> Bound | None:
+    """``out[...] = x`` in C order (``out`` contiguous, of ``x``'s size and type, any shape) as one compiled call
+    over fixed arrays; None when they do not fit the kernel (objects, another size, too many strided dims)."""
+    if x.dtype.hasobject or out.dtype != x.dtype or out.size != x.size or not out.flags.c_contiguous or x.size == 0:
+        return None
+    rows = strided_rows(x)
+    if rows is None:
+        return None
+    outer, row = rows
+    a = Args(SC_NARGS)
+    a.block[:SC_DIMS] = (addr(x), addr(out), len(outer), row, int(np.prod([d for d, _ in outer], dtype=np.int64)))
+    for i, (dim, stride) in enumerate(outer):
+        a.block[SC_DIMS + i] = dim
+        a.block[SC_STRIDES + i] = stride
+    return _bound(native.strided_copy, a, x, out)

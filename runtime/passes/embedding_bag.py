@@ -26,6 +26,7 @@ from runtime.passes.util import (
     elem_type_of,
     is_float32,
     make_node,
+    reduced_axes,
     replace_node,
     shape_of,
     substitute,
@@ -35,16 +36,6 @@ if TYPE_CHECKING:
     from runtime.passes.pipeline import PassContext
 
 _INT_IDS = (6, 7)  # TensorProto INT32, INT64
-
-
-def _reduced_axes(node: Node, index: GraphIndex) -> list[int] | None:
-    axes_input_from = {"ReduceSum": 13, "ReduceMean": 18}[node.op_type]
-    if node.opset >= axes_input_from:
-        if len(node.inputs) < 2 or not node.inputs[1]:
-            return None
-        axes = index.constant(node.inputs[1])
-        return None if axes is None else [int(v) for v in axes.ravel()]
-    return [int(v) for v in node.attrs.get("axes") or []] or None
 
 
 def _column(ids: str, graph: Graph, index: GraphIndex) -> tuple[str, int] | None:
@@ -81,7 +72,7 @@ def _match(reduce: Node, graph: Graph, index: GraphIndex) -> tuple[list[Node], l
         return None
     if ids_shape is None or len(ids_shape) != 2 or elem_type_of(graph, ids) not in _INT_IDS:
         return None
-    axes = _reduced_axes(reduce, index)
+    axes = reduced_axes(reduce, index)
     if axes is None or [a % 3 for a in axes] != [1]:
         return None
     nodes = [gather]

@@ -7,6 +7,8 @@
     # Transpose(Reshape(ToNchw(t), [N, C, H*W]), [0, 2, 1])
     #     -> Reshape(t, [0, -1, C])                              a vision transformer's patch tokens (``flatten(2)
     #                                                            .transpose(1, 2)``) of an NHWC map: its own rows
+    # Reshape(ToNchw(t), s) -> Reshape(t, s)                     t a one-pixel map [N, 1, 1, C] (a global pool's), s
+    #                                                            copying no dim but the batch
 
 Readers are rewired only when the removed value is not a graph output and no subgraph reads it; a Transpose or
 Reshape whose output becomes unread is left for dead-node elimination.
@@ -125,17 +127,24 @@ def run(graph: Graph, ctx: PassContext) -> int:
                 continue
             inner = index.producers.get(node.inputs[0])
             target = index.constant(node.inputs[1])
-            if (
-                inner is not None
-                and inner.op_type == "Reshape"
-                and not inner.domain
-                and target is not None
-                and not (target == 0).any()
+            if inner is None or target is None:
+                continue
+            if (inner.op_type == "Reshape" and not inner.domain and not (target == 0).any()) or _one_pixel(
+                inner, target, graph
             ):
                 node.inputs = [inner.inputs[0], node.inputs[1]]
                 index.refresh()
                 rewrites += 1
     return rewrites
+
+
+def _one_pixel(to_nchw: Node, target: np.ndarray, graph: Graph) -> bool:
+    """Whether ``to_nchw`` is a ``ToNchw`` of a one-pixel map ``[N, 1, 1, C]`` (a global pool's), which holds its
+    values in the same order as its NCHW form, and the Reshape's target copies no dim but the batch."""
+    if to_nchw.op_type != "ToNchw" or to_nchw.domain != "com.appopt":
+        return False
+    shape = shape_of(graph, to_nchw.inputs[0])
+    return shape is not None and len(shape) == 4 and shape[1] == 1 and shape[2] == 1 and not (target[1:] == 0).any()
 
 
 PASS = Pass(

@@ -85,6 +85,21 @@ def is_float32(graph: Graph, name: str) -> bool:
     return elem_type_of(graph, name) == FLOAT
 
 
+#: The opset from which a Reduce op takes ``axes`` as an input instead of an attribute.
+AXES_INPUT_SINCE = {"ReduceSum": 13}
+AXES_INPUT_SINCE_OTHERS = 18
+
+
+def reduced_axes(node: Node, index: GraphIndex) -> list[int] | None:
+    """The constant axes a Reduce node reduces (None: not constant, or empty, which means every axis or none)."""
+    if node.opset >= AXES_INPUT_SINCE.get(node.op_type, AXES_INPUT_SINCE_OTHERS):
+        if len(node.inputs) < 2 or not node.inputs[1]:
+            return None
+        axes = index.constant(node.inputs[1])
+        return None if axes is None or axes.size == 0 else [int(v) for v in axes.ravel()]
+    return [int(v) for v in node.attrs.get("axes") or []] or None
+
+
 def scalar_of(arr: np.ndarray | None) -> float | None:
     """The single value of a one-element float array."""
     if arr is None or arr.size != 1 or arr.dtype.kind != "f":

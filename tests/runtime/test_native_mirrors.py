@@ -30,6 +30,7 @@ MIRRORED_DEFINES = {
     "MAXTAPS": abi.MAXTAPS,
     "DP_MAXC": abi.DP_MAXC,
     "AROWS": native_attention.ROWS,
+    "SC_MAX_RANK": convnets.SC_MAX_RANK,
 }
 
 

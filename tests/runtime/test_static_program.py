@@ -49,3 +49,50 @@ def test_steps_that_are_not_pure_compiled_calls_stay_apart() -> None:
 
     entries = [("bound", python_step, None, None), ("run", None, None, None)]
     assert _merge_compiled(entries) == entries  # type: ignore[arg-type]
+
+
+def _window_merge(dtype: int = onnx.TensorProto.FLOAT) -> onnx.ModelProto:
+    """Swin's window reverse: a planned result reshaped, transposed, then reshaped again (a copy of a strided view),
+    and the graph's output that copy itself."""
+    nodes = [
+        helper.make_node("Abs", ["x"], ["r"]),
+        helper.make_node("Reshape", ["r", "split"], ["s"]),
+        helper.make_node("Transpose", ["s"], ["t"], perm=[0, 1, 3, 2, 4, 5]),
+        helper.make_node("Reshape", ["t", "merge"], ["y"]),
+    ]
+    init = [
+        onnx.numpy_helper.from_array(np.array([2, 2, 2, 3, 4, 5], dtype=np.int64), "split"),
+        onnx.numpy_helper.from_array(np.array([2, 4, 12, 5], dtype=np.int64), "merge"),
+    ]
+    return model(nodes, [vi("x", dtype, [2, 4, 12, 5])], [vi("y", dtype, [2, 4, 12, 5])], init)
+
+
+@pytest.mark.parametrize("dtype", [onnx.TensorProto.FLOAT, onnx.TensorProto.INT64])
+def test_a_reshape_of_a_strided_view_is_a_compiled_copy(dtype: int) -> None:
+    exe = compile_model(_window_merge(dtype), passes=[])
+    rng = np.random.default_rng(3)
+    np_type = onnx.helper.tensor_dtype_to_np_dtype(dtype)
+    want_of = lambda x: np.abs(x).reshape(2, 2, 2, 3, 4, 5).transpose(0, 1, 3, 2, 4, 5).reshape(2, 4, 12, 5)  # noqa: E731
+    results = []
+    for _ in range(3):  # run after run: the copy reads the planned buffer each time, and the output is detached
+        x = (rng.standard_normal((2, 4, 12, 5)) * 10).astype(np_type)
+        got = exe.run({"x": x})["y"]
+        np.testing.assert_array_equal(got, want_of(x))
+        results.append((got, want_of(x)))
+    for got, want in results:
+        np.testing.assert_array_equal(got, want)
+    static = next(iter(exe.plan._static.values()))  # type: ignore[union-attr]
+    _, steps, _, _ = static._state()
+    kinds = {entry[2].node.op_type + str(i): entry[0] for i, entry in enumerate(steps)}
+    assert [k for k, v in kinds.items() if k.startswith("Reshape")] and all(
+        v == "bound" for k, v in kinds.items() if k.startswith("Reshape")
+    ), kinds
+
+
+def test_strided_rows_merge_what_is_contiguous() -> None:
+    from runtime.native.convnets import strided_rows
+
+    x = np.zeros((2, 2, 2, 3, 4, 5), dtype=np.float32).transpose(0, 1, 3, 2, 4, 5)
+    outer, row = strided_rows(x)  # type: ignore[misc]
+    assert row == 4 * 5 * 4 and [d for d, _ in outer] == [4, 3, 2]
+    assert strided_rows(np.zeros((3, 4), dtype=np.float32).T) == ([(4, 4), (3, 16)], 4)
