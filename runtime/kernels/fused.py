@@ -343,7 +343,10 @@ class ElementwiseChain(IntoKernel):
         return ops._bound(lib.ew, self._args(x, operands, out))
 
     def compute_numpy(self, x: np.ndarray, *operands: np.ndarray) -> np.ndarray:
-        y = np.array(x, copy=True)
+        # a tensor operand larger than input 0 where the graph named their dims apart broadcasts the result up
+        full = [operands[idx].shape for _, kind, idx, _ in self.steps if kind == KIND_FULL]
+        shape = np.broadcast_shapes(x.shape, *full) if full else x.shape
+        y = np.array(np.broadcast_to(x, shape) if shape != x.shape else x, copy=True)
         t = y.dtype.type
         registers: dict[int, np.ndarray] = {}
         with np.errstate(all="ignore"):

@@ -261,6 +261,16 @@ def _from_existing(node: Node) -> _Chain | None:
     )
 
 
+def _may_equal(shape: tuple[object, ...] | None, out: tuple[object, ...] | None) -> bool:
+    """Whether an input of ``shape`` may be the output's shape ``out``: equal dims, or named ones (a model exported
+    with a dynamic length names each convolution's output length apart, a WaveNet gate's ``unk__3`` against its
+    filter's ``unk__4`` and the product's ``unk__5``). Where they differ at run time the kernel broadcasts its
+    accumulator up (``ElementwiseChain.compute_numpy``)."""
+    if shape is None or out is None or len(shape) != len(out):
+        return False
+    return all(a == b or (isinstance(a, str) and isinstance(b, str)) for a, b in zip(shape, out, strict=True))
+
+
 def _grow(start: Node, graph: Graph, index: GraphIndex) -> _Chain | None:
     existing = _from_existing(start)
     if existing is not None:
@@ -274,7 +284,9 @@ def _grow(start: Node, graph: Graph, index: GraphIndex) -> _Chain | None:
             return None
         unary = start.op_type in CHAIN_UNARY
         out_shape = shape_of(graph, start.inputs[0] if unary else start.outputs[0])
-        mains = [i for i in start.inputs[:2] if i and index.constant(i) is None and shape_of(graph, i) == out_shape]
+        mains = [
+            i for i in start.inputs[:2] if i and index.constant(i) is None and _may_equal(shape_of(graph, i), out_shape)
+        ]
         # dims known, or named (a dynamic batch): the kernel checks operand shapes again at run time
         if not mains or out_shape is None or not all(isinstance(d, int) or d for d in out_shape):
             return None

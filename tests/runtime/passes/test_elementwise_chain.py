@@ -379,3 +379,30 @@ def test_a_computed_operand_whose_tree_cannot_be_compiled_is_read_as_it_is() -> 
              "q": rng.standard_normal(16).astype(np.float32)}  # fmt: skip
     exe = compare(m, feeds, passes=["elementwise_chain"], rtol=2e-6)
     assert sorted(ops_of(exe)) == ["Add", "ElementwiseChain"]
+
+
+def _gate(shape_a: list[object], shape_b: list[object]) -> onnx.ModelProto:
+    """A WaveNet gate's product and the sum after it, over inputs whose lengths the graph names apart."""
+    nodes = [
+        helper.make_node("Tanh", ["a"], ["t"]),
+        helper.make_node("Sigmoid", ["b"], ["s"]),
+        helper.make_node("Mul", ["t", "s"], ["g"]),
+        helper.make_node("Relu", ["g"], ["y"]),
+    ]
+    return model(nodes, [vi("a", shape=shape_a), vi("b", shape=shape_b)], [vi("y", shape=["n", "ly", 8])])
+
+
+def test_a_product_of_operands_whose_dims_are_named_apart_chains_and_broadcasts_at_run_time() -> None:
+    """The graph cannot tell ``la`` from ``lb``: the chain takes them as the output's shape, and where they differ
+    at run time (one is 1) it broadcasts its result up, as the ops it replaced did."""
+    m = _gate(["n", "la", 8], ["n", "lb", 8])
+    feeds = {name: rng.standard_normal((2, 6, 8)).astype(np.float32) for name in "ab"}
+    exe = compare(m, feeds, passes=["elementwise_chain"])
+    assert ops_of(exe)[-1] == "ElementwiseChain" and "Mul" not in ops_of(exe), ops_of(exe)  # the product and Relu
+    plain = compile_model(m, passes=[])
+    for shapes in (((2, 1, 8), (2, 6, 8)), ((2, 6, 8), (2, 1, 8)), ((2, 4, 8), (2, 4, 8))):
+        feeds = {name: rng.standard_normal(shape).astype(np.float32) for name, shape in zip("ab", shapes, strict=True)}
+        for _ in range(2):
+            got, want = exe.run(dict(feeds))["y"], plain.run(dict(feeds))["y"]
+            assert got.shape == want.shape == (2, max(shapes[0][1], shapes[1][1]), 8)
+            np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
