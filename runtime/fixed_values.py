@@ -4,7 +4,8 @@ Models exported with a dynamic batch rebuild constants from shapes on every run 
 Concat -> ConstantOfShape`` for a recurrent layer's zero state, ``Shape -> Slice -> Concat -> Reshape`` for a
 flatten). Within one input signature those values never change, so the memory-planned run need not recompute them:
 
-    # Shape(v), Size(v) where v's shape is fixed (a graph input, a constant, a planned buffer) -> fixed
+    # Shape(v), Size(v) where v's shape is fixed (a graph input, a constant, a planned buffer, a view of one
+    #     shaped by constants: a ViT's patch tokens before its class token is expanded to the batch) -> fixed
     # op(a, b, ...) where every input is a constant or fixed, op deterministic, no subgraph -> fixed
 
 A value the caller receives (a graph output) is never fixed: the caller may keep or change it.
@@ -17,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from runtime.op_traits import NEVER_FOLD
+from runtime.op_traits import NEVER_FOLD, VIEW_OPS
 
 if TYPE_CHECKING:
     from runtime.plan import Plan
@@ -51,7 +52,17 @@ def fixed_steps(plan: Plan, shape_fixed: Collection[str]) -> set[int]:
             found.add(i)
             values.update(named)
             shaped.update(named)
+        elif _view_of_fixed_shape(node.op_type, step.inputs, shaped, values):
+            shaped.update(named)
     return found
+
+
+def _view_of_fixed_shape(op_type: str, inputs: Sequence[str], shaped: set[str], values: set[str]) -> bool:
+    """Whether a view op's output has a fixed shape: it follows its input's shape and its constant (or fixed) shape
+    operands, never its data."""
+    if op_type not in VIEW_OPS or not inputs or inputs[0] not in shaped:
+        return False
+    return all(not name or name in values for name in inputs[1:])
 
 
 def compute_fixed(step: Any, args: list[Any], arg_shapes: Sequence[Any]) -> list[Any] | None:

@@ -65,3 +65,38 @@ def test_what_the_caller_receives_is_never_fixed() -> None:
     for _ in range(2):
         np.testing.assert_array_equal(exe.run({"x": x})["shape"], [2, 3])
     assert _skipped(exe) == []
+
+
+def _class_token_model(target: str) -> onnx.ModelProto:
+    """A ViT's class token expanded to the batch read from its patch tokens, a view of a computed value reshaped by
+    ``target`` (a constant, or a graph input's values), then the tokens concatenated after it."""
+    nodes = [
+        helper.make_node("Relu", ["x"], ["r"]),
+        helper.make_node("Reshape", ["r", target], ["tokens"]),
+        helper.make_node("Shape", ["tokens"], ["shape"]),
+        helper.make_node("Gather", ["shape", "zero"], ["batch"], axis=0),
+        helper.make_node("Unsqueeze", ["batch", "axes"], ["batch1"]),
+        helper.make_node("Concat", ["batch1", "one_c"], ["dims"], axis=0),
+        helper.make_node("Expand", ["cls", "dims"], ["cls_n"]),
+        helper.make_node("Concat", ["cls_n", "tokens"], ["y"], axis=1),
+    ]
+    init = [
+        const("zero", 0, np.int64),
+        const("axes", [0], np.int64),
+        const("one_c", [1, 4], np.int64),
+        const("cls", np.full((1, 1, 4), 7.0)),
+        const("fixed_target", [0, -1, 4], np.int64),
+    ]
+    inputs = [vi("x", shape=["n", 4, 3, 2]), vi("given_target", I64, [3])]
+    return model(nodes, inputs, [vi("y", shape=["n", 7, 4])], init)
+
+
+def test_a_shape_read_from_a_view_shaped_by_constants_is_fixed_and_by_values_is_not() -> None:
+    for target, fixed in (("fixed_target", True), ("given_target", False)):
+        exe = compile_model(_class_token_model(target), passes=[])
+        for batch in (2, 2, 3):
+            x = np.arange(batch * 24, dtype=np.float32).reshape(batch, 4, 3, 2) - 20
+            want = np.concatenate([np.full((batch, 1, 4), 7.0, np.float32), np.maximum(x, 0).reshape(batch, 6, 4)], 1)
+            feeds = {"x": x, "given_target": np.array([0, -1, 4], np.int64)}
+            np.testing.assert_array_equal(exe.run(feeds)["y"], want)
+        assert ("Shape" in _skipped(exe)) is fixed, (target, _skipped(exe))
