@@ -6,9 +6,10 @@ is one the shipped database measured on its host too, and the ratio of the two t
 The covering set is deterministic: per kind, the pool's units ranked middle, smallest and largest FLOPs, then the
 quartiles and the rest, ordered so that a budget cut keeps every kind (each kind's first-ranked unit, then each
 kind's second, …), and the no-op chains (each engine's per-call and per-node overhead) before everything else. A
-host fit (``perfmodels.hostfit``) learns each kind from these few sizes. Before the units, a backend with enough of
-the budget measures a few suite models whole (``ANCHOR_MODELS``): what a model costs around its units, which
-units measured alone cannot say (``perfmodels.calibration``).
+host fit (``perfmodels.hostfit``) learns each kind from these few sizes. Before the units, where each backend's share
+of the budget allows, a few suite models are measured whole (``ANCHOR_MODELS``): what a model costs around its
+units, which units measured alone cannot say (``perfmodels.calibration``). The backends take turns, a model or a
+few units each, so that a machine whose speed drifts during the run shifts every route alike.
 
 Example::
 
@@ -24,7 +25,7 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 from analysis.units import Unit, encode_units, unit_flops
 from benchmarks.harness import ScenarioSettings
@@ -189,55 +190,67 @@ def calibrate(
     wall clock (``clock``, when given, holds the deadline and says afterwards whether it cut the run short),
     appending rows to ``db``; ``already`` holds (backend, encoded unit) and (backend, anchor model) pairs the
     store has, which are skipped (a resumed run). A unit is started only when it is expected to end within the
-    budget. ``anchors`` (suite model names, ``anchor_models``) are measured whole on each backend before its
-    units."""
+    budget. ``anchors`` (suite model names, ``anchor_models``) are measured whole first, within half the budget.
+
+    The backends take turns, a model or ``CHUNK`` units each (``_in_turns``): a machine whose speed drifts while
+    it is measured (a cloud VM's neighbours, its turbo) then shifts every route alike, where measuring one backend
+    after another put each route's units in a phase of its own, and the plan ranks routes by their ratio."""
     clock = clock or UnitClock(time.monotonic() + budget_s)
     deadline = clock.deadline
     units = covering_units() if units is None else units
     done = already or set()
-    hardware: HardwareFigures | None = None  # measured once, for every backend's rows
+    todo = {b: [u for u in units if (b, encode_units([u])) not in done] for b in backends}
+    models = {b: [m for m in anchors if (b, m) not in done] for b in backends}
+    active = [b for b in backends if todo[b] or models[b]]
+    if not active:
+        return
+    if time.monotonic() >= deadline:
+        clock.spent = True
+        return
+    # the full figures take seconds that a short run cannot spare; measured once, for every backend's rows
+    probe = hardware_probe or (measure_hardware if deadline - time.monotonic() > 60 else quick_hardware)
+    hardware = probe([threads])
+    # the anchors first: a route's overall factor, worth more than its last units
+    anchor_deadline = time.monotonic() + (deadline - time.monotonic()) * ANCHOR_BUDGET_SHARE
+    for backend, name in _in_turns({b: models[b] for b in active}, 1):
+        yield from measure_anchors(db, backend, threads, name, clock, anchor_deadline, step)
     built: dict[str, Kernel] = {}  # each unit's kernel, made once for every backend (seconds for a few dozen)
-    for index, backend in enumerate(backends):
-        todo = [u for u in units if (backend, encode_units([u])) not in done]
-        if not todo and all((backend, m) in done for m in anchors):
-            continue
-        if time.monotonic() >= deadline:
-            clock.spent = True
-            break
-        if hardware is None:  # the full figures take seconds that a short run cannot spare
-            probe = hardware_probe or (measure_hardware if deadline - time.monotonic() > 60 else quick_hardware)
-            hardware = probe([threads])
-        # the later backends' shares stay reserved; one that finishes early leaves its time to the next
-        share = (deadline - time.monotonic()) / (len(backends) - index)
-        own_deadline = deadline - share * (len(backends) - index - 1)
-        # the anchors first: a route's overall factor, worth more than its last units
-        yield from measure_anchors(
-            db, backend, threads, [m for m in anchors if (backend, m) not in done], clock, own_deadline, step
+    counts = dict.fromkeys(active, 0)
+    # a few units at a time: their models are made just before they are measured (a large unit's weights take a
+    # second to make), and the clock is asked before each unit
+    for backend, chunk in _in_turns({b: todo[b] for b in active}, CHUNK):
+        if not clock.next_fits(deadline):
+            return
+        clock.restart()  # the first unit of a turn pays its backend's sessions: the gap before it is no unit's cost
+        suite = run_kernel_suite(
+            _kernels(chunk, built),
+            [backend],
+            [threads],
+            settings or sweep_settings(),
+            str(db),
+            retries_under_load=0,
+            hardware=hardware,
+            until=functools.partial(clock.next_fits, deadline),
         )
-        clock.restart()
-        count = 0
-        # a few units at a time: their models are made just before they are measured (a large unit's weights
-        # take a second to make), and the clock is asked before each unit
-        for start in range(0, len(todo), CHUNK):
-            if not clock.next_fits(own_deadline):
-                break
-            clock.restart()
-            suite = run_kernel_suite(
-                _kernels(todo[start : start + CHUNK], built),
-                [backend],
-                [threads],
-                settings or sweep_settings(),
-                str(db),
-                retries_under_load=0,
-                hardware=hardware,
-                until=functools.partial(clock.next_fits, own_deadline),
-            )
-            for outcome in suite:  # (its rows are in the store before they are yielded)
-                count += 1
-                step(f"{backend}: {count}/{len(todo)} {outcome.kernel.name[:40]}")
-                yield outcome
+        for outcome in suite:  # (its rows are in the store before they are yielded)
+            counts[backend] += 1
+            step(f"{backend}: {counts[backend]}/{len(todo[backend])} {outcome.kernel.name[:40]}")
+            yield outcome
 
 
+_T = TypeVar("_T")
+
+
+def _in_turns(work: dict[str, list[_T]], size: int) -> Iterator[tuple[str, list[_T]]]:
+    """``(backend, its next `size` items)`` round by round, the backends in order, until every list is done."""
+    for start in range(0, max((len(items) for items in work.values()), default=0), size):
+        for backend, items in work.items():
+            if start < len(items):
+                yield backend, items[start : start + size]
+
+
+#: Of what is left of the budget when the anchors start, the share they may take (the units have the rest).
+ANCHOR_BUDGET_SHARE = 0.5
 #: Units measured per suite run (``calibrate``): made together, just before they are measured.
 CHUNK = 6
 

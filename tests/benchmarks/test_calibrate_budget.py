@@ -72,3 +72,40 @@ def test_calibrate_that_measures_nothing_in_its_budget_says_so_in_one_line(
     assert errors == ["error: --budget: nothing was measured in 0.2 s (0 unit(s) skipped or failed); "
                       "give it more time or other --backends"]
     assert not store.exists() or read_results(store, warn=False).empty
+
+
+def test_the_backends_take_turns_so_a_drifting_machine_shifts_every_route_alike(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Anchors a model at a time and units ``CHUNK`` at a time, backend after backend in each round; a backend with
+    less left (a resumed run) drops out of the rounds when it is done."""
+    from types import SimpleNamespace
+
+    from analysis.units import encode_units
+
+    calls: list[tuple[str, str, int]] = []
+
+    def anchors(db, backend, threads, models, clock, deadline, step):  # type: ignore[no-untyped-def]
+        calls.append(("anchor", backend, len(models)))
+        return iter(())
+
+    def suite(kernels, backends, threads, settings, db, **_):  # type: ignore[no-untyped-def]
+        calls.append(("units", backends[0], len(kernels)))
+        return iter([SimpleNamespace(kernel=k) for k in kernels])
+
+    monkeypatch.setattr(calibrate, "measure_anchors", anchors)
+    monkeypatch.setattr(calibrate, "run_kernel_suite", suite)
+    monkeypatch.setattr(calibrate, "_kernels", lambda units, built: [SimpleNamespace(name=str(u)) for u in units])
+    units = calibrate.covering_units()[:14]
+    already = {("b", encode_units([u])) for u in units[:8]}  # b resumes with 6 units left
+    figures = HardwareFigures(10.0, 50.0, {1: 50.0})
+    run = calibrate.calibrate(
+        tmp_path / "s.csv", 600.0, ("a", "b"), units=units, already=already, hardware_probe=lambda t: figures,
+        anchors=("m1", "m2"),
+    )
+    assert len(list(run)) == 14 + 6
+    c = calibrate.CHUNK
+    assert calls == [
+        ("anchor", "a", 1), ("anchor", "b", 1), ("anchor", "a", 1), ("anchor", "b", 1),
+        ("units", "a", c), ("units", "b", 6), ("units", "a", c), ("units", "a", 14 - 2 * c),
+    ]  # fmt: skip
