@@ -201,6 +201,8 @@ class _StaticPlan:
                 if inputs_stable and bind is not None:
                     try:
                         bound = bind(out, *args)
+                        if bound is None:  # a strided view it cannot read: bound on a compiled copy of it
+                            bound = _bound_on_copies(bind, out, args, copies)
                     except Exception:  # binding is an optimisation; the step still runs unbound
                         bound = None
                 stable[step.outputs[0]] = out
@@ -410,6 +412,39 @@ def _bound_reshape_copy(node: Node, source: Any, result: Any) -> Any:
     from runtime.native.convnets import strided_copy_call
 
     return strided_copy_call(lib, source, result)
+
+
+def _bound_on_copies(bind: Any, out: np.ndarray, args: list[Any], copies: list[np.ndarray]) -> Any:
+    """``bind(out, *args)`` with each strided array argument (a fixed view: a Transpose's of a planned buffer)
+    replaced by a contiguous copy that a compiled strided copy refreshes before the kernel, both one call that the
+    merged program can take in (None: no strided argument, or the kernel cannot bind either way). The copies'
+    buffers join ``copies``."""
+    lib = native.lib()
+    strided = [i for i, a in enumerate(args) if isinstance(a, np.ndarray) and a.size and not a.flags.c_contiguous]
+    if lib is None or not strided:
+        return None
+    from runtime.native.convnets import strided_copy_call
+
+    made, fresh = [], list(args)
+    for i in strided:
+        fresh[i] = np.empty(args[i].shape, dtype=args[i].dtype)
+        copy = strided_copy_call(lib, args[i], fresh[i])
+        if copy is None:
+            return None
+        made.append(copy)
+    bound = bind(out, *fresh)
+    if bound is None or native_calls(bound) is None:
+        return None
+    calls = [*made, bound]
+    copies.extend(fresh[i] for i in strided)
+
+    def call() -> None:
+        for c in calls:
+            c()
+
+    call.native = tuple(entry for c in calls for entry in native_calls(c) or ())  # type: ignore[attr-defined]
+    call.args = calls  # type: ignore[attr-defined]  (keeps every block and array alive)
+    return call
 
 
 def _is_view_op(node: Node) -> bool:

@@ -96,3 +96,29 @@ def test_strided_rows_merge_what_is_contiguous() -> None:
     outer, row = strided_rows(x)  # type: ignore[misc]
     assert row == 4 * 5 * 4 and [d for d, _ in outer] == [4, 3, 2]
     assert strided_rows(np.zeros((3, 4), dtype=np.float32).T) == ([(4, 4), (3, 16)], 4)
+
+
+def test_a_kernel_reading_a_strided_view_is_bound_on_a_compiled_copy_of_it() -> None:
+    """An MLP-Mixer's token mixing: a product reading a transposed planned buffer. The step is prebound on a copy
+    the strided copy refreshes first, and answers as the unplanned run does, run after run."""
+    rng = np.random.default_rng(5)
+    w = rng.standard_normal((6, 5)).astype(np.float32)
+    nodes = [
+        helper.make_node("Abs", ["x"], ["a"]),
+        helper.make_node("Transpose", ["a"], ["t"], perm=[0, 2, 1]),
+        helper.make_node("MatMul", ["t", "w"], ["y"]),
+    ]
+    m = model(nodes, [vi("x", shape=[2, 6, 4])], [vi("y", shape=[2, 4, 5])], [onnx.numpy_helper.from_array(w, "w")])
+    exe = compile_model(m)
+    got = []
+    for _ in range(3):
+        x = rng.standard_normal((2, 6, 4)).astype(np.float32)
+        y = exe.run({"x": x})["y"]
+        np.testing.assert_allclose(y, np.abs(x).transpose(0, 2, 1) @ w, rtol=1e-5, atol=1e-6)
+        got.append((y, np.abs(x).transpose(0, 2, 1) @ w))
+    for y, want in got:  # outputs detached from the buffers the next runs reuse
+        np.testing.assert_allclose(y, want, rtol=1e-5, atol=1e-6)
+    static = next(iter(exe.plan._static.values()))  # type: ignore[union-attr]
+    _, steps, _, _ = static._state()
+    kinds = {entry[2].node.op_type: entry[0] for entry in steps}
+    assert kinds["FusedMatMul"] == "bound", kinds
