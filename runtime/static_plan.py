@@ -442,8 +442,9 @@ def _bound_on_copies(bind: Any, out: np.ndarray, args: list[Any], copies: list[n
         for c in calls:
             c()
 
+    # the merged program calls the entries; ``args`` keeps every block and array they point into alive
     call.native = tuple(entry for c in calls for entry in native_calls(c) or ())  # type: ignore[attr-defined]
-    call.args = calls  # type: ignore[attr-defined]  (keeps every block and array alive)
+    call.args = calls  # type: ignore[attr-defined]
     return call
 
 
