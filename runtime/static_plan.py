@@ -24,7 +24,7 @@ from runtime.errors import KernelError
 from runtime.fixed_values import compute_fixed, fixed_steps
 from runtime.ir import Node
 from runtime.native import Args
-from runtime.native.abi import _bound, native_calls
+from runtime.native.abi import _bound, in_sequence, native_calls
 from runtime.op_traits import BLAS_OPS, VIEW_OPS
 from runtime.profiling import COPY_OUTPUTS, STAGE_INPUTS, Profile
 from runtime.steps import _guard_size, _read_position, _reads, _recording, _Step, store_results
@@ -173,7 +173,9 @@ class _StaticPlan:
         stable.update(staged)
         program: list[tuple[str, Any]] = []
         fixed_values: set[str] = set()
-        copies: list[np.ndarray] = []  # results of reshapes that copy (``_bound_reshape_copy``), reused every run
+        # arrays compiled copies of strided views write, reused every run: reshapes' results
+        # (``_bound_reshape_copy``) and kernels' contiguous inputs (``_bound_on_copies``)
+        copies: list[np.ndarray] = []
         for i, (step, slot, meta, placed) in enumerate(
             zip(plan.steps, self.planned, self.out_meta, self.placed_out, strict=True)
         ):
@@ -402,9 +404,9 @@ C_ORDER_VIEWS = frozenset({"Reshape", "Flatten", "Squeeze", "Unsqueeze"})
 def _bound_reshape_copy(node: Node, source: Any, result: Any) -> Any:
     """A compiled copy of ``source``'s elements into ``result`` (what a reshape of a strided view computed: a fresh
     array), for a reshape of a source at a fixed address; None when it does not apply."""
-    if node.domain or node.op_type not in C_ORDER_VIEWS or not isinstance(source, np.ndarray):
+    if node.domain or node.op_type not in C_ORDER_VIEWS:
         return None
-    if not isinstance(result, np.ndarray) or result.size != source.size or not result.flags.c_contiguous:
+    if not isinstance(source, np.ndarray) or not isinstance(result, np.ndarray):
         return None
     lib = native.lib()
     if lib is None:
@@ -435,17 +437,8 @@ def _bound_on_copies(bind: Any, out: np.ndarray, args: list[Any], copies: list[n
     bound = bind(out, *fresh)
     if bound is None or native_calls(bound) is None:
         return None
-    calls = [*made, bound]
     copies.extend(fresh[i] for i in strided)
-
-    def call() -> None:
-        for c in calls:
-            c()
-
-    # the merged program calls the entries; ``args`` keeps every block and array they point into alive
-    call.native = tuple(entry for c in calls for entry in native_calls(c) or ())  # type: ignore[attr-defined]
-    call.args = calls  # type: ignore[attr-defined]
-    return call
+    return in_sequence(*made, bound)
 
 
 def _is_view_op(node: Node) -> bool:

@@ -23,7 +23,7 @@ import numpy as np
 
 from runtime.kernels.fused import _Cache
 from runtime.native import Args, NativeLib
-from runtime.native.abi import Bound, Epilogue, _bound, native_calls
+from runtime.native.abi import Bound, Epilogue, _bound, in_sequence
 from runtime.native.matmul import PackedMatMul
 
 if TYPE_CHECKING:
@@ -372,16 +372,7 @@ def bind(
     at.update(h0=_opt_addr(h0), c0=_opt_addr(c0), lens=_opt_addr(seq_lens))
     at.update(h0_steps=_state_steps(h0, layout), c0_steps=_state_steps(c0, layout))
     _fill(kernel, packed, blocks, seq, batch, at, int(seq_lens is not None and seq_lens.dtype == np.int32), time_major)
-    layer = _bound(lib.rnn_layer, blocks[2])
-    calls = (*native_calls(project), *native_calls(layer))  # type: ignore[misc]
-
-    def call() -> None:
-        project()
-        layer()
-
-    call.native = calls  # type: ignore[attr-defined]
-    call.args = (project, layer)  # type: ignore[attr-defined]
-    return call
+    return in_sequence(project, _bound(lib.rnn_layer, blocks[2]))
 
 
 def _opt_addr(array: np.ndarray | None) -> int:

@@ -324,6 +324,21 @@ def _bound(fn: Any, args: Args, *keep: Any) -> Bound:
     return call
 
 
+def in_sequence(*calls: Bound) -> Bound:
+    """One bound call making ``calls`` in order (each kept alive with it). Its ``native`` lists theirs where each
+    only calls compiled kernels, so the static plan's merged program takes it in as it would take them."""
+
+    def call() -> None:
+        for each in calls:
+            each()
+
+    made = [native_calls(each) for each in calls]
+    if all(m is not None for m in made):
+        call.native = tuple(entry for m in made for entry in m or ())  # type: ignore[attr-defined]
+    call.args = calls  # type: ignore[attr-defined]
+    return call
+
+
 def entry_address(fn: Any) -> int:
     """The address of a compiled entry point (a ``NativeLib`` function)."""
     address = ctypes.cast(fn, ctypes.c_void_p).value

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from runtime.native import Args, NativeLib, addr
-from runtime.native.abi import Bound, Epilogue, _bound, _c_float, native_calls
+from runtime.native.abi import Bound, Epilogue, _bound, _c_float, in_sequence
 from runtime.native.conv import NhwcConv2d
 
 (
@@ -133,16 +133,7 @@ class NhwcConvTranspose2d:
             *geo.head,
             opx,
         )
-        gather = _bound(self.native.col2im_nhwc, a, out)
-
-        def call() -> None:
-            gemm()
-            gather()
-
-        first, second = native_calls(gemm), native_calls(gather)
-        if first is not None and second is not None:
-            call.native = first + second  # type: ignore[attr-defined]
-        return call
+        return in_sequence(gemm, _bound(self.native.col2im_nhwc, a, out))
 
 
 @dataclass(frozen=True)

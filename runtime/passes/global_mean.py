@@ -21,7 +21,8 @@ would run one channel wide.
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -44,9 +45,18 @@ if TYPE_CHECKING:
 FLOAT = 1  # TensorProto.FLOAT
 
 
-def _block(node: Node, graph: Graph, index: GraphIndex) -> tuple[list[int], tuple[int, ...]] | None:
-    """The reduced axes (sorted, non-negative) and the static dims after them, when ``node`` is a mean this pass
-    rewrites."""
+@dataclass(frozen=True)
+class _Mean:
+    """A mean this pass may rewrite: its input's shape, the reduced axes (sorted, non-negative), the static dims
+    after them."""
+
+    shape: tuple[Any, ...]
+    block: list[int]
+    inner: tuple[int, ...]
+
+
+def _block(node: Node, graph: Graph, index: GraphIndex) -> _Mean | None:
+    """What :class:`_Mean` says of ``node``, when it is a mean this pass may rewrite."""
     if node.op_type != "ReduceMean" or node.domain or not node.outputs or not node.inputs:
         return None
     x = node.inputs[0]
@@ -65,7 +75,7 @@ def _block(node: Node, graph: Graph, index: GraphIndex) -> tuple[list[int], tupl
         return None
     if any(any(True for _ in r.subgraphs()) for r in index.consumers.get(node.outputs[0], [])):
         return None
-    return block, tuple(int(d) for d in inner)
+    return _Mean(tuple(shape), block, tuple(int(d) for d in inner))
 
 
 def _reshape(graph: Graph, node: Node, x: str, target: list[int], out: str, suffix: str) -> Node:
@@ -73,27 +83,24 @@ def _reshape(graph: Graph, node: Node, x: str, target: list[int], out: str, suff
     return make_node(graph, "Reshape", [x, shape], [out], f"{node.name}_{suffix}", domain="", opset=14)
 
 
-def _spatial_pool(node: Node, graph: Graph, channels: int, keepdims: bool) -> list[Node]:
+def _spatial_pool(node: Node, graph: Graph, batch: Any, channels: int, keepdims: bool) -> list[Node]:
     """``GlobalAveragePool`` of an NCHW map, flattened to ``[N, C]`` unless the mean keeps its dims."""
     y = node.outputs[0]
     if keepdims:
         return [make_node(graph, "GlobalAveragePool", [node.inputs[0]], [y], f"{node.name}_gap", domain="")]
     pooled = graph.unique_name(f"{node.name}_pooled")
-    batch = shape_of(graph, node.inputs[0])[0]  # type: ignore[index]
     set_value(graph, pooled, FLOAT, (batch, channels, 1, 1))
     gap = make_node(graph, "GlobalAveragePool", [node.inputs[0]], [pooled], f"{node.name}_gap", domain="")
     return [gap, _reshape(graph, node, pooled, [0, channels], y, "flat")]
 
 
-def _token_pool(node: Node, graph: Graph, block: list[int], inner: tuple[int, ...], keepdims: bool) -> list[Node]:
+def _token_pool(node: Node, graph: Graph, mean: _Mean, keepdims: bool) -> list[Node]:
     """The NHWC pool of ``x`` viewed as ``[N, reduced, 1, inner]``, reshaped to the mean's output."""
-    shape = shape_of(graph, node.inputs[0])
-    assert shape is not None
-    batch, channels = shape[0], math.prod(inner)
+    batch, inner, channels = mean.shape[0], mean.inner, math.prod(mean.inner)
     view, pooled = graph.unique_name(f"{node.name}_rows"), graph.unique_name(f"{node.name}_pooled")
     set_value(graph, view, FLOAT, (batch, None, 1, channels))
     set_value(graph, pooled, FLOAT, (batch, 1, 1, channels))
-    kept = [1] * len(block) if keepdims else []
+    kept = [1] * len(mean.block) if keepdims else []
     return [
         _reshape(graph, node, node.inputs[0], [0, -1, 1, channels], view, "rows"),
         make_node(graph, "NhwcGlobalAveragePool", [view], [pooled], f"{node.name}_gap"),
@@ -105,19 +112,14 @@ def run(graph: Graph, ctx: PassContext) -> int:
     index = GraphIndex(graph)
     rewrites = 0
     for node in list(graph.nodes):
-        found = _block(node, graph, index)
-        if found is None:
+        mean = _block(node, graph, index)
+        if mean is None:
             continue
-        block, inner = found
         keepdims = bool(int(node.attrs.get("keepdims", 1)))
-        rank = len(shape_of(graph, node.inputs[0]) or ())
-        if rank == 4 and block == [2, 3] and len(inner) == 0:
-            channels = shape_of(graph, node.inputs[0])[1]  # type: ignore[index]
-            if not isinstance(channels, int):
-                continue
-            new = _spatial_pool(node, graph, channels, keepdims)
-        elif block[0] == 1 and math.prod(inner) > 1:
-            new = _token_pool(node, graph, block, inner, keepdims)
+        if len(mean.shape) == 4 and mean.block == [2, 3] and isinstance(mean.shape[1], int):
+            new = _spatial_pool(node, graph, mean.shape[0], mean.shape[1], keepdims)
+        elif mean.block[0] == 1 and math.prod(mean.inner) > 1:
+            new = _token_pool(node, graph, mean, keepdims)
         else:
             continue
         replace_node(graph, node, new)
