@@ -11,9 +11,8 @@ with it (one kernel in runtimes that fuse them, two in others: the sweep measure
 add read only by a layer normalisation, a ``skipnorm`` unit (onnxruntime's SkipLayerNormalization), whose add the matrix
 product before it therefore does not absorb. A transposed convolution is its column product and their scatter (col2im),
 a 1-D convolution of one group its product (``_lowered_conv``): no sweep measured either as a convolution. A recurrent
-layer (LSTM, GRU, RNN) is what CPU runtimes run for it: its input projection over the whole sequence as one matrix
-product, per step and direction one matrix product by the recurrent weights, and the gates' element-wise math over the
-sequence (``_recurrent_units``). Everything else is one unit per node. Dimensions are those of one sample (the model is
+layer (LSTM, GRU, RNN) is one ``recurrent`` unit, the one kernel runtimes loop over its steps in
+(``_recurrent_units``). Everything else is one unit per node. Dimensions are those of one sample (the model is
 analysed at batch 1).
 
 Example::
@@ -422,22 +421,15 @@ class _Cutter:
         return Unit("bmm", {"b": math.prod(y[:-2]) if len(y) > 2 else 1, "m": m, "k": k, "n": n})
 
     def _recurrent_units(self, node: onnx.NodeProto) -> list[Unit]:
-        """An LSTM, GRU or RNN: the input projection of every step at once, each step's product by the recurrent
-        weights, and the gates' activations over every step as one pass, per direction (none where the shapes are
-        unknown). The products are sequential, each reading the recurrent weights again; the gates' math runs inside
-        the runtimes' loop, so it costs its traffic, not a node per step (priced per step, our runtime's LSTMs were
-        predicted at 2-4x: docs/decisions.md, 2026-11-27)."""
+        """An LSTM, GRU or RNN: one ``recurrent`` unit, as every runtime runs it (none where the shapes are unknown).
+        A route that has not measured the kind prices its ``unfused`` parts: the input projection of every step at
+        once, each step's product by the recurrent weights, and the gates' math over every step as one pass, per
+        direction (priced per step, our runtime's LSTMs were predicted at 2-4x: docs/decisions.md, 2026-11-27)."""
         r = recurrent_shape(node, self.shapes)
         if r is None:
             return []
-        width = r.gates * r.hidden
-        init_w = int(node.input[1] in self.initializers)
-        steps = r.steps * r.directions
-        return [
-            Unit("gemm", {"m": r.steps * r.batch, "k": r.inputs, "n": width, "act": 0, "init_w": init_w}, r.directions),
-            Unit("gemm", {"m": r.batch, "k": r.hidden, "n": width, "act": 0, "init_w": init_w}, steps),
-            Unit("eltwise", {"elements": r.steps * r.batch * width, "inputs": 2, "heavy": 1}, r.directions),
-        ]
+        dims = {"batch": r.batch, "steps": r.steps, "inputs": r.inputs, "hidden": r.hidden, "gates": r.gates}
+        return [Unit("recurrent", {**dims, "directions": r.directions})]
 
     # --- everything else ------------------------------------------------------------------------------------------
 

@@ -31,7 +31,10 @@ from dataclasses import dataclass, field
 #: ``skipnorm``: a residual add read only by a layer normalisation (a transformer block's ``LayerNorm(x + f(x))``,
 #: which onnxruntime runs as one SkipLayerNormalization kernel and others as two); ``permute``: a transpose that keeps
 #: the last axes in place, so it moves rows of ``block`` contiguous elements (a transformer's head split and merge),
-#: where a ``move`` is any other data movement (a transpose that moves the last axis, a concat, a gather).
+#: where a ``move`` is any other data movement (a transpose that moves the last axis, a concat, a gather);
+#: ``recurrent``: an LSTM (4 gates), GRU (3) or plain RNN (1) layer over ``steps`` steps in one or two
+#: ``directions``, which every runtime runs as one kernel looping over the steps (how well it loops is its own: one
+#: runtime's fused loop is not another's, nor a product per step measured alone).
 KINDS: dict[str, tuple[str, ...]] = {
     "conv": ("n", "cin", "cout", "h", "w", "kh", "kw", "stride", "group", "oh", "ow", "act", "residual", "init_w"),
     "dwconv": ("n", "c", "mult", "h", "w", "kh", "kw", "stride", "oh", "ow", "act", "residual", "init_w"),
@@ -47,6 +50,7 @@ KINDS: dict[str, tuple[str, ...]] = {
     "noop": ("nodes",),
     "skipnorm": ("rows", "cols"),
     "permute": ("elements", "block"),
+    "recurrent": ("batch", "steps", "inputs", "hidden", "gates", "directions"),
 }
 #: The dimension of each kind that grows with the batch.
 BATCHED = {kind: dims[0] for kind, dims in KINDS.items() if kind != "noop"}
@@ -121,8 +125,19 @@ def encode_units(units: Iterable[Unit]) -> str:
 def unfused(unit: Unit) -> list[Unit] | None:
     """The units a route that has not measured ``unit``'s kind is predicted as (None: the kind has no other form):
     a ``skipnorm`` is a two-input add, then a layer normalisation (a library without the fusion runs those); a
-    ``permute`` is a ``move`` of as many elements (what the kind was before it had its own).
+    ``permute`` is a ``move`` of as many elements (what the kind was before it had its own); a ``recurrent`` layer is,
+    per direction, its input projection over the whole sequence as one matrix product, each step's product by the
+    recurrent weights, and the gates' math over the sequence as one element-wise pass (the parts' counts say how
+    many; what the kind was before it had its own).
     """
+    if unit.kind == "recurrent":
+        r, width = unit, unit["gates"] * unit["hidden"]
+        dirs = r["directions"]
+        return [
+            Unit("gemm", {"m": r["steps"] * r["batch"], "k": r["inputs"], "n": width, "act": 0, "init_w": 1}, dirs),
+            Unit("gemm", {"m": r["batch"], "k": r["hidden"], "n": width, "act": 0, "init_w": 1}, r["steps"] * dirs),
+            Unit("eltwise", {"elements": r["steps"] * r["batch"] * width, "inputs": 2, "heavy": 1}, dirs),
+        ]
     if unit.kind == "skipnorm":
         rows, cols = unit["rows"], unit["cols"]
         return [Unit("eltwise", {"elements": rows * cols, "inputs": 2, "heavy": 0}),
@@ -130,6 +145,28 @@ def unfused(unit: Unit) -> list[Unit] | None:
     if unit.kind == "permute":
         return [Unit("move", {"elements": unit["elements"]})]
     return None
+
+
+def unfuse(units: Iterable[Unit], kinds: Iterable[str]) -> list[Unit]:
+    """``units`` with those of ``kinds`` replaced by their ``unfused`` parts (counts multiplied): what a model fitted
+    before those kinds had units of their own sees."""
+    kinds = set(kinds)
+    out: list[Unit] = []
+    for unit in units:
+        parts = unfused(unit) if unit.kind in kinds else None
+        if parts is None:
+            out.append(unit)
+        else:
+            out.extend(Unit(p.kind, p.dims, p.count * unit.count) for p in parts)
+    return out
+
+
+def _recurrent_sizes(u: Unit) -> tuple[float, float, float]:
+    """(MACs, gate elements, weight elements) of a recurrent unit: every step multiplies its input and the hidden
+    state by each gate's weights, in each direction."""
+    gate_elements = float(u["steps"] * u["batch"] * u["directions"] * u["gates"] * u["hidden"])
+    weights = float(u["directions"] * u["gates"] * u["hidden"] * (u["inputs"] + u["hidden"] + 2))
+    return gate_elements * (u["inputs"] + u["hidden"]), gate_elements, weights
 
 
 def unit_flops(unit: Unit, batch: int = 1) -> float:
@@ -160,6 +197,9 @@ def unit_flops(unit: Unit, batch: int = 1) -> float:
         return 6.0 * u["rows"] * u["cols"]
     if k == "lrn":
         return float(u["n"] * u["c"] * u["hw"] * (u["size"] + 4))
+    if k == "recurrent":
+        layer_macs, gate_values, _ = _recurrent_sizes(u)
+        return 2.0 * layer_macs + 8.0 * gate_values
     return 0.0
 
 
@@ -194,6 +234,10 @@ def unit_bytes(unit: Unit, batch: int = 1) -> float:
         return _F32 * 2 * u["n"] * u["c"] * u["hw"]
     if k in ("move", "permute"):
         return _F32 * 2 * u["elements"]
+    if k == "recurrent":  # the sequence in and out, the gates' pre-activations, and the weights read once
+        _, gate_values, layer_weights = _recurrent_sizes(u)
+        sequence = u["steps"] * u["batch"] * (u["inputs"] + u["directions"] * u["hidden"])
+        return _F32 * (sequence + gate_values + layer_weights)
     return 0.0
 
 
@@ -207,6 +251,8 @@ def unit_weight_bytes(unit: Unit) -> float:
         return _F32 * unit["c"] * (unit["kh"] * unit["kw"] + unit["cout"])
     if unit.kind == "gemm":
         return _F32 * unit["k"] * unit["n"]
+    if unit.kind == "recurrent":
+        return _F32 * _recurrent_sizes(unit)[2]
     return 0.0
 
 
@@ -297,6 +343,10 @@ def unit_features(unit: Unit, batch: int = 1) -> list[float]:
         shape = [_lg(u["elements"])]
     elif k == "permute":
         shape = [_lg(u["elements"]), _lg(u["block"])]
+    elif k == "recurrent":  # the steps run one after another: their count and each step's product's size
+        step_macs = u["batch"] * u["gates"] * u["hidden"] * u["hidden"]
+        shape = [_lg(u["batch"]), _lg(u["steps"] * u["directions"]), _lg(u["inputs"]), _lg(u["hidden"]),
+                 _lg(step_macs), u["gates"], u["directions"]]
     else:
         shape = [float(u["nodes"])]
     return common + [float(v) for v in shape]

@@ -91,6 +91,11 @@ SWEEP_ROUNDS: tuple[dict[str, int], ...] = (
     # threads onnxruntime took 18-39 us for such a transpose of 5-15 thousand elements, and 3 us for tiny BERT's
     # head transposes of 8,192: its nine moves were predicted at 0.27 of the model's 0.51 ms.
     {"permute": 30},
+    # The seventh: recurrent layers (LSTM, GRU, RNN), which every runtime runs as one loop over the steps. As their
+    # products and gates measured apart they were priced one way on every route, while the routes loop differently:
+    # onnxruntime's LSTM tagger ran -12% to -61% under that price, our runtime's LSTMs +27% to +89% over it
+    # (docs/decisions.md, 2026-11-27 and 2026-11-28).
+    {"recurrent": 24},
 )
 #: Units above this many FLOPs are scaled down before measuring (except the ``*_large`` samplers'): the regressors
 #: predict time per roofline time, and larger units cost measuring time.
@@ -368,6 +373,18 @@ def _permute(rng: np.random.Generator) -> Unit:
     return Unit("permute", {"elements": a * b * block, "block": block})
 
 
+def _recurrent(rng: np.random.Generator) -> Unit:
+    """An LSTM, GRU or (seldom) plain RNN layer: 4 to 128 steps of 1 to 8 samples, 16 to 512 wide, in one direction
+    or two, scaled down to ``MAX_UNIT_FLOPS`` by its steps."""
+    gates = _choice(rng, [4, 3, 1], [4, 4, 1])
+    dims = {"batch": _batch(rng), "steps": _log_int(rng, 4, 128), "inputs": _log_int(rng, 16, 512)}
+    dims.update(hidden=_log_int(rng, 16, 512), gates=gates, directions=_choice(rng, [1, 2], [2, 1]))
+    unit = Unit("recurrent", dims)
+    while unit_flops(unit) > MAX_UNIT_FLOPS and unit["steps"] > 4:
+        unit = Unit("recurrent", {**unit.dims, "steps": max(4, int(unit["steps"] * 0.8))})
+    return unit
+
+
 _SAMPLERS: dict[str, Callable[[np.random.Generator], Unit]] = {
     "conv": _conv,
     "dwconv": _dwconv,
@@ -389,6 +406,7 @@ _SAMPLERS: dict[str, Callable[[np.random.Generator], Unit]] = {
     "conv_computed": _conv_computed,
     "gemm_computed": _gemm_computed,
     "permute": _permute,
+    "recurrent": _recurrent,
 }
 #: The unit kind each sampler draws (a round names samplers: a kind, or a kind and what the sampler draws of it).
 SAMPLER_KINDS = {name: name.split("_")[0] for name in [*_SAMPLERS, "noop"]}
@@ -596,11 +614,29 @@ def unit_model(unit: Unit) -> tuple[onnx.ModelProto, dict[str, tuple[int, ...]]]
         rows = u["elements"] // u["block"]
         a = _squarest_divisor(rows)
         y = g.node("Transpose", [g.input((a, rows // a, u["block"]))], perm=[1, 0, 2])
+    elif k == "recurrent":
+        y = _recurrent_node(g, u)
     else:  # noop: a chain of Softmax on one number (element-wise chains would fuse into one node)
         y = g.input((1, 1))
         for _ in range(u["nodes"]):
             y = g.node("Softmax", [y], axis=-1)
     return g.model(y), g.inputs
+
+
+RECURRENT_OPS = {4: "LSTM", 3: "GRU", 1: "RNN"}
+
+
+def _recurrent_node(g: _Graph, u: Unit) -> str:
+    """An ONNX LSTM/GRU/RNN over ``[steps, batch, inputs]`` as PyTorch exports one (a GRU's reset gate applied after
+    the product, ``linear_before_reset``), its whole output sequence read."""
+    gates, hidden, dirs = u["gates"], u["hidden"], u["directions"]
+    scale = 1.0 / math.sqrt(hidden)
+    x = g.input((u["steps"], u["batch"], u["inputs"]))
+    weights = [g.const((dirs, gates * hidden, u["inputs"]), scale), g.const((dirs, gates * hidden, hidden), scale)]
+    attrs: dict[str, Any] = {"hidden_size": hidden, "direction": "bidirectional" if dirs == 2 else "forward"}
+    if gates == 3:
+        attrs["linear_before_reset"] = 1
+    return g.node(RECURRENT_OPS[gates], [x, *weights, g.const((dirs, 2 * gates * hidden), scale)], **attrs)
 
 
 def _built_model(unit: Unit) -> onnx.ModelProto:

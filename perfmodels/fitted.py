@@ -648,7 +648,7 @@ class FittedModel:
         share = group.overhead_share(x)
         errors = self.route_errors(group) if not np.isnan(by_units) else None
         seen = self.exercised()
-        covered = coverage(x, seen.get(group.key))
+        covered = coverage(x, seen.get(group.key), workload.units)
         step = raw = combine(whole, by_units, group.route.precision, share, errors=errors, coverage=covered)
         framework_s = factor = math.nan
         if through is not None:
@@ -661,7 +661,7 @@ class FittedModel:
                 base.route.precision,
                 base.overhead_share(x),
                 errors=base_errors,
-                coverage=coverage(x, seen.get(base.key)),
+                coverage=coverage(x, seen.get(base.key), workload.units),
             )
             factor = ratio.ratio(x, workload.batch_size, group.threads)
             step = raw = through_framework(whole, framework_s, factor)
@@ -988,3 +988,4 @@ def _write_pickle(path: Path, value: object) -> None:
         os.replace(handle.name, path)
     except OSError:
         return
+

@@ -58,7 +58,7 @@ RIDGE = 0.1
 #: How far (natural log) a prediction's time / roofline ratio may leave the range its kind measured.
 CLIP = 0.5
 #: Kinds predicted through ``analysis.units.unfused`` when unmeasured (their parts are), so not pooled.
-_UNFUSED_KINDS = ("skipnorm", "permute")
+_UNFUSED_KINDS = ("skipnorm", "permute", "recurrent")
 
 #: (framework, compiler, layout, precision)
 Route4 = tuple[str, str, str, str]

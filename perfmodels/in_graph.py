@@ -43,7 +43,7 @@ _GROUP = ["target", "framework", "compiler", "layout", "precision", "threads"]
 
 #: Unit kinds a compiler runs as kernels of their own (convolutions and matrix products, with what they fuse); the
 #: other kinds (element-wise, data movement, pooling, normalisation, softmax) are memory-bound and the ones it fuses.
-COMPUTE_KINDS = frozenset({"conv", "dwconv", "dwpw", "gemm", "bmm"})
+COMPUTE_KINDS = frozenset({"conv", "dwconv", "dwpw", "gemm", "bmm", "recurrent"})
 #: The per-kernel cost's unit in the fit (s): keeps the three columns of one order of magnitude.
 _KERNEL_SCALE = 1e-5
 

@@ -105,6 +105,7 @@ from perfmodels.training_units import (
     row_units,
     threads_own,
     training_route,
+    training_units,
     unit_route,
     units_framework,
 )
@@ -817,13 +818,14 @@ class TrainingFit:
         group = self.group_for(route, self.unit_groups)
         if group is None or not workload.units:
             return None
+        units = training_units(workload.units)
         floor = float(roofline_floor(x, threads))
         coef = np.asarray(group.coef)
         if group.features == "train_units":
             trained = training_route(self.training_routes, target, route.framework, route.precision)
             if trained is None:
                 return None
-            priced = trained.parts(workload.units, workload.batch_size, workload.params)
+            priced = trained.parts(units, workload.batch_size, workload.params)
             parts = (*priced, mixed_precision(route.precision))
             tx = train_unit_matrix(x, np.array(parts))[0]
             if not np.isfinite(tx).all():
@@ -837,7 +839,7 @@ class TrainingFit:
             target,
             route.framework,
             threads,
-            workload.units,
+            units,
             workload.batch_size,
             bandwidth,
             compiler=route.compiler,

@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
-from analysis.units import Unit, decode_units, roofline_seconds, unfused, unit_features
+from analysis.units import Unit, decode_units, roofline_seconds, unfuse, unfused, unit_features
 from perfmodels.fit import nnls
 
 if TYPE_CHECKING:
@@ -107,11 +107,22 @@ def read_training_units(path: Path = TRAINING_UNITS) -> dict[str, tuple[Unit, ..
     return out
 
 
+#: Unit kinds a training step is priced apart into (``analysis.units.unfuse``): the training models were fitted on
+#: rows whose recurrent layers were their products and gates, and no training sweep measures the layer whole.
+TRAINING_UNFUSED = ("recurrent",)
+
+
+def training_units(units: Sequence[Unit]) -> tuple[Unit, ...]:
+    """``units`` as the training models price them (``TRAINING_UNFUSED`` kinds in their parts)."""
+    return tuple(unfuse(units, TRAINING_UNFUSED))
+
+
 def row_units(rows: pd.DataFrame, shipped: Mapping[str, tuple[Unit, ...]]) -> list[tuple[Unit, ...]]:
-    """Each row's forward units: its own ``units`` when recorded, else the shipped ones of its model (or none)."""
+    """Each row's forward units: its own ``units`` when recorded, else the shipped ones of its model (or none), as
+    the training models price them (``training_units``)."""
     recorded = rows["units"] if "units" in rows else [None] * len(rows)
     return [
-        tuple(decode_units(text)) if isinstance(text, str) and text else shipped.get(str(model), ())
+        training_units(decode_units(text) if isinstance(text, str) and text else shipped.get(str(model), ()))
         for text, model in zip(recorded, rows["model"], strict=True)
     ]
 
@@ -341,7 +352,8 @@ class PartModel:
             if model is None:
                 parts = unfused(unit)
                 if parts is not None and all(p.kind in self.kinds for p in parts):
-                    out[i] = float(np.sum(self.unit_seconds(parts, batch)))
+                    counts = np.array([p.count for p in parts], dtype=float)
+                    out[i] = float(counts @ self.unit_seconds(parts, batch))
                 continue
             scaled = trained(unit).at_batch(batch)
             features = np.array([training_unit_features(scaled)])

@@ -180,7 +180,8 @@ class UnitRoute:
     def unit_seconds(self, units: Sequence[Unit], batch: int) -> np.ndarray:
         """Predicted seconds of each unit (one of each, at ``batch``); NaN for kinds this route has not learned.
 
-        A fused kind the route has not learned (``skipnorm``) is the sum of its ``unfused`` units where those are.
+        A fused kind the route has not learned (``skipnorm``, ``recurrent``) is the sum of its ``unfused`` units
+        (counts included) where those are.
         A ``noop`` unit (nodes a model dispatches for no work: shape arithmetic, views) costs its nodes at ``node_s``.
         """
         out = np.full(len(units), math.nan)
@@ -206,7 +207,7 @@ class UnitRoute:
         parts = unfused(unit)
         if parts is None or any(part.kind not in self.kinds for part in parts):
             return math.nan
-        return float(np.sum(self.unit_seconds(parts, batch)))
+        return float(np.array([part.count for part in parts], dtype=float) @ self.unit_seconds(parts, batch))
 
 
 def call_costs(rows: pd.DataFrame) -> tuple[float, float] | None:

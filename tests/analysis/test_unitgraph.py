@@ -8,6 +8,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from analysis.unitgraph import graph_units
+from analysis.units import unfuse, unfused
 from optimiser.errors import SpecError
 
 
@@ -226,27 +227,32 @@ def _recurrent(op: str, x_shape: list[object], directions: int, hidden: int, inp
     return model([node], {"x": x_shape}, weights)
 
 
-def test_an_lstm_is_its_input_projection_a_product_per_step_and_the_gates():
-    """Recurrent layers were one data move before, so an LSTM tagger was predicted at a tenth of its time: the
-    runtimes project every step's input at once, then per step multiply the hidden state and apply the gates (one
-    element-wise pass over every step's gates: they run inside the loop, no node of their own)."""
+def test_an_lstm_is_one_recurrent_unit_whose_parts_are_its_projection_a_product_per_step_and_the_gates():
+    """Every runtime runs a recurrent layer as one loop, each its own way, so the layer is one unit. A route that
+    has not measured the kind prices its parts: the input projection of every step at once, per step the hidden state
+    by the recurrent weights, and the gates (one element-wise pass over every step's gates)."""
     units = graph_units(_recurrent("LSTM", [5, "batch", 8], 1, 16, 8))
-    assert [(u.signature(), u.count) for u in units] == [
+    assert [(u.signature(), u.count) for u in units] == [("recurrent_1_5_8_16_4_1", 1)]
+    parts = unfused(units[0])
+    assert parts is not None
+    assert [(u.signature(), u.count) for u in parts] == [
         ("gemm_5_8_64_0_1", 1),  # the input projection: 5 steps x 8 inputs -> 4 gates x 16
         ("gemm_1_16_64_0_1", 5),  # per step: the hidden state by the recurrent weights
         ("eltwise_320_2_1", 1),  # the gates' activations and the state updates of the 5 steps
     ]
-    batched = [u.at_batch(4) for u in units]
+    batched = unfused(units[0].at_batch(4))
+    assert batched is not None
     assert [u["m"] for u in batched[:2]] == [20, 4] and batched[2]["elements"] == 1280
 
 
 def test_a_bidirectional_batch_first_gru_pays_each_step_in_both_directions():
     units = graph_units(_recurrent("GRU", ["batch", 6, 4], 2, 8, 4, layout=1))
-    assert [(u.signature(), u.count) for u in units] == [
+    assert [u.signature() for u in units] == ["recurrent_1_6_4_8_3_2"]
+    assert [(u.signature(), u.count) for u in unfuse(units * 2, ["recurrent"])] == [
         ("gemm_6_4_24_0_1", 2),
         ("gemm_1_8_24_0_1", 12),
         ("eltwise_144_2_1", 2),
-    ]
+    ] * 2
 
 
 def test_a_transposed_convolution_is_its_column_product_then_col2im():

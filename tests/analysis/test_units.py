@@ -8,7 +8,18 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from analysis.units import KINDS, Unit, decode_units, encode_units, roofline_seconds, unit_features, unit_flops
+from analysis.units import (
+    KINDS,
+    Unit,
+    decode_units,
+    encode_units,
+    roofline_seconds,
+    unfuse,
+    unfused,
+    unit_features,
+    unit_flops,
+    unit_weight_bytes,
+)
 from perfmodels.results_db import make_row, to_frame
 from perfmodels.unitfit import UNIT_FAMILY, WHOLE_WEIGHT, combine, fit_units, sweep_rows, whole_weight
 
@@ -242,3 +253,46 @@ def test_a_route_that_has_not_measured_permute_predicts_it_as_a_move_of_as_many_
     heads = Unit("permute", {"elements": 8192, "block": 64})
     move = Unit("move", {"elements": 8192})
     assert route.unit_seconds([heads], 8)[0] == pytest.approx(route.unit_seconds([move], 8)[0])
+
+
+def _recurrent(batch: int = 1, steps: int = 20, gates: int = 4, directions: int = 2) -> Unit:
+    dims = {"batch": batch, "steps": steps, "inputs": 64, "hidden": 96, "gates": gates, "directions": directions}
+    return Unit("recurrent", dims)
+
+
+def test_a_recurrent_unit_counts_what_its_parts_count():
+    """One loop over the steps does the work of its unfused parts: a product per step and direction, the input
+    projection and the gates."""
+    layer = _recurrent()
+    parts = unfused(layer)
+    assert parts is not None and [p.count for p in parts] == [2, 40, 2]
+    assert unit_flops(layer) == pytest.approx(sum(unit_flops(p) * p.count for p in parts), rel=0.05)
+    assert unit_flops(layer, batch=4) == pytest.approx(4 * unit_flops(layer))
+    assert unit_weight_bytes(layer) == 4 * 2 * 4 * 96 * (64 + 96 + 2)
+    assert [(u.kind, u.count) for u in unfuse([Unit("noop", {"nodes": 2}), layer], ["recurrent"])] == [
+        ("noop", 1), ("gemm", 2), ("gemm", 40), ("eltwise", 2)
+    ]
+
+
+def test_a_route_that_has_not_measured_recurrent_layers_prices_each_part_as_often_as_it_runs():
+    """The per-step product runs once a step and direction: summed once (as a fused kind's parts were), a 20-step
+    bidirectional LSTM was priced at a fortieth of its products."""
+    gemms = sampled_gemms(40)
+    adds = [Unit("eltwise", {"elements": int(e), "inputs": 2, "heavy": 1}) for e in np.geomspace(64, 4e6, 30)]
+    rows = noop_rows() + [sweep_row(u, true_seconds(u, 0.5)) for u in gemms + adds]
+    unit_fit = fit_units(to_frame(rows))
+    route = unit_fit.route((TARGET, "fw", "none", "NCHW", "fp32", 1))
+    assert route is not None and "recurrent" not in route.kinds
+    layer = _recurrent()
+    parts = unfused(layer)
+    assert parts is not None
+    each = route.unit_seconds(parts, 1)
+    assert route.unit_seconds([layer], 1)[0] == pytest.approx(float(np.dot([p.count for p in parts], each)))
+
+    # measured, the loop's own time (here: a third of its parts')
+    layers = [_recurrent(b, s, g, d) for b in (1, 4) for s in (5, 20, 60) for g in (3, 4) for d in (1, 2)]
+    rows += [sweep_row(u, sum(true_seconds(p, 0.5) * p.count for p in unfused(u) or []) / 3) for u in layers]
+    route = fit_units(to_frame(rows)).route((TARGET, "fw", "none", "NCHW", "fp32", 1))
+    assert route is not None and "recurrent" in route.kinds
+    expected = sum(true_seconds(p, 0.5) * p.count for p in parts) / 3
+    assert route.unit_seconds([layer], 1)[0] == pytest.approx(expected, rel=0.3)

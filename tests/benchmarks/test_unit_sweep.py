@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import numpy as np
 import onnx
 import pytest
 
 from analysis.unitgraph import graph_units
-from analysis.units import KINDS, decode_units, encode_units, unit_flops
+from analysis.units import KINDS, Unit, decode_units, encode_units, unit_flops
 from benchmarks.models import get_model
 from benchmarks.unit_sweep import (
     MAX_UNIT_FLOPS,
@@ -56,7 +57,7 @@ def test_unmeasured_keeps_the_units_a_database_has_no_rows_of():
 
 def test_every_sampled_unit_builds_a_valid_model_that_cuts_back_into_that_unit():
     rounds = sample_rounds()
-    later = [u for round_ in rounds[1:4] for u in round_ if u.kind == "skipnorm"] + rounds[4] + rounds[5]
+    later = [u for round_ in rounds[1:4] for u in round_ if u.kind == "skipnorm"] + rounds[4] + rounds[5] + rounds[6]
     for unit in sample_units(per_kind=12) + later:
         if unit.kind == "noop":
             continue
@@ -81,6 +82,27 @@ def test_a_suite_models_units_build_models_of_their_output_size(name):
         dims = [d.dim_value for d in output.type.tensor_type.shape.dim]
         if unit.kind in ("conv", "dwconv", "dwpw", "pool"):
             assert dims[-2:] == [unit["oh"], unit["ow"]], unit.signature()
+
+
+def test_recurrent_units_are_lstms_grus_and_rnns_our_runtime_and_onnxruntime_agree_on():
+    """Each as PyTorch exports it (a GRU's reset gate after its product), in one direction or two."""
+    ort = pytest.importorskip("onnxruntime", reason="onnxruntime: extra not installed")
+    from benchmarks.unit_sweep import RECURRENT_OPS
+    from runtime import compile_model
+
+    base = {"batch": 2, "steps": 5, "inputs": 6, "hidden": 4}
+    for gates, op in RECURRENT_OPS.items():
+        for directions in (1, 2):
+            unit = Unit("recurrent", {**base, "gates": gates, "directions": directions})
+            model, inputs = unit_model(unit)
+            assert model.graph.node[-1].op_type == op
+            feeds = {n: np.random.default_rng(0).standard_normal(s).astype(np.float32) for n, s in inputs.items()}
+            ours = next(iter(compile_model(model, threads=1).run(feeds).values()))
+            theirs = ort.InferenceSession(model.SerializeToString()).run(None, feeds)[0]
+            assert ours.shape == (5, directions, 2, 4)
+            np.testing.assert_allclose(ours, theirs, rtol=1e-4, atol=1e-5)
+    layers = [u for u in sample_rounds()[6] if u.kind == "recurrent"]
+    assert {u["gates"] for u in layers} == {1, 3, 4} and {u["directions"] for u in layers} == {1, 2}
 
 
 def test_unit_kernels_carry_their_unit():

@@ -10,7 +10,8 @@ import pytest
 
 from perfmodels.evaluate import _combined, _estimates
 from perfmodels.fit import FEATURES
-from perfmodels.op_mix import EXERCISED_SHARE, coverage, exercised, exercised_by_route, flop_shares
+from analysis.units import Unit, encode_units
+from perfmodels.op_mix import EXERCISED_SHARE, coverage, exercised, exercised_by_route, flop_shares, unit_shares
 from perfmodels.unitfit import WHOLE_WEIGHT, combine
 from tests.perfmodels.doubles import NoRatios, WholeModelGroup
 
@@ -32,8 +33,9 @@ BERT = _x(gemm=98e7, norm=1e7, other=1e7)
 def test_the_rows_exercise_the_classes_they_spend_flops_in():
     assert flop_shares(BERT) == pytest.approx([0.0, 0.0, 0.98, 0.0, 0.01, 0.01])
     assert flop_shares(_x(norm=1.0, lrn=1.0)) == pytest.approx([0, 0, 0, 0, 1.0, 0])  # LRN counts as normalisation
-    assert exercised(np.vstack([CNN, _x(conv=1.0, gemv=1.0)])) == pytest.approx((0.9, 0, 0, 0.5, 0, 0.1))
-    assert exercised(np.zeros((0, len(FEATURES)))) == (0.0,) * 6
+    # the six classes, then the unit kinds exercised apart (a recurrent layer's FLOPs: none here)
+    assert exercised(np.vstack([CNN, _x(conv=1.0, gemv=1.0)])) == pytest.approx((0.9, 0, 0, 0.5, 0, 0.1, 0))
+    assert exercised(np.zeros((0, len(FEATURES)))) == (0.0,) * 7
 
 
 def test_coverage_is_the_share_of_flops_in_classes_the_rows_exercised():
@@ -45,6 +47,27 @@ def test_coverage_is_the_share_of_flops_in_classes_the_rows_exercised():
     # a class some row spends a sliver in is still a pull, not a measurement
     sliver = _x(conv=1.0, gemm=EXERCISED_SHARE / 2)
     assert coverage(BERT, exercised(np.vstack([CNN, sliver]))) == pytest.approx(0.01)
+
+
+LSTM = Unit("recurrent", {"batch": 1, "steps": 20, "inputs": 64, "hidden": 128, "gates": 4, "directions": 2})
+HEAD = Unit("gemm", {"m": 1, "k": 256, "n": 20, "act": 0, "init_w": 1})
+
+
+def test_a_recurrent_layer_is_not_covered_by_rows_that_ran_only_matrix_products():
+    """An LSTM's FLOPs count as ``gemm`` in the whole-model features, so BERT's rows looked like they covered an LSTM
+    tagger fully; its loop over the steps is nothing they ran (onnxruntime's were predicted 33-40% under)."""
+    tagger = _x(gemm=1e7)
+    share = float(unit_shares([LSTM, HEAD])[0])
+    assert 0.99 < share < 1.0
+    bert_rows = exercised(np.vstack([BERT]), [encode_units([HEAD])])
+    assert coverage(tagger, bert_rows) == pytest.approx(1.0)  # without the model's units: the classes alone
+    assert coverage(tagger, bert_rows, [LSTM, HEAD]) == pytest.approx(1.0 - share)
+    rnn_rows = exercised(np.vstack([BERT]), [encode_units([LSTM, HEAD]), ""])
+    assert rnn_rows[-1] == pytest.approx(share)
+    assert coverage(tagger, rnn_rows, [LSTM, HEAD]) == pytest.approx(1.0)
+    # a class the rows never ran already leaves its kinds' FLOPs out, once
+    assert coverage(tagger, exercised(np.vstack([CNN])), [LSTM, HEAD]) == pytest.approx(0.0)
+    assert coverage(tagger, exercised(np.vstack([CNN]))[:6], [LSTM, HEAD]) == pytest.approx(0.0)  # an old cache
 
 
 def test_exercised_by_route_keys_each_routes_rows():
