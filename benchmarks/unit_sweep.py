@@ -96,6 +96,11 @@ SWEEP_ROUNDS: tuple[dict[str, int], ...] = (
     # onnxruntime's LSTM tagger ran -12% to -61% under that price, our runtime's LSTMs +27% to +89% over it
     # (docs/decisions.md, 2026-11-27 and 2026-11-28).
     {"recurrent": 24},
+    # The eighth: recurrent layers as sequence models run them (8 to 64 steps, 32 to 512 wide, batch 1 to 8). The
+    # seventh's draws left that region thin (its widths 18 to 452 over 4 to 125 steps), and onnxruntime's cost per
+    # step there does not follow from its neighbours: a BiLSTM of 32 steps, 96 wide, was predicted at 0.11 ms and
+    # takes 0.24 (docs/decisions.md, 2026-11-28).
+    {"recurrent_seq": 24},
 )
 #: Units above this many FLOPs are scaled down before measuring (except the ``*_large`` samplers'): the regressors
 #: predict time per roofline time, and larger units cost measuring time.
@@ -385,6 +390,16 @@ def _recurrent(rng: np.random.Generator) -> Unit:
     return unit
 
 
+def _recurrent_seq(rng: np.random.Generator) -> Unit:
+    """A sequence model's LSTM or GRU layer: 8 to 64 steps, 32 to 512 wide (usually a multiple of 8)."""
+    dims = {"batch": _batch(rng), "steps": _log_int(rng, 8, 64), "inputs": _channels(rng, 32, 512)}
+    dims.update(hidden=_channels(rng, 32, 512), gates=_choice(rng, [4, 3], [1, 1]))
+    unit = Unit("recurrent", {**dims, "directions": _choice(rng, [1, 2], [2, 1])})
+    while unit_flops(unit) > MAX_UNIT_FLOPS and unit["steps"] > 8:
+        unit = Unit("recurrent", {**unit.dims, "steps": max(8, int(unit["steps"] * 0.8))})
+    return unit
+
+
 _SAMPLERS: dict[str, Callable[[np.random.Generator], Unit]] = {
     "conv": _conv,
     "dwconv": _dwconv,
@@ -407,6 +422,7 @@ _SAMPLERS: dict[str, Callable[[np.random.Generator], Unit]] = {
     "gemm_computed": _gemm_computed,
     "permute": _permute,
     "recurrent": _recurrent,
+    "recurrent_seq": _recurrent_seq,
 }
 #: The unit kind each sampler draws (a round names samplers: a kind, or a kind and what the sampler draws of it).
 SAMPLER_KINDS = {name: name.split("_")[0] for name in [*_SAMPLERS, "noop"]}

@@ -8,9 +8,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from analysis.units import Unit, encode_units
 from perfmodels.evaluate import _combined, _estimates
 from perfmodels.fit import FEATURES
-from analysis.units import Unit, encode_units
 from perfmodels.op_mix import EXERCISED_SHARE, coverage, exercised, exercised_by_route, flop_shares, unit_shares
 from perfmodels.unitfit import WHOLE_WEIGHT, combine
 from tests.perfmodels.doubles import NoRatios, WholeModelGroup
