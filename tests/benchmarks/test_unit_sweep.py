@@ -57,7 +57,8 @@ def test_unmeasured_keeps_the_units_a_database_has_no_rows_of():
 
 def test_every_sampled_unit_builds_a_valid_model_that_cuts_back_into_that_unit():
     rounds = sample_rounds()
-    later = [u for round_ in rounds[1:4] for u in round_ if u.kind == "skipnorm"] + rounds[4] + rounds[5] + rounds[6] + rounds[7]
+    later = [u for round_ in rounds[1:4] for u in round_ if u.kind == "skipnorm"]
+    later += [u for round_ in rounds[4:] for u in round_]
     for unit in sample_units(per_kind=12) + later:
         if unit.kind == "noop":
             continue
