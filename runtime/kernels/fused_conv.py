@@ -377,6 +377,33 @@ class NhwcGlobalAveragePool(IntoKernel):
 
 
 @register
+class NhwcGlobalMaxPool(IntoKernel):
+    """``[N, H, W, C] -> [N, 1, 1, C]``: the NHWC max pool whose window is the whole plane (its size read off the
+    input, so a length known only at run time binds too)."""
+
+    op_type = "NhwcGlobalMaxPool"
+    domain = DOMAIN
+    since_version = 1
+    fresh_output = True
+
+    @staticmethod
+    def _window(x: np.ndarray) -> ops.PoolWindow | None:
+        if x.ndim != 4 or x.shape[1] * x.shape[2] == 0:
+            return None
+        return ops.PoolWindow((x.shape[1], x.shape[2]), (1, 1), (1, 1), (0, 0, 0, 0), (1, 1), 0)
+
+    def compute_into(self, out: np.ndarray | None, x: np.ndarray) -> np.ndarray:
+        lib, window = native.lib(), self._window(x)
+        if lib is not None and window is not None and x.dtype == np.float32:
+            return ops.pool(lib, x, window, out)
+        return store_into(out, x.max(axis=(1, 2), keepdims=True))
+
+    def bind(self, out: np.ndarray, x: np.ndarray) -> ops.Bound | None:
+        lib, window = native.lib(), self._window(x)
+        return None if lib is None or window is None else ops.bind_pool(lib, x, window, out)
+
+
+@register
 class NhwcConcat(Kernel):
     """Concat along the channel (last) axis of NHWC tensors, written into its planned buffer when it has one."""
 

@@ -6,6 +6,7 @@
     #                                                        inference BatchNormalization, 1-d Max/AveragePool
     #                                                        (kernel [1, k]), global pools
     # ReduceMean(Squeeze(t, 2), axes=[2]) -> Squeeze(GlobalAveragePool(t), [2, 3])
+    # ReduceMax(Squeeze(t, 2), axes=[2])  -> Squeeze(GlobalMaxPool(t), [2, 3])
     # Unsqueeze(Squeeze(t, 2), 2) -> t
 
 It runs before the convolution fusions, so a lifted Conv then absorbs its bias and activation like any 2-d one,
@@ -45,6 +46,8 @@ _UNARY = frozenset(
 _BINARY = frozenset({"Add", "Sub", "Mul", "Div", "Max", "Min"})
 _POOLS = frozenset({"MaxPool", "AveragePool"})
 _GLOBAL = frozenset({"GlobalAveragePool", "GlobalMaxPool"})
+#: Reductions over the whole length that are a global pool of the lifted map (a TCN's or audio net's head).
+_OVER_TIME = {"ReduceMean": "GlobalAveragePool", "ReduceMax": "GlobalMaxPool"}
 
 
 def _lifted(shape: tuple[Any, ...] | None) -> tuple[Any, ...] | None:
@@ -162,8 +165,8 @@ def _sink(node: Node, graph: Graph, index: GraphIndex) -> bool:
     elif op == "BatchNormalization":
         if int(attrs.get("training_mode", 0)):
             return False
-    elif op == "ReduceMean":
-        return _sink_mean_over_time(node, graph, index)
+    elif op in _OVER_TIME:
+        return _sink_reduce_over_time(node, graph, index)
     elif op not in _UNARY and op not in _GLOBAL:
         return False
     inputs = _lifted_inputs(node, graph, index)
@@ -178,9 +181,9 @@ def _sink(node: Node, graph: Graph, index: GraphIndex) -> bool:
     return True
 
 
-def _sink_mean_over_time(node: Node, graph: Graph, index: GraphIndex) -> bool:
-    """``ReduceMean(Squeeze(t, 2), axes=[2])`` -> ``Squeeze(GlobalAveragePool(t), [2, 3])`` (``[2]`` with keepdims),
-    which the layout pass then runs NHWC."""
+def _sink_reduce_over_time(node: Node, graph: Graph, index: GraphIndex) -> bool:
+    """``ReduceMean(Squeeze(t, 2), axes=[2])`` -> ``Squeeze(GlobalAveragePool(t), [2, 3])`` (``[2]`` with
+    keepdims), a ReduceMax likewise a GlobalMaxPool, which the layout pass then runs NHWC."""
     if node.opset >= 18:
         axes = index.constant(node.inputs[1]) if len(node.inputs) > 1 and node.inputs[1] else None
         values = None if axes is None else [int(v) for v in axes.ravel()]
@@ -193,7 +196,8 @@ def _sink_mean_over_time(node: Node, graph: Graph, index: GraphIndex) -> bool:
     pooled = graph.unique_name(f"{node.outputs[0]}_2d")
     shape = shape_of(graph, source)
     set_value(graph, pooled, elem_type_of(graph, source), None if shape is None else (*shape[:2], 1, 1))
-    gap = make_node(graph, "GlobalAveragePool", [source], [pooled], f"{node.name}_2d", domain="", opset=node.opset)
+    pool = _OVER_TIME[node.op_type]
+    gap = make_node(graph, pool, [source], [pooled], f"{node.name}_2d", domain="", opset=node.opset)
     axes_out = (2,) if keep else (2, 3)
     drop = _axes_node(graph, "Squeeze", pooled, node.outputs[0], node.opset, f"{node.name}_drop", axes_out)
     replace_node(graph, node, [gap, drop])

@@ -1,4 +1,5 @@
-"""A mean over whole spatial or token axes becomes a global average pool, so it runs compiled with its neighbours.
+"""A mean (or max) over whole spatial or token axes becomes a global average (max) pool, so it runs compiled with
+its neighbours.
 
     # ReduceMean(x[N, C, H, W], axes=[2, 3], keepdims=1)  -> GlobalAveragePool(x)
     # ReduceMean(x[N, C, H, W], axes=[2, 3], keepdims=0)  -> Reshape(GlobalAveragePool(x), [0, C])
@@ -10,7 +11,7 @@ MLP-Mixer heads) as ReduceMean, which ran as a NumPy call between compiled steps
 NHWC map 8x8x96, 2 threads), that call took 60-120 us against 3-15 us alone: it broke the compiled program in two
 and ran on caches the program had just evicted. As a global average pool, the NCHW form sinks into NHWC with the
 convolutions before it (the layout pass), and the token form is the NHWC pool of its ``[N, tokens, 1, channels]``
-view: both are one compiled call.
+view: both are one compiled call. A ReduceMax (``x.amax((2, 3))``, a max over tokens) is a global max pool alike.
 
 Guards: a float32 input of known rank, constant axes forming one run of consecutive axes after the first (the
 batch, kept as is), the dims after that run static (the pool's channels) and the output not read by a subgraph.
@@ -45,6 +46,13 @@ if TYPE_CHECKING:
 FLOAT = 1  # TensorProto.FLOAT
 
 
+#: The reductions rewritten, and their global pool in NCHW and in NHWC.
+_POOLS = {
+    "ReduceMean": ("GlobalAveragePool", "NhwcGlobalAveragePool"),
+    "ReduceMax": ("GlobalMaxPool", "NhwcGlobalMaxPool"),
+}
+
+
 @dataclass(frozen=True)
 class _Mean:
     """A mean this pass may rewrite: its input's shape, the reduced axes (sorted, non-negative), the static dims
@@ -57,7 +65,7 @@ class _Mean:
 
 def _block(node: Node, graph: Graph, index: GraphIndex) -> _Mean | None:
     """What :class:`_Mean` says of ``node``, when it is a mean this pass may rewrite."""
-    if node.op_type != "ReduceMean" or node.domain or not node.outputs or not node.inputs:
+    if node.op_type not in _POOLS or node.domain or not node.outputs or not node.inputs:
         return None
     x = node.inputs[0]
     shape = shape_of(graph, x)
@@ -84,13 +92,13 @@ def _reshape(graph: Graph, node: Node, x: str, target: list[int], out: str, suff
 
 
 def _spatial_pool(node: Node, graph: Graph, batch: Any, channels: int, keepdims: bool) -> list[Node]:
-    """``GlobalAveragePool`` of an NCHW map, flattened to ``[N, C]`` unless the mean keeps its dims."""
-    y = node.outputs[0]
+    """The global pool of an NCHW map, flattened to ``[N, C]`` unless the reduction keeps its dims."""
+    y, pool = node.outputs[0], _POOLS[node.op_type][0]
     if keepdims:
-        return [make_node(graph, "GlobalAveragePool", [node.inputs[0]], [y], f"{node.name}_gap", domain="")]
+        return [make_node(graph, pool, [node.inputs[0]], [y], f"{node.name}_gap", domain="")]
     pooled = graph.unique_name(f"{node.name}_pooled")
     set_value(graph, pooled, FLOAT, (batch, channels, 1, 1))
-    gap = make_node(graph, "GlobalAveragePool", [node.inputs[0]], [pooled], f"{node.name}_gap", domain="")
+    gap = make_node(graph, pool, [node.inputs[0]], [pooled], f"{node.name}_gap", domain="")
     return [gap, _reshape(graph, node, pooled, [0, channels], y, "flat")]
 
 
@@ -103,7 +111,7 @@ def _token_pool(node: Node, graph: Graph, mean: _Mean, keepdims: bool) -> list[N
     kept = [1] * len(mean.block) if keepdims else []
     return [
         _reshape(graph, node, node.inputs[0], [0, -1, 1, channels], view, "rows"),
-        make_node(graph, "NhwcGlobalAveragePool", [view], [pooled], f"{node.name}_gap"),
+        make_node(graph, _POOLS[node.op_type][1], [view], [pooled], f"{node.name}_gap"),
         _reshape(graph, node, pooled, [0, *kept, *inner], node.outputs[0], "out"),
     ]
 

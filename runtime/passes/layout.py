@@ -231,11 +231,11 @@ def _sink(node: Node, graph: Graph, index: GraphIndex) -> bool:
             return False
         new_op, new_domain = f"Nhwc{op}", "com.appopt"
         new_attrs.pop("storage_order", None)
-    elif op == "GlobalAveragePool":
+    elif op in ("GlobalAveragePool", "GlobalMaxPool"):
         inputs = _nhwc_inputs(node, index)
         if inputs is None or not is_float32(graph, node.inputs[0]):
             return False
-        new_op, new_domain = "NhwcGlobalAveragePool", "com.appopt"
+        new_op, new_domain = f"Nhwc{op}", "com.appopt"
     elif op == "Concat" and int(node.attrs.get("axis", 0)) in (1, -3) and node.opset >= 4:
         inputs = _nhwc_inputs(node, index)
         if inputs is None or any(index.constant(i) is not None for i in node.inputs):

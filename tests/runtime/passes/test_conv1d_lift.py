@@ -51,6 +51,22 @@ def test_lifted_audio_net_matches_and_runs_nhwc(batch: int) -> None:
     assert "NhwcGlobalAveragePool" in ops and "ReduceMean" not in ops  # the mean over time, NHWC too
 
 
+@pytest.mark.parametrize(("length", "keepdims"), [(101, 0), ("t", 0), (101, 1)])
+def test_a_max_over_time_is_a_global_max_pool_run_nhwc(length: int | str, keepdims: int) -> None:
+    """A TCN's head (``x.amax(-1)``): its ReduceMax ran as NumPy after the NHWC convolutions, their map converted
+    back to NCHW for it."""
+    nodes = audio()
+    nodes[-1] = helper.make_node("ReduceMax", ["a2"], ["out"], axes=[-1], keepdims=keepdims)
+    out = vi("out", shape=["n", 6, 1] if keepdims else ["n", 6])
+    m = model(nodes, [vi("x", shape=["n", 3, length])], [out], INIT)
+    for batch in (1, 3):
+        feeds = {"x": rng.standard_normal((batch, 3, 101)).astype(np.float32)}
+        exe = compare(m, feeds, layout="nhwc", rtol=1e-5)
+        ops = ops_of(exe)
+        assert "NhwcGlobalMaxPool" in ops and "ReduceMax" not in ops and ops.count("ToNchw") == 1  # of one pixel
+        assert exe.run(feeds)["out"].shape == ((batch, 6, 1) if keepdims else (batch, 6))
+
+
 def test_lift_alone_keeps_the_numpy_answer(numpy_only: None) -> None:
     feeds = {"x": rng.standard_normal((2, 3, 101)).astype(np.float32)}
     exe = compare(_m(audio()), feeds, passes=["conv1d_lift"], layout="nchw", rtol=1e-5)

@@ -13,13 +13,15 @@ from tests.runtime.passes.conftest import compare, ops_of
 rng = np.random.default_rng(11)
 
 
-def _mean(shape: list[object], axes: list[int], keepdims: int, opset: int = 13) -> onnx.ModelProto:
-    """``Relu(ReduceMean(x, axes, keepdims))``, axes as an attribute (opset 13) or an input (opset 18)."""
+def _mean(
+    shape: list[object], axes: list[int], keepdims: int, opset: int = 13, op: str = "ReduceMean"
+) -> onnx.ModelProto:
+    """``Relu(ReduceMean(x, axes, keepdims))`` (or ``op``), axes as an attribute (opset 13) or an input (18)."""
     if opset >= 18:
-        nodes = [helper.make_node("ReduceMean", ["x", "axes"], ["m"], keepdims=keepdims)]
+        nodes = [helper.make_node(op, ["x", "axes"], ["m"], keepdims=keepdims)]
         init = [const("axes", axes, np.int64)]
     else:
-        nodes = [helper.make_node("ReduceMean", ["x"], ["m"], axes=axes, keepdims=keepdims)]
+        nodes = [helper.make_node(op, ["x"], ["m"], axes=axes, keepdims=keepdims)]
         init = []
     nodes.append(helper.make_node("Relu", ["m"], ["y"]))
     return model(nodes, [vi("x", shape=shape)], [vi("y", TensorProto.FLOAT, None)], init, opset=opset)
@@ -42,6 +44,17 @@ def test_a_token_mean_is_the_nhwc_pool_of_its_rows(shape: tuple[int, ...], axes:
     assert "ReduceMean" not in ops_of(exe) and "NhwcGlobalAveragePool" in ops_of(exe)
     want = np.mean(feeds["x"], axis=tuple(axes), keepdims=bool(keepdims))
     assert exe.run(dict(feeds))["y"].shape == want.shape
+
+
+@pytest.mark.parametrize("opset", [13, 18])
+@pytest.mark.parametrize(("shape", "axes", "pool"), [((2, 24, 5, 7), [2, 3], "GlobalMaxPool"),
+                                                   ((2, 49, 32), [1], "NhwcGlobalMaxPool")])
+def test_a_max_over_whole_axes_is_a_global_max_pool(shape: tuple[int, ...], axes: list[int], pool: str, opset: int):
+    feeds = {"x": rng.standard_normal(shape).astype(np.float32)}
+    exe = compare(_mean(["n", *shape[1:]], axes, 0, opset, op="ReduceMax"), feeds, passes=["global_mean"], exact=True)
+    assert "ReduceMax" not in ops_of(exe) and pool in ops_of(exe)
+    want = np.maximum(np.max(feeds["x"], axis=tuple(axes)), 0)
+    np.testing.assert_array_equal(exe.run(dict(feeds))["y"], want)
 
 
 @pytest.mark.parametrize(
