@@ -93,6 +93,25 @@ class Unit:
         return [self.kind, [int(self.dims[d]) for d in KINDS[self.kind]], self.count]
 
 
+def check_units(items: object) -> None:
+    """ValueError naming the first item of a decoded ``units`` list that is not ``[kind, dims, count]`` of a known
+    kind with that kind's number of dimensions (what ``decode_units`` needs, without building the units)."""
+    if items is None:
+        return
+    if not isinstance(items, list):
+        raise ValueError("expected a list of [kind, dimensions, count]")
+    for item in items:
+        if not isinstance(item, list) or len(item) != 3 or not isinstance(item[1], list):
+            raise ValueError(f"expected [kind, dimensions, count], got {str(item)[:60]}")
+        kind = item[0]
+        if kind not in KINDS:
+            raise ValueError(
+                f"unknown unit kind {str(kind)[:40]!r} (written by a newer appopt?); known: {', '.join(KINDS)}"
+            )
+        if len(item[1]) != len(KINDS[kind]):
+            raise ValueError(f"{kind} unit has {len(item[1])} dimensions, expected {len(KINDS[kind])}")
+
+
 def decode_units(text: str | Sequence[object] | None) -> list[Unit]:
     """Units from their JSON form (``encode_units``); empty for no text."""
     if text is None or (isinstance(text, float) and math.isnan(text)) or text == "":

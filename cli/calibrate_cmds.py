@@ -110,14 +110,15 @@ def probe_before_plan(no_probe: bool) -> tuple[list[str], bool]:
     from perfmodels.hoststore import HostStoreError, check_header, check_writable, host_store_path, quick_store_path
 
     if host_store_path().exists():
-        return [], True  # calibrated: the plan reads the store (a damaged one is an error there)
+        return _skipped_rows(host_store_path()), True  # calibrated: the plan reads the store (damaged: an error there)
     quick = quick_store_path()
     if quick.exists():
         try:
             rows = check_header(quick)
         except HostStoreError as error:
             return [f"quick probe: {error}; plans use the shipped figures until it is deleted"], False
-        return [f"this host is known from a quick probe only ({rows} rows in {quick}); {_CALIBRATE_HINT}"], True
+        known = f"this host is known from a quick probe only ({rows} rows in {quick}); {_CALIBRATE_HINT}"
+        return [known, *_skipped_rows(quick)], True
     if probe_disabled(no_probe):
         return [f"this host is not calibrated: {_CALIBRATE_HINT}"], True
     try:
@@ -137,6 +138,21 @@ def probe_before_plan(no_probe: bool) -> tuple[list[str], bool]:
     if measured == 0:
         return [f"quick probe measured nothing ({skipped} unit(s) skipped or failed){cut}; {_CALIBRATE_HINT}"], True
     return [f"this host was measured by a quick probe ({rows} rows, kept in {quick}){cut}; {_CALIBRATE_HINT}"], True
+
+
+def _skipped_rows(store: Path) -> list[str]:
+    """A note naming the rows of ``store`` the plan reads without (a torn write, a unit kind from a newer appopt);
+    none when every row reads (or the file cannot be read at all: the plan says so itself)."""
+    from perfmodels.hoststore import HostStoreError, read_store
+
+    try:
+        frame = read_store(store)
+    except HostStoreError:
+        return []
+    dropped = [] if frame is None else list(frame.attrs.get("dropped_rows", []))
+    if not dropped:
+        return []
+    return [f"{len(dropped)} row(s) of the host store skipped, the plan uses the rest: {dropped[0]}"]
 
 
 def _run_quick_probe(quick: Path) -> ProbeCount:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 
 import numpy as np
@@ -11,6 +12,7 @@ import pytest
 from analysis.units import (
     KINDS,
     Unit,
+    check_units,
     decode_units,
     encode_units,
     roofline_seconds,
@@ -66,6 +68,18 @@ def test_units_round_trip_through_json_with_identical_ones_merged():
 def test_malformed_units_are_refused_with_the_kind_named(bad):
     with pytest.raises(ValueError, match=r"conv|tensorcore"):
         decode_units(bad)
+
+
+@pytest.mark.parametrize(
+    ("items", "named"),
+    [([["conv", [1, 2], 1]], "conv unit has 2"), ([["tensorcore", [1], 1]], "tensorcore"), ([["conv"]], "expected"),
+     ({"conv": 1}, "expected a list")],
+)
+def test_check_units_names_what_a_results_row_cannot_be_read_as(items, named):
+    with pytest.raises(ValueError, match=named):
+        check_units(items)
+    check_units(json.loads(encode_units([Unit("conv", CONV)])))
+    check_units(None)
 
 
 def test_a_unit_must_have_every_dimension_of_its_kind():

@@ -13,7 +13,7 @@ from benchmarks.calibrate import SKIPPED_SAMPLERS, covering_units, units_left
 from benchmarks.unit_sweep import SWEEP_ROUNDS
 from cli.main import app
 from perfmodels.hoststore import host_store_path, read_store
-from perfmodels.results_db import HEADER_LINE, write_rows
+from perfmodels.results_db import HEADER_LINE, format_row, write_rows
 from tests.rows import measured_row
 
 runner = CliRunner()
@@ -132,6 +132,31 @@ def test_plan_with_a_corrupt_host_store_says_so_in_one_line_and_keeps_it(
     errors = [line for line in out.splitlines() if line.startswith("error:")]
     assert len(errors) == 1 and errors[0].startswith(f"error: host store: {store}")
     assert store.read_text(encoding="utf-8") == "garbage\n"
+
+
+def test_a_unit_kind_from_a_newer_appopt_skips_its_rows_with_one_note_and_the_plan_goes_on(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A store that a newer appopt extended with a kind this one does not know (as ``recurrent`` was new on
+    2026-11-28) crashed every plan with a traceback from the unit decoder."""
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path))
+    store = host_store_path()
+    known = measured_row(model="unit_noop_1", scenario="kernel", metric="gflops", units='[["noop",[1],1]]')
+    newer = measured_row(model="unit_x", scenario="kernel", metric="gflops")
+    newer = {**newer, "units": '[["tensorcore9",[1,2],1]]'}
+    write_rows(store, [known])  # (this appopt refuses to write the newer row: a newer one wrote it)
+    with open(store, "a", encoding="utf-8") as handle:
+        handle.write(format_row(newer))
+    before = store.read_text(encoding="utf-8")
+    frame = read_store(store)
+    assert frame is not None and list(frame["row_id"]) == [known["row_id"]]
+    assert "unknown unit kind 'tensorcore9'" in frame.attrs["dropped_rows"][0]
+    spec = Path(__file__).parents[2] / "examples" / "onnx-mlp-local.yaml"
+    code, out = _invoke("plan", str(spec))
+    assert code == 0 and "Traceback" not in out, out
+    notes = [line for line in out.splitlines() if "host store skipped" in line]
+    assert len(notes) == 1 and "1 row(s)" in notes[0] and "tensorcore9" in notes[0], out
+    assert store.read_text(encoding="utf-8") == before  # nothing rewritten
 
 
 def test_plan_on_an_uncalibrated_local_host_suggests_calibrating_once(tmp_path: Path) -> None:
