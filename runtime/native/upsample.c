@@ -203,7 +203,9 @@ UP_API void ap_col2im_nhwc(const int64_t *args) {
   a[CN_HCNT] = (int64_t)taps.hcnt;
   a[CN_WOFF] = (int64_t)taps.woff;
   a[CN_WCNT] = (int64_t)taps.wcnt;
-  up_parallel_rows(a, N * OH, (double)OW * M * (K < 4 ? K : 4), 0, col2im_nhwc_row);
+  /* a pixel costs at least a vector's worth (its taps' loops): with 3 channels the work counted by floats alone
+   * kept a VAE's 64x64 RGB output layer on one thread */
+  up_parallel_rows(a, N * OH, (double)OW * (M > UVL ? M : UVL) * (K < 4 ? K : 4), 0, col2im_nhwc_row);
 done:
   col2im_free(&taps);
 }
