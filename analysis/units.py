@@ -98,10 +98,10 @@ def check_units(items: object) -> None:
     kind with that kind's number of dimensions (what ``decode_units`` needs, without building the units)."""
     if items is None:
         return
-    if not isinstance(items, list):
+    if not isinstance(items, (list, tuple)):
         raise ValueError("expected a list of [kind, dimensions, count]")
     for item in items:
-        if not isinstance(item, list) or len(item) != 3 or not isinstance(item[1], list):
+        if not isinstance(item, (list, tuple)) or len(item) != 3 or not isinstance(item[1], (list, tuple)):
             raise ValueError(f"expected [kind, dimensions, count], got {str(item)[:60]}")
         kind = item[0]
         if kind not in KINDS:
@@ -117,15 +117,11 @@ def decode_units(text: str | Sequence[object] | None) -> list[Unit]:
     if text is None or (isinstance(text, float) and math.isnan(text)) or text == "":
         return []
     items = json.loads(text) if isinstance(text, str) else text
+    check_units(items)
     units = []
     for item in items:
         kind, values, count = item  # type: ignore[misc]
-        if kind not in KINDS:
-            raise ValueError(f"unknown unit kind {kind!r}; known: {', '.join(KINDS)}")
-        names = KINDS[kind]
-        if len(values) != len(names):
-            raise ValueError(f"{kind} unit has {len(values)} dimensions, expected {len(names)}")
-        units.append(Unit(kind, dict(zip(names, (int(v) for v in values), strict=True)), int(count)))
+        units.append(Unit(kind, dict(zip(KINDS[kind], (int(v) for v in values), strict=True)), int(count)))
     return units
 
 
