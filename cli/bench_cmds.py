@@ -236,6 +236,14 @@ def units_cmd(
     _check_choices("--backend", list(backends), list(all_backends()))
     _check_choices("--kind", kind or [], list(KINDS))
     units = sample_units(per_kind, seed, tuple(kind) if kind else None)
+    if per_kind is not None and kind:
+        first = {u.kind for u in sample_units(per_kind, seed)}
+        later = sorted(set(kind) - first)
+        if later:  # (it measured nothing and said only "measured 0 unit(s)")
+            raise AppoptError(
+                f"--kind {', '.join(later)}: --per-kind samples the sweep's first round only "
+                f"({', '.join(sorted(first))}); leave out --per-kind to measure every round's units of a kind"
+            )
     if new:
         if db is None:
             raise AppoptError("--new: needs --db, the database whose units are skipped")

@@ -232,3 +232,13 @@ def test_bench_units_new_measures_only_what_the_database_lacks(tmp_path):
     assert len(read_results(db)) == len(noops)
     no_db = runner.invoke(app(), ["bench", "units", "--kind", "noop", "--new"])
     assert no_db.exit_code == 1 and "--new: needs --db" in no_db.output
+
+
+def test_bench_units_per_kind_of_a_later_rounds_kind_says_so_instead_of_measuring_nothing(tmp_path):
+    db = tmp_path / "units.csv"
+    args = ["bench", "units", "--per-kind", "2", "--kind", "recurrent", "--kind", "noop", "--db", str(db)]
+    result = runner.invoke(app(), args)
+    assert result.exit_code == 1 and "Traceback" not in result.output
+    (line,) = [text for text in result.output.splitlines() if text.startswith("error:")]
+    assert line.startswith("error: --kind recurrent: --per-kind samples the sweep's first round only")
+    assert not db.exists()
