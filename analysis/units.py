@@ -137,6 +137,10 @@ def encode_units(units: Iterable[Unit]) -> str:
     return json.dumps(list(merged.values()), separators=(",", ":"))
 
 
+#: The kinds ``unfused`` gives other kinds' units for (a route that has not measured one prices those).
+UNFUSABLE = frozenset({"skipnorm", "permute", "recurrent"})
+
+
 def unfused(unit: Unit) -> list[Unit] | None:
     """The units a route that has not measured ``unit``'s kind is predicted as (None: the kind has no other form):
     a ``skipnorm`` is a two-input add, then a layer normalisation (a library without the fusion runs those); a

@@ -230,14 +230,21 @@ def units_cmd(
     the data the kernel-level performance models learn from (`appopt models evaluate` scores them)."""
     from analysis.units import KINDS
     from benchmarks.backends import all_backends
-    from benchmarks.unit_sweep import SWEEP_BACKENDS, run_unit_sweep, sample_units, unmeasured
+    from benchmarks.unit_sweep import (
+        SAMPLER_KINDS,
+        SWEEP_BACKENDS,
+        SWEEP_ROUNDS,
+        run_unit_sweep,
+        sample_units,
+        unmeasured,
+    )
 
     backends = tuple(backend or SWEEP_BACKENDS)
     _check_choices("--backend", list(backends), list(all_backends()))
     _check_choices("--kind", kind or [], list(KINDS))
     units = sample_units(per_kind, seed, tuple(kind) if kind else None)
     if per_kind is not None and kind:
-        first = {u.kind for u in sample_units(per_kind, seed)}
+        first = {SAMPLER_KINDS[name] for name in SWEEP_ROUNDS[0]}
         later = sorted(set(kind) - first)
         if later:  # (it measured nothing and said only "measured 0 unit(s)")
             raise AppoptError(

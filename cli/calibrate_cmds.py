@@ -143,13 +143,12 @@ def probe_before_plan(no_probe: bool) -> tuple[list[str], bool]:
 def _skipped_rows(store: Path) -> list[str]:
     """A note naming the rows of ``store`` the plan reads without (a torn write, a unit kind from a newer appopt);
     none when every row reads (or the file cannot be read at all: the plan says so itself)."""
-    from perfmodels.hoststore import HostStoreError, read_store
+    from perfmodels.results_db import ResultsSchemaError, dropped_rows
 
     try:
-        frame = read_store(store)
-    except HostStoreError:
+        dropped = dropped_rows(store)
+    except (ResultsSchemaError, OSError, UnicodeError):
         return []
-    dropped = [] if frame is None else list(frame.attrs.get("dropped_rows", []))
     if not dropped:
         return []
     return [f"{len(dropped)} row(s) of the host store skipped, the plan uses the rest: {dropped[0]}"]

@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from analysis.units import KINDS, Unit, decode_units
+from analysis.units import KINDS, UNFUSABLE, Unit, decode_units
 from perfmodels.features import Route, Workload
 from perfmodels.prediction import Prediction
 from perfmodels.priors import layout_factor
@@ -57,8 +57,6 @@ MIN_HOST_UNITS = 5
 RIDGE = 0.1
 #: How far (natural log) a prediction's time / roofline ratio may leave the range its kind measured.
 CLIP = 0.5
-#: Kinds predicted through ``analysis.units.unfused`` when unmeasured (their parts are), so not pooled.
-_UNFUSED_KINDS = ("skipnorm", "permute", "recurrent")
 
 #: (framework, compiler, layout, precision)
 Route4 = tuple[str, str, str, str]
@@ -194,7 +192,7 @@ def _kind_models(units: list[Unit], target: np.ndarray, features: list[np.ndarra
         kinds[kind] = KindModel(kind, len(index), _kind_line([features[i] for i in index], target[index]))
     pooled = KindModel("pooled", 0, fit_log_linear(np.array([f[:2] for f in features]), target))
     for kind in KINDS:
-        if kind not in kinds and kind != "noop" and kind not in _UNFUSED_KINDS:
+        if kind not in kinds and kind != "noop" and kind not in UNFUSABLE:  # (their parts price them)
             kinds[kind] = pooled
     return kinds
 

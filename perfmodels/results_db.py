@@ -593,6 +593,12 @@ def to_frame(rows: Sequence[Mapping[str, Any]]) -> pd.DataFrame:
     return frame.astype({c.name: _PANDAS_DTYPES[c.kind] for c in COLUMNS})
 
 
+def dropped_rows(path: str | Path) -> list[str]:
+    """What ``read_results`` would drop of ``path`` (its ``dropped_rows``), read without building a DataFrame:
+    cheap enough for a plan's start-up. ResultsSchemaError for a missing file or a wrong header."""
+    return _read_rows(Path(path))[1]
+
+
 def read_results(*paths: str | Path, warn: bool = True) -> pd.DataFrame:
     """Read and validate one or more results files into one DataFrame (duplicate ``row_id``s dropped).
 

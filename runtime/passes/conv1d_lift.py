@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from runtime.ir import Graph, Node
+from runtime.passes.global_mean import GLOBAL_POOLS
 from runtime.passes.pipeline import Pass
 from runtime.passes.util import (
     GraphIndex,
@@ -46,8 +47,6 @@ _UNARY = frozenset(
 _BINARY = frozenset({"Add", "Sub", "Mul", "Div", "Max", "Min"})
 _POOLS = frozenset({"MaxPool", "AveragePool"})
 _GLOBAL = frozenset({"GlobalAveragePool", "GlobalMaxPool"})
-#: Reductions over the whole length that are a global pool of the lifted map (a TCN's or audio net's head).
-_OVER_TIME = {"ReduceMean": "GlobalAveragePool", "ReduceMax": "GlobalMaxPool"}
 
 
 def _lifted(shape: tuple[Any, ...] | None) -> tuple[Any, ...] | None:
@@ -165,7 +164,7 @@ def _sink(node: Node, graph: Graph, index: GraphIndex) -> bool:
     elif op == "BatchNormalization":
         if int(attrs.get("training_mode", 0)):
             return False
-    elif op in _OVER_TIME:
+    elif op in GLOBAL_POOLS:  # over the whole length: a TCN's or audio net's head
         return _sink_reduce_over_time(node, graph, index)
     elif op not in _UNARY and op not in _GLOBAL:
         return False
@@ -196,7 +195,7 @@ def _sink_reduce_over_time(node: Node, graph: Graph, index: GraphIndex) -> bool:
     pooled = graph.unique_name(f"{node.outputs[0]}_2d")
     shape = shape_of(graph, source)
     set_value(graph, pooled, elem_type_of(graph, source), None if shape is None else (*shape[:2], 1, 1))
-    pool = _OVER_TIME[node.op_type]
+    pool = GLOBAL_POOLS[node.op_type][0]
     gap = make_node(graph, pool, [source], [pooled], f"{node.name}_2d", domain="", opset=node.opset)
     axes_out = (2,) if keep else (2, 3)
     drop = _axes_node(graph, "Squeeze", pooled, node.outputs[0], node.opset, f"{node.name}_drop", axes_out)

@@ -46,8 +46,8 @@ if TYPE_CHECKING:
 FLOAT = 1  # TensorProto.FLOAT
 
 
-#: The reductions rewritten, and their global pool in NCHW and in NHWC.
-_POOLS = {
+#: The reductions rewritten, and their global pool in NCHW and in NHWC (``conv1d_lift`` reads it too).
+GLOBAL_POOLS = {
     "ReduceMean": ("GlobalAveragePool", "NhwcGlobalAveragePool"),
     "ReduceMax": ("GlobalMaxPool", "NhwcGlobalMaxPool"),
 }
@@ -55,8 +55,8 @@ _POOLS = {
 
 @dataclass(frozen=True)
 class _Mean:
-    """A mean this pass may rewrite: its input's shape, the reduced axes (sorted, non-negative), the static dims
-    after them."""
+    """A mean (or max) this pass may rewrite: its input's shape, the reduced axes (sorted, non-negative), the static
+    dims after them."""
 
     shape: tuple[Any, ...]
     block: list[int]
@@ -65,7 +65,7 @@ class _Mean:
 
 def _block(node: Node, graph: Graph, index: GraphIndex) -> _Mean | None:
     """What :class:`_Mean` says of ``node``, when it is a mean this pass may rewrite."""
-    if node.op_type not in _POOLS or node.domain or not node.outputs or not node.inputs:
+    if node.op_type not in GLOBAL_POOLS or node.domain or not node.outputs or not node.inputs:
         return None
     x = node.inputs[0]
     shape = shape_of(graph, x)
@@ -93,7 +93,7 @@ def _reshape(graph: Graph, node: Node, x: str, target: list[int], out: str, suff
 
 def _spatial_pool(node: Node, graph: Graph, batch: Any, channels: int, keepdims: bool) -> list[Node]:
     """The global pool of an NCHW map, flattened to ``[N, C]`` unless the reduction keeps its dims."""
-    y, pool = node.outputs[0], _POOLS[node.op_type][0]
+    y, pool = node.outputs[0], GLOBAL_POOLS[node.op_type][0]
     if keepdims:
         return [make_node(graph, pool, [node.inputs[0]], [y], f"{node.name}_gap", domain="")]
     pooled = graph.unique_name(f"{node.name}_pooled")
@@ -111,7 +111,7 @@ def _token_pool(node: Node, graph: Graph, mean: _Mean, keepdims: bool) -> list[N
     kept = [1] * len(mean.block) if keepdims else []
     return [
         _reshape(graph, node, node.inputs[0], [0, -1, 1, channels], view, "rows"),
-        make_node(graph, _POOLS[node.op_type][1], [view], [pooled], f"{node.name}_gap"),
+        make_node(graph, GLOBAL_POOLS[node.op_type][1], [view], [pooled], f"{node.name}_gap"),
         _reshape(graph, node, pooled, [0, *kept, *inner], node.outputs[0], "out"),
     ]
 

@@ -11,6 +11,7 @@ import pytest
 
 from analysis.units import (
     KINDS,
+    UNFUSABLE,
     Unit,
     check_units,
     decode_units,
@@ -310,3 +311,9 @@ def test_a_route_that_has_not_measured_recurrent_layers_prices_each_part_as_ofte
     assert route is not None and "recurrent" in route.kinds
     expected = sum(true_seconds(p, 0.5) * p.count for p in parts) / 3
     assert route.unit_seconds([layer], 1)[0] == pytest.approx(expected, rel=0.3)
+
+
+def test_the_kinds_called_unfusable_are_those_unfused_splits():
+    for kind, dims in KINDS.items():
+        parts = unfused(Unit(kind, dict.fromkeys(dims, 2)))
+        assert (parts is not None) == (kind in UNFUSABLE), kind
