@@ -190,7 +190,9 @@ def calibrate(
     wall clock (``clock``, when given, holds the deadline and says afterwards whether it cut the run short),
     appending rows to ``db``; ``already`` holds (backend, encoded unit) and (backend, anchor model) pairs the
     store has, which are skipped (a resumed run). A unit is started only when it is expected to end within the
-    budget. ``anchors`` (suite model names, ``anchor_models``) are measured whole first, within half the budget.
+    budget. ``anchors`` (suite model names, ``anchor_models``) are measured whole first, within half the budget,
+    and, once every unit is measured, once more with the backends in the reverse order where the budget allows
+    (``closing_anchors``).
 
     The backends take turns, a model or ``CHUNK`` units each (``_in_turns``): a machine whose speed drifts while
     it is measured (a cloud VM's neighbours, its turbo) then shifts every route alike, where measuring one backend
@@ -236,6 +238,18 @@ def calibrate(
             counts[backend] += 1
             step(f"{backend}: {counts[backend]}/{len(todo[backend])} {outcome.kernel.name[:40]}")
             yield outcome
+    for backend, name in closing_anchors({b: models[b] for b in active}):
+        yield from measure_anchors(db, backend, threads, name, clock, deadline, step)
+
+
+def closing_anchors(models: dict[str, list[str]]) -> Iterator[tuple[str, list[str]]]:
+    """The anchors' second pass, after the units: the models this run measured first, a model at a time, the
+    backends in the reverse order. An anchor is one run of 0.3-1 s, and the first pass measured it before minutes
+    of units: on a machine whose speed drifts, a route's anchors and its units then sat in different phases, and
+    one phase's burst moved the route's whole factor (the same anchor's ratio moved 30% from one calibration of a
+    machine to the next; docs/decisions.md, 2026-11-28, the anchors measured twice). Both passes' rows are kept and
+    each model's ratio is their mean."""
+    return _in_turns(dict(reversed(list(models.items()))), 1)
 
 
 _T = TypeVar("_T")

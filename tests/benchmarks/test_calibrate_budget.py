@@ -108,4 +108,41 @@ def test_the_backends_take_turns_so_a_drifting_machine_shifts_every_route_alike(
     assert calls == [
         ("anchor", "a", 1), ("anchor", "b", 1), ("anchor", "a", 1), ("anchor", "b", 1),
         ("units", "a", c), ("units", "b", 6), ("units", "a", c), ("units", "a", 14 - 2 * c),
+        ("anchor", "b", 1), ("anchor", "a", 1), ("anchor", "b", 1), ("anchor", "a", 1),
     ]  # fmt: skip
+
+
+def test_the_anchors_are_measured_again_after_the_units_in_the_reverse_order_unless_the_budget_ran_out(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A second pass over the anchors this run measured (not those a resumed run skipped), backends reversed; a
+    run whose units the budget cut measures no second pass."""
+    from types import SimpleNamespace
+
+    calls: list[tuple[str, tuple[str, ...]]] = []
+
+    def anchors(db, backend, threads, models, clock, deadline, step):  # type: ignore[no-untyped-def]
+        calls.append((backend, tuple(models)))
+        return iter(())
+
+    monkeypatch.setattr(calibrate, "measure_anchors", anchors)
+    monkeypatch.setattr(
+        calibrate, "run_kernel_suite", lambda kernels, *a, **k: iter([SimpleNamespace(kernel=x) for x in kernels])
+    )
+    monkeypatch.setattr(calibrate, "_kernels", lambda units, built: [SimpleNamespace(name=str(u)) for u in units])
+    units = calibrate.covering_units()[:3]
+    figures = HardwareFigures(10.0, 50.0, {1: 50.0})
+    list(calibrate.calibrate(
+        tmp_path / "s.csv", 600.0, ("a", "b"), units=units, already={("a", "m1")}, hardware_probe=lambda t: figures,
+        anchors=("m1", "m2"),
+    ))  # fmt: skip
+    assert calls == [("a", ("m2",)), ("b", ("m1",)), ("b", ("m2",)), ("b", ("m1",)), ("a", ("m2",)), ("b", ("m2",))]
+
+    calls.clear()
+    clock = UnitClock(time.monotonic() + 600.0)
+    monkeypatch.setattr(clock, "next_fits", lambda deadline=None: False)  # the units' budget is spent
+    list(calibrate.calibrate(
+        tmp_path / "t.csv", 600.0, ("a", "b"), units=units, hardware_probe=lambda t: figures, anchors=("m1",),
+        clock=clock,
+    ))  # fmt: skip
+    assert calls == [("a", ("m1",)), ("b", ("m1",))]
