@@ -76,6 +76,7 @@ def calibrate_cmd(
         probes = measure_probes(threads)
     typer.echo(probes.line())
     measured = skipped = models = 0
+    anchored: set[tuple[str, str]] = set()  # (backend, model): each anchor is measured twice where time allows
     remaining = budget - (time.monotonic() - started)
     with progress(f"measuring kernel units on {', '.join(chosen)} (budget {budget:g} s)") as step:
         for outcome in calibrate(
@@ -83,13 +84,15 @@ def calibrate_cmd(
         ):
             measured += outcome.status == "ok"
             skipped += outcome.status != "ok"
-            models += outcome.status == "ok" and outcome.row is not None and outcome.row.get("scenario") != "kernel"
+            if outcome.status == "ok" and outcome.row is not None and outcome.row.get("scenario") != "kernel":
+                models += 1
+                anchored.add((str(outcome.row.get("backend")), str(outcome.row.get("model"))))
     if measured == 0:
         raise AppoptError(
             f"--budget: nothing was measured in {budget:g} s ({skipped} unit(s) skipped or failed); "
             "give it more time or other --backends"
         )
-    whole = f" and {models} whole model(s)" if models else ""
+    whole = f" and {len(anchored)} whole model(s) in {models} run(s)" if models else ""
     typer.echo(f"measured {measured - models} unit(s){whole} ({skipped} skipped or failed); rows appended to {store}")
 
 
