@@ -243,12 +243,12 @@ def calibrate(
 
 
 def closing_anchors(models: dict[str, list[str]]) -> Iterator[tuple[str, list[str]]]:
-    """The anchors' second pass, after the units: the models this run measured first, a model at a time, the
-    backends in the reverse order. An anchor is one run of 0.3-1 s, and the first pass measured it before minutes
-    of units: on a machine whose speed drifts, a route's anchors and its units then sat in different phases, and
-    one phase's burst moved the route's whole factor (the same anchor's ratio moved 30% from one calibration of a
-    machine to the next; docs/decisions.md, 2026-11-28, the anchors measured twice). Both passes' rows are kept and
-    each model's ratio is their mean."""
+    """The anchors' second pass, after the units: the models this run set out to measure (not those a resumed
+    run found in the store), a model at a time, the backends in the reverse order. An anchor is one run of 0.3-1 s,
+    and the first pass measured it before minutes of units: on a machine whose speed drifts, a route's anchors and
+    its units then sat in different phases, and one phase's burst moved the route's whole factor (the same anchor's
+    ratio moved 30% from one calibration of a machine to the next; docs/decisions.md, 2026-11-28, the anchors
+    measured twice). Both passes' rows are kept and each model's ratio is their mean."""
     return _in_turns(dict(reversed(list(models.items()))), 1)
 
 
