@@ -242,7 +242,6 @@ def units_cmd(
     backends = tuple(backend or SWEEP_BACKENDS)
     _check_choices("--backend", list(backends), list(all_backends()))
     _check_choices("--kind", kind or [], list(KINDS))
-    units = sample_units(per_kind, seed, tuple(kind) if kind else None)
     if per_kind is not None and kind:
         first = {SAMPLER_KINDS[name] for name in SWEEP_ROUNDS[0]}
         later = sorted(set(kind) - first)
@@ -251,6 +250,7 @@ def units_cmd(
                 f"--kind {', '.join(later)}: --per-kind samples the sweep's first round only "
                 f"({', '.join(sorted(first))}); leave out --per-kind to measure every round's units of a kind"
             )
+    units = sample_units(per_kind, seed, tuple(kind) if kind else None)
     if new:
         if db is None:
             raise AppoptError("--new: needs --db, the database whose units are skipped")
