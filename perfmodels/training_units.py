@@ -160,15 +160,21 @@ def unit_route(
 ) -> PricesUnits | None:
     """The unit model a (``framework``, ``compiler``) trainer's kernels are priced by on ``target`` at ``threads``:
     the route of its ``lender_of``, with the kinds its compiler emits its own kernels for priced by that compiler's
-    sweep (``KindsPricedApart``). None: not swept (either sweep), or no lender prices it."""
+    sweep (``KindsPricedApart``: at one thread, sped up as the lender's same units where it swept one thread). None:
+    not swept (either sweep), or no lender prices it."""
     lender = lender_of(framework, compiler, any_framework)
     if units is None or lender is None:
         return None
     route = units.route((target, lender.framework, lender.compiler, *_SWEPT_ROUTE, int(threads)))
     if route is None or lender.own is None:
         return route
-    own = units.route((target, *lender.own, *_SWEPT_ROUTE, int(threads)))
-    return None if own is None else KindsPricedApart(route, own, frozenset(lender.kinds))
+    kinds = frozenset(lender.kinds)
+    own_one = units.route((target, *lender.own, *_SWEPT_ROUTE, 1))
+    base_one = units.route((target, lender.framework, lender.compiler, *_SWEPT_ROUTE, 1))
+    if own_one is not None and base_one is not None:
+        return KindsPricedApart(route, own_one, kinds, base_one)
+    own = units.route((target, *lender.own, *_SWEPT_ROUTE, int(threads)))  # as they ran at this count
+    return None if own is None else KindsPricedApart(route, own, kinds)
 
 
 class PricesUnits(Protocol):
@@ -179,18 +185,29 @@ class PricesUnits(Protocol):
 
 @dataclass(frozen=True)
 class KindsPricedApart:
-    """A lender's unit route (``base``) whose units of ``kinds`` are priced by another sweep's route (``own``)."""
+    """A lender's unit route (``base``) whose units of ``kinds`` are priced by another sweep's route (``own``).
+
+    With ``base_one`` (the lender's route at one thread), ``own`` is the other sweep's route at one thread, and its
+    units take the speed-up the lender's same units gain from one thread to ``base``'s count: JAX's XLA units, swept
+    one operation per call, gain nothing from a second thread (depthwise median 1.02x), where XLA's training steps
+    of the same depthwise nets gain 1.5-1.85x (docs/decisions.md, 2026-11-28, XLA's depthwise units' threads)."""
 
     base: UnitRoute
     own: UnitRoute
     kinds: frozenset[str]
+    base_one: UnitRoute | None = None
 
     def unit_seconds(self, units: Sequence[Unit], batch: int) -> np.ndarray:
-        """``UnitRoute.unit_seconds``: each unit by ``own`` where its kind is one of ``kinds``, else by ``base``."""
+        """``UnitRoute.unit_seconds``: each unit by ``own`` where its kind is one of ``kinds`` (sped up as the
+        lender's, with ``base_one``), else by ``base``."""
         out = self.base.unit_seconds(units, batch)
         apart = [i for i, unit in enumerate(units) if unit.kind in self.kinds]
         if apart:
-            out[apart] = self.own.unit_seconds([units[i] for i in apart], batch)
+            picked = [units[i] for i in apart]
+            own = self.own.unit_seconds(picked, batch)
+            if self.base_one is not None:
+                own = own * out[apart] / self.base_one.unit_seconds(picked, batch)
+            out[apart] = own
         return out
 
 

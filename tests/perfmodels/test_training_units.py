@@ -494,3 +494,36 @@ def test_without_its_own_sweep_xla_is_not_priced_by_units():
     assert training_units.unit_route(no_xla, local_target_key(), "tensorflow", 1, compiler="xla") is None  # type: ignore[arg-type]
     assert training_units.unit_route(no_xla, local_target_key(), "tensorflow", 1) is not None  # type: ignore[arg-type]
     assert training_units.unit_route(_TwoSweeps(), local_target_key(), "tensorflow", 2, compiler="xla") is None  # type: ignore[arg-type]
+
+
+class _ThreadedSweeps(_TwoSweeps):
+    """``_TwoSweeps`` at 1 and 2 threads: PyTorch's units twice as fast at 2 threads, JAX's XLA units no faster (a
+    unit swept alone through JAX gains nothing from a second thread, as its depthwise units measured)."""
+
+    def __init__(self, one_thread_xla: bool = True) -> None:
+        super().__init__(threads=(1, 2))
+        self.one_thread_xla = one_thread_xla
+
+    def route(self, key):
+        found = super().route(key)
+        framework, threads = key[1], key[5]
+        if found is None or (threads == 1 and framework == "onnxruntime" and not self.one_thread_xla):
+            return None
+        return _FixedRoute(found.seconds / threads) if framework == "pytorch" else found
+
+
+def test_xlas_own_units_are_sped_up_from_one_thread_as_the_lenders_same_units_are():
+    """At 2 threads, XLA's depthwise units are its one-thread sweep's times over PyTorch's speed-up of the same
+    units (2x here), not its 2-thread sweep's (no speed-up); the rest stays PyTorch's at 2 threads. Without a
+    one-thread XLA sweep, its units are priced as they ran at 2 threads."""
+    units = [DEPTHWISE, GEMM]
+    two = training_units.unit_route(_ThreadedSweeps(), local_target_key(), "tensorflow", 2, compiler="xla")  # type: ignore[arg-type]
+    one = training_units.unit_route(_ThreadedSweeps(), local_target_key(), "tensorflow", 1, compiler="xla")  # type: ignore[arg-type]
+    assert two is not None and one is not None
+    assert list(one.unit_seconds(units, 1)) == pytest.approx([50e-6, 1e-6])
+    assert list(two.unit_seconds(units, 1)) == pytest.approx([25e-6, 0.5e-6])
+    as_ran = training_units.unit_route(
+        _ThreadedSweeps(one_thread_xla=False), local_target_key(), "tensorflow", 2, compiler="xla"
+    )  # type: ignore[arg-type]
+    assert as_ran is not None
+    assert list(as_ran.unit_seconds(units, 1)) == pytest.approx([50e-6, 0.5e-6])
