@@ -22,8 +22,8 @@ from __future__ import annotations
 import functools
 import math
 import time
-from collections.abc import Callable, Generator, Iterator, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, TypeVar
 
@@ -192,7 +192,7 @@ def calibrate(
     store has, which are skipped (a resumed run). A unit is started only when it is expected to end within the
     budget. ``anchors`` (suite model names, ``anchor_models``) are measured whole first, within half the budget,
     and, once every unit is measured, once more with the backends in the reverse order where the budget allows
-    (``closing_anchors``); then the units this run measured, once more, for what is left (``closing_units``).
+    (``closing_anchors``).
 
     The backends take turns, a model or ``CHUNK`` units each (``_in_turns``): a machine whose speed drifts while
     it is measured (a cloud VM's neighbours, its turbo) then shifts every route alike, where measuring one backend
@@ -217,70 +217,29 @@ def calibrate(
     for backend, name in _in_turns({b: models[b] for b in active}, 1):
         yield from measure_anchors(db, backend, threads, name, clock, anchor_deadline, step)
     built: dict[str, Kernel] = {}  # each unit's kernel, made once for every backend (seconds for a few dozen)
-    run = _UnitRun(db, threads, settings or sweep_settings(), hardware, clock, built, step)
-    first = yield from run.measure({b: todo[b] for b in active})
-    if not first:
-        return
+    counts = dict.fromkeys(active, 0)
+    # a few units at a time: their models are made just before they are measured (a large unit's weights take a
+    # second to make), and the clock is asked before each unit
+    for backend, chunk in _in_turns({b: todo[b] for b in active}, CHUNK):
+        if not clock.next_fits(deadline):
+            return
+        clock.restart()  # the first unit of a turn pays its backend's sessions: the gap before it is no unit's cost
+        suite = run_kernel_suite(
+            _kernels(chunk, built),
+            [backend],
+            [threads],
+            settings or sweep_settings(),
+            str(db),
+            retries_under_load=0,
+            hardware=hardware,
+            until=functools.partial(clock.next_fits, deadline),
+        )
+        for outcome in suite:  # (its rows are in the store before they are yielded)
+            counts[backend] += 1
+            step(f"{backend}: {counts[backend]}/{len(todo[backend])} {outcome.kernel.name[:40]}")
+            yield outcome
     for backend, name in closing_anchors({b: models[b] for b in active}):
         yield from measure_anchors(db, backend, threads, name, clock, deadline, step)
-    yield from run.measure(closing_units(run.measured), again=True)
-
-
-def closing_units(measured: dict[str, list[Unit]]) -> dict[str, list[Unit]]:
-    """The units' second pass, after the anchors' (``closing_anchors``), for what is left of the budget: the units
-    this run measured, the backends in the reverse order. One run of a unit is 0.1-1 s, and this machine's speed
-    drifts over minutes: a route's first units and its last sat in different phases (two passes of one truth run
-    lie 13-32% apart per route at the median; docs/decisions.md, 2026-11-28, the units measured twice). Both rows
-    are kept; a fit takes each unit's median (``perfmodels.unitfit.sweep_rows``)."""
-    return dict(reversed(list(measured.items())))
-
-
-@dataclass
-class _UnitRun:
-    """One calibration's units measured on its backends in turns of ``CHUNK`` (``_in_turns``), each started only
-    when the clock expects it to end in time; ``measured``: per backend, the units measured without error."""
-
-    db: Path
-    threads: int
-    settings: ScenarioSettings
-    hardware: HardwareFigures
-    clock: UnitClock
-    built: dict[str, Kernel]
-    step: Callable[[str], None]
-    measured: dict[str, list[Unit]] = field(default_factory=dict)
-
-    def measure(self, work: dict[str, list[Unit]], again: bool = False) -> Generator[KernelOutcome, None, bool]:
-        """Measure ``work`` (backend -> units); True when every unit was started before the budget ran out. A
-        second pass (``again``) leaves the clock's ``spent`` as it was: its end is no cut of the calibration."""
-        spent, counts = self.clock.spent, dict.fromkeys(work, 0)
-        label = "again " if again else ""
-        for backend, chunk in _in_turns(work, CHUNK):
-            if not self.clock.next_fits(self.clock.deadline):
-                if again:
-                    self.clock.spent = spent
-                return False
-            self.clock.restart()  # the first unit of a turn pays its backend's sessions: no unit's cost
-            kernels = _kernels(chunk, self.built)
-            unit_of = {kernel.name: unit for kernel, unit in zip(kernels, chunk, strict=True)}
-            suite = run_kernel_suite(
-                kernels,
-                [backend],
-                [self.threads],
-                self.settings,
-                str(self.db),
-                retries_under_load=0,
-                hardware=self.hardware,
-                until=functools.partial(self.clock.next_fits, self.clock.deadline),
-            )
-            for outcome in suite:  # (its rows are in the store before they are yielded)
-                counts[backend] += 1
-                self.step(f"{backend}: {label}{counts[backend]}/{len(work[backend])} {outcome.kernel.name[:40]}")
-                if outcome.status == "ok" and not again:
-                    self.measured.setdefault(backend, []).append(unit_of[outcome.kernel.name])
-                yield outcome
-        if again:
-            self.clock.spent = spent
-        return True
 
 
 def closing_anchors(models: dict[str, list[str]]) -> Iterator[tuple[str, list[str]]]:

@@ -91,7 +91,7 @@ def test_the_backends_take_turns_so_a_drifting_machine_shifts_every_route_alike(
 
     def suite(kernels, backends, threads, settings, db, **_):  # type: ignore[no-untyped-def]
         calls.append(("units", backends[0], len(kernels)))
-        return iter([SimpleNamespace(kernel=k, status="ok") for k in kernels])
+        return iter([SimpleNamespace(kernel=k) for k in kernels])
 
     monkeypatch.setattr(calibrate, "measure_anchors", anchors)
     monkeypatch.setattr(calibrate, "run_kernel_suite", suite)
@@ -103,13 +103,12 @@ def test_the_backends_take_turns_so_a_drifting_machine_shifts_every_route_alike(
         tmp_path / "s.csv", 600.0, ("a", "b"), units=units, already=already, hardware_probe=lambda t: figures,
         anchors=("m1", "m2"),
     )
-    assert len(list(run)) == 2 * (14 + 6)  # every unit twice: the second pass (``closing_units``)
+    assert len(list(run)) == 14 + 6
     c = calibrate.CHUNK
     assert calls == [
         ("anchor", "a", 1), ("anchor", "b", 1), ("anchor", "a", 1), ("anchor", "b", 1),
         ("units", "a", c), ("units", "b", 6), ("units", "a", c), ("units", "a", 14 - 2 * c),
         ("anchor", "b", 1), ("anchor", "a", 1), ("anchor", "b", 1), ("anchor", "a", 1),
-        ("units", "b", 6), ("units", "a", c), ("units", "a", c), ("units", "a", 14 - 2 * c),
     ]  # fmt: skip
 
 
@@ -128,9 +127,7 @@ def test_the_anchors_are_measured_again_after_the_units_in_the_reverse_order_unl
 
     monkeypatch.setattr(calibrate, "measure_anchors", anchors)
     monkeypatch.setattr(
-        calibrate,
-        "run_kernel_suite",
-        lambda kernels, *a, **k: iter([SimpleNamespace(kernel=x, status="ok") for x in kernels]),
+        calibrate, "run_kernel_suite", lambda kernels, *a, **k: iter([SimpleNamespace(kernel=x) for x in kernels])
     )
     monkeypatch.setattr(calibrate, "_kernels", lambda units, built: [SimpleNamespace(name=str(u)) for u in units])
     units = calibrate.covering_units()[:3]
@@ -149,58 +146,3 @@ def test_the_anchors_are_measured_again_after_the_units_in_the_reverse_order_unl
         clock=clock,
     ))  # fmt: skip
     assert calls == [("a", ("m1",)), ("b", ("m1",))]
-
-
-def test_the_units_measured_are_measured_again_after_the_anchors_backends_reversed_while_the_budget_lasts(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """After the anchors' second pass, the units this run measured without error are measured once more, the
-    backends in the reverse order; a unit that failed is not. A second pass the budget cuts is no cut of the
-    calibration (the clock's ``spent`` stays as the first pass left it); a first pass it cuts is, and has no
-    second."""
-    from types import SimpleNamespace
-
-    calls: list[tuple[str, tuple[str, ...]]] = []
-    units = calibrate.covering_units()[:3]
-    failing = str(units[1])
-
-    def suite(kernels, backends, threads, settings, db, **_):  # type: ignore[no-untyped-def]
-        calls.append((backends[0], tuple(k.name for k in kernels)))
-        bad = {(b, failing) for b in ("a",)}
-        return iter([SimpleNamespace(kernel=k, status="failed" if (backends[0], k.name) in bad else "ok")
-                     for k in kernels])  # fmt: skip
-
-    monkeypatch.setattr(calibrate, "measure_anchors", lambda *a, **k: iter(()))
-    monkeypatch.setattr(calibrate, "run_kernel_suite", suite)
-    monkeypatch.setattr(calibrate, "_kernels", lambda units, built: [SimpleNamespace(name=str(u)) for u in units])
-    figures = HardwareFigures(10.0, 50.0, {1: 50.0})
-    names = tuple(str(u) for u in units)
-    list(calibrate.calibrate(tmp_path / "s.csv", 600.0, ("a", "b"), units=units, hardware_probe=lambda t: figures))
-    assert calls == [("a", names), ("b", names), ("b", names), ("a", (names[0], names[2]))]
-
-    def clock_with(fits: int) -> UnitClock:
-        """A clock that lets ``fits`` turns start, then says the budget is spent (as ``next_fits`` does)."""
-        clock = UnitClock(time.monotonic() + 600.0)
-        left = [fits]
-
-        def next_fits(deadline: float | None = None) -> bool:
-            left[0] -= 1
-            clock.spent = clock.spent or left[0] < 0
-            return left[0] >= 0
-
-        monkeypatch.setattr(clock, "next_fits", next_fits)
-        return clock
-
-    calls.clear()
-    second_cut = clock_with(3)  # both backends' first turns, and the second pass's first
-    list(calibrate.calibrate(
-        tmp_path / "t.csv", 600.0, ("a", "b"), units=units, hardware_probe=lambda t: figures, clock=second_cut
-    ))  # fmt: skip
-    assert calls == [("a", names), ("b", names), ("b", names)] and not second_cut.spent
-
-    calls.clear()
-    first_cut = clock_with(1)
-    list(calibrate.calibrate(
-        tmp_path / "u.csv", 600.0, ("a", "b"), units=units, hardware_probe=lambda t: figures, clock=first_cut
-    ))  # fmt: skip
-    assert calls == [("a", names)] and first_cut.spent
