@@ -170,6 +170,8 @@ def unit_route(
         return route
     kinds = frozenset(lender.kinds)
     own_one = units.route((target, *lender.own, *_SWEPT_ROUTE, 1))
+    if int(threads) == 1:
+        return None if own_one is None else KindsPricedApart(route, own_one, kinds)
     base_one = units.route((target, lender.framework, lender.compiler, *_SWEPT_ROUTE, 1))
     if own_one is not None and base_one is not None:
         return KindsPricedApart(route, own_one, kinds, base_one)
