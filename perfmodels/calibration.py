@@ -172,25 +172,39 @@ class Calibration:
         logs = self.log_ratios.get(key)
         return float(np.exp(np.median(logs))) if logs else 1.0
 
-    def mix(self, key: RouteKey, timed: Sequence[tuple[Unit, float]]) -> float:
+    def mix(self, key: RouteKey, timed: Sequence[tuple[Unit, float]], call_capped: bool = False) -> float:
         """The mean of ``key``'s ratios of the ``timed`` units (unit, shipped seconds), weighted by their seconds
-        (kinds not calibrated take the route's ratio; without times, the route's ratio)."""
+        (kinds not calibrated take the route's ratio; without times, the route's ratio). ``call_capped``: the call
+        (the no-op chains' kind) at no more than the route's ratio (``factor``)."""
         overall = self.overall(key)
         kinds = self.ratios.get(key, {})
         total = sum(t for _, t in timed)
         if not total > 0:
             return overall
-        return sum(t * (math.exp(kinds[u.kind].log_at(u)) if u.kind in kinds else overall) for u, t in timed) / total
+
+        def ratio(unit: Unit) -> float:
+            value = math.exp(kinds[unit.kind].log_at(unit)) if unit.kind in kinds else overall
+            return min(value, overall) if call_capped and unit.kind == CALL.kind else value
+
+        return sum(t * ratio(u) for u, t in timed) / total
 
     def factor(self, route: RouteKey, timed: Sequence[tuple[Unit, float]]) -> float | None:
         """The correction of a prediction whose shipped unit times are ``timed`` (``timed_units``; None: route
-        not calibrated)."""
+        not calibrated).
+
+        A route without anchors (the quick probe's) takes its call at no more than its units' ratio. The no-op
+        chains time the call of a one-node model, and on some engines that moves from host to host far more than a
+        whole model's call: OpenVINO's chains ran 6x the recording host's here, its units 3.2x, its whole models
+        1.3-1.5x. Uncapped, every quick probe of this machine over-predicted OpenVINO by 0.22-0.44 in log; capped,
+        the quick probe's RMSPE over eleven pairs went 31.8% -> 29.5% with the same picks (docs/decisions.md,
+        2026-11-28, the quick probe's call). Anchors take the level back where a calibration measured them."""
         key = self.route_for(route)
         if key is None:
             return None
-        mix = self.mix(key, timed)
         anchor = self.anchors.get(key)
-        return mix if anchor is None else anchor.factor(mix)
+        if anchor is None:
+            return self.mix(key, timed, call_capped=True)
+        return anchor.factor(self.mix(key, timed))
 
     def interval(self, step_s: float, source: tuple[float, float] | None = None) -> tuple[float, float] | None:
         """(p10, p90) of the step: the held-out errors' quantiles (with at least ``MIN_HELDOUT``) widened by

@@ -41,6 +41,25 @@ def test_factor_weights_each_kinds_ratio_by_its_share_of_the_shipped_time() -> N
     assert cal.factor(ORT, []) == pytest.approx(overall)
 
 
+def test_without_anchors_the_call_counts_at_no_more_than_the_routes_ratio_and_with_them_as_measured() -> None:
+    """A quick probe's route (no anchors): its no-op chains' ratio (6x here, as OpenVINO's one-node calls read on
+    this machine) counts at no more than the route's ratio over its units (2x); a call slower than that is the
+    one-node models' alone. A route with anchors keeps the chains' ratio: its anchors set the level. A call
+    faster than the units stays as measured."""
+    from dataclasses import replace
+
+    from perfmodels.calibration import CALL, Anchor
+
+    cal = _calibration()
+    slow_call = replace(cal, ratios={ORT: {**cal.ratios[ORT], "noop": KindRatio(math.log(6.0), 2)}})
+    timed = [(CONV, 3e-3), (CALL, 1e-3)]
+    assert slow_call.factor(ORT, timed) == pytest.approx((3e-3 * 2.0 + 1e-3 * 2.0) / 4e-3)
+    anchored = replace(slow_call, anchors={ORT: Anchor(0.0, ("a", "b"))})
+    assert anchored.factor(ORT, timed) == pytest.approx((3e-3 * 2.0 + 1e-3 * 6.0) / 4e-3)
+    fast_call = replace(cal, ratios={ORT: {**cal.ratios[ORT], "noop": KindRatio(math.log(1.2), 2)}})
+    assert fast_call.factor(ORT, timed) == pytest.approx((3e-3 * 2.0 + 1e-3 * 1.2) / 4e-3)
+
+
 def test_an_uncalibrated_route_borrows_its_frameworks_and_another_framework_gets_none() -> None:
     cal = _calibration()
     assert cal.route_for(ORT_NCHW) == ORT
