@@ -192,12 +192,10 @@ class Calibration:
         """The correction of a prediction whose shipped unit times are ``timed`` (``timed_units``; None: route
         not calibrated).
 
-        A route without anchors (the quick probe's) takes its call at no more than its units' ratio. The no-op
-        chains time the call of a one-node model, and on some engines that moves from host to host far more than a
-        whole model's call: OpenVINO's chains ran 6x the recording host's here, its units 3.2x, its whole models
-        1.3-1.5x. Uncapped, every quick probe of this machine over-predicted OpenVINO by 0.22-0.44 in log; capped,
-        the quick probe's RMSPE over eleven pairs went 31.8% -> 29.5% with the same picks (docs/decisions.md,
-        2026-11-28, the quick probe's call). Anchors take the level back where a calibration measured them."""
+        A route without anchors (the quick probe's) takes its call at no more than its units' ratio: the no-op
+        chains time a one-node model's call, which on some engines (OpenVINO) moves from host to host far more than
+        a whole model's does, and nothing else checks it there (docs/decisions.md, 2026-11-28, the quick probe's
+        call). Where a calibration measured anchors, they set the level."""
         key = self.route_for(route)
         if key is None:
             return None
