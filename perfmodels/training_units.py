@@ -165,17 +165,21 @@ def unit_route(
     lender = lender_of(framework, compiler, any_framework)
     if units is None or lender is None:
         return None
-    route = units.route((target, lender.framework, lender.compiler, *_SWEPT_ROUTE, int(threads)))
+    fit = units
+
+    def swept(owner: tuple[str, str], count: int) -> UnitRoute | None:
+        return fit.route((target, *owner, *_SWEPT_ROUTE, count))
+
+    lent, threads = (lender.framework, lender.compiler), int(threads)
+    route = swept(lent, threads)
     if route is None or lender.own is None:
         return route
     kinds = frozenset(lender.kinds)
-    own_one = units.route((target, *lender.own, *_SWEPT_ROUTE, 1))
-    if int(threads) == 1:
-        return None if own_one is None else KindsPricedApart(route, own_one, kinds)
-    base_one = units.route((target, lender.framework, lender.compiler, *_SWEPT_ROUTE, 1))
-    if own_one is not None and base_one is not None:
+    own_one = swept(lender.own, 1)
+    base_one = None if threads == 1 else swept(lent, 1)  # at one thread the lender's speed-up is 1
+    if own_one is not None and (threads == 1 or base_one is not None):
         return KindsPricedApart(route, own_one, kinds, base_one)
-    own = units.route((target, *lender.own, *_SWEPT_ROUTE, int(threads)))  # as they ran at this count
+    own = swept(lender.own, threads)  # as they ran at this count
     return None if own is None else KindsPricedApart(route, own, kinds)
 
 
