@@ -319,6 +319,7 @@ def summary_rows(
         "backend": trainer.name,
         "framework": trainer.framework,
         "compiler": trainer.compiler,
+        "layout": trainer.layout,
         "backend_version": next(iter(versions.values()), ""),
         "library_versions": versions,
         "threads": summary.threads,

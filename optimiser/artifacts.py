@@ -152,7 +152,7 @@ def _commands(
     if user:
         return None, tuple(user)
     if trainer is not None and source is not None:
-        return None, (*_training_argv(plan, source), "--engine", trainer)
+        return None, (*_training_argv(plan, source), "--engine", trainer, *_layout_argv(plan, trainer))
     engine = runner_engine(plan)
     if engine is not None and model_file is not None:
         model = f"{IMAGE_APP_DIR}/{model_file}"
@@ -176,6 +176,15 @@ CHECKPOINTS = "checkpoints"
 
 #: Batches of seeded synthetic samples a built-in architecture trains on when the spec names no data file.
 SYNTHETIC_BATCHES = 4
+
+
+def _layout_argv(plan: Plan, trainer: str) -> tuple[str, ...]:
+    """``--layout`` of the route, for a trainer that runs either (PyTorch's: NHWC is channels_last) and a model with
+    convolutions (elsewhere the plan ranks no layout)."""
+    layout = plan.choice.route.layout
+    if trainer.startswith("torch") and plan.layout_applies and layout in ("NCHW", "NHWC"):
+        return ("--layout", layout)
+    return ()
 
 
 def _training_argv(plan: Plan, source: tuple[str, ...]) -> tuple[str, ...]:

@@ -23,6 +23,9 @@ from perfmodels import Route
 
 #: Relative difference below which two figures are the same number (an exact tie, not a near one).
 EXACT_TIE = 1e-9
+#: Relative difference below which two figures print alike: the report says why the model gives them (nearly) the
+#: same figure, besides crediting the better one.
+NEAR_TIE = 5e-3
 
 
 def _differences(a: Route, b: Route, layout_applies: bool = True) -> str:
@@ -49,6 +52,12 @@ def _why_equal(plan: Plan, a: Candidate, b: Candidate) -> str:
             f"{unmeasured.route.compiler_label} was not measured here, so it is predicted as its framework's "
             "measured route (its reported speed-up is not applied)"
         )
+    layout = next((c for c in (a, b) if f"; {c.route.layout} not measured" in c.prediction.basis), None)
+    if layout is not None and ra.layout != rb.layout:
+        return (
+            f"{layout.route.layout} was not measured for {layout.route.framework}, so it is predicted as the layout "
+            "its rows were measured in"
+        )
     peaks = plan.target.device.peak_flops
     if ra.precision != rb.precision and peaks.get(ra.precision) == peaks.get(rb.precision):
         return f"{ra.precision} and {rb.precision} have the same peak on {plan.target.hardware.id} (data sheet)"
@@ -73,8 +82,15 @@ def _deciding_rule(winner: Candidate, loser: Candidate, rules: Sequence[Rule] = 
     return "none (identical routes)"
 
 
-def _same(a: float, b: float) -> bool:
-    return abs(a - b) <= EXACT_TIE * max(abs(a), abs(b), 1e-300)
+def _same(a: float, b: float, tolerance: float = EXACT_TIE) -> bool:
+    return abs(a - b) <= tolerance * max(abs(a), abs(b), 1e-300)
+
+
+def _by_figure(plan: Plan, a: Candidate, b: Candidate) -> str:
+    """The better figure decided: said with why the model gives them nearly the same one, where it does."""
+    if _same(plan.objective(a), plan.objective(b), NEAR_TIE):
+        return f"{_BY_FIGURE}, by under {NEAR_TIE:.1%} ({_why_equal(plan, a, b)})"
+    return _BY_FIGURE
 
 
 def _step(plan: Plan, k: int, rules: Sequence[Rule] = TIE_RULES) -> str:
@@ -95,7 +111,7 @@ def _band_rule(plan: Plan, k: int) -> str:
         return _step(plan, k, BAND_RULES)
     if not _same(plan.objective(a), plan.objective(b)):
         what = _differences(a.route, b.route, plan.layout_applies)
-        return f"#{k + 1} over #{k + 2} ({what}): {_BY_FIGURE}"
+        return f"#{k + 1} over #{k + 2} ({what}): {_by_figure(plan, a, b)}"
     return _step(plan, k) + f" (the same figure: {_why_equal(plan, a, b)})"
 
 
@@ -104,9 +120,10 @@ def why_ordered(plan: Plan, k: int) -> str:
     else the better figure, else (equal figures) the tie rule that decided."""
     if k + 1 < plan.band:
         return _band_rule(plan, k)
-    if _same(plan.objective(plan.candidates[k]), plan.objective(plan.candidates[k + 1])):
+    a, b = plan.candidates[k], plan.candidates[k + 1]
+    if _same(plan.objective(a), plan.objective(b)):
         return _step(plan, k)
-    return f"#{k + 1} over #{k + 2}: {_BY_FIGURE}"
+    return f"#{k + 1} over #{k + 2}: {_by_figure(plan, a, b)}"
 
 
 def explain_ties(plan: Plan, top: int | None = None) -> list[str]:

@@ -431,6 +431,8 @@ class TrainingGroupFit:
     thread_exponent: float = 0.0
     #: The feature set of ``coef``: ``flops`` (``FEATURES``) or ``units`` (``UNIT_FEATURES``).
     features: str = "flops"
+    #: The activations' memory layout its rows were measured in (``""``: not recorded).
+    layout: str = ""
 
     def seconds(self, x: np.ndarray, threads: int = 1, floor: float | None = None) -> float:
         return float(step_seconds(self.coef, x, threads, self.thread_exponent, floor, self.features))
@@ -598,7 +600,17 @@ def _describe(rows: pd.DataFrame, coef: np.ndarray, exponent: float = 0.0) -> Tr
         targets=tuple(sorted(set(rows["target"].astype(str)))),
         train_rmspe=math.nan,
         thread_exponent=exponent,
+        layout=_layout(rows),
     )
+
+
+def _layout(rows: pd.DataFrame) -> str:
+    """The memory layout ``rows`` were measured in: their most common recorded one (``""``: none recorded)."""
+    if "layout" not in rows:
+        return ""
+    recorded = rows["layout"].dropna().astype(str)
+    recorded = recorded[recorded != ""]
+    return str(recorded.mode().iloc[0]) if len(recorded) else ""
 
 
 def _threads(rows: pd.DataFrame) -> np.ndarray:
@@ -754,7 +766,9 @@ class TrainingFit:
         return {t for t, _ in self.peaks}
 
     def group_for(self, route: Route, groups: Mapping[str, TrainingGroupFit] | None = None) -> TrainingGroupFit | None:
-        """The fitted group closest to ``route`` among ``groups`` (default: the FLOP model's) of its framework."""
+        """The fitted group closest to ``route`` among ``groups`` (default: the FLOP model's) of its framework: its
+        precision, then its compiler, then its memory layout (a group measured in it, else one whose layout was not
+        recorded, else another)."""
         same = [g for g in (self.groups if groups is None else groups).values() if g.framework == route.framework]
         if not same:
             return None
@@ -763,6 +777,7 @@ class TrainingFit:
             key=lambda g: (
                 g.precision != route.precision,
                 g.compiler != route.compiler,
+                0 if g.layout == route.layout else 1 if not g.layout else 2,
                 g.backend != route.framework,
                 -g.rows,
             ),
@@ -1014,12 +1029,15 @@ def calibration_factor(
 
 
 def _unmeasured(group: TrainingGroupFit, route: Route) -> str:
-    """What of ``route`` its fitted group did not measure: another precision or compiler, or no quiet rows."""
+    """What of ``route`` its fitted group did not measure: another precision, compiler or (recorded) memory layout, or
+    no quiet rows."""
     notes = ""
     if group.precision != route.precision:
         notes += f"; {route.precision} not measured"
     if group.compiler != route.compiler:
         notes += f"; {route.compiler} not measured"
+    if group.layout and group.layout != route.layout:
+        notes += f"; {route.layout} not measured"
     return notes + (" (rows measured under load)" if group.under_load else "")
 
 

@@ -70,6 +70,10 @@ def _parser() -> argparse.ArgumentParser:
     train.add_argument("--lr", type=float, default=None, help="learning rate (default 0.05 sgd, 1e-3 adam)")
     train.add_argument("--optimizer", default="sgd", choices=["sgd", "adam"])
     train.add_argument("--precision", default="fp32", choices=["fp32", "fp16", "bf16"])
+    train.add_argument(
+        "--layout", default=None, choices=["NCHW", "NHWC"],
+        help="4-D activations' memory layout (default: the engine's own; NHWC: PyTorch's channels_last)",
+    )  # fmt: skip
     train.add_argument("--checkpoint", default=None, help="directory for atomic checkpoints (after every epoch)")
     train.add_argument("--resume", action="store_true", help="continue from --checkpoint when it holds one")
     train.add_argument("--threads", type=int, default=None)
@@ -90,6 +94,7 @@ def _train(args: argparse.Namespace) -> None:
         lr=args.lr,
         optimizer=args.optimizer,
         precision=args.precision,
+        layout=args.layout,
         checkpoint=args.checkpoint,
         threads=args.threads,
         seed=args.seed,

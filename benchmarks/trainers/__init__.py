@@ -8,10 +8,11 @@ from benchmarks.trainers.base import SharedModel, TrainerPlugin, TrainingSession
 from benchmarks.trainers.keras import PLUGIN as _KERAS
 from benchmarks.trainers.keras import XLA_PLUGIN as _KERAS_XLA
 from benchmarks.trainers.torch_compile import PLUGIN as _TORCH_COMPILE
+from benchmarks.trainers.torch_eager import NHWC_PLUGIN as _TORCH_NHWC
 from benchmarks.trainers.torch_eager import PLUGIN as _TORCH
 
 TRAINER_PLUGINS: dict[str, TrainerPlugin] = {
-    p.name: p for p in (_RUNTIME, _RUNTIME_AMP, _TORCH, _TORCH_COMPILE, _KERAS, _KERAS_XLA)
+    p.name: p for p in (_RUNTIME, _RUNTIME_AMP, _TORCH, _TORCH_NHWC, _TORCH_COMPILE, _KERAS, _KERAS_XLA)
 }
 TRAINER_NAMES = tuple(TRAINER_PLUGINS)
 

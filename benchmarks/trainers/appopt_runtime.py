@@ -34,6 +34,7 @@ class AppoptRuntime:
     framework = "appopt-runtime"
     compiler = "none"
     precision = "fp32"
+    layout = "NCHW"
 
     def unavailable(self) -> str | None:
         return None

@@ -108,6 +108,8 @@ class TrainerPlugin(Protocol):
     framework: str
     compiler: str
     precision: str
+    #: The activations' memory layout the trainer runs (the catalog's layout id: ``NCHW``, ``NHWC``).
+    layout: str
 
     def unavailable(self) -> str | None:
         """Why this trainer cannot run here ("extra not installed", ...), or None."""

@@ -97,6 +97,7 @@ class KerasSession:
 class Keras:
     framework = "tensorflow"
     precision = "fp32"
+    layout = "NHWC"  # (``OnnxTfGraph`` runs 4-D activations NHWC)
     #: TensorFlow's thread pools are set once per process: the driver runs each thread count in its own process.
     threads_fixed_per_process = True
 

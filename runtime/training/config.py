@@ -16,6 +16,10 @@ PRECISIONS = ("fp32", "fp16", "bf16")
 #: catalog's ``trains_onnx`` and the route's compiler id, which is how a plan's image entry picks it.
 ENGINES = ("appopt", "torch", "torch-inductor", "tensorflow", "tensorflow-xla")
 LOSSES = ("cross_entropy", "mse")
+#: The activations' memory layout, by engine: PyTorch's engines run either (``NHWC``: ``torch.channels_last``, the
+#: catalog's NHWC route); the runtime trains in its graph's layout (NCHW) and TensorFlow's graph runs NHWC.
+LAYOUTS = {"appopt": ("NCHW",), "torch": ("NCHW", "NHWC"), "torch-inductor": ("NCHW", "NHWC"),
+           "tensorflow": ("NHWC",), "tensorflow-xla": ("NHWC",)}  # fmt: skip
 
 
 class TrainingError(RuntimeModelError):
@@ -39,6 +43,8 @@ class TrainConfig:
     #: Micro-batches whose gradients are summed before one optimiser step.
     accumulation_steps: int = 1
     precision: str = "fp32"
+    #: The 4-D activations' memory layout (``LAYOUTS``; default: the engine's own).
+    layout: str | None = None
     loss: str = "cross_entropy"
     #: Model output the loss reads (default: the first output).
     output: str | None = None
@@ -67,6 +73,7 @@ class TrainConfig:
             (self.weight_decay >= 0, "weight_decay must be >= 0"),
             (self.accumulation_steps >= 1, "accumulation_steps must be >= 1"),
             (self.precision in PRECISIONS, f"precision must be one of {', '.join(PRECISIONS)}"),
+            (self.layout in (None, "NCHW", "NHWC"), "layout must be NCHW or NHWC"),
             (self.loss in LOSSES, f"loss must be one of {', '.join(LOSSES)}"),
             (self.loss_scale is None or self.loss_scale > 0, "loss_scale must be > 0"),
             (self.loss_scale_growth_interval >= 1, "loss_scale_growth_interval must be >= 1"),

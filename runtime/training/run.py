@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from runtime.training.config import ENGINES, OPTIMIZERS, PRECISIONS, TrainConfig, TrainingError
+from runtime.training.config import ENGINES, LAYOUTS, OPTIMIZERS, PRECISIONS, TrainConfig, TrainingError
 from runtime.training.data import Dataset, load_npz, split
 from runtime.training.export import save_model_atomic
 from runtime.training.trainer import EpochStats, Trainer
@@ -45,6 +45,7 @@ def training_config(
     lr: float | None = None,
     optimizer: str = "sgd",
     precision: str = "fp32",
+    layout: str | None = None,
     checkpoint: str | os.PathLike[str] | None = None,
     threads: int | None = None,
     seed: int = 0,
@@ -55,12 +56,15 @@ def training_config(
         raise TrainingError(f"--optimizer: {optimizer!r}; use sgd or adam")
     if precision not in PRECISIONS:
         raise TrainingError(f"--precision: {precision!r}; use fp32, fp16 or bf16")
+    if layout not in (None, "NCHW", "NHWC"):
+        raise TrainingError(f"--layout: {layout!r}; use NCHW or NHWC")
     return TrainConfig(
         epochs=epochs,
         batch_size=batch_size,
         lr=lr if lr is not None else (0.05 if optimizer == "sgd" else 1e-3),
         optimizer=optimizer,
         precision=precision,
+        layout=layout,
         checkpoint_dir=str(checkpoint) if checkpoint is not None else None,
         threads=threads,
         seed=seed,
@@ -115,6 +119,11 @@ def train_to_file(
         raise TrainingError("--resume needs --checkpoint DIR")
     if engine not in ENGINES:
         raise TrainingError(f"--engine: {engine!r}; use {' or '.join(ENGINES)}")
+    if config.layout is not None and config.layout not in LAYOUTS[engine]:
+        raise TrainingError(
+            f"--layout {config.layout}: --engine {engine} trains {' or '.join(LAYOUTS[engine])} only"
+            + ("" if engine.startswith("torch") else " (--engine torch runs either)")
+        )
     validation = (data.x_test, data.y_test) if data.x_test is not None and data.y_test is not None else None
     trainer: Trainer | TorchTrainer | TfTrainer
     if engine in ("torch", "torch-inductor"):

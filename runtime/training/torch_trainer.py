@@ -12,6 +12,10 @@ it) and the optimiser step stays eager, as ``benchmarks.trainers.torch_compile``
 of each batch shape compiles (an epoch's short last batch and evaluation's are shapes of their own), and inductor's
 CPU backend builds C++ with the system compiler: the route's image installs one (the catalog's ``inductor``).
 Checkpoints and the export read the uncompiled module, so they are the eager engine's and either engine resumes them.
+
+``layout`` NHWC (the catalog's NHWC route for PyTorch) keeps the module's 4-D weights and every 4-D batch in
+``torch.channels_last``; the graph's semantics are unchanged (PyTorch's ops read either memory format), and the
+checkpoints and the export hold the same values.
 """
 
 from __future__ import annotations
@@ -65,6 +69,9 @@ class TorchTrainer:
             torch.set_num_threads(self.config.threads)
         torch.manual_seed(self.config.seed)
         self.module = OnnxModule(self.proto).to(self.device)
+        self.channels_last = self.config.layout == "NHWC"
+        if self.channels_last:  # (before the optimiser and the compiled forward take the parameters)
+            self.module = self.module.to(memory_format=torch.channels_last)  # type: ignore[call-overload]  # (its stubs omit memory_format)
         #: What runs the forward: the module itself, or its compiled form (the parameters are the module's).
         self.forward: Callable[..., dict[str, torch.Tensor]] = (
             torch.compile(self.module, dynamic=False) if compiled else self.module
@@ -103,6 +110,12 @@ class TorchTrainer:
     def _tensors(self, x: Features) -> list[torch.Tensor]:
         feeds = as_feeds(x, self._inputs)
         return [torch.from_numpy(np.ascontiguousarray(feeds[n])).to(self.device) for n in self.module.input_names]
+
+    def _laid_out(self, batch: list[torch.Tensor]) -> list[torch.Tensor]:
+        """``batch`` with its 4-D tensors in the trainer's memory format (indexing a batch out may not keep it)."""
+        if not self.channels_last:
+            return batch
+        return [t.contiguous(memory_format=torch.channels_last) if t.dim() == 4 else t for t in batch]
 
     def _autocast(self) -> Any:
         dtype = _AUTOCAST.get(self.config.precision)
@@ -146,7 +159,7 @@ class TorchTrainer:
 
         def step(idx: np.ndarray) -> tuple[float, int]:
             batch = torch.from_numpy(idx).to(self.device)
-            loss, scores = self.train_step([t[batch] for t in inputs], target[batch])
+            loss, scores = self.train_step(self._laid_out([t[batch] for t in inputs]), target[batch])
             return loss, int((scores.argmax(dim=1) == target[batch]).sum())
 
         return train_epochs(self, n, step, validation, on_epoch)
@@ -160,7 +173,7 @@ class TorchTrainer:
         with torch.no_grad(), self._autocast():
             for start in range(0, len(target), batch_size):
                 part = slice(start, start + batch_size)
-                outputs = self._forward(*(t[part] for t in inputs))
+                outputs = self._forward(*self._laid_out([t[part] for t in inputs]))
                 total += float(self._loss(outputs, target[part])) * len(target[part])
                 correct += int((outputs[self.logits].argmax(dim=1) == target[part]).sum())
         n = max(len(target), 1)

@@ -62,6 +62,7 @@ def test_cli_records_training_rows_with_seeds_and_load(tmp_path):
     assert "# CPU" in result.output and "digits_mlp appopt-runtime b32 1t" in result.output
     frame = read_results(db)
     assert set(frame["mode"]) == {"training"} and set(frame["backend"]) == {"appopt-runtime", "torch"}
+    assert set(frame["layout"]) == {"NCHW"}  # (both trainers' own memory layout)
     metrics = set(frame["metric"])
     assert {"ms_per_step", "samples_per_s", "seconds_per_epoch", "final_accuracy", "peak_rss_mib"} <= metrics
     assert "optimizer_state_bytes" in metrics

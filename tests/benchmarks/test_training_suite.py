@@ -92,3 +92,21 @@ def test_full_size_tasks_train_the_reduced_tasks_models_on_full_size_inputs(full
     assert big.data(0).x_train.shape[1:] == sample_shape
     sizes = [sum(p.numel() for n, p in task.build(0).named_parameters() if n != "position") for task in (big, small)]
     assert sizes[0] == sizes[1]
+
+
+@needs_torch
+def test_torch_nhwc_runs_channels_last_and_takes_torchs_steps():
+    """``torch-nhwc`` (PyTorch's NHWC route): the module and its 4-D batches channels-last, the same seeded steps."""
+    import torch
+
+    task = get_task("digits_cnn")
+    data = task.data(0)
+    shared = SharedModel(task.build(0), data.x_train[:2])
+    losses = {}
+    for name in ("torch", "torch-nhwc"):
+        trainer = get_trainer(name)
+        session = trainer.session(shared, task.lr, 1, 16, 0)
+        losses[trainer.layout] = [session.step(data.x_train[i : i + 16], data.y_train[i : i + 16]) for i in (0, 16)]
+        weights = [p for p in session.module.parameters() if p.dim() == 4]
+        assert all(w.is_contiguous(memory_format=torch.channels_last) for w in weights) == (trainer.layout == "NHWC")
+    assert losses["NHWC"] == pytest.approx(losses["NCHW"], rel=1e-4)

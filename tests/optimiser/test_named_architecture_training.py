@@ -45,7 +45,7 @@ def test_the_resnet50_example_without_a_command_trains_the_built_in_resnet50(tmp
     argv = [
         "python3", "-m", "runtime", "train", "--arch", "resnet50", "--image-size", "224", "--synthetic", "1024",
         "-o", "trained.onnx", "--batch-size", "256", "--precision", choice["precision"], "--epochs", "90",
-        "--checkpoint", "checkpoints", "--resume", "--engine", engine,
+        "--checkpoint", "checkpoints", "--resume", "--engine", engine, "--layout", choice["layout"],
     ]  # fmt: skip
     assert deployment["run_argv"] == argv
     assert "runtime" in deployment["app_files"]  # the trainer and the architecture's definition ship in the image

@@ -89,3 +89,26 @@ def test_an_inference_only_framework_still_cannot_train_the_model(tmp_path: Path
     (tmp_path / "train.yaml").write_text(SPEC.format(framework=framework, command=""))
     result = CliRunner().invoke(app, ["plan", str(tmp_path / "train.yaml"), "-o", str(tmp_path / "out")])
     assert result.exit_code != 0
+
+
+@pytest.mark.parametrize("layout", ["NCHW", "NHWC"])
+def test_a_convolutional_models_image_trains_in_the_routes_layout(tmp_path: Path, layout: str) -> None:
+    """PyTorch's NHWC route trains channels-last (``--layout NHWC``), its NCHW route contiguous: the image runs the
+    layout the plan ranked (an MLP's plan ranks none, and its argv names none, as above)."""
+    import numpy as np
+    import onnx
+
+    from runtime.training.models import digits_cnn
+
+    onnx.save(digits_cnn(0), tmp_path / "digits_mlp.onnx")  # (the name the spec template gives)
+    rng = np.random.default_rng(0)
+    np.savez(tmp_path / "data.npz", x=rng.standard_normal((32, 1, 8, 8)).astype(np.float32), y=rng.integers(0, 10, 32))
+    text = SPEC.format(framework="pytorch", command="") + f"optimisation: {{allow: {{layouts: [{layout}]}}}}\n"
+    (tmp_path / "train.yaml").write_text(text)
+    out = tmp_path / "out"
+    result = CliRunner().invoke(app, ["plan", str(tmp_path / "train.yaml"), "-o", str(out)])
+    assert result.exit_code == 0, result.output
+    assert json.loads((out / "plan.json").read_text())["choice"]["layout"] == layout
+    run_argv = json.loads((out / "deployment.json").read_text())["run_argv"]
+    given = run_argv.index("--layout")
+    assert run_argv[given + 1] == layout and given > run_argv.index("--engine")

@@ -191,6 +191,36 @@ def test_a_compiled_training_route_is_predicted_from_its_own_rows():
     assert fit.group_for(route).backend == "torch"  # type: ignore[union-attr]
 
 
+def test_a_training_route_takes_the_group_measured_in_its_layout_and_says_when_none_was():
+    """PyTorch's NHWC route (channels-last) takes the rows measured so (``torch-nhwc``), its NCHW route the rows
+    measured so, or whose layout was not recorded; a layout no group measured is said in the basis."""
+    def group(backend: str, layout: str, rows: int) -> TrainingGroupFit:
+        coef = (1.0,) * len(FEATURES)
+        return TrainingGroupFit(backend, "pytorch", "fp32", coef, rows, ("cnn",), ("t",), 0.1, layout=layout)
+
+    fit = TrainingFit(groups={"torch|fp32": group("torch", "", 60), "torch-nhwc|fp32": group("torch-nhwc", "NHWC", 9)})
+    nhwc = Route("pytorch", "none", ("onednn",), "fp32", "NHWC", efficiency=0.5)
+    nchw = Route("pytorch", "none", ("onednn",), "fp32", "NCHW", efficiency=0.5)
+    assert fit.group_for(nhwc).backend == "torch-nhwc"  # type: ignore[union-attr]
+    assert fit.group_for(nchw).backend == "torch"  # type: ignore[union-attr]
+    fit.groups["torch|fp32"] = group("torch", "NCHW", 60)
+    assert fit.group_for(nchw).backend == "torch"  # type: ignore[union-attr]
+    del fit.groups["torch|fp32"]
+    assert fit.group_for(nchw).backend == "torch-nhwc"  # type: ignore[union-attr]
+    from perfmodels.training_fit import _unmeasured
+
+    assert _unmeasured(fit.groups["torch-nhwc|fp32"], nchw) == "; NCHW not measured"
+    assert _unmeasured(fit.groups["torch-nhwc|fp32"], nhwc) == ""
+
+
+def test_a_fitted_group_keeps_the_layout_its_rows_were_measured_in(tmp_path):
+    rows = _rows()
+    fitted = TrainingFit.from_frame(_frame(tmp_path, rows)).groups["appopt-runtime|fp32"]
+    assert fitted.layout == ""  # (not recorded)
+    laid_out = [{**r, "layout": "NHWC"} for r in rows]
+    assert TrainingFit.from_frame(_frame(tmp_path, laid_out)).groups["appopt-runtime|fp32"].layout == "NHWC"
+
+
 def test_routes_share_coefficients_so_a_sparsely_measured_route_is_still_predicted(tmp_path):
     """A second route, 1.7x slower throughout, measured on two families only: held out by family, its shared
     coefficients (fitted with the first route's rows) and its own scale predict it; alone, its few rows could not."""

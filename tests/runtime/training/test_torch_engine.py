@@ -158,3 +158,35 @@ def test_a_compile_that_fails_is_one_line_and_writes_nothing(tmp_path: Path) -> 
     assert done.returncode != 0
     assert "error: --engine torch-inductor: torch.compile failed: " in done.stderr
     assert "Traceback" not in done.stderr and not out.exists()
+
+
+def test_nhwc_trains_channels_last_and_takes_the_nchw_steps(tmp_path: Path) -> None:
+    """``--layout NHWC`` (PyTorch's NHWC route): the weights and batches run channels-last, and the seeded steps,
+    trained weights and export are NCHW's to float tolerance."""
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((48, 1, 8, 8)).astype(np.float32)
+    y = rng.integers(0, 10, 48)
+    trainers = {
+        layout: TorchTrainer(digits_cnn(0).SerializeToString(), TrainConfig(epochs=2, batch_size=16, threads=1,
+                                                                           layout=layout))
+        for layout in ("NCHW", "NHWC")
+    }  # fmt: skip
+    weight = next(p for p in trainers["NHWC"].module.parameters() if p.dim() == 4 and p.shape[1] > 1)
+    assert weight.is_contiguous(memory_format=torch.channels_last) and not weight.is_contiguous()
+    losses = {k: [h.loss for h in t.fit(x, y)] for k, t in trainers.items()}
+    np.testing.assert_allclose(losses["NHWC"], losses["NCHW"], rtol=1e-4)
+    for name, value in trainers["NCHW"].module.values().items():
+        np.testing.assert_allclose(trainers["NHWC"].module.values()[name], value, rtol=1e-3, atol=1e-5)
+    exported = compile_model(trainers["NHWC"].export()).run({"image": x[:4]})["logits"]
+    np.testing.assert_allclose(exported, compile_model(trainers["NCHW"].export()).run({"image": x[:4]})["logits"],
+                               rtol=1e-3, atol=1e-4)  # fmt: skip
+
+
+def test_a_layout_the_engine_does_not_train_is_refused_in_one_line(tmp_path: Path) -> None:
+    data, out = _separable_npz(tmp_path / "data.npz", n=64), tmp_path / "trained.onnx"
+    argv = [sys.executable, "-m", "runtime", "train", str(MLP), "--data", str(data), "-o", str(out), "--layout",
+            "NHWC", "--epochs", "1"]  # fmt: skip
+    done = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, check=False, timeout=300)
+    assert done.returncode != 0
+    assert "error: --layout NHWC: --engine appopt trains NCHW only (--engine torch runs either)" in done.stderr
+    assert "Traceback" not in done.stderr and not out.exists()
