@@ -2,8 +2,8 @@
 
 ``torch`` runs PyTorch's default (contiguous, NCHW) memory format; ``torch-nhwc`` the same model with its 4-D weights
 and inputs in ``torch.channels_last`` (the catalog's NHWC layout), which PyTorch's oneDNN convolutions keep through the
-backward: on this host a depthwise-separable net's step ran 1.3-1.5x faster so, a plain ResNet-style one no faster
-(docs/decisions.md, 2026-11-28, PyTorch's channels-last training)."""
+backward: here a depthwise-separable net's step ran up to 1.5x faster so (not in every run), a plain ResNet-style
+one no faster (docs/decisions.md, 2026-11-28, PyTorch's NHWC training route)."""
 
 from __future__ import annotations
 
