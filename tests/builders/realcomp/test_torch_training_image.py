@@ -121,3 +121,34 @@ def test_the_torch_compile_routes_image_trains_compiled(debian_image: str, cache
     assert len(losses) == 2 and losses[-1] < losses[0], done.stdout
     assert "recompile_limit" not in done.stderr  # one graph, compiled (not fallen back to eager)
     assert '"engine": "torch-inductor ' in (job / "trained.onnx").read_bytes().decode("latin-1")
+
+
+def test_the_nhwc_routes_image_trains_a_convolutional_model_channels_last(debian_image: str, cache_dir: Path,
+                                                                         tmp_path: Path,
+                                                                         appopt: Callable[..., Result]) -> None:
+    """PyTorch's NHWC route (the plan allowed no other layout) for a model with convolutions: the image trains it
+    with ``--layout NHWC`` (channels-last), and the trained model comes out."""
+    import numpy as np
+    import onnx
+
+    from runtime.training.models import digits_cnn
+
+    onnx.save(digits_cnn(0), tmp_path / "cnn.onnx")
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((256, 1, 8, 8)).astype(np.float32)
+    np.savez(tmp_path / "cnn_data.npz", x=x, y=(x[:, 0, :4].sum(axis=(1, 2)) > 0).astype(np.int64))
+    spec = (SPEC.replace("digits_mlp.onnx", "cnn.onnx").replace("data.npz", "cnn_data.npz")
+            .replace("name: digits-torch-train", "name: cnn-torch-nhwc-train")
+            + "optimisation: {allow: {layouts: [NHWC]}, deny: {compilers: [inductor]}}\n")  # fmt: skip
+    ref = "localhost/appopt-test/cnn-torch-nhwc-train:ci"
+    out = _build(spec, debian_image, ref, cache_dir, tmp_path, appopt)
+    assert '"--engine", "torch", "--layout", "NHWC"]' in (out / "Dockerfile").read_text()
+    job = tmp_path / "job"
+    job.mkdir()
+    env = {**os.environ, "APPOPT_CONTAINER": "podman", "APPOPT_IMAGE": ref}
+    done = subprocess.run(["bash", str(out / "run.sh")], cwd=job, env=env, capture_output=True, text=True,
+                          timeout=600, check=False)
+    assert done.returncode == 0, done.stderr[-3000:]
+    losses = [float(v) for v in re.findall(r"^epoch \d/3  loss ([\d.]+)", done.stdout, re.MULTILINE)]
+    assert len(losses) == 3 and losses[-1] < losses[0], done.stdout
+    assert (job / "trained.onnx").stat().st_size > 0
