@@ -179,12 +179,12 @@ SYNTHETIC_BATCHES = 4
 
 
 def _layout_argv(plan: Plan, trainer: str) -> tuple[str, ...]:
-    """``--layout`` of the route, for a trainer that runs either (PyTorch's: NHWC is channels_last) and a model with
-    convolutions (elsewhere the plan ranks no layout)."""
-    layout = plan.choice.route.layout
-    if trainer.startswith("torch") and plan.layout_applies and layout in ("NCHW", "NHWC"):
-        return ("--layout", layout)
-    return ()
+    """``--layout`` of the route, for a trainer that runs more than one (``runtime.training.config.LAYOUTS``:
+    PyTorch's, NHWC as channels_last) and a model with convolutions (elsewhere the plan ranks no layout)."""
+    from runtime.training.config import LAYOUTS
+
+    layout, runs = plan.choice.route.layout, LAYOUTS.get(trainer, ())
+    return ("--layout", layout) if plan.layout_applies and len(runs) > 1 and layout in runs else ()
 
 
 def _training_argv(plan: Plan, source: tuple[str, ...]) -> tuple[str, ...]:

@@ -62,29 +62,35 @@ def _build(spec: str, base: str, ref: str, cache_dir: Path, tmp_path: Path, appo
     return out
 
 
+def _run_job(out: Path, ref: str, job: Path, timeout: int = 600) -> subprocess.CompletedProcess[str]:
+    """The plan's ``run.sh`` in the job directory ``job`` (made if missing), its image ``ref`` run by podman."""
+    job.mkdir(exist_ok=True)
+    env = {**os.environ, "APPOPT_CONTAINER": "podman", "APPOPT_IMAGE": ref}
+    return subprocess.run(["bash", str(out / "run.sh")], cwd=job, env=env, capture_output=True, text=True,
+                          timeout=timeout, check=False)
+
+
+def _losses(stdout: str, epochs: int) -> list[float]:
+    """The epoch lines' losses of a training job's output."""
+    return [float(x) for x in re.findall(rf"^epoch \d/{epochs}  loss ([\d.]+)", stdout, re.MULTILINE)]
+
+
 def test_a_pytorch_training_image_trains_the_model_on_the_specs_data(debian_image: str, cache_dir: Path,
                                                                      tmp_path: Path,
                                                                      appopt: Callable[..., Result]) -> None:
     ref = "localhost/appopt-test/digits-torch-train:ci"
     out = _build(SPEC, debian_image, ref, cache_dir, tmp_path, appopt)
     job = tmp_path / "job"
-    job.mkdir()
-    env = {**os.environ, "APPOPT_CONTAINER": "podman", "APPOPT_IMAGE": ref}
-
-    def run_job() -> subprocess.CompletedProcess[str]:
-        return subprocess.run(["bash", str(out / "run.sh")], cwd=job, env=env, capture_output=True, text=True,
-                              timeout=600, check=False)
-
-    done = run_job()
+    done = _run_job(out, ref, job)
     assert done.returncode == 0, done.stderr[-3000:]
-    losses = [float(x) for x in re.findall(r"^epoch \d/3  loss ([\d.]+)", done.stdout, re.MULTILINE)]
+    losses = _losses(done.stdout, 3)
     assert len(losses) == 3 and losses[-1] < losses[0], done.stdout
     accuracy = float(done.stdout.rsplit("test accuracy ", 1)[1].split("%")[0])
     assert accuracy > 90.0, done.stdout
     assert (job / "trained.onnx").stat().st_size > 0
     assert (job / "checkpoints" / "torch-checkpoint.pt").is_file()
     # the job run again (a preempted job resubmitted) resumes from its checkpoint instead of starting over
-    again = run_job()
+    again = _run_job(out, ref, job)
     assert again.returncode == 0, again.stderr[-3000:]
     assert again.stdout.splitlines()[0] == "resumed from checkpoints at epoch 3", again.stdout
 
@@ -112,12 +118,9 @@ def test_the_torch_compile_routes_image_trains_compiled(debian_image: str, cache
     out = _build(spec, base, ref, cache_dir, tmp_path, appopt)
     assert '"--engine", "torch-inductor"]' in (out / "Dockerfile").read_text()
     job = tmp_path / "job"
-    job.mkdir()
-    env = {**os.environ, "APPOPT_CONTAINER": "podman", "APPOPT_IMAGE": ref}
-    done = subprocess.run(["bash", str(out / "run.sh")], cwd=job, env=env, capture_output=True, text=True,
-                          timeout=900, check=False)
+    done = _run_job(out, ref, job, timeout=900)
     assert done.returncode == 0, done.stderr[-3000:]
-    losses = [float(x) for x in re.findall(r"^epoch \d/2  loss ([\d.]+)", done.stdout, re.MULTILINE)]
+    losses = _losses(done.stdout, 2)
     assert len(losses) == 2 and losses[-1] < losses[0], done.stdout
     assert "recompile_limit" not in done.stderr  # one graph, compiled (not fallen back to eager)
     assert '"engine": "torch-inductor ' in (job / "trained.onnx").read_bytes().decode("latin-1")
@@ -144,11 +147,8 @@ def test_the_nhwc_routes_image_trains_a_convolutional_model_channels_last(debian
     out = _build(spec, debian_image, ref, cache_dir, tmp_path, appopt)
     assert '"--engine", "torch", "--layout", "NHWC"]' in (out / "Dockerfile").read_text()
     job = tmp_path / "job"
-    job.mkdir()
-    env = {**os.environ, "APPOPT_CONTAINER": "podman", "APPOPT_IMAGE": ref}
-    done = subprocess.run(["bash", str(out / "run.sh")], cwd=job, env=env, capture_output=True, text=True,
-                          timeout=600, check=False)
+    done = _run_job(out, ref, job)
     assert done.returncode == 0, done.stderr[-3000:]
-    losses = [float(v) for v in re.findall(r"^epoch \d/3  loss ([\d.]+)", done.stdout, re.MULTILINE)]
+    losses = _losses(done.stdout, 3)
     assert len(losses) == 3 and losses[-1] < losses[0], done.stdout
     assert (job / "trained.onnx").stat().st_size > 0
