@@ -681,13 +681,18 @@ def unit_kernels(units: list[Unit]) -> list[Kernel]:
 
 #: Backends the sweep measures at fp32, and the (backend, kinds) it measures at int8: the quantiser converts only
 #: convolutions and matrix products; every other unit of an int8 model runs as it does at fp32.
-SWEEP_BACKENDS = ("appopt-runtime", "onnxruntime", "onnxruntime-extended", "torch")
+SWEEP_BACKENDS = ("appopt-runtime", "onnxruntime", "onnxruntime-extended", "openvino", "torch")
 INT8_SWEEP = ("onnxruntime", ("conv", "dwconv", "dwpw", "gemm", "bmm", "noop"))
 
 
 def sweep_settings() -> ScenarioSettings:
     """Short runs: a unit's median over at least 5 queries and 0.1 s (at most 1 s)."""
     return ScenarioSettings(min_duration_s=0.1, min_queries=5, max_duration_s=1.0, warmup_queries=2, warmup_max_s=0.3)
+
+
+#: Units measured on every backend and thread count before the next ones (``run_unit_sweep``): about a minute of
+#: each backend's sweep on a 2-core machine, short against the drift of a shared VM's speed.
+TURN_UNITS = 120
 
 
 def run_unit_sweep(
@@ -697,11 +702,20 @@ def run_unit_sweep(
     threads: tuple[int, ...] = (1, 2),
     int8: bool = True,
     settings: ScenarioSettings | None = None,
+    turn: int = TURN_UNITS,
 ) -> Iterator[KernelOutcome]:
-    """Measure ``units`` on each backend and thread count (fp32), then the quantisable ones at int8."""
+    """Measure ``units`` on each backend and thread count (fp32), then the quantisable ones at int8.
+
+    The backends take turns: ``turn`` units on every backend and thread count, then the next ``turn``, the backends'
+    order reversed each turn. Measured one backend after another, a backend's whole sweep falls in one stretch of
+    this machine's speed, and the routes' units disagree by however much the machine drifted between the stretches;
+    in turns, every backend's units sample the same stretches (docs/decisions.md, 2026-11-28, re-recorded in turns).
+    """
     run = settings or sweep_settings()
     kernels = unit_kernels(units)
-    yield from run_kernel_suite(kernels, list(backends), list(threads), run, db_path)
+    for start in range(0, len(kernels), max(1, turn)):
+        order = list(backends) if (start // max(1, turn)) % 2 == 0 else list(reversed(backends))
+        yield from run_kernel_suite(kernels[start : start + max(1, turn)], order, list(threads), run, db_path)
     backend, kinds = INT8_SWEEP
     if int8 and backend in backends:
         quantisable = [k for k, u in zip(kernels, units, strict=True) if u.kind in kinds]

@@ -386,12 +386,12 @@ def record_default_cmd(
     ] = 2.5,
     threads: Annotated[list[int] | None, typer.Option("--threads", help="Thread counts (repeatable).")] = None,
     kernels: Annotated[bool, typer.Option(help="Also run the kernel suite.")] = True,
-    units: Annotated[bool, typer.Option(help="Also run the kernel-unit sweep (about 40 minutes).")] = True,
+    units: Annotated[bool, typer.Option(help="Also run the kernel-unit sweep (about an hour).")] = True,
     quiet_wait: Annotated[
         float, typer.Option(help="Seconds to wait for other processes to go quiet before starting.", min=0.0)
     ] = 60.0,
 ) -> None:
-    """Record a whole result database on this machine, as the shipped one was (about 57 minutes; run it quiet).
+    """Record a whole result database on this machine, as the shipped one was (about 75 minutes; run it quiet).
 
     It goes to --out (default: recorded.csv in appopt's cache directory); plans use it with APPOPT_RESULTS_DB=FILE.
     The shipped database is overwritten only with --replace-shipped."""

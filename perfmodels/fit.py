@@ -30,7 +30,7 @@ from the suite's tiny models, which come from several architecture families. A s
 pulls aim at from the roofline's to what the machine's fp32 routes reach together (``fit``'s ``share_routes``).
 
 Rows used: measured, SingleStream, inference, with model features, the median of repeated measurements; not rows
-LoadGen judged INVALID or flagged busy (``flagged``, schema v4). The time
+LoadGen judged INVALID for more than their length, or flagged busy (``flagged``, schema v4). The time
 of a row is its median wall-clock latency, except for a row measured under load (other processes used more than
 ``BUSY_OTHER_CPU`` cores while it ran, or, for rows recorded before that was measured, the 1-minute load average
 exceeded the core count): there a single-threaded row uses its median process CPU time (``effective_ms``), and
@@ -379,12 +379,30 @@ def unreliable(frame: pd.DataFrame) -> pd.Series:
     return (measured_under_load(frame) & (frame["threads"].astype("Int64") > 1).fillna(False)).astype(bool)
 
 
+#: LoadGen's checks of a run's length (``benchmarks.loadgen_driver.verdict_of``'s wording). A run that failed only
+#: these ran fewer queries, or for less time, than MLPerf's rules ask of a submission; our recordings stop earlier on
+#: purpose (``RECORD_SETTINGS``), and the median they measured is as good as the harness's.
+LENGTH_CHECKS = ("min duration not met", "min query count not met", "early stopping not met")
+
+
+def invalid_run(verdict: object, reason: object) -> bool:
+    """LoadGen judged the run INVALID for more than its length: a latency bound not met, or a reason that names no
+    length check (an error, or none given)."""
+    if verdict != "INVALID":
+        return False
+    text = reason if isinstance(reason, str) else ""
+    return "latency bound not met" in text or not any(check in text for check in LENGTH_CHECKS)
+
+
 def flagged(frame: pd.DataFrame) -> pd.Series:
-    """Rows whose run LoadGen judged INVALID or that carry a warning flag (``busy``: schema v4); the fit leaves them
-    out unless asked to keep them. Rows from before schema v4 have neither and are judged by ``unreliable``."""
+    """Rows whose run LoadGen judged INVALID for more than its length (``invalid_run``) or that carry a warning flag
+    (``busy``: schema v4); the fit leaves them out unless asked to keep them. Rows from before schema v4 have neither
+    and are judged by ``unreliable``."""
     bad = pd.Series(False, index=frame.index)
     if "verdict" in frame:
-        bad |= (frame["verdict"].astype("string") == "INVALID").fillna(False)
+        reasons = frame["verdict_reason"] if "verdict_reason" in frame else pd.Series(None, index=frame.index)
+        verdicts = frame["verdict"].astype("string").fillna("")
+        bad |= pd.Series([invalid_run(v, r) for v, r in zip(verdicts, reasons, strict=True)], index=frame.index)
     if "flags" in frame:
         bad |= frame["flags"].astype("string").fillna("").str.split().map(lambda f: "busy" in f).astype(bool)
     return bad.astype(bool)

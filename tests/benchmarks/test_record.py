@@ -32,7 +32,7 @@ def features(model) -> ModelFeatures:
 def test_the_recording_covers_every_suite_model_backend_thread_count_and_batch():
     fitted = default_requests()[0]
     assert fitted.scenarios == ("SingleStream",) and fitted.precisions == ("fp32",)
-    assert set(fitted.backends) == {"appopt-runtime", "onnxruntime", "onnxruntime-extended", "torch"}
+    assert set(fitted.backends) == {"appopt-runtime", "onnxruntime", "onnxruntime-extended", "openvino", "torch"}
     assert set(fitted.threads) == {1, 2} and set(fitted.batches) == {1, 8}
     assert {m.name for m in fitted.models} == {m.name for m in suite("all")}
     assert fitted.retries_under_load >= 1

@@ -175,3 +175,25 @@ def test_computed_weights_are_quantised_by_onnxruntime_in_a_convolution_and_left
         ops[unit.kind] = [n.op_type for n in quantised.graph.node]
     assert "ConvInteger" in ops["conv"] and ops["conv"].count("DynamicQuantizeLinear") == 2  # input and weights
     assert "MatMulInteger" not in ops["gemm"] and "DynamicQuantizeLinear" not in ops["gemm"]
+
+
+def test_the_backends_take_turns_so_each_ones_units_sample_the_same_stretches_of_the_machine(monkeypatch):
+    """``turn`` units on every backend and thread count, then the next ones with the backends reversed; the int8
+    pass comes last, as before."""
+    from types import SimpleNamespace
+
+    import benchmarks.unit_sweep as sweep
+
+    calls: list[tuple[int, tuple[str, ...], tuple[int, ...], str]] = []
+
+    def suite(kernels, backends, threads, settings, db, precision="fp32"):  # type: ignore[no-untyped-def]
+        calls.append((len(kernels), tuple(backends), tuple(threads), precision))
+        return iter([SimpleNamespace(kernel=k) for k in kernels])
+
+    monkeypatch.setattr(sweep, "run_kernel_suite", suite)
+    units = sample_units(per_kind=1, kinds=("gemm", "eltwise", "conv", "pool", "noop"))
+    outcomes = list(run_unit_sweep(units, None, backends=("a", "b"), threads=(1, 2), int8=False, turn=2))
+    assert len(outcomes) == len(units) and len(units) > 4
+    assert [c[0] for c in calls] == [2] * (len(units) // 2) + ([len(units) % 2] if len(units) % 2 else [])
+    assert [c[1] for c in calls[:3]] == [("a", "b"), ("b", "a"), ("a", "b")]
+    assert {c[2] for c in calls} == {(1, 2)} and {c[3] for c in calls} == {"fp32"}
