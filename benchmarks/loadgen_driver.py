@@ -330,11 +330,13 @@ def verdict_of(detail: Mapping[str, list[Any]]) -> tuple[str, str]:
     if verdict != "INVALID":
         return verdict, ""
     reasons = []
+    from perfmodels.fit import EARLY_STOPPING, LATENCY_BOUND, MIN_DURATION, MIN_QUERIES
+
     checks = (
-        ("result_perf_constraints_met", "latency bound not met"),
-        ("result_min_duration_met", "min duration not met"),
-        ("result_min_queries_met", "min query count not met"),
-        ("early_stopping_met", "early stopping not met"),
+        ("result_perf_constraints_met", LATENCY_BOUND),
+        ("result_min_duration_met", MIN_DURATION),
+        ("result_min_queries_met", MIN_QUERIES),
+        ("early_stopping_met", EARLY_STOPPING),
     )
     reasons += [text for key, text in checks if _last(detail, key, True) is False]
     early = " ".join(str(_last(detail, "early_stopping_result", "") or "").split())

@@ -713,9 +713,10 @@ def run_unit_sweep(
     """
     run = settings or sweep_settings()
     kernels = unit_kernels(units)
-    for start in range(0, len(kernels), max(1, turn)):
-        order = list(backends) if (start // max(1, turn)) % 2 == 0 else list(reversed(backends))
-        yield from run_kernel_suite(kernels[start : start + max(1, turn)], order, list(threads), run, db_path)
+    step = max(1, turn)
+    for start in range(0, len(kernels), step):
+        order = list(backends) if (start // step) % 2 == 0 else list(reversed(backends))
+        yield from run_kernel_suite(kernels[start : start + step], order, list(threads), run, db_path)
     backend, kinds = INT8_SWEEP
     if int8 and backend in backends:
         quantisable = [k for k, u in zip(kernels, units, strict=True) if u.kind in kinds]

@@ -379,10 +379,13 @@ def unreliable(frame: pd.DataFrame) -> pd.Series:
     return (measured_under_load(frame) & (frame["threads"].astype("Int64") > 1).fillna(False)).astype(bool)
 
 
-#: LoadGen's checks of a run's length (``benchmarks.loadgen_driver.verdict_of``'s wording). A run that failed only
-#: these ran fewer queries, or for less time, than MLPerf's rules ask of a submission; our recordings stop earlier on
-#: purpose (``RECORD_SETTINGS``), and the median they measured is as good as the harness's.
-LENGTH_CHECKS = ("min duration not met", "min query count not met", "early stopping not met")
+#: How a row's ``verdict_reason`` names LoadGen's failed checks (``benchmarks.loadgen_driver.verdict_of`` writes
+#: them): its run's length (a run that failed only these ran fewer queries, or for less time, than MLPerf's rules ask
+#: of a submission; our recordings stop earlier on purpose, and the median they measured is as good as the
+#: harness's), and the latency bound.
+MIN_DURATION, MIN_QUERIES, EARLY_STOPPING = "min duration not met", "min query count not met", "early stopping not met"
+LENGTH_CHECKS = (MIN_DURATION, MIN_QUERIES, EARLY_STOPPING)
+LATENCY_BOUND = "latency bound not met"
 
 
 def invalid_run(verdict: object, reason: object) -> bool:
@@ -391,7 +394,7 @@ def invalid_run(verdict: object, reason: object) -> bool:
     if verdict != "INVALID":
         return False
     text = reason if isinstance(reason, str) else ""
-    return "latency bound not met" in text or not any(check in text for check in LENGTH_CHECKS)
+    return LATENCY_BOUND in text or not any(check in text for check in LENGTH_CHECKS)
 
 
 def flagged(frame: pd.DataFrame) -> pd.Series:
