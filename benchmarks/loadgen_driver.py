@@ -44,6 +44,7 @@ import numpy as np
 from benchmarks.backends import Session
 from benchmarks.harness import AccuracyResult, Scenario, ScenarioResult, ScenarioSettings, compare_outputs
 from benchmarks.models import SuiteModel
+from perfmodels.results_db import EARLY_STOPPING, LATENCY_BOUND, MIN_DURATION, MIN_QUERIES
 
 Driver = Literal["loadgen", "harness"]
 DriverChoice = Literal["auto", "loadgen", "harness"]
@@ -330,8 +331,6 @@ def verdict_of(detail: Mapping[str, list[Any]]) -> tuple[str, str]:
     if verdict != "INVALID":
         return verdict, ""
     reasons = []
-    from perfmodels.fit import EARLY_STOPPING, LATENCY_BOUND, MIN_DURATION, MIN_QUERIES
-
     checks = (
         ("result_perf_constraints_met", LATENCY_BOUND),
         ("result_min_duration_met", MIN_DURATION),

@@ -50,7 +50,7 @@ import numpy as np
 
 from perfmodels.features import BYTES_PER_ELEMENT, Device, Route, Workload
 from perfmodels.lazy import lazy_import
-from perfmodels.results_db import BUSY_OTHER_CPU, on_gpu
+from perfmodels.results_db import BUSY_OTHER_CPU, LATENCY_BOUND, LENGTH_CHECKS, on_gpu
 from perfmodels.roofline import RooflinePrior
 from perfmodels.targets import kernel_flags
 
@@ -377,15 +377,6 @@ def unreliable(frame: pd.DataFrame) -> pd.Series:
     """Multi-threaded rows measured under load: their threads waited on each other behind other processes, so
     neither wall nor CPU time recovers the quiet-machine time. They stay in the database but are not fitted."""
     return (measured_under_load(frame) & (frame["threads"].astype("Int64") > 1).fillna(False)).astype(bool)
-
-
-#: How a row's ``verdict_reason`` names LoadGen's failed checks (``benchmarks.loadgen_driver.verdict_of`` writes
-#: them): its run's length (a run that failed only these ran fewer queries, or for less time, than MLPerf's rules ask
-#: of a submission; our recordings stop earlier on purpose, and the median they measured is as good as the
-#: harness's), and the latency bound.
-MIN_DURATION, MIN_QUERIES, EARLY_STOPPING = "min duration not met", "min query count not met", "early stopping not met"
-LENGTH_CHECKS = (MIN_DURATION, MIN_QUERIES, EARLY_STOPPING)
-LATENCY_BOUND = "latency bound not met"
 
 
 def invalid_run(verdict: object, reason: object) -> bool:

@@ -223,6 +223,13 @@ _KNOWN_HEADERS = {
 }
 #: A measurement during which other processes used more than this many cores' worth of CPU was made under load.
 BUSY_OTHER_CPU = 0.25
+#: How ``verdict_reason`` names LoadGen's failed checks (``benchmarks.loadgen_driver.verdict_of`` writes them): the
+#: run's length (a run that failed only these ran fewer queries, or for less time, than MLPerf's rules ask of a
+#: submission; our recordings stop earlier on purpose, and the median they measured is as good as the harness's),
+#: and the latency bound.
+MIN_DURATION, MIN_QUERIES, EARLY_STOPPING = "min duration not met", "min query count not met", "early stopping not met"
+LENGTH_CHECKS = (MIN_DURATION, MIN_QUERIES, EARLY_STOPPING)
+LATENCY_BOUND = "latency bound not met"
 
 
 class ResultsSchemaError(ValueError):

@@ -178,8 +178,7 @@ def test_computed_weights_are_quantised_by_onnxruntime_in_a_convolution_and_left
 
 
 def test_the_backends_take_turns_so_each_ones_units_sample_the_same_stretches_of_the_machine(monkeypatch):
-    """``turn`` units on every backend and thread count, then the next ones with the backends reversed; the int8
-    pass comes last, as before."""
+    """``turn`` units on every backend and thread count, then the next ones with the backends reversed."""
     from types import SimpleNamespace
 
     import benchmarks.unit_sweep as sweep
