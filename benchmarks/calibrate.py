@@ -44,9 +44,15 @@ from benchmarks.unit_sweep import SWEEP_ROUNDS, sample_rounds, sweep_settings, u
 if TYPE_CHECKING:
     from benchmarks.runner import Outcome  # (imported where used: the quick probe measures no whole model)
 
-#: Backends calibrated by default (the planner's CPU routes for an ONNX model, those installed); ``--backends`` picks
-#: others.
+#: The engines of the planner's CPU routes for an ONNX model: those the quick probe measures (installed), and the
+#: thread-count proxies' stores (``optimiser.transfer_proxy``) hold.
 CALIBRATE_BACKENDS = ("onnxruntime", "onnxruntime-extended", "appopt-runtime", "openvino")
+#: Frameworks ``appopt calibrate`` measures too, where installed: the routes of training plans and of named
+#: architectures, which an ONNX model's plan never ranks. Unmeasured, such a route kept the recording host's fit on
+#: a calibrated host, and its training steps borrowed the ONNX engines' ratios: on an AMD EPYC host PyTorch's steps
+#: were predicted at 35% RMSPE so, 17% by its own units, whose products ran 1.24x the Xeon's where the engines' ran
+#: 0.63-0.75x (docs/decisions.md, 2026-11-28, an AMD EPYC pair). About 30 s of the budget.
+FRAMEWORK_BACKENDS = ("torch",)
 #: Suite models measured whole on each backend (batch 1), before the units: quick to build, one of each kind of
 #: model (a CNN, a transformer, an MLP) and a CNN of medium size (about 2 GFLOPs, 10-35 ms a query). The ratio of
 #: their times here over the shipped host's sets each route's overall factor (``perfmodels.calibration``). The
@@ -329,6 +335,12 @@ def installed_backends(backends: tuple[str, ...] = CALIBRATE_BACKENDS) -> tuple[
     from benchmarks.backends import get_backend
 
     return tuple(name for name in backends if get_backend(name).unavailable_reason() is None)
+
+
+def default_backends() -> tuple[str, ...]:
+    """What ``appopt calibrate`` measures without ``--backends``: the ONNX engines, then the frameworks, those
+    installed."""
+    return installed_backends((*CALIBRATE_BACKENDS, *FRAMEWORK_BACKENDS))
 
 
 @dataclass(frozen=True)

@@ -23,8 +23,8 @@ def calibrate_cmd(
         list[str] | None,
         typer.Option(
             "--backends",
-            help="Backends to calibrate (repeatable; default onnxruntime, onnxruntime-extended, appopt-runtime, "
-            "openvino).",
+            help="Backends to calibrate (repeatable; default those installed of onnxruntime, onnxruntime-extended, "
+            "appopt-runtime, openvino and torch).",
         ),
     ] = None,
     db: Annotated[
@@ -36,18 +36,18 @@ def calibrate_cmd(
     resumes and adds."""
     from benchmarks.backends import all_backends
     from benchmarks.calibrate import (
-        CALIBRATE_BACKENDS,
         MIN_BUDGET_S,
         anchor_models,
         anchors_left,
         calibrate,
+        default_backends,
         measure_probes,
         units_left,
     )
     from perfmodels.hoststore import HostStoreError, check_writable, host_store_path, read_store
     from perfmodels.targets import local_target_key, usable_cores
 
-    chosen = tuple(backends or CALIBRATE_BACKENDS)
+    chosen = tuple(backends or default_backends())
     unknown = [b for b in chosen if b not in all_backends()]
     if unknown:
         raise AppoptError(f"--backends: unknown backend {unknown[0]!r} (known: {', '.join(all_backends())})")

@@ -341,22 +341,25 @@ def run_training_proxy(db: Path, pair: str, anchors: Sequence[str] | None = None
 
 
 def host_data(source: pd.DataFrame, store: pd.DataFrame, truth: pd.DataFrame, threads: int) -> TrainingProxyData:
-    """A host of a measured key as the training proxy's parts: ``source`` (the database) fitted as the planner fits
-    it, ``store`` this host's calibration, ``truth`` its quiet training steps at ``threads`` (ValueError: nothing to
-    score, or the store's key was never measured)."""
+    """A calibrated host as the training proxy's parts: ``source`` (the database) fitted as the planner fits it,
+    ``store`` this host's calibration, ``truth`` its quiet training steps at ``threads``. A host of a key the
+    database measured is carried from that key's rows; another (a CPU the database never saw) from the key with the
+    most training rows, as its plans are (ValueError: nothing to score, no training rows, or a store of several
+    hosts)."""
     from perfmodels.training_fit import PROBE_FAMILY, step_rows
 
     if "units" not in store or not store["units"].notna().any():
         raise ValueError("--store: no kernel unit rows (appopt calibrate writes them)")
     keys = sorted({str(t) for t in store["target"].dropna()}) if "target" in store else []
-    measured = set(step_rows(source)["target"].astype(str))
-    if len(keys) != 1 or keys[0] not in measured:
+    measured = step_rows(source)["target"].astype(str)
+    if len(keys) != 1 or measured.empty:
         raise ValueError(f"--store: its host ({', '.join(keys) or 'none'}) has no training rows in --db")
+    carried_from = keys[0] if keys[0] in set(measured) else str(measured.value_counts().index[0])
     truth = step_rows(truth)
     truth = truth[(truth["threads"].astype("Int64") == threads) & (truth["family"] != PROBE_FAMILY)]
     if truth.empty:
         raise ValueError(f"--truth: no quiet training step rows at {threads} threads")
-    return TrainingProxyData(keys[0], source, store, truth, threads, ())
+    return TrainingProxyData(carried_from, source, store, truth, threads, ())
 
 
 def run_training_truth(db: Path, store: Path, truth: Path, threads: int) -> list[str]:
@@ -380,9 +383,11 @@ def run_training_truth(db: Path, store: Path, truth: Path, threads: int) -> list
         raise AppoptError(str(error)) from None
     with tempfile.TemporaryDirectory(prefix="appopt-training-host-") as work:
         decisions = evaluate_training_proxy(data, Path(work), cache_dir_for(db), HOST_VARIANTS, held_out=False)
+    keys = sorted({str(t) for t in frame["target"].dropna()})
+    carried = "" if keys == [data.host] else f", carried from {data.host}'s rows"
     head = (
-        f"training plans on this host ({data.host}, {threads} threads) against {len(data.truth)} steps measured "
-        f"here; store {len(frame)} rows; one fit of every row of {db.name}"
+        f"training plans on this host ({', '.join(keys)}, {threads} threads{carried}) against {len(data.truth)} "
+        f"steps measured here; store {len(frame)} rows; one fit of every row of {db.name}"
     )
     return [head, *variant_lines(decisions)]
 

@@ -127,9 +127,10 @@ class Anchor:
     #: apart from its whole graphs from one host to another (OpenVINO's call cost: docs/decisions.md, 2026-11-27).
     flat: bool = False
 
-    def factor(self, mix: float) -> float:
-        """The route's factor for a model whose unit mix is ``mix``."""
-        return math.exp(self.level) if self.flat else math.exp(self.offset) * mix
+    def factor(self, mix: float, flat: bool = True) -> float:
+        """The route's factor for a model whose unit mix is ``mix`` (``flat=False``: by the mix even where the
+        anchors' level was chosen)."""
+        return math.exp(self.level) if self.flat and flat else math.exp(self.offset) * mix
 
 
 @dataclass(frozen=True)
@@ -188,9 +189,12 @@ class Calibration:
 
         return sum(t * ratio(u) for u, t in timed) / total
 
-    def factor(self, route: RouteKey, timed: Sequence[tuple[Unit, float]]) -> float | None:
+    def factor(
+        self, route: RouteKey, timed: Sequence[tuple[Unit, float]], flat: bool = True
+    ) -> float | None:
         """The correction of a prediction whose shipped unit times are ``timed`` (``timed_units``; None: route
-        not calibrated).
+        not calibrated). ``flat=False``: by the units' mix even where the route's anchors chose their level
+        (``Anchor.flat``), for work whose kernels are far larger than the anchors' (a training step's).
 
         A route without anchors (the quick probe's) takes its call at no more than its units' ratio: the no-op
         chains time a one-node model's call, which on some engines (OpenVINO) moves from host to host far more than
@@ -202,7 +206,7 @@ class Calibration:
         anchor = self.anchors.get(key)
         if anchor is None:
             return self.mix(key, timed, call_capped=True)
-        return anchor.factor(self.mix(key, timed))
+        return anchor.factor(self.mix(key, timed), flat)
 
     def interval(self, step_s: float, source: tuple[float, float] | None = None) -> tuple[float, float] | None:
         """(p10, p90) of the step: the held-out errors' quantiles (with at least ``MIN_HELDOUT``) widened by

@@ -946,6 +946,14 @@ class TrainingFit:
                 return None
             factor, how = carried
             how = f"x{factor:.3g}, the ratio of {how} measured here over there"
+        elif (
+            used.features == "train_units"
+            and n == host.threads
+            and (own := own_units_factor(calibration, host.units, workload, route, n, peak / host.peak_gflops))
+        ):
+            factor, how = own
+            products = " (its products at one core's GEMM peak)" if route.framework in BLAS_PRODUCTS else ""
+            how = f"x{factor:.3g}, the ratio of {how}{products} measured here over there"
         elif used.features == "train_units":
             factor = (peak / n) / (host.peak_gflops / host.threads)
             how = f"x{factor:.3g}, one core's GEMM peak there over here (its training kernels swept at one thread)"
@@ -1019,13 +1027,45 @@ def calibration_factor(
         source = source_route(units, calibration.source, k, threads)
         if source is None:
             continue
-        factor = calibration.factor(k, timed_units(source, workload.units, workload.batch_size))
+        factor = calibration.factor(k, timed_units(source, workload.units, workload.batch_size), flat=False)
         if factor is not None and factor > 0 and math.isfinite(factor):
             logs.append(math.log(factor))
     if not logs:
         return None
     how = f"{key[0]}'s forward units" if key is not None else f"its forward units on {len(logs)} calibrated engines"
     return math.exp(float(np.mean(logs))), how
+
+
+#: Frameworks whose training products (Gemm, MatMul and their gradients) run on NumPy's BLAS, the one the host's
+#: GEMM probe times (appopt-runtime: ``runtime/kernels/gemm.py``), and the unit kinds those products are.
+BLAS_PRODUCTS = {"appopt-runtime": ("gemm",)}
+
+
+def own_units_factor(
+    calibration: Calibration, units: UnitFit, workload: Workload, route: Route, threads: int, blas_ratio: float
+) -> tuple[float, str] | None:
+    """``calibration_factor`` where the calibration measured ``route``'s own framework (None elsewhere): what
+    carries a framework's training kernels to another CPU at the thread count the source fitted. One core's GEMM
+    peak alone does not: on an AMD EPYC host (one core's peak 0.8x the recording Xeon's) our runtime's training
+    steps ran 0.43-1.1x the Xeon's, carried so 107% RMSPE, by these units 32% (docs/decisions.md, 2026-11-28, an
+    AMD EPYC pair). Across thread counts the inference units' threading is not the training kernels' (the
+    thread-count proxy 1:2, 25.1% carried by GEMM peak, 27.9% by these units), so there the GEMM peak stays.
+
+    A framework whose products run on NumPy's BLAS (``BLAS_PRODUCTS``) has those kinds at ``blas_ratio``, one
+    core's GEMM peak there over here: its calibrated gemm units are inference's batch 1-8 products, bound by
+    memory, while a step's products are batches, bound by the BLAS's arithmetic (on the AMD host its gemm units
+    ran 0.63x the Xeon's, its GEMM peak per core 1.27x; BERT-like steps 1.1x)."""
+    key = calibration.route_for((route.framework, route.compiler, route.layout, route.precision))
+    if key is None or key[0] != route.framework:
+        return None
+    blas_kinds = BLAS_PRODUCTS.get(route.framework, ())
+    if blas_kinds and blas_ratio > 0 and math.isfinite(blas_ratio):
+        from perfmodels.calibration import KindRatio
+
+        at_peak = KindRatio(math.log(blas_ratio), units=1)
+        ratios = {**calibration.ratios, key: {**calibration.ratios[key], **dict.fromkeys(blas_kinds, at_peak)}}
+        calibration = replace(calibration, ratios=ratios)
+    return calibration_factor(calibration, units, workload, route, threads)
 
 
 def _unmeasured(group: TrainingGroupFit, route: Route) -> str:

@@ -146,3 +146,26 @@ def test_the_anchors_are_measured_again_after_the_units_in_the_reverse_order_unl
         clock=clock,
     ))  # fmt: skip
     assert calls == [("a", ("m1",)), ("b", ("m1",))]
+
+
+def test_calibrate_measures_the_installed_onnx_engines_then_the_training_frameworks(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Without ``--backends``: the ONNX engines, then PyTorch (the routes of training plans, which no ONNX model's
+    plan ranks), those installed; the quick probe keeps to the ONNX engines."""
+    import benchmarks.backends as backends
+
+    missing = {"openvino", "torch"}
+
+    class _Backend:
+        def __init__(self, name: str) -> None:
+            self.name = name
+
+        def unavailable_reason(self) -> str | None:
+            return "extra not installed" if self.name in missing else None
+
+    monkeypatch.setattr(backends, "get_backend", _Backend)
+    assert calibrate.default_backends() == ("onnxruntime", "onnxruntime-extended", "appopt-runtime")
+    missing.clear()
+    assert calibrate.default_backends()[-1] == "torch"
+    assert "torch" not in calibrate.installed_backends()

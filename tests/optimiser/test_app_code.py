@@ -112,6 +112,8 @@ def _framework_spec(tmp_path: Path, framework: str, command: str = "") -> Path:
         f"name: fw\napplication:\n  type: inference\n  model: {{onnx: digits_mlp.onnx}}\n  framework: {framework}\n"
         + (f"  command: {command}\n" if command else "")
         + "target:\n  cpu: {arch: x86_64, model: local}\n  scheduler: none\n"
+        # the framework's own runner is the subject: no graph compiler, whichever this host's plan would rank first
+        + "optimisation:\n  allow: {compilers: [none]}\n"
     )
     return path
 

@@ -203,3 +203,22 @@ def test_a_store_without_units_or_no_truth_is_one_line(tmp_path: Path, capsys: p
     assert main(["--db", str(db), "--mode", "training", "--store", str(corrupt), "--truth", str(truth)]) == 1
     (line,) = capsys.readouterr().err.strip().splitlines()
     assert line.startswith(f"error: --store: {corrupt}: not a results database")
+
+
+def test_a_host_of_a_key_never_measured_is_scored_as_its_plans_are_carried(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Another CPU (a key with no training rows, as an AMD host against the Xeon's database): its steps are scored
+    against the rows of the key with the most training rows carried by its calibration, and the report says so."""
+    db, store, truth = tmp_path / "db.csv", tmp_path / "store.csv", tmp_path / "truth.csv"
+    rows = _rows()
+    write_rows(db, rows)
+    other = [{**r, "target": "other-2c"} for r in _slower(rows, 2.0)]
+    write_rows(store, [make_row(**r) for r in other if r["mode"] != "training"])
+    write_rows(truth, [r for r in other if r["mode"] == "training"])
+    argv = ["--db", str(db), "--mode", "training", "--store", str(store), "--truth", str(truth), "--threads", "2"]
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    assert out.startswith(f"training plans on this host (other-2c, 2 threads, carried from {HOST}'s rows)")
+    figures = dict(re.findall(r"\n(as-measured|calibrated): RMSPE ([\d.]+)%", out))
+    assert float(figures["calibrated"]) < 15 < float(figures["as-measured"])

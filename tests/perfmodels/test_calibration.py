@@ -416,6 +416,8 @@ def test_anchors_the_unit_mix_mispredicts_set_the_factor_by_their_own_mean_ratio
     anchor = Anchor(sum(r - m for r, m in logs) / 4, ("a", "b", "c", "d"), level, flat=True)
     assert anchor.factor(2.0) == anchor.factor(5.0) == pytest.approx(math.exp(level))
     assert Anchor(math.log(0.5), ("a",), level).factor(2.0) == pytest.approx(1.0)
+    # a training step's kernels are far larger than the anchors': it asks for the mix whatever the anchors chose
+    assert anchor.factor(2.0, flat=False) == pytest.approx(math.exp(anchor.offset) * 2.0)
 
 
 def test_a_near_draw_or_too_few_anchors_keep_the_unit_mix() -> None:

@@ -246,3 +246,57 @@ def test_a_trainer_runs_stored_weights():
     assert trained(stored) is stored
     assert param_tensors([computed, Unit("pool", dict.fromkeys(("n", "c", "h", "w", "kh", "kw", "stride", "oh",
                                                                 "ow", "avg"), 1))]) == 6  # fmt: skip
+
+
+# --- carried to another CPU --------------------------------------------------------------------------------------
+
+
+class _SourceUnits:
+    """The source's appopt-runtime unit model at one thread: every unit 1 ms, the call 10 us."""
+
+    class _Route:
+        call_s = 1e-5
+
+        def unit_seconds(self, units, batch):
+            return [1e-3] * len(units)
+
+    def __init__(self) -> None:
+        self._key = (local_target_key(), "appopt-runtime", "none", "NCHW", "fp32", 1)
+
+    def keys(self):
+        return [self._key]
+
+    def route(self, key):
+        return self._Route() if tuple(key) == self._key else None
+
+
+def test_a_step_priced_by_training_units_is_carried_to_another_cpu_by_its_own_units_its_products_at_gemm_peak(
+    tmp_path,
+):
+    """On another CPU at the source's thread count, our runtime's training step takes the ratio of its own
+    calibrated forward units, its products (NumPy's BLAS) at one core's GEMM peak there over here: its gemm units
+    are inference's small products, bound by memory, which an AMD EPYC host ran 0.63x the Xeon's while its GEMM
+    peak per core was 0.8x. At another thread count the GEMM peak carries the step as before."""
+    from perfmodels.calibration import Calibration, KindRatio
+    from perfmodels.training_fit import CalibratedHost
+
+    fit = TrainingFit.from_frame(_frame(tmp_path, _rows()), shipped=SHIPPED, training_routes=ROUTES)
+    units = SHIPPED["res_b"]
+    flops = sum(2.0 * u["k"] * u["n"] for u in units)
+    workload = Workload(
+        flops_per_sample=flops, activation_bytes_per_sample=0.0, params=sum(u["k"] * u["n"] for u in units),
+        mode="training", batch_size=16, flops_by_class={"gemm": flops}, ops_by_class={"gemm": 3},
+        model_name="res_b", units=units,
+    )  # fmt: skip
+    route = Route("appopt-runtime", "none", ("numpy",), "fp32", "NCHW", efficiency=0.5)
+    key = ("appopt-runtime", "none", "NCHW", "fp32")
+    half = {kind: KindRatio(math.log(0.5), 6) for kind in ("gemm", "conv", "noop")}
+    calibration = Calibration("here-1c", local_target_key(), 18, ratios={key: half}, log_ratios={key: [math.log(0.5)]})
+    there = fit.predict(workload, route, local_target_key(), 1)
+    # the rows' GEMM peak is 50 GFLOP/s at one thread; here 40: products run 1.25x as long
+    same = fit.calibrated(workload, route, CalibratedHost(calibration, _SourceUnits(), 40.0, 10.0, 1))  # type: ignore[arg-type]
+    assert same is not None and there is not None
+    assert "appopt-runtime's forward units (its products at one core's GEMM peak)" in same.basis
+    assert same.step_seconds / there.step_seconds == pytest.approx(1.25, rel=0.01)  # every unit a product
+    two = fit.calibrated(workload, route, CalibratedHost(calibration, _SourceUnits(), 80.0, 10.0, 2))  # type: ignore[arg-type]
+    assert two is not None and "one core's GEMM peak there over here" in two.basis

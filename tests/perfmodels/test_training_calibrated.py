@@ -199,3 +199,23 @@ def test_a_local_host_of_the_measured_key_calibrated_against_its_rows_is_carried
     quick = Calibration("here-2c", local_target_key(), 12, via="quick probe")
     monkeypatch.setattr(model, "calibration", lambda: quick)
     assert model.predict(workload, TORCH, local).step_seconds == plain.step_seconds
+
+
+def test_a_framework_calibrated_itself_carries_its_training_products_at_the_gemm_peaks_ratio() -> None:
+    """``own_units_factor``: a framework whose products run on NumPy's BLAS (our runtime) takes its gemm units at
+    one core's GEMM peak there over here, every other kind at its calibrated ratio; a framework the calibration did
+    not measure gets none (the caller keeps its GEMM peak carry)."""
+    from perfmodels.training_fit import own_units_factor
+
+    ours = ("appopt-runtime", "none", "NCHW", "fp32")
+    route = Route("appopt-runtime", "none", ("numpy",), "fp32", "NCHW", 0.5)
+    conv = Unit("conv", {"n": 1, "cin": 16, "cout": 16, "h": 8, "w": 8, "kh": 3, "kw": 3, "stride": 1, "group": 1,
+                         "oh": 8, "ow": 8, "act": 0, "residual": 0, "init_w": 1})  # fmt: skip
+    calibration = _calibration({ours: 0.5})
+    factor, how = own_units_factor(calibration, _Units(ours), _workload((GEMM, conv)), route, 2, 2.0)
+    # the call (10 us at 0.5), the product (1 ms at 2.0), the convolution (1 ms at 0.5), weighted by their times
+    assert factor == pytest.approx((1e-5 * 0.5 + 1e-3 * 2.0 + 1e-3 * 0.5) / (1e-5 + 2e-3))
+    assert how == "appopt-runtime's forward units"
+    ort = Route("onnxruntime", "none", ("mlas",), "fp32", "NCHW", 0.5)
+    assert own_units_factor(_calibration({ORT: 0.5}), _Units(ORT), _workload(), ort, 2, 2.0)[0] == pytest.approx(0.5)
+    assert own_units_factor(_calibration({ORT: 0.5}), _Units(ORT), _workload(), TORCH, 2, 2.0) is None
