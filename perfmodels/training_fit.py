@@ -932,9 +932,12 @@ class TrainingFit:
         n = int(fitted.detail["threads"])
         peak, _ = self.peaks[(calibration.source, n)]
         used = self._unit_priced_group(workload, route, calibration.source, n) or group
-        if used.features == "units" and threads_own(route.framework, route.compiler):
+        if used.features == "units" and threads_own(route.framework, route.compiler) and n != host.threads:
             # its steps thread as its own rows say, not as the calibrated engines' kernels do (at two threads here
-            # they ran 1.6-1.9x faster, TensorFlow's steps 1.05x): one core's speed carries it, its exponent the rest
+            # they ran 1.6-1.9x faster, TensorFlow's steps 1.05x): one core's speed carries it, its exponent the rest.
+            # At the source's thread count the units carry it as any framework's: one core's GEMM peak (NumPy's
+            # BLAS) is not its kernels' speed on another CPU (AMD EPYC: TensorFlow's eager steps 0.35-0.7x the
+            # Xeon's, its GEMM peak per core 1.27x; 163.5% RMSPE so; docs/decisions.md, 2026-11-28)
             factor = (peak / n) / (host.peak_gflops / host.threads) * (n / host.threads) ** used.thread_exponent
             how = (
                 f"x{factor:.3g}, one core's GEMM peak there over here and its own threading from {n} to "

@@ -219,3 +219,34 @@ def test_a_framework_calibrated_itself_carries_its_training_products_at_the_gemm
     ort = Route("onnxruntime", "none", ("mlas",), "fp32", "NCHW", 0.5)
     assert own_units_factor(_calibration({ORT: 0.5}), _Units(ORT), _workload(), ort, 2, 2.0)[0] == pytest.approx(0.5)
     assert own_units_factor(_calibration({ORT: 0.5}), _Units(ORT), _workload(), TORCH, 2, 2.0) is None
+
+
+def test_a_step_on_its_own_threading_is_carried_by_units_at_the_sources_thread_count(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """TensorFlow's eager steps thread as their own rows say: across thread counts one core's GEMM peak and their
+    own exponent carry them; at the source's thread count the calibrated units do, as for any framework (on an AMD
+    EPYC host one core's GEMM peak, 1.27x the Xeon's time, carried them at 163.5% RMSPE; their steps ran
+    0.35-0.7x)."""
+    from types import SimpleNamespace
+
+    from perfmodels.prediction import Prediction
+    from perfmodels.training_fit import TrainingFit
+
+    tf = Route("tensorflow", "none", ("eigen",), "fp32", "NCHW", 0.5)
+    group = SimpleNamespace(
+        targets={SOURCE}, features="units", thread_exponent=0.1, backend="keras", precision="fp32", rows=40,
+        train_rmspe=0.1, compiler="none", layout="", under_load=False,
+    )  # fmt: skip
+    fit = TrainingFit(peaks={(SOURCE, 2): (100.0, 20.0)})
+    monkeypatch.setattr(fit, "group_for", lambda route: group)
+    monkeypatch.setattr(fit, "_unit_priced_group", lambda *a: group)
+    workload = _workload()
+    there = Prediction.for_step(workload, 0.1, "compute", "fitted-training:src-2c", {"threads": 2.0})
+    monkeypatch.setattr(fit, "predict", lambda *a: there)
+    calibration = _calibration({ORT: 0.5})
+    same = fit.calibrated(workload, tf, CalibratedHost(calibration, _Units(ORT), 80.0, 20.0, 2))  # type: ignore[arg-type]
+    assert same is not None and same.step_seconds == pytest.approx(0.05)  # the engines' units: 0.5x
+    assert "its forward units on 1 calibrated engines" in same.basis
+    other = fit.calibrated(workload, tf, CalibratedHost(calibration, _Units(ORT), 40.0, 20.0, 1))  # type: ignore[arg-type]
+    assert other is not None and "one core's GEMM peak there over here and its own threading" in other.basis
