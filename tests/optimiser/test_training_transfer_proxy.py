@@ -168,19 +168,24 @@ def _slower(rows: list[dict[str, object]], factor: float) -> list[dict[str, obje
     return out
 
 
+def _slower_host(tmp_path: Path, target: str) -> list[str]:
+    """The database of ``_rows`` and, as host ``target``, a calibration store and training steps twice as slow;
+    ``calibration_eval``'s arguments scoring that host at 2 threads."""
+    db, store, truth = tmp_path / "db.csv", tmp_path / "store.csv", tmp_path / "truth.csv"
+    rows = _rows()
+    write_rows(db, rows)
+    slower = [{**r, "target": target} for r in _slower(rows, 2.0)]
+    write_rows(store, [make_row(**r) for r in slower if r["mode"] != "training"])
+    write_rows(truth, [r for r in slower if r["mode"] == "training"])
+    return ["--db", str(db), "--mode", "training", "--store", str(store), "--truth", str(truth), "--threads", "2"]
+
+
 def test_on_a_slower_machine_of_a_measured_key_the_calibration_carries_the_rows(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """``--mode training --store --truth``: the database's rows as they stand predict this machine's steps half as
     long as they take; carried by its calibration they are close."""
-    db, store, truth = tmp_path / "db.csv", tmp_path / "store.csv", tmp_path / "truth.csv"
-    rows = _rows()
-    write_rows(db, rows)
-    slower = _slower(rows, 2.0)
-    write_rows(store, [make_row(**r) for r in slower if r["mode"] != "training"])
-    write_rows(truth, [r for r in slower if r["mode"] == "training"])
-    argv = ["--db", str(db), "--mode", "training", "--store", str(store), "--truth", str(truth), "--threads", "2"]
-    assert main(argv) == 0
+    assert main(_slower_host(tmp_path, HOST)) == 0
     out = capsys.readouterr().out
     assert out.startswith(f"training plans on this host ({HOST}, 2 threads) against 16 steps measured here")
     figures = dict(re.findall(r"\n(as-measured|calibrated): RMSPE ([\d.]+)%", out))
@@ -210,14 +215,7 @@ def test_a_host_of_a_key_never_measured_is_scored_as_its_plans_are_carried(
 ) -> None:
     """Another CPU (a key with no training rows, as an AMD host against the Xeon's database): its steps are scored
     against the rows of the key with the most training rows carried by its calibration, and the report says so."""
-    db, store, truth = tmp_path / "db.csv", tmp_path / "store.csv", tmp_path / "truth.csv"
-    rows = _rows()
-    write_rows(db, rows)
-    other = [{**r, "target": "other-2c"} for r in _slower(rows, 2.0)]
-    write_rows(store, [make_row(**r) for r in other if r["mode"] != "training"])
-    write_rows(truth, [r for r in other if r["mode"] == "training"])
-    argv = ["--db", str(db), "--mode", "training", "--store", str(store), "--truth", str(truth), "--threads", "2"]
-    assert main(argv) == 0
+    assert main(_slower_host(tmp_path, "other-2c")) == 0
     out = capsys.readouterr().out
     assert out.startswith(f"training plans on this host (other-2c, 2 threads, carried from {HOST}'s rows)")
     figures = dict(re.findall(r"\n(as-measured|calibrated): RMSPE ([\d.]+)%", out))

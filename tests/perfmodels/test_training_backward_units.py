@@ -124,19 +124,24 @@ def test_the_backward_is_priced_at_each_rows_batch(tmp_path):
     assert evaluation.step_rmspe() > 0.1
 
 
-def test_plans_price_the_workloads_training_kernels(tmp_path):
-    """An appopt-runtime training plan is priced by its training units and says so; without units, the FLOP
-    model."""
-    fit = TrainingFit.from_frame(_frame(tmp_path, _rows()), shipped=SHIPPED, training_routes=ROUTES)
-    assert fit.unit_groups["appopt-runtime|fp32"].features == "train_units"
-    units = SHIPPED["res_b"]
+def _res_b_training(units: tuple[Unit, ...]) -> tuple[Workload, Route]:
+    """``res_b`` (three products) trained at batch 16 on appopt-runtime."""
     flops = sum(2.0 * u["k"] * u["n"] for u in units)
     workload = Workload(
         flops_per_sample=flops, activation_bytes_per_sample=0.0, params=sum(u["k"] * u["n"] for u in units),
         mode="training", batch_size=16, flops_by_class={"gemm": flops}, ops_by_class={"gemm": 3},
         model_name="res_b", units=units,
     )  # fmt: skip
-    route = Route("appopt-runtime", "none", ("numpy",), "fp32", "NCHW", efficiency=0.5)
+    return workload, Route("appopt-runtime", "none", ("numpy",), "fp32", "NCHW", efficiency=0.5)
+
+
+def test_plans_price_the_workloads_training_kernels(tmp_path):
+    """An appopt-runtime training plan is priced by its training units and says so; without units, the FLOP
+    model."""
+    fit = TrainingFit.from_frame(_frame(tmp_path, _rows()), shipped=SHIPPED, training_routes=ROUTES)
+    assert fit.unit_groups["appopt-runtime|fp32"].features == "train_units"
+    units = SHIPPED["res_b"]
+    workload, route = _res_b_training(units)
     priced = fit.predict(workload, route, local_target_key(), 1)
     assert priced is not None and "training kernel units" in priced.basis
     assert priced.step_seconds == pytest.approx(_true_step(units, 16), rel=0.02)
@@ -281,14 +286,7 @@ def test_a_step_priced_by_training_units_is_carried_to_another_cpu_by_its_own_un
     from perfmodels.training_fit import CalibratedHost
 
     fit = TrainingFit.from_frame(_frame(tmp_path, _rows()), shipped=SHIPPED, training_routes=ROUTES)
-    units = SHIPPED["res_b"]
-    flops = sum(2.0 * u["k"] * u["n"] for u in units)
-    workload = Workload(
-        flops_per_sample=flops, activation_bytes_per_sample=0.0, params=sum(u["k"] * u["n"] for u in units),
-        mode="training", batch_size=16, flops_by_class={"gemm": flops}, ops_by_class={"gemm": 3},
-        model_name="res_b", units=units,
-    )  # fmt: skip
-    route = Route("appopt-runtime", "none", ("numpy",), "fp32", "NCHW", efficiency=0.5)
+    workload, route = _res_b_training(SHIPPED["res_b"])
     key = ("appopt-runtime", "none", "NCHW", "fp32")
     half = {kind: KindRatio(math.log(0.5), 6) for kind in ("gemm", "conv", "noop")}
     calibration = Calibration("here-1c", local_target_key(), 18, ratios={key: half}, log_ratios={key: [math.log(0.5)]})
