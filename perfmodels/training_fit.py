@@ -932,13 +932,16 @@ class TrainingFit:
         n = int(fitted.detail["threads"])
         peak, _ = self.peaks[(calibration.source, n)]
         used = self._unit_priced_group(workload, route, calibration.source, n) or group
-        if used.features == "units" and threads_own(route.framework, route.compiler) and n != host.threads:
+        per_core = (peak / n) / (host.peak_gflops / host.threads)  # one core's GEMM peak there over here
+        # Units measured here and there at one thread count carry a step to another CPU; one core's GEMM peak
+        # (NumPy's BLAS) does not (AMD EPYC: TensorFlow's eager steps 0.35-0.7x the Xeon's, our runtime's 0.43-1.1x,
+        # its peak per core 1.27x; docs/decisions.md, 2026-11-28). Across thread counts the inference units' threading
+        # is not a step's, so there one core's peak carries the steps that thread on their own.
+        across_threads = n != host.threads
+        if used.features == "units" and threads_own(route.framework, route.compiler) and across_threads:
             # its steps thread as its own rows say, not as the calibrated engines' kernels do (at two threads here
-            # they ran 1.6-1.9x faster, TensorFlow's steps 1.05x): one core's speed carries it, its exponent the rest.
-            # At the source's thread count the units carry it as any framework's: one core's GEMM peak (NumPy's
-            # BLAS) is not its kernels' speed on another CPU (AMD EPYC: TensorFlow's eager steps 0.35-0.7x the
-            # Xeon's, its GEMM peak per core 1.27x; 163.5% RMSPE so; docs/decisions.md, 2026-11-28)
-            factor = (peak / n) / (host.peak_gflops / host.threads) * (n / host.threads) ** used.thread_exponent
+            # they ran 1.6-1.9x faster, TensorFlow's steps 1.05x): one core's speed carries it, its exponent the rest
+            factor = per_core * (n / host.threads) ** used.thread_exponent
             how = (
                 f"x{factor:.3g}, one core's GEMM peak there over here and its own threading from {n} to "
                 f"{host.threads} thread(s)"
@@ -951,14 +954,14 @@ class TrainingFit:
             how = f"x{factor:.3g}, the ratio of {how} measured here over there"
         elif (
             used.features == "train_units"
-            and n == host.threads
-            and (own := own_units_factor(calibration, host.units, workload, route, n, peak / host.peak_gflops))
+            and not across_threads
+            and (own := own_units_factor(calibration, host.units, workload, route, n, per_core))
         ):
             factor, how = own
             products = " (its products at one core's GEMM peak)" if route.framework in BLAS_PRODUCTS else ""
             how = f"x{factor:.3g}, the ratio of {how}{products} measured here over there"
         elif used.features == "train_units":
-            factor = (peak / n) / (host.peak_gflops / host.threads)
+            factor = per_core
             how = f"x{factor:.3g}, one core's GEMM peak there over here (its training kernels swept at one thread)"
         else:
             x = feature_row(
