@@ -206,6 +206,8 @@ def model_error(p: Prediction) -> tuple[float, str]:
     rmspe = p.detail.get("heldout_rmspe")
     if rmspe and p.basis.startswith("calibrated"):
         return float(rmspe), "leave-one-unit-out RMSPE of this host's own fit"
+    if rmspe and "descriptor_factor" in p.detail:
+        return float(rmspe), "held-out RMSPE of the fitted model with what its descriptors missed on an unseen CPU"
     if rmspe:
         return float(rmspe), "held-out RMSPE of the fitted model"
     return PRIOR_ERROR, "assumed for the roofline prior, which no measurement checks here"

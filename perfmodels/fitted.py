@@ -6,7 +6,10 @@
 * target has measurements for the route's framework → fitted (``basis: fitted:<target>``). When the route differs
   from what was measured only in precision, layout or compiler, the nearest measured route is scaled by the prior's
   ratio between the two (``basis: fitted:<target> x prior(<what differs>)``);
-* otherwise (another machine, an unmeasured framework, training, several devices) → the roofline prior
+* a CPU nothing measured or calibrated (a catalog preset; ``local`` planned without its quick probe; several
+  CPUs) → the fit on the measured host of its instruction set, carried by the prior's ratio between the machines
+  (``basis: transferred:<target> via descriptors (...) of fitted:<target> ...``; ``perfmodels.descriptor_transfer``);
+* otherwise (an unmeasured framework or instruction set, training, a GPU) → the roofline prior
   (``basis: roofline-prior``);
 * the workload has a graph (an ONNX model: ``Workload.units``) and the route was swept kernel by kernel
   (``perfmodels.unitfit``) → a weighted geometric mean of the whole-model fit and the sum of the model's kernel units
@@ -48,6 +51,7 @@ import numpy as np
 
 from perfmodels.calibration import Calibration, calibration_from, timed_units
 from perfmodels.compiler_ratio import RATIO_WEIGHT, through_framework
+from perfmodels.descriptor_transfer import carried, descriptor_sources, source_device
 from perfmodels.digests import file_digest
 from perfmodels.evaluate import Evaluation, leave_one_architecture_out, scores
 from perfmodels.features import Device, Route, Workload
@@ -63,7 +67,6 @@ from perfmodels.results_db import cpu_rows
 from perfmodels.roofline import RooflinePrior
 from perfmodels.setup_time import CompileRates, compile_rates
 from perfmodels.targets import (
-    flags_arch,
     host_difference,
     local_kernel_flags,
     local_target_key,
@@ -592,12 +595,15 @@ class FittedModel:
         if target is None and device.name in LOCAL_NAMES and device.kind == "cpu" and self.store is not None:
             calibration = self.calibration()  # an uncalibrated host's fits carried over from the shipped host
             target = calibration.source if calibration is not None else None
-        if target is None:
-            return None
+        return None if target is None else self._nearest_group(target, route, self._wanted_threads(target))
+
+    def _nearest_group(self, target: str, route: Route, wanted: int | None) -> GroupFit | None:
+        """The usable group of ``route``'s framework on ``target`` nearest ``route`` (at ``wanted`` threads, else
+        the most measured)."""
         groups = [g for g in self.result.for_target(target) if g.route.framework == route.framework and g.usable]
         if not groups:
             return None
-        wanted = self._wanted_threads(target) or max(g.threads for g in groups)
+        wanted = wanted or max(g.threads for g in groups)
 
         # a measured compiler is nearer than another compiler in the route's layout: compilers differ far more; an
         # unmeasured compiler stands on the framework's own measurements, never on another compiler's
@@ -635,8 +641,18 @@ class FittedModel:
             )
         group = self.anchor(workload, route, device)
         if group is None:
-            return self._host_predicted(workload, route, device, prior) or self._ratio_carried(
-                workload, route, device, prior) or prior
+            return (
+                self._host_predicted(workload, route, device, prior)
+                or self._descriptor_carried(workload, route, device, prior)
+                or prior
+            )
+        fitted = self._fitted_on(workload, route, device, group, prior)
+        return self._calibrated(fitted, workload, route, group) if device.name in LOCAL_NAMES else fitted
+
+    def _fitted_on(
+        self, workload: Workload, route: Route, device: Device, group: GroupFit, prior: Prediction
+    ) -> Prediction:
+        """``route``'s prediction from ``group``'s measurements (``prior``: the prior on ``device``)."""
         x = workload_features(workload, group.route.precision)
         below = f" (below the fitted range of {group.target})" if group.below_range(x) else ""
         by_units = self.units_seconds(workload, group)
@@ -745,7 +761,7 @@ class FittedModel:
                 **({} if search is None else {"search_s": search[0], "search_trials": search[1]}),
             },
         )
-        return self._calibrated(fitted, workload, route, group) if device.name in LOCAL_NAMES else fitted
+        return fitted
 
     def _host_predicted(self, workload: Workload, route: Route, device: Device, prior: Prediction) -> Prediction | None:
         """On a ``local`` CPU that nothing shipped carries a prediction to: this host's own fit, where its store
@@ -759,33 +775,24 @@ class FittedModel:
             fit, workload, route, usable_cores(), prior, lambda r: self.prior.predict(workload, r, device)
         )
 
-    def _ratio_carried(self, workload: Workload, route: Route, device: Device, prior: Prediction) -> Prediction | None:
-        """On a target nothing was measured on (a catalog preset), a graph compiler's route as the prior of its
-        framework alone times the compiler's ratio measured elsewhere (``compiler_ratio``): what a compiler changes
-        relative to its framework carries across CPUs better than either's time, and the prior alone credits it with
-        nothing where no speed-up is reported, tying the two."""
-        if workload.mode != "inference" or route.compiler in ("none", "") or device.kind != "cpu":
+    def _descriptor_carried(
+        self, workload: Workload, route: Route, device: Device, prior: Prediction
+    ) -> Prediction | None:
+        """On a CPU nothing measured or calibrated (a catalog preset, a ``local`` host planned without its quick
+        probe): the fitted prediction on the measured host of its instruction set with the most rows that measured
+        the route's framework, carried by the prior's ratio between the two machines (``perfmodels.
+        descriptor_transfer``; a graph compiler with its ratio to its framework as measured there; None: no such
+        host)."""
+        if workload.mode != "inference" or device.kind != "cpu":
             return None
-        ratio = next((q for q in self.result.ratios if q.usable and q.route.framework == route.framework
-                      and q.route.compiler == route.compiler and q.route.precision == route.precision
-                      and device.arch and self._target_arch(q.target) == device.arch), None)
-        if ratio is None:
+        groups = (self._nearest_group(s, route, None) for s in descriptor_sources(self.result.groups, device.arch))
+        group = next((g for g in groups if g is not None), None)
+        if group is None:
             return None
-        plain = self.prior.predict(workload, replace(route, compiler="none", compiler_speedup=1.0), device)
-        # at the most threads the ratio's host measured (a preset has more cores than any of them)
-        threads = max((g.threads for g in self.result.for_target(ratio.target)), default=1)
-        factor = ratio.ratio(workload_features(workload, route.precision), workload.batch_size, threads)
-        return Prediction.for_step(
-            workload,
-            plain.step_seconds * factor,
-            prior.bound,
-            f"{plain.basis} x the {route.compiler} ratio measured on {ratio.target} ({ratio.pairs} pairs)",
-            {**prior.detail, "framework_step_s": plain.step_seconds, "compiler_ratio": factor},
-        )
-
-    def _target_arch(self, target: str) -> str:
-        """The instruction set of a measured target, from its groups' CPU flags ("" when they do not say)."""
-        return next((arch for g in self.result.for_target(target) if (arch := flags_arch(g.cpu_flags))), "")
+        there = source_device(group, device)
+        prior_there = self.prior.predict(workload, route, there)
+        fitted = self._fitted_on(workload, route, there, group, prior_there)
+        return carried(fitted, prior, prior_there, device, group)
 
     def describe(self) -> list[str]:
         """One line per fitted group, then one per graph compiler's ratio model and per compiler's in-graph unit fit."""

@@ -98,3 +98,30 @@ def flags_arch(flags: Iterable[str]) -> str:
     if any(f.startswith(("asimd", "sve", "neon")) for f in flags):
         return "aarch64"
     return ""
+
+
+def precision_rates(arch: str, flags: Iterable[str], fp32: float) -> dict[str, float]:
+    """FLOPs (int8: ops) per cycle per core at each precision the ISA has arithmetic for, given its fp32 rate:
+    x86_64 AVX512_FP16 fp16 2x fp32; bf16 AMX 1024 a cycle, else AVX512_BF16 2x; int8 AMX 2048, else VNNI 4x;
+    aarch64 fp16 (asimdhp) and bf16 (BFDOT) 2x, int8 (SDOT: asimddp or SVE) 4x."""
+    have = set(flags)
+    rates = {"fp32": fp32}
+    if arch == "x86_64":
+        if "avx512_fp16" in have:
+            rates["fp16"] = 2 * fp32
+        if "amx_bf16" in have:
+            rates["bf16"] = 1024.0
+        elif "avx512_bf16" in have:
+            rates["bf16"] = 2 * fp32
+        if "amx_int8" in have:
+            rates["int8"] = 2048.0
+        elif have & {"avx512_vnni", "avx_vnni", "avx512vnni"}:
+            rates["int8"] = 4 * fp32
+    elif arch == "aarch64":
+        if have & {"asimdhp", "fphp"}:
+            rates["fp16"] = 2 * fp32
+        if "bf16" in have:
+            rates["bf16"] = 2 * fp32
+        if have & {"asimddp", "sve"}:  # SDOT: NEON dot-product extension, or part of base SVE
+            rates["int8"] = 4 * fp32
+    return rates

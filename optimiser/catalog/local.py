@@ -37,9 +37,10 @@ import time
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
-from typing import get_args
+from typing import cast, get_args
 
 from optimiser.catalog.models import Arch, Hardware, Precision, Source
+from perfmodels.targets import precision_rates
 
 #: Bytes copied by the bandwidth probe: large enough to leave the caches of current server CPUs.
 PROBE_BYTES = 256 * 2**20
@@ -167,7 +168,6 @@ def flops_per_cycle(
 ) -> tuple[dict[Precision, float], str]:
     """Per-core FLOPs (int8: ops) per cycle by precision, and the rule that gave the fp32 figure."""
     flags = info.flags
-    rates: dict[Precision, float] = {}
     if arch == "x86_64":
         amd = info.vendor_id == "AuthenticAMD"
         if "avx512f" in flags:
@@ -179,32 +179,18 @@ def flops_per_cycle(
             fp32, rule = 16.0, "AVX"
         else:
             fp32, rule = 8.0, "SSE"
-        rates["fp32"] = fp32
-        if "avx512_fp16" in flags:
-            rates["fp16"] = 2 * fp32
-        if "amx_bf16" in flags:
-            rates["bf16"] = 1024.0
-        elif "avx512_bf16" in flags:
-            rates["bf16"] = 2 * fp32
-        if "amx_int8" in flags:
-            rates["int8"] = 2048.0
-        elif flags & {"avx512_vnni", "avx_vnni", "avx512vnni"}:
-            rates["int8"] = 4 * fp32
-        return rates, rule
+        return _rates(arch, flags, fp32), rule
     if arch == "aarch64":
         bits = max(128, sve_bits or 128) if "sve" in flags else 128
         fp32 = 2 * (bits / 32) * 2
-        rates["fp32"] = fp32
-        if flags & {"asimdhp", "fphp"}:
-            rates["fp16"] = 2 * fp32
-        if "bf16" in flags:
-            rates["bf16"] = 2 * fp32
-        if flags & {"asimddp", "sve"}:  # SDOT: NEON dot-product extension, or part of base SVE
-            rates["int8"] = 4 * fp32
-        return rates, f"two {bits}-bit {'SVE' if 'sve' in flags else 'NEON'} FMA pipes"
+        return _rates(arch, flags, fp32), f"two {bits}-bit {'SVE' if 'sve' in flags else 'NEON'} FMA pipes"
     if arch == "ppc64le":
         return {"fp32": 16.0}, "two 128-bit VSX FMA pipes"
     return {"fp32": 2.0}, "scalar FMA (unknown ISA)"
+
+
+def _rates(arch: Arch, flags: frozenset[str], fp32: float) -> dict[Precision, float]:
+    return {cast(Precision, p): v for p, v in precision_rates(arch, flags, fp32).items()}
 
 
 @lru_cache(maxsize=1)

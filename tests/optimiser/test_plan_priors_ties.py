@@ -80,8 +80,12 @@ def test_tensorrt_beats_its_framework_per_precision_on_a_v100() -> None:
 def test_tvm_is_ranked_untuned_and_tuned_as_two_compilers_with_the_search_in_the_time_to_solution() -> None:
     p = plan("resnet50", "xeon-8380", data={"samples": 50000})
     assert {"tvm", "tvm-tuned"} <= {c.route.compiler for c in p.candidates}
-    untuned = best(p, framework="pytorch", compiler="tvm")
-    assert untuned > 10 * best(p, framework="pytorch", compiler="none")
+    # PyTorch through TVM was never measured: on the preset (carried from the measured host) its reported speed-up
+    # is not applied; on an ISA nothing measured, the prior's untuned TVM is far slower than PyTorch alone
+    assert all("(tvm not measured here: its reported speed-up is not applied)" in c.prediction.basis
+               for c in p.candidates if c.route.framework == "pytorch" and c.route.compiler == "tvm")
+    arm = plan("resnet50", "a64fx", data={"samples": 50000})
+    assert best(arm, framework="pytorch", compiler="tvm") > 10 * best(arm, framework="pytorch", compiler="none")
     assert all(c.prediction.detail.get("setup_s", 0) == 0 for c in p.candidates if c.route.compiler == "tvm")
     tuned = next(c for c in p.candidates if c.route.compiler == "tvm-tuned")
     assert tuned.prediction.detail["setup_s"] == 3600
@@ -175,7 +179,9 @@ def test_within_the_models_error_the_figures_decide_and_the_report_says_so(tmp_p
     assert p.band > 1  # routes within the model's error of each other
     assert p.choice is fastest  # all on the same basis: the figures decide, a compiler included
     band_line = explain_ties(p)[0]
-    assert band_line.startswith("within the model's error (±25%"), band_line
+    # (nothing measured on the preset: the measured host's fits carried by descriptors, with that transfer's error)
+    assert re.match(r"within the model's error \(±\d+%, held-out RMSPE of the fitted model with what its "
+                    r"descriptors missed on an unseen CPU\)", band_line), band_line
     assert "by measured basis (over a prior) before their figures; #1 is also the fastest predicted" in band_line
     assert "within the model's error" in render_markdown(p)
 
