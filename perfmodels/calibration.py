@@ -45,6 +45,7 @@ import numpy as np
 
 from analysis.units import Unit, decode_units, encode_units, roofline_seconds
 from perfmodels.lazy import lazy_import
+from perfmodels.prediction import widened
 from perfmodels.unitfit import (
     UnitFit,
     UnitRoute,
@@ -218,11 +219,7 @@ class Calibration:
             sides.append((float(low), float(high)))
         if source is not None and source[0] > 0 and source[1] > 0:
             sides.append(source)
-        if not sides:
-            return None
-        below = math.sqrt(sum(min(math.log(low), 0.0) ** 2 for low, _ in sides))
-        above = math.sqrt(sum(max(math.log(high), 0.0) ** 2 for _, high in sides))
-        return step_s * math.exp(-below), step_s * math.exp(above)
+        return widened(step_s, sides) if sides else None
 
 
 def source_route(shipped: UnitFit, source: str, key: RouteKey, threads: int) -> UnitRoute | None:

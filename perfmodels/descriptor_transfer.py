@@ -29,7 +29,7 @@ from dataclasses import replace
 
 from perfmodels.features import Device
 from perfmodels.fit import GroupFit
-from perfmodels.prediction import Prediction
+from perfmodels.prediction import Prediction, widened
 from perfmodels.targets import flags_arch, precision_rates
 
 #: (p10, p90) of measured over carried step times: p10 as on the one unseen CPU scored (the AMD EPYC pair of
@@ -67,12 +67,7 @@ def carried(fitted: Prediction, here: Prediction, there: Prediction, device: Dev
     prior)."""
     factor = here.step_seconds / there.step_seconds
     step = fitted.step_seconds * factor
-    detail = {k: v for k, v in fitted.detail.items() if k not in ("p10_step_s", "p90_step_s")}
-    low, high = fitted.detail.get("p10_step_s"), fitted.detail.get("p90_step_s")
-    band = (1.0, 1.0) if low is None or high is None else (low / fitted.step_seconds, high / fitted.step_seconds)
-    # two independent errors: their log distances from 1 added in quadrature, per side
-    below = math.hypot(min(math.log(band[0]), 0.0), math.log(DESCRIPTOR_BAND[0]))
-    above = math.hypot(max(math.log(band[1]), 0.0), math.log(DESCRIPTOR_BAND[1]))
+    low, high = widened(step, [fitted.band or (1.0, 1.0), DESCRIPTOR_BAND])
     rmspe = math.hypot(float(fitted.detail.get("heldout_rmspe", 0.0)), DESCRIPTOR_RMSPE)
     peak = device.peak_flops.get("fp32", 0.0)
     basis = (
@@ -82,20 +77,13 @@ def carried(fitted: Prediction, here: Prediction, there: Prediction, device: Dev
     )
     if device.count > 1:
         basis += f"; {device.count} devices scaled as the prior scales them"
-    return replace(
-        fitted,
-        step_seconds=step,
-        samples_per_second=fitted.samples_per_second / factor,
-        total_seconds=None if fitted.total_seconds is None else fitted.total_seconds * factor,
-        bound=here.bound,
-        basis=basis,
-        detail={
-            **detail,
-            "prior_step_s": here.step_seconds,
-            "descriptor_factor": factor,
-            "source_step_s": fitted.step_seconds,
-            "heldout_rmspe": rmspe,
-            "p10_step_s": step * math.exp(-below),
-            "p90_step_s": step * math.exp(above),
-        },
-    )
+    detail = {
+        **fitted.detail,
+        "prior_step_s": here.step_seconds,
+        "descriptor_factor": factor,
+        "source_step_s": fitted.step_seconds,
+        "heldout_rmspe": rmspe,
+        "p10_step_s": low,
+        "p90_step_s": high,
+    }
+    return replace(fitted.scaled(factor, basis, detail), bound=here.bound)

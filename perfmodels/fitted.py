@@ -462,17 +462,11 @@ class FittedModel:
         )
         if factor is None:
             return prediction
-        step = prediction.step_seconds * factor
-        low, high = prediction.detail.get("p10_step_s"), prediction.detail.get("p90_step_s")
-        band = None if low is None or high is None else (low / prediction.step_seconds, high / prediction.step_seconds)
-        interval = calibration.interval(step, band)
-        return replace(
-            prediction,
-            step_seconds=step,
-            samples_per_second=workload.batch_size / step,
-            total_seconds=None if prediction.total_seconds is None else prediction.total_seconds * factor,
-            basis=calibration.basis,
-            detail={
+        interval = calibration.interval(prediction.step_seconds * factor, prediction.band)
+        return prediction.scaled(
+            factor,
+            calibration.basis,
+            {
                 **prediction.detail,
                 "calibration_factor": factor,
                 "calibrated_units": float(calibration.units),

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field, replace
 from typing import Literal, Protocol
 
@@ -56,6 +57,32 @@ class Prediction:
             detail["steady_samples_per_second"] = rate
             rate = samples / total
         return replace(self, total_seconds=total, samples_per_second=rate, detail=detail)
+
+
+    def scaled(self, factor: float, basis: str, detail: dict[str, float]) -> Prediction:
+        """The same prediction with every time ``factor`` times as long, its basis and detail replaced."""
+        return replace(
+            self,
+            step_seconds=self.step_seconds * factor,
+            samples_per_second=self.samples_per_second / factor,
+            total_seconds=None if self.total_seconds is None else self.total_seconds * factor,
+            basis=basis,
+            detail=detail,
+        )
+
+    @property
+    def band(self) -> tuple[float, float] | None:
+        """(p10, p90) of the step over the step (None without an interval)."""
+        low, high = self.detail.get("p10_step_s"), self.detail.get("p90_step_s")
+        return None if low is None or high is None else (low / self.step_seconds, high / self.step_seconds)
+
+
+def widened(step_s: float, bands: list[tuple[float, float]]) -> tuple[float, float]:
+    """(p10, p90) of ``step_s`` from independent errors' (p10, p90) bands over a step: their log distances from 1
+    added in quadrature, per side."""
+    below = math.sqrt(sum(min(math.log(low), 0.0) ** 2 for low, _ in bands))
+    above = math.sqrt(sum(max(math.log(high), 0.0) ** 2 for _, high in bands))
+    return step_s * math.exp(-below), step_s * math.exp(above)
 
 
 class PerformanceModel(Protocol):
