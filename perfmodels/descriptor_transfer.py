@@ -36,7 +36,8 @@ from perfmodels.targets import flags_arch, precision_rates
 #: 2026-11-28, 160 ranked measured routes: 0.49, every route faster there than its peaks say), p90 its mirror (1 /
 #: 0.49): one pair cannot show how far a slower CPU's routes lie above (docs/decisions.md, 2026-11-29).
 DESCRIPTOR_BAND = (0.49, 2.04)
-#: The RMSPE of the same predictions (68.8%): what the tie rule takes as this transfer's own error.
+#: The RMSPE of the same predictions (68.8%; a second machine of that CPU, 69.0%): what the tie rule takes as this
+#: transfer's own error.
 DESCRIPTOR_RMSPE = 0.69
 
 
