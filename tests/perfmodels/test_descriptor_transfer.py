@@ -114,3 +114,23 @@ def test_a_local_host_of_an_unmeasured_key_without_a_probe_is_carried_by_its_des
     first = plan.choice.prediction
     assert first.basis.startswith("transferred:") and " via descriptors (" in first.basis
     assert math.isfinite(first.detail["descriptor_factor"])
+
+
+def test_a_compiler_the_source_never_measured_at_a_precision_is_not_credited_with_its_reported_speedup(
+    tmp_path: Path,
+) -> None:
+    """No int8 row measured a graph compiler: on a preset each such route is its framework's int8 route, as on the
+    measured host, whatever the catalog reports of the compiler (before, the reported speed-up moved the prior of the
+    preset and of the source between their compute and memory bounds, and TVM ranked first by it)."""
+    from benchmarks.models.transformer import mlp
+    from optimiser.planner import make_plan
+    from optimiser.spec import parse_spec
+    from perfmodels.fitted import load_default_model
+
+    onnx.save(mlp(sizes=(64, 128, 64, 10)), str(tmp_path / "digits.onnx"))
+    spec = parse_spec(SPEC.format(cpu="xeon-8480", arch="x86_64").replace("precision: fp32", "precision: int8"),
+                      base_dir=tmp_path)
+    plan = make_plan(spec, model=load_default_model(host_store=False))
+    steps = {c.route.compiler: c.prediction.step_seconds for c in plan.candidates if c.route.framework == "onnxruntime"}
+    assert {"none", "tvm"} <= set(steps)
+    assert steps["tvm"] == pytest.approx(steps["none"]) and plan.choice.route.compiler == "none"
