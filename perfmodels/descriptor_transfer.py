@@ -43,7 +43,7 @@ DESCRIPTOR_RMSPE = 0.69
 
 def descriptor_sources(groups: Sequence[GroupFit], arch: str) -> list[str]:
     """The measured targets a device of instruction set ``arch`` may be carried from, most rows (in usable groups)
-    first: those whose rows say that instruction set. None where ``arch`` is unknown ("")."""
+    first: those whose rows say that instruction set (none where ``arch`` is unknown: "")."""
     rows: dict[str, int] = {}
     for g in groups:
         if arch and g.usable and flags_arch(g.cpu_flags) == arch:

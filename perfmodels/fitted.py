@@ -784,13 +784,16 @@ class FittedModel:
         if group is None:
             return None
         there = source_device(group, device)
-        fitted = self._fitted_on(workload, route, there, group, self.prior.predict(workload, route, there))
+        prior_there = self.prior.predict(workload, route, there)
+        fitted = self._fitted_on(workload, route, there, group, prior_there)
+        if route.compiler_speedup == 1.0:
+            return carried(fitted, prior, prior_there, device, group)
         # the machines' ratio without the catalog's speed-up of a compiler: what a compiler changes is the source's
         # measured ratio (or nothing, where it measured none), which a speed-up moving the prior between its compute
         # and memory bounds on the two machines would otherwise add to
         neutral = replace(route, compiler_speedup=1.0)
-        here = prior if route.compiler_speedup == 1.0 else self.prior.predict(workload, neutral, device)
-        return carried(fitted, here, self.prior.predict(workload, neutral, there), device, group)
+        here, neutral_there = (self.prior.predict(workload, neutral, d) for d in (device, there))
+        return carried(fitted, here, neutral_there, device, group)
 
     def describe(self) -> list[str]:
         """One line per fitted group, then one per graph compiler's ratio model and per compiler's in-graph unit fit."""

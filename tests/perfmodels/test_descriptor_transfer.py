@@ -66,7 +66,7 @@ application:
   type: inference
   model: {{onnx: digits.onnx}}
   batch_size: 1
-  precision: fp32
+  precision: {precision}
 target:
   platform: hpc
   cpu: {{arch: {arch}, model: {cpu}}}
@@ -76,14 +76,14 @@ optimisation: {{goal: latency}}
 """
 
 
-def _plan(tmp_path: Path, cpu: str, arch: str = "x86_64") -> Plan:
+def _plan(tmp_path: Path, cpu: str, arch: str = "x86_64", precision: str = "fp32") -> Plan:
     from benchmarks.models.transformer import mlp
     from optimiser.planner import make_plan
     from optimiser.spec import parse_spec
     from perfmodels.fitted import load_default_model
 
     onnx.save(mlp(sizes=(64, 128, 64, 10)), str(tmp_path / "digits.onnx"))
-    spec = parse_spec(SPEC.format(cpu=cpu, arch=arch), base_dir=tmp_path)
+    spec = parse_spec(SPEC.format(cpu=cpu, arch=arch, precision=precision), base_dir=tmp_path)
     return make_plan(spec, model=load_default_model(host_store=False))
 
 
@@ -122,15 +122,7 @@ def test_a_compiler_the_source_never_measured_at_a_precision_is_not_credited_wit
     """No int8 row measured a graph compiler: on a preset each such route is its framework's int8 route, as on the
     measured host, whatever the catalog reports of the compiler (before, the reported speed-up moved the prior of the
     preset and of the source between their compute and memory bounds, and TVM ranked first by it)."""
-    from benchmarks.models.transformer import mlp
-    from optimiser.planner import make_plan
-    from optimiser.spec import parse_spec
-    from perfmodels.fitted import load_default_model
-
-    onnx.save(mlp(sizes=(64, 128, 64, 10)), str(tmp_path / "digits.onnx"))
-    spec = parse_spec(SPEC.format(cpu="xeon-8480", arch="x86_64").replace("precision: fp32", "precision: int8"),
-                      base_dir=tmp_path)
-    plan = make_plan(spec, model=load_default_model(host_store=False))
+    plan = _plan(tmp_path, "xeon-8480", precision="int8")
     steps = {c.route.compiler: c.prediction.step_seconds for c in plan.candidates if c.route.framework == "onnxruntime"}
     assert {"none", "tvm"} <= set(steps)
     assert steps["tvm"] == pytest.approx(steps["none"]) and plan.choice.route.compiler == "none"
