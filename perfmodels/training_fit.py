@@ -33,7 +33,7 @@ framework of the same kernel library's, ``BORROWED_UNITS``), its steps have a se
 (``UNIT_FEATURES``)::
 
     step_s = a' · forward_s + (e' · optimizer + g' · 4·passed_elements·batch / bandwidth) / speed_up
-             + f' · kernel_nodes + h' · 1 ms
+             + f' · kernel_nodes + h' · 1 ms + c' · apart_s
 
 ``forward_s`` the forward pass of ``batch`` samples priced unit by unit by the framework's unit model at the row's
 threads: a held-out family borrows the rates of other models' kernels of similar shape, where the FLOP model has one
@@ -43,7 +43,9 @@ activates apart (an inference unit folds them into its convolution), and the out
 activations and concatenations, whose gradients are further passes. ``h'`` a per-step constant (the loss, zeroing
 the gradients, the loop), which with ``f'`` the per-node probes pin. ``speed_up`` the forward
 units' own speed-up from one thread to the row's, so each model's extra work scales with threads as its kernels do
-(no exponent fitted). Plans and the held-out evaluation use it where the workload has kernel units.
+(no exponent fitted). ``apart_s`` the part of the forward of the kinds the lender's units price but the trainer runs
+on kernels of another library (``training_units.Lender.apart``: XLA's dense convolutions), taken out of ``forward_s``
+(0 for every other trainer). Plans and the held-out evaluation use it where the workload has kernel units.
 
 Where a framework's own training kernels were swept as units (``benchmarks.backward_units``; appopt-runtime, whose
 NumPy gradients no inference sweep times), its steps have a third model (``TRAIN_UNIT_FEATURES``)::
@@ -131,8 +133,12 @@ PER_SAMPLE = 4
 #: inference kernel units at the row's threads, ``FEATURES``' optimiser and per-node terms, the traffic of the
 #: elements training passes over apart (``passed_elements``: the normalisation and activations an inference unit
 #: folds, unfolded ones, concatenations), and a per-step constant. The optimiser and that traffic are divided by the
-#: forward units' own speed-up from one thread to the row's.
-UNIT_FEATURES = ("forward_units", "optimizer", "kernel_nodes", "passed_elements", "step")
+#: forward units' own speed-up from one thread to the row's; the forward's units of its lender's ``apart`` kinds last,
+#: a coefficient of their own.
+UNIT_FEATURES = ("forward_units", "optimizer", "kernel_nodes", "passed_elements", "step", "apart_units")
+#: Columns of a row's ``priced_forward``: its forward pass priced by units at its threads and at one thread, the
+#: traffic of its passed elements, and the part of the pass at its threads in its lender's ``apart`` kinds.
+FORWARD_COLUMNS = 4
 #: The unit-priced model's per-step constant (``step``: the loss, zeroing the gradients, the trainer's own loop),
 #: in units of a millisecond; the per-node probes (``PROBE_FAMILY``) pin it with the per-node term.
 STEP_CONSTANT_S = 1e-3
@@ -153,12 +159,16 @@ TRAIN_UNIT_FEATURES = (
 #: whether the row trains in mixed precision (1) or not (0).
 PART_COLUMNS = 4
 #: The columns of each feature set that grow with the batch and speed up with ``threads ** thread_exponent``. The
-#: unit-priced model's forward carries its thread count's speed from the units (exponent 0), except a route that
-#: takes its own threading (``training_units.threads_own``: priced at one thread, it takes its rows' exponent). The
-#: training units' passes are priced at their swept thread count, ``TRAINING_UNIT_THREADS``, so they take the route's
-#: measured exponent: appopt-runtime's steps run 1.0-1.3x faster on a second thread. Its optimiser and casts are
-#: NumPy's, one thread.
-PER_SAMPLE_COLUMNS: dict[str, tuple[int, ...]] = {"flops": tuple(range(PER_SAMPLE)), "units": (0,), "train_units": (0,)}
+#: unit-priced model's forward (both its columns, ``forward_units`` and ``apart_units``) carries its thread count's
+#: speed from the units (exponent 0), except a route that takes its own threading (``training_units.threads_own``:
+#: priced at one thread, it takes its rows' exponent). The training units' passes are priced at their swept thread
+#: count, ``TRAINING_UNIT_THREADS``, so they take the route's measured exponent: appopt-runtime's steps run 1.0-1.3x
+#: faster on a second thread. Its optimiser and casts are NumPy's, one thread.
+PER_SAMPLE_COLUMNS: dict[str, tuple[int, ...]] = {
+    "flops": tuple(range(PER_SAMPLE)),
+    "units": (0, 5),
+    "train_units": (0,),
+}
 #: Feature sets from the most specific to the least: a framework's rows are fitted with the first that prices all
 #: of them (``fit_frameworks``).
 FEATURE_SETS = ("train_units", "units", "flops")
@@ -261,17 +271,21 @@ def _sped_up(
 
 
 def unit_matrix(flops_x: np.ndarray, forward: np.ndarray) -> np.ndarray:
-    """``UNIT_FEATURES`` rows from ``FEATURES`` rows and each row's ``priced_forward`` triple: its forward pass priced
-    by kernel units at its threads and at one thread, and the traffic of its passed elements at one pass (seconds).
+    """``UNIT_FEATURES`` rows from ``FEATURES`` rows and each row's ``priced_forward`` columns: its forward pass priced
+    by kernel units at its threads and at one thread, the traffic of its passed elements at one pass, and the part of
+    the pass at its threads in its lender's ``apart`` kinds (seconds), which the forward column then leaves out.
     The optimiser and output traffic speed up as the forward's units do at the row's threads: PyTorch runs them on
     the same thread pool, and a model whose kernels slow down on a second thread here (MobileNetV2's) or barely
     gain (the MLP's) is priced so, where one exponent per route cannot be both."""
     flops_x = np.asarray(flops_x).reshape(-1, len(FEATURES))
-    forward = np.asarray(forward, dtype=float).reshape(-1, 3)
+    forward = np.asarray(forward, dtype=float).reshape(-1, FORWARD_COLUMNS)
     with np.errstate(divide="ignore", invalid="ignore"):
         speed_up = forward[:, 1] / forward[:, 0]
     constant = np.full(len(forward), STEP_CONSTANT_S)
-    return np.c_[forward[:, 0], flops_x[:, 4] / speed_up, flops_x[:, 5], forward[:, 2] / speed_up, constant]
+    apart = forward[:, 3]
+    return np.c_[
+        forward[:, 0] - apart, flops_x[:, 4] / speed_up, flops_x[:, 5], forward[:, 2] / speed_up, constant, apart
+    ]
 
 
 def train_unit_matrix(flops_x: np.ndarray, parts: np.ndarray) -> np.ndarray:
@@ -296,7 +310,7 @@ def train_unit_matrix(flops_x: np.ndarray, parts: np.ndarray) -> np.ndarray:
 @dataclass(frozen=True)
 class PricedRows:
     """Rows' features in every set: ``FEATURES`` (``flops``), the forward pass priced by inference units
-    (``forward``: ``priced_forward``'s triples, NaN rows where not priced) and the step's parts priced by training
+    (``forward``: ``priced_forward``'s columns, NaN rows where not priced) and the step's parts priced by training
     units (``parts``, NaN rows where not priced)."""
 
     flops: np.ndarray
@@ -522,7 +536,9 @@ def fit_frameworks(
     measured on enough families fitted apart (``pricing_group``)."""
     priced = PricedRows(
         _matrix(rows),
-        np.full((len(rows), 3), math.nan) if forward is None else np.asarray(forward, dtype=float).reshape(-1, 3),
+        np.full((len(rows), FORWARD_COLUMNS), math.nan)
+        if forward is None
+        else np.asarray(forward, dtype=float).reshape(-1, FORWARD_COLUMNS),
         np.full((len(rows), PART_COLUMNS), math.nan)
         if parts is None
         else np.asarray(parts, dtype=float).reshape(-1, PART_COLUMNS),
@@ -629,10 +645,10 @@ def priced_forward(
     any_framework: bool = False,
 ) -> np.ndarray:
     """Each row's forward pass priced by its framework's kernel units (``perfmodels.training_units``) at its threads
-    and at one thread, and the traffic of its passed elements (``unit_matrix``'s triple, seconds); NaN where it cannot
-    be (or no framework's units price its route, ``units_framework``, unless ``any_framework``). The unit routes
-    used are added to ``routes``."""
-    out = np.full((len(rows), 3), math.nan)
+    and at one thread, the traffic of its passed elements and the part of its lender's ``apart`` kinds
+    (``FORWARD_COLUMNS``, seconds); NaN where it cannot be (or no framework's units price its route,
+    ``units_framework``, unless ``any_framework``). The unit routes used are added to ``routes``."""
+    out = np.full((len(rows), FORWARD_COLUMNS), math.nan)
     if units is None or rows.empty:
         return out
     for i, (row, forward) in enumerate(zip(rows.itertuples(), row_units(rows, shipped), strict=True)):
@@ -654,14 +670,14 @@ def unit_priced_forward(
     bandwidth_gbs: float,
     any_framework: bool = False,
     compiler: str = "none",
-) -> tuple[float, float, float]:
+) -> tuple[float, float, float, float]:
     """``forward``'s pass of ``batch`` samples (less the units ``compiler`` fuses away, ``fused_kinds``) priced by
     ``framework``'s unit routes on ``target`` at ``threads`` and at one thread (as at ``threads`` where only that
     count was swept: a speed-up of 1, which a fit of rows at one thread count absorbs; at one thread both for a route
     that takes its own threading, ``threads_own``, NaN where one thread was not swept), and the traffic of its passed
-    elements (``passed_elements``) at ``bandwidth_gbs`` (NaN where a route was not swept); routes (keyed by the
-    framework whose units they are, ``units_framework``) looked up in ``routes`` first, found ones added to it
-    (``units`` None: only ``routes``)."""
+    elements (``passed_elements``) at ``bandwidth_gbs``, and the part of the pass at ``threads`` in the lender's
+    ``apart`` kinds (NaN where a route was not swept); routes (keyed by the framework whose units they are,
+    ``units_framework``) looked up in ``routes`` first, found ones added to it (``units`` None: only ``routes``)."""
     lender = lender_of(framework, compiler, any_framework)
     fused = fused_kinds(compiler)
     counts = (1, 1) if threads_own(framework, compiler) else (threads, 1)
@@ -674,10 +690,14 @@ def unit_priced_forward(
                 routes[key] = found
         by_count[n] = forward_seconds(routes[key], forward, batch, fused) if key in routes else math.nan
     priced = [by_count[n] for n in counts]
+    apart_units = [u for u in forward if lender is not None and u.kind in lender.apart]
+    apart = math.nan
+    if (first := (target, lender or Lender(""), counts[0])) in routes:
+        apart = forward_seconds(routes[first], apart_units, batch, fused) if apart_units else 0.0
     if math.isnan(priced[1]) and threads != 1:  # units swept at this thread count only: no speed-up known (1)
         priced[1] = priced[0]
     traffic = PASSED_BYTES_PER_ELEMENT * passed_elements(forward) * batch / (bandwidth_gbs * 1e9)
-    return priced[0], priced[1], traffic
+    return priced[0], priced[1], traffic, apart
 
 
 def priced_training(
@@ -863,7 +883,7 @@ class TrainingFit:
         if not np.isfinite(ux).all():
             return None
         step = group.seconds(ux, threads, floor)
-        return group, step, float(coef[0] * ux[0]), float(coef[1] * ux[1] + coef[3] * ux[3])
+        return group, step, float(coef[0] * ux[0] + coef[5] * ux[5]), float(coef[1] * ux[1] + coef[3] * ux[3])
 
     def transfer(
         self,

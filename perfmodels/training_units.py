@@ -52,13 +52,16 @@ class Lender:
     framework's plain kernels, and the unit ``kinds`` the trainer's own compiler emits kernels of its own for, priced
     by the units of the sweep of that compiler (``own``: its route's framework and compiler). ``own_threads``: the
     trainer's steps do not gain from threads as the lender's kernels do, so its forward is priced by the units at
-    one thread and sped up by its own rows' thread exponent (``perfmodels.training_fit``)."""
+    one thread and sped up by its own rows' thread exponent (``perfmodels.training_fit``). ``apart``: unit kinds the
+    lender's units price by shape while the trainer runs them on kernels of another library, so the step fit gives
+    their priced time a coefficient of its own (``training_fit.UNIT_FEATURES``' ``apart_units``)."""
 
     framework: str
     compiler: str = "none"
     own: tuple[str, str] | None = None
     kinds: tuple[str, ...] = ()
     own_threads: bool = False
+    apart: tuple[str, ...] = ()
 
 
 #: Trainer routes (framework, compiler) with no inference unit sweep of their own, priced by the units of another
@@ -72,10 +75,14 @@ class Lender:
 #: convolutions priced by JAX's XLA units). TensorFlow's eager steps gain 1.05x from a second thread (thread exponent
 #: 0.07 on the recording host) where PyTorch's kernels gain up to 2x (its steps' exponent 0.56), so its forward takes
 #: its own threading; XLA's steps gain as PyTorch's do (0.50) and keep the per-kernel speed-ups (docs/decisions.md,
-#: 2026-11-27, TensorFlow's threading).
+#: 2026-11-27, TensorFlow's threading). XLA's dense convolutions are Eigen's spatial convolution, not the oneDNN
+#: kernels PyTorch's units time: 1.2-1.5x TensorFlow's eager (oneDNN) steps of one convolution, and 15-37x on a 3x3
+#: convolution over a 2x2 map (ResNet-50's last stages at reduced resolution); its matrix products fuse as PyTorch's
+#: do not. One coefficient for both priced XLA's ResNets at 0.5x their steps, so its convolutions are ``apart``
+#: (docs/decisions.md, 2026-11-29, XLA's dense convolutions apart).
 BORROWED_UNITS: dict[tuple[str, str], Lender] = {
     ("tensorflow", "none"): Lender("pytorch", own_threads=True),
-    ("tensorflow", "xla"): Lender("pytorch", own=("onnxruntime", "xla"), kinds=("dwconv", "dwpw")),
+    ("tensorflow", "xla"): Lender("pytorch", own=("onnxruntime", "xla"), kinds=("dwconv", "dwpw"), apart=("conv",)),
 }
 #: The training suite's models cut into kernel units, by task name (``python -m benchmarks.training_units``).
 TRAINING_UNITS = Path(str(importlib.resources.files("benchmarks.results").joinpath("training_units.json")))

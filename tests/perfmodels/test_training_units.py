@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -13,7 +14,13 @@ from perfmodels import training_units
 from perfmodels.features import Route, Workload
 from perfmodels.results_db import make_row, read_results, write_rows
 from perfmodels.targets import local_target_key
-from perfmodels.training_fit import TrainingFit, feature_row, leave_one_family_out, pricing_group
+from perfmodels.training_fit import (
+    TrainingFit,
+    feature_row,
+    leave_one_family_out,
+    pricing_group,
+    unit_priced_forward,
+)
 from perfmodels.training_units import TRAINING_UNITS, convolution_outputs, forward_seconds, read_training_units
 
 #: name: family, (k, n) of each matrix product of one sample (m = 1 per sample).
@@ -527,3 +534,82 @@ def test_xlas_own_units_are_sped_up_from_one_thread_as_the_lenders_same_units_ar
     )  # type: ignore[arg-type]
     assert as_ran is not None
     assert list(as_ran.unit_seconds(units, 1)) == pytest.approx([50e-6, 0.5e-6])
+
+
+# --- a lender's kinds the trainer runs on kernels of another library (``Lender.apart``) ---------------------------
+
+
+#: name: family, convolutions (cin, cout, px), matrix products (k, n): families from all-convolution to no convolution.
+APART_MODELS = {
+    "conv_a": ("conv", ((3, 16, 16), (16, 32, 16)), ()),
+    "conv_b": ("conv", ((16, 32, 16), (32, 64, 8)), ()),
+    "mixed_a": ("mixed", ((3, 16, 8),), ((1024, 512), (512, 10))),
+    "mixed_b": ("mixed", ((16, 32, 8),), ((2048, 512), (512, 10))),
+    "dense_a": ("dense", (), ((512, 1536), (1536, 512))),
+    "dense_b": ("dense", (), ((1024, 2048), (2048, 1024))),
+    "wide_a": ("wide", ((32, 64, 16), (64, 64, 16)), ((4096, 256),)),
+    "wide_b": ("wide", ((64, 128, 8),), ((2048, 1024), (1024, 10))),
+}
+#: How much slower than the lender's units XLA runs its convolutions, and its other kernels, in ``_xla_frame``.
+XLA_CONV_SCALE, XLA_OTHER_SCALE = 2.5, 1.0
+
+
+def _apart_units(name: str) -> tuple[Unit, ...]:
+    _, convs, products = APART_MODELS[name]
+    return _conv_units(convs) + _units(products)
+
+
+class _LenderAndXla:
+    """PyTorch's units and JAX's XLA route, both ``_ThreadedRoute`` at one thread."""
+
+    def route(self, key):
+        target, framework, compiler, layout, precision, threads = key
+        routes = (("pytorch", "none"), ("onnxruntime", "xla"))
+        ok = (target, layout, precision, threads) == (local_target_key(), "NCHW", "fp32", 1)
+        return _ThreadedRoute(1) if ok and (framework, compiler) in routes else None
+
+
+def _xla_frame(tmp_path):
+    """keras-xla steps: three times a forward whose convolutions run ``XLA_CONV_SCALE`` and other kernels
+    ``XLA_OTHER_SCALE`` times the lender's units, and 40 us a node."""
+    rows = []
+    for name, (family, _, _) in APART_MODELS.items():
+        units = _apart_units(name)
+        flops = sum(unit_flops(u) for u in units)
+        conv = [u for u in units if u.kind == "conv"]
+        other = [u for u in units if u.kind != "conv"]
+        for batch in (4, 16):
+            priced = [forward_seconds(_ThreadedRoute(1), part, batch) if part else 0.0 for part in (conv, other)]  # type: ignore[arg-type]
+            seconds = 3.0 * (XLA_CONV_SCALE * priced[0] + XLA_OTHER_SCALE * priced[1]) + 40e-6 * len(units)
+            rows.append(make_row(
+                source="measured", target=local_target_key(), backend="keras-xla", framework="tensorflow",
+                compiler="xla", mode="training", precision="fp32", model=name, family=family, batch=batch,
+                threads=1, scenario="training", flops_per_sample=flops, activation_bytes_per_sample=0.0, params=0.0,
+                flops_by_class={"conv": flops}, ops_by_class={"conv": len(units)}, peak_gflops=50.0,
+                bandwidth_gbs=10.0, metric="ms_per_step", value=seconds * 1e3,
+            ))  # fmt: skip
+    path = tmp_path / "xla.csv"
+    write_rows(path, rows)
+    return read_results(path)
+
+
+def test_xlas_convolutions_take_a_coefficient_of_their_own_where_they_run_on_other_kernels(tmp_path, monkeypatch):
+    """XLA runs its dense convolutions on Eigen, not on the oneDNN kernels its lender's units time: held out by
+    family, its steps are predicted with the convolutions apart (``Lender.apart``), and not with one coefficient
+    for the whole forward; an eager trainer's forward has no part apart."""
+    shipped = {name: _apart_units(name) for name in APART_MODELS}
+    frame = _xla_frame(tmp_path)
+    units = _apart_units("wide_b")
+    sweeps = _LenderAndXla()
+    eager = unit_priced_forward(sweeps, {}, local_target_key(), "tensorflow", 1, units, 4, 10.0)  # type: ignore[arg-type]
+    compiled = unit_priced_forward(sweeps, {}, local_target_key(), "tensorflow", 1, units, 4, 10.0, compiler="xla")  # type: ignore[arg-type]
+    conv = forward_seconds(_ThreadedRoute(1), units[:1], 4)  # type: ignore[arg-type]
+    assert eager[3] == 0.0 and compiled[3] == pytest.approx(conv)
+    assert compiled[0] == pytest.approx(eager[0])
+    apart = leave_one_family_out(frame, units=sweeps, shipped=shipped)  # type: ignore[arg-type]
+    assert len(apart.predictions) == 16 and apart.step_rmspe() < 0.01
+    lender = training_units.BORROWED_UNITS[("tensorflow", "xla")]
+    assert lender.apart == ("conv",)
+    monkeypatch.setitem(training_units.BORROWED_UNITS, ("tensorflow", "xla"), replace(lender, apart=()))
+    together = leave_one_family_out(frame, units=sweeps, shipped=shipped)  # type: ignore[arg-type]
+    assert together.step_rmspe() > 0.1
