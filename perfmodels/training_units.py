@@ -76,10 +76,10 @@ class Lender:
 #: 0.07 on the recording host) where PyTorch's kernels gain up to 2x (its steps' exponent 0.56), so its forward takes
 #: its own threading; XLA's steps gain as PyTorch's do (0.50) and keep the per-kernel speed-ups (docs/decisions.md,
 #: 2026-11-27, TensorFlow's threading). XLA's dense convolutions are Eigen's spatial convolution, not the oneDNN
-#: kernels PyTorch's units time: 1.2-1.5x TensorFlow's eager (oneDNN) steps of one convolution, and 15-37x on a 3x3
-#: convolution over a 2x2 map (ResNet-50's last stages at reduced resolution); its matrix products fuse as PyTorch's
-#: do not. One coefficient for both priced XLA's ResNets at 0.5x their steps, so its convolutions are ``apart``
-#: (docs/decisions.md, 2026-11-29, XLA's dense convolutions apart).
+#: kernels PyTorch's units time: 1.1-1.5x TensorFlow's eager (oneDNN) step of one convolution, and 20x on a 3x3
+#: convolution over a 2x2 map (ResNet-50's last stages at reduced resolution; ``python -m benchmarks.xla_kernels``);
+#: its matrix products fuse as PyTorch's do not. One coefficient for both priced XLA's ResNets at 0.5x their steps,
+#: so its convolutions are ``apart`` (docs/decisions.md, 2026-11-29, XLA's dense convolutions apart).
 BORROWED_UNITS: dict[tuple[str, str], Lender] = {
     ("tensorflow", "none"): Lender("pytorch", own_threads=True),
     ("tensorflow", "xla"): Lender("pytorch", own=("onnxruntime", "xla"), kinds=("dwconv", "dwpw"), apart=("conv",)),
