@@ -831,7 +831,7 @@ class TrainingFit:
             how = (
                 ", forward and backward priced by its training kernel units"
                 if group.features == "train_units"
-                else ", forward priced by kernel units"
+                else ", forward priced by kernel units" + _apart_note(workload, route)
             )
         if step <= 0:
             return None
@@ -990,9 +990,10 @@ class TrainingFit:
             )  # fmt: skip
             factor = used.seconds(x, host.threads) / fitted.step_seconds
             how = f"x{factor:.3g}: its coefficients at the GEMM peak and bandwidth measured here"
+        apart = _apart_note(workload, route) if used.features == "units" else ""
         basis = (
             f"transferred-training:{calibration.source} via {calibration.via} ({used.backend} {used.precision} "
-            f"{used.features} model, {used.rows} rows at {n} thread(s); {how})"
+            f"{used.features} model{apart}, {used.rows} rows at {n} thread(s); {how})"
         )
         return Prediction.for_step(
             workload,
@@ -1092,6 +1093,16 @@ def own_units_factor(
         ratios = {**calibration.ratios, key: {**calibration.ratios[key], **dict.fromkeys(blas_kinds, at_peak)}}
         calibration = replace(calibration, ratios=ratios)
     return calibration_factor(calibration, units, workload, route, threads)
+
+
+def _apart_note(workload: Workload, route: Route) -> str:
+    """What a basis says of the workload's units that the route's lender prices apart (``Lender.apart``), after a
+    comma; "" without any."""
+    lender = units_framework(route.framework, route.compiler)
+    kinds = sorted({u.kind for u in training_units(workload.units or ())} & set(lender.apart if lender else ()))
+    if not kinds or lender is None:
+        return ""
+    return f", its {', '.join(kinds)} units at a coefficient of their own (other kernels than {lender.framework}'s)"
 
 
 def _unmeasured(group: TrainingGroupFit, route: Route) -> str:

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from analysis.units import Unit, encode_units, unit_flops
-from perfmodels import training_units
+from perfmodels import training_fit, training_units
 from perfmodels.features import Route, Workload
 from perfmodels.results_db import make_row, read_results, write_rows
 from perfmodels.targets import local_target_key
@@ -610,6 +610,15 @@ def test_xlas_convolutions_take_a_coefficient_of_their_own_where_they_run_on_oth
     assert len(apart.predictions) == 16 and apart.step_rmspe() < 0.01
     lender = training_units.BORROWED_UNITS[("tensorflow", "xla")]
     assert lender.apart == ("conv",)
+    fit = TrainingFit.from_frame(frame, units=sweeps, shipped=shipped)  # type: ignore[arg-type]
+    flops = sum(unit_flops(u) for u in units)
+    workload = Workload(
+        flops_per_sample=flops, activation_bytes_per_sample=0.0, params=0.0, mode="training", batch_size=4,
+        flops_by_class={"conv": flops}, ops_by_class={"conv": len(units)}, model_name="wide_b", units=units,
+    )  # fmt: skip
+    priced = fit.predict(workload, _route("tensorflow", "xla"), local_target_key(), 1)
+    assert priced is not None and "its conv units at a coefficient of their own (other kernels than" in priced.basis
+    assert training_fit._apart_note(workload, _route("tensorflow", "none")) == ""  # eager TensorFlow: none apart
     monkeypatch.setitem(training_units.BORROWED_UNITS, ("tensorflow", "xla"), replace(lender, apart=()))
     together = leave_one_family_out(frame, units=sweeps, shipped=shipped)  # type: ignore[arg-type]
     assert together.step_rmspe() > 0.1
