@@ -58,7 +58,6 @@ class Prediction:
             rate = samples / total
         return replace(self, total_seconds=total, samples_per_second=rate, detail=detail)
 
-
     def scaled(self, factor: float, basis: str, detail: dict[str, float]) -> Prediction:
         """The same prediction with every time ``factor`` times as long, its basis and detail replaced."""
         return replace(

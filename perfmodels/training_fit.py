@@ -690,7 +690,8 @@ def unit_priced_forward(
                 routes[key] = found
         by_count[n] = forward_seconds(routes[key], forward, batch, fused) if key in routes else math.nan
     priced = [by_count[n] for n in counts]
-    apart_units = [u for u in forward if lender is not None and u.kind in lender.apart]
+    apart_kinds = lender.apart if lender is not None else ()
+    apart_units = [u for u in forward if u.kind in apart_kinds]
     apart = math.nan
     if (first := (target, lender or Lender(""), counts[0])) in routes:
         apart = forward_seconds(routes[first], apart_units, batch, fused) if apart_units else 0.0
@@ -1099,8 +1100,10 @@ def _apart_note(workload: Workload, route: Route) -> str:
     """What a basis says of the workload's units that the route's lender prices apart (``Lender.apart``), after a
     comma; "" without any."""
     lender = units_framework(route.framework, route.compiler)
-    kinds = sorted({u.kind for u in training_units(workload.units or ())} & set(lender.apart if lender else ()))
-    if not kinds or lender is None:
+    if lender is None or not lender.apart:
+        return ""
+    kinds = sorted({u.kind for u in training_units(workload.units or ())} & set(lender.apart))
+    if not kinds:
         return ""
     return f", its {', '.join(kinds)} units at a coefficient of their own (other kernels than {lender.framework}'s)"
 
