@@ -142,9 +142,9 @@ class _ProxyModel(FittedModel):
         """Never computed per fold (minutes each): without stored figures, plans go without held-out figures."""
         return None
 
-    def calibration(self) -> Calibration | None:
+    def calibration(self, source: str | None = None) -> Calibration | None:
         shared = self._proxy[2]
-        return shared.calibration() if shared is not None else super().calibration()
+        return shared.calibration(source) if shared is not None else super().calibration(source)
 
     def host_fit(self) -> HostFit | None:
         shared = self._proxy[2]

@@ -70,6 +70,7 @@ from perfmodels.targets import (
     host_difference,
     local_kernel_flags,
     local_target_key,
+    nearest_host,
     target_key,
     usable_cores,
 )
@@ -253,7 +254,8 @@ class FittedModel:
         self.result = result
         #: This host's calibration store (``appopt calibrate``), read when a local prediction first needs it.
         self.store = store
-        self._calibration: Calibration | bool | None = False
+        #: This host's calibration against each shipped host it was compared with (None: nothing comparable).
+        self._calibrations: dict[str, Calibration | None] = {}
         self.prior = prior or RooflinePrior()
         self.source = source
         self.name = f"fitted ({source})" if source else "fitted"
@@ -372,14 +374,21 @@ class FittedModel:
             self._training = fit_for(self._frame, self.units())
         return self._training
 
-    def calibration(self) -> Calibration | None:
-        """This host's corrections against the shipped unit models (None without a store or comparable rows);
-        ``hoststore.HostStoreError`` for a store that cannot be read as a results database."""
-        if self._calibration is False:
-            self._calibration = None
-            if self.store is not None and self.units() is not None:
-                self._calibration = self._from_store(self.store, "calibration", self._calibration_of)
-        return self._calibration if isinstance(self._calibration, Calibration) else None
+    def calibration(self, source: str | None = None) -> Calibration | None:
+        """This host's corrections against the shipped unit models of ``source`` (default: ``calibration_source``;
+        None without a store or comparable rows); ``hoststore.HostStoreError`` for a store that cannot be read as a
+        results database."""
+        unit_fit = self.units() if self.store is not None else None
+        if self.store is None or unit_fit is None:
+            return None
+        source = source or self._calibration_source(unit_fit)
+        if source is None:
+            return None
+        if source not in self._calibrations:
+            compute = functools.partial(self._calibration_of, source=source)
+            found = self._from_store(self.store, f"calibration-{source}", compute)
+            self._calibrations[source] = found if isinstance(found, Calibration) else None
+        return self._calibrations[source]
 
     def host_fit(self) -> HostFit | None:
         """This host's own model from its store's rows alone (``perfmodels.hostfit``; None without a store or a
@@ -410,13 +419,12 @@ class FittedModel:
             _write_pickle(cache, (value,))
         return value
 
-    def _calibration_of(self, store: Path) -> Calibration | None:
+    def _calibration_of(self, store: Path, source: str) -> Calibration | None:
         from perfmodels.hoststore import is_quick_store, read_store
 
         unit_fit = self.units()
         frame = read_store(store)
-        source = self._calibration_source(unit_fit) if unit_fit is not None else None
-        if frame is None or source is None or unit_fit is None:
+        if frame is None or unit_fit is None:
             return None
         via = "quick probe" if is_quick_store(store) else "calibration"
         return calibration_from(
@@ -425,9 +433,14 @@ class FittedModel:
 
     def _training_calibration(self) -> CalibratedHost | None:
         """This host's calibration, the unit models it compared with and its measured GEMM peak and bandwidth, for
-        carrying training fits over (None without a store, or one without probes)."""
-        calibration = self.calibration() if self.store is not None else None
-        units = self.units() if calibration is not None else None
+        carrying training fits over (None without a store, or one without probes): against the host of the training
+        rows nearest this one, which need not be the host its inference plans are calibrated against."""
+        units = self.units() if self.store is not None else None
+        trained = sorted(self.training().targets()) if units is not None else []
+        keys = units.keys() if units is not None else []
+        swept = [key[0] for key in keys if key[0] in trained]
+        source = nearest_host(local_target_key(), swept or trained)
+        calibration = self.calibration(source) if source is not None else None
         if calibration is None or units is None or self.store is None:
             return None
         probes = self._from_store(self.store, "probes", _store_probes)
@@ -441,17 +454,14 @@ class FittedModel:
 
     @staticmethod
     def _calibration_source(unit_fit: UnitFit) -> str | None:
-        """The shipped host the calibration compares with: this host's key when swept, else the most swept."""
+        """The shipped host the calibration compares with: ``nearest_host`` of the hosts the unit models swept."""
         swept = unit_fit.keys()
-        targets = [key[0] for key in swept]
-        if not targets:
-            return None
-        here = local_target_key()
-        return here if here in targets else max(sorted(set(targets)), key=targets.count)
+        return nearest_host(local_target_key(), [key[0] for key in swept])
 
     def _calibrated(self, prediction: Prediction, workload: Workload, route: Route, group: GroupFit) -> Prediction:
-        """``prediction`` carried to this host through the calibration's per-kind ratios (unchanged without)."""
-        calibration = self.calibration()
+        """``prediction`` carried to this host through the calibration's per-kind ratios against ``group``'s host
+        (unchanged without)."""
+        calibration = self.calibration(group.target)
         if calibration is None:
             return prediction
         unit_fit = self.units()
@@ -577,19 +587,41 @@ class FittedModel:
         return next((t for t in targets if t.startswith(target_key(device.name, 0)[:-3])), None)
 
     def _wanted_threads(self, target: str) -> int | None:
-        calibration = self.calibration() if self.store is not None else None
-        here = target == local_target_key() or (calibration is not None and target == calibration.source)
+        """This host's usable cores where ``target``'s fits stand for this host (it is this host, or this host is
+        calibrated against it), else None (the thread count ``target`` measured most)."""
+        here = target == local_target_key() or (self.store is not None and self.calibration(target) is not None)
         return usable_cores() if here else None
 
     def anchor(self, workload: Workload, route: Route, device: Device) -> GroupFit | None:
-        """The measured group closest to ``route`` on ``device``'s target (None: use the prior)."""
+        """The measured group closest to ``route`` on ``device``'s target (None: use the prior). On a ``local`` CPU
+        whose host measured the route's framework but not its graph compiler, the group of the host nearest it that
+        measured the compiler, where this host is calibrated against that host (None without a calibration: then
+        the descriptors carry it, ``_descriptor_carried``)."""
         if workload.mode != "inference" or device.count != 1:
             return None
+        local = device.name in LOCAL_NAMES and device.kind == "cpu"
         target = self.target_for(device)
-        if target is None and device.name in LOCAL_NAMES and device.kind == "cpu" and self.store is not None:
+        if target is None and local and self.store is not None:
             calibration = self.calibration()  # an uncalibrated host's fits carried over from the shipped host
             target = calibration.source if calibration is not None else None
-        return None if target is None else self._nearest_group(target, route, self._wanted_threads(target))
+        group = None if target is None else self._nearest_group(target, route, self._wanted_threads(target))
+        if local and group is not None and group.route.compiler != route.compiler:
+            other = self._compiler_host(route)
+            if other is not None and other != target:
+                if self.store is None or self.calibration(other) is None:
+                    return None
+                return self._nearest_group(other, route, self._wanted_threads(other))
+        return group
+
+    def _compiler_host(self, route: Route) -> str | None:
+        """The measured host nearest this one (``targets.nearest_host``) with a usable group of ``route``'s framework
+        and compiler (None: no host measured it)."""
+        hosts = [
+            g.target
+            for g in self.result.groups
+            if g.usable and g.route.framework == route.framework and g.route.compiler == route.compiler
+        ]
+        return nearest_host(local_target_key(), hosts)
 
     def _nearest_group(self, target: str, route: Route, wanted: int | None) -> GroupFit | None:
         """The usable group of ``route``'s framework on ``target`` nearest ``route`` (at ``wanted`` threads, else
@@ -779,8 +811,10 @@ class FittedModel:
         host)."""
         if workload.mode != "inference" or device.kind != "cpu":
             return None
-        groups = (self._nearest_group(s, route, None) for s in descriptor_sources(self.result.groups, device.arch))
-        group = next((g for g in groups if g is not None), None)
+        found = [self._nearest_group(s, route, None) for s in descriptor_sources(self.result.groups, device.arch)]
+        groups = [g for g in found if g is not None]
+        # a host that measured the route's graph compiler before one that measured only its framework
+        group = next((g for g in groups if g.route.compiler == route.compiler), groups[0] if groups else None)
         if group is None:
             return None
         there = source_device(group, device)

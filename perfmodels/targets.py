@@ -9,7 +9,7 @@ import functools
 import os
 import platform
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 #: ISA flags that matter to DL kernels (the rest of /proc/cpuinfo's flags are noise for our purposes).
@@ -24,6 +24,25 @@ def slug(name: str, fallback: str) -> str:
 def target_key(cpu_model: str, cores: int) -> str:
     """``intel-r-xeon-r-processor-2c``: a slug of the CPU model plus the usable core count."""
     return f"{slug(cpu_model, 'unknown-cpu')}-{cores}c"
+
+
+def cpu_name(key: str) -> str:
+    """A target key without its core count (``intel-r-xeon-r-processor`` of ``intel-r-xeon-r-processor-2c``)."""
+    name, _, cores = key.rpartition("-")
+    return name if name and cores.endswith("c") and cores[:-1].isdigit() else key
+
+
+def nearest_host(key: str, measured: Sequence[str]) -> str | None:
+    """Of the measured hosts (one entry per row, so that the most measured counts most), the one a host of ``key``
+    is carried from: itself, else a host of the same CPU name (another core count), else the most measured (None:
+    none measured)."""
+    if not measured:
+        return None
+    if key in measured:
+        return key
+    same_cpu = [t for t in measured if cpu_name(t) == cpu_name(key)]
+    pool = same_cpu or list(measured)
+    return max(sorted(set(pool)), key=pool.count)
 
 
 def cpu_model_and_flags() -> tuple[str, list[str]]:

@@ -147,7 +147,7 @@ def test_a_calibrated_local_host_carries_the_fit_by_its_stores_probes(
     write_rows(store, [{**sweep_row(GEMM, 1e-4, "onnxruntime"), "threads": 2, "peak_gflops": 190.0,
                         "bandwidth_gbs": 28.0}])  # fmt: skip
     model = fit_model(to_frame(frame.to_dict("records")), source="t.csv", store=store)
-    monkeypatch.setattr(model, "calibration", lambda: Calibration("here-2c", "elsewhere-2c", 12))
+    monkeypatch.setattr(model, "calibration", lambda source=None: Calibration("here-2c", "elsewhere-2c", 12))
     monkeypatch.setattr(model, "units", lambda: _Units())
     workload = Workload(4e9, 1e8, 2.5e7, "training", 64, ops_by_class={"gemm": 160})
     local = Device("local", "cpu", {"fp32": 1e12}, 5e10)
@@ -191,13 +191,13 @@ def test_a_local_host_of_the_measured_key_calibrated_against_its_rows_is_carried
     plain = fit_model(frame, source="t.csv").predict(workload, TORCH, local)
     assert plain.basis.startswith(f"fitted-training:{local_target_key()} (torch fp32")
     model = fit_model(frame, source="t.csv", store=store)
-    monkeypatch.setattr(model, "calibration", lambda: Calibration("here-2c", local_target_key(), 12))
+    monkeypatch.setattr(model, "calibration", lambda source=None: Calibration("here-2c", local_target_key(), 12))
     monkeypatch.setattr(model, "units", lambda: _Units())
     carried = model.predict(workload, TORCH, local)
     assert carried.basis.startswith(f"transferred-training:{local_target_key()} via calibration (torch fp32")
     assert carried.step_seconds / plain.step_seconds == pytest.approx(0.5, rel=0.02)  # twice the peak and bandwidth
     quick = Calibration("here-2c", local_target_key(), 12, via="quick probe")
-    monkeypatch.setattr(model, "calibration", lambda: quick)
+    monkeypatch.setattr(model, "calibration", lambda source=None: quick)
     assert model.predict(workload, TORCH, local).step_seconds == plain.step_seconds
 
 
