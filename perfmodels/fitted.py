@@ -436,12 +436,13 @@ class FittedModel:
         carrying training fits over (None without a store, or one without probes): against the host of the training
         rows nearest this one, which need not be the host its inference plans are calibrated against."""
         units = self.units() if self.store is not None else None
-        trained = sorted(self.training().targets()) if units is not None else []
-        keys = units.keys() if units is not None else []
-        swept = [key[0] for key in keys if key[0] in trained]
-        source = nearest_host(local_target_key(), swept or trained)
+        if units is None or self.store is None:
+            return None
+        trained = sorted(self.training().targets())
+        swept = units.keys()
+        source = nearest_host(local_target_key(), [key[0] for key in swept if key[0] in trained] or trained)
         calibration = self.calibration(source) if source is not None else None
-        if calibration is None or units is None or self.store is None:
+        if calibration is None:
             return None
         probes = self._from_store(self.store, "probes", _store_probes)
         return None if probes is None else CalibratedHost(calibration, units, *probes)

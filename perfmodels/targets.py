@@ -33,9 +33,9 @@ def cpu_name(key: str) -> str:
 
 
 def nearest_host(key: str, measured: Sequence[str]) -> str | None:
-    """Of the measured hosts (one entry per row, so that the most measured counts most), the one a host of ``key``
-    is carried from: itself, else a host of the same CPU name (another core count), else the most measured (None:
-    none measured)."""
+    """Of the measured hosts (one entry per fitted route, so that the host with most routes counts most), the one a
+    host of ``key`` is carried from: itself, else a host of the same CPU name (another core count), else the most
+    measured (None: none measured)."""
     if not measured:
         return None
     if key in measured:
