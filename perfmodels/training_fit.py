@@ -33,7 +33,7 @@ framework of the same kernel library's, ``BORROWED_UNITS``), its steps have a se
 (``UNIT_FEATURES``)::
 
     step_s = a' · forward_s + (e' · optimizer + g' · 4·passed_elements·batch / bandwidth) / speed_up
-             + f' · kernel_nodes + h' · 1 ms + c' · apart_s
+             + f' · kernel_nodes + h' · 1 ms + c' · apart_s + t' · weight_tensors · 1 us
 
 ``forward_s`` the forward pass of ``batch`` samples priced unit by unit by the framework's unit model at the row's
 threads: a held-out family borrows the rates of other models' kernels of similar shape, where the FLOP model has one
@@ -45,7 +45,9 @@ the gradients, the loop), which with ``f'`` the per-node probes pin. ``speed_up`
 units' own speed-up from one thread to the row's, so each model's extra work scales with threads as its kernels do
 (no exponent fitted). ``apart_s`` the part of the forward of the kinds the lender's units price but the trainer runs
 on kernels of another library (``training_units.Lender.apart``: XLA's dense convolutions), taken out of ``forward_s``
-(0 for every other trainer). Plans and the held-out evaluation use it where the workload has kernel units.
+(0 for every other trainer). ``weight_tensors`` the tensors the step updates (``training_units.weight_tensors``):
+the optimiser, the gradients' zeroing and their accumulation run once per tensor. Plans and the held-out evaluation
+use it where the workload has kernel units.
 
 Where a framework's own training kernels were swept as units (``benchmarks.backward_units``; appopt-runtime, whose
 NumPy gradients no inference sweep times), its steps have a third model (``TRAIN_UNIT_FEATURES``)::
@@ -105,11 +107,13 @@ from perfmodels.training_units import (
     passed_elements,
     read_training_units,
     row_units,
+    row_weight_tensors,
     threads_own,
     training_route,
     training_units,
     unit_route,
     units_framework,
+    weight_tensors,
 )
 
 if TYPE_CHECKING:
@@ -133,12 +137,17 @@ PER_SAMPLE = 4
 #: inference kernel units at the row's threads, ``FEATURES``' optimiser and per-node terms, the traffic of the
 #: elements training passes over apart (``passed_elements``: the normalisation and activations an inference unit
 #: folds, unfolded ones, concatenations), and a per-step constant. The optimiser and that traffic are divided by the
-#: forward units' own speed-up from one thread to the row's; the forward's units of its lender's ``apart`` kinds last,
-#: a coefficient of their own.
-UNIT_FEATURES = ("forward_units", "optimizer", "kernel_nodes", "passed_elements", "step", "apart_units")
+#: forward units' own speed-up from one thread to the row's; the forward's units of its lender's ``apart`` kinds, a
+#: coefficient of their own; the weight tensors the step updates (``weight_tensors``) at a microsecond each.
+UNIT_FEATURES = (
+    "forward_units", "optimizer", "kernel_nodes", "passed_elements", "step", "apart_units", "weight_tensors",
+)  # fmt: skip
 #: Columns of a row's ``priced_forward``: its forward pass priced by units at its threads and at one thread, the
-#: traffic of its passed elements, and the part of the pass at its threads in its lender's ``apart`` kinds.
-FORWARD_COLUMNS = 4
+#: traffic of its passed elements, the part of the pass at its threads in its lender's ``apart`` kinds, and its
+#: weight tensors in microseconds (``weight_tensors``; per step, as the per-node term).
+FORWARD_COLUMNS = 5
+#: A weight tensor's unit in the unit-priced model's ``weight_tensors`` column, as ``FEATURES``' nodes: a microsecond.
+TENSOR_S = 1e-6
 #: The unit-priced model's per-step constant (``step``: the loss, zeroing the gradients, the trainer's own loop),
 #: in units of a millisecond; the per-node probes (``PROBE_FAMILY``) pin it with the per-node term.
 STEP_CONSTANT_S = 1e-3
@@ -284,7 +293,13 @@ def unit_matrix(flops_x: np.ndarray, forward: np.ndarray) -> np.ndarray:
     constant = np.full(len(forward), STEP_CONSTANT_S)
     apart = forward[:, 3]
     return np.c_[
-        forward[:, 0] - apart, flops_x[:, 4] / speed_up, flops_x[:, 5], forward[:, 2] / speed_up, constant, apart
+        forward[:, 0] - apart,
+        flops_x[:, 4] / speed_up,
+        flops_x[:, 5],
+        forward[:, 2] / speed_up,
+        constant,
+        apart,
+        forward[:, 4],
     ]
 
 
@@ -651,10 +666,11 @@ def priced_forward(
     out = np.full((len(rows), FORWARD_COLUMNS), math.nan)
     if units is None or rows.empty:
         return out
+    tensors = row_weight_tensors(rows, shipped)
     for i, (row, forward) in enumerate(zip(rows.itertuples(), row_units(rows, shipped), strict=True)):
         out[i] = unit_priced_forward(
             units, routes, str(row.target), str(row.framework), int(row.threads), forward, int(row.batch),
-            float(row.bandwidth_gbs), any_framework, _compiler(getattr(row, "compiler", None)),
+            float(row.bandwidth_gbs), any_framework, _compiler(getattr(row, "compiler", None)), tensors[i],
         )  # fmt: skip
     return out
 
@@ -670,14 +686,17 @@ def unit_priced_forward(
     bandwidth_gbs: float,
     any_framework: bool = False,
     compiler: str = "none",
-) -> tuple[float, float, float, float]:
+    tensors: float | None = None,
+) -> tuple[float, float, float, float, float]:
     """``forward``'s pass of ``batch`` samples (less the units ``compiler`` fuses away, ``fused_kinds``) priced by
     ``framework``'s unit routes on ``target`` at ``threads`` and at one thread (as at ``threads`` where only that
     count was swept: a speed-up of 1, which a fit of rows at one thread count absorbs; at one thread both for a route
     that takes its own threading, ``threads_own``, NaN where one thread was not swept), and the traffic of its passed
     elements (``passed_elements``) at ``bandwidth_gbs``, and the part of the pass at ``threads`` in the lender's
-    ``apart`` kinds (NaN where a route was not swept); routes (keyed by the framework whose units they are,
-    ``units_framework``) looked up in ``routes`` first, found ones added to it (``units`` None: only ``routes``)."""
+    ``apart`` kinds (NaN where a route was not swept), and its weight ``tensors`` at ``TENSOR_S`` each (None:
+    ``weight_tensors`` of ``forward``, which counts a recurrent layer unfused once per step); routes (keyed by
+    the framework whose units they are, ``units_framework``) looked up in ``routes`` first, found ones added to it
+    (``units`` None: only ``routes``)."""
     lender = lender_of(framework, compiler, any_framework)
     fused = fused_kinds(compiler)
     counts = (1, 1) if threads_own(framework, compiler) else (threads, 1)
@@ -698,7 +717,8 @@ def unit_priced_forward(
     if math.isnan(priced[1]) and threads != 1:  # units swept at this thread count only: no speed-up known (1)
         priced[1] = priced[0]
     traffic = PASSED_BYTES_PER_ELEMENT * passed_elements(forward) * batch / (bandwidth_gbs * 1e9)
-    return priced[0], priced[1], traffic, apart
+    tensors = weight_tensors(forward) if tensors is None else tensors
+    return priced[0], priced[1], traffic, apart, TENSOR_S * tensors
 
 
 def priced_training(
@@ -879,6 +899,7 @@ class TrainingFit:
             workload.batch_size,
             bandwidth,
             compiler=route.compiler,
+            tensors=weight_tensors(workload.units),
         )
         ux = unit_matrix(x, np.array([forward]))[0]
         if not np.isfinite(ux).all():

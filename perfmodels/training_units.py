@@ -127,9 +127,19 @@ def training_units(units: Sequence[Unit]) -> tuple[Unit, ...]:
 def row_units(rows: pd.DataFrame, shipped: Mapping[str, tuple[Unit, ...]]) -> list[tuple[Unit, ...]]:
     """Each row's forward units: its own ``units`` when recorded, else the shipped ones of its model (or none), as
     the training models price them (``training_units``)."""
+    return [training_units(units) for units in _model_units(rows, shipped)]
+
+
+def row_weight_tensors(rows: pd.DataFrame, shipped: Mapping[str, tuple[Unit, ...]]) -> list[float]:
+    """Each row's ``weight_tensors``, counted on its units before ``training_units`` unfuses them (a recurrent
+    layer's weights serve every step)."""
+    return [weight_tensors(units) for units in _model_units(rows, shipped)]
+
+
+def _model_units(rows: pd.DataFrame, shipped: Mapping[str, tuple[Unit, ...]]) -> list[Sequence[Unit]]:
     recorded = rows["units"] if "units" in rows else [None] * len(rows)
     return [
-        training_units(decode_units(text) if isinstance(text, str) and text else shipped.get(str(model), ()))
+        decode_units(text) if isinstance(text, str) and text else shipped.get(str(model), ())
         for text, model in zip(recorded, rows["model"], strict=True)
     ]
 
@@ -248,6 +258,27 @@ def passed_elements(units: Sequence[Unit]) -> float:
     for unit in units:
         if unit.kind == "move" or (unit.kind == "eltwise" and unit["inputs"] == 1):
             total += unit.count * unit["elements"]
+    return total
+
+
+#: Weight tensors per unit of each kind that trains weights: a convolution's or product's weight and its bias (or the
+#: scale and shift of the normalisation it folds), two of each in a separable block, a layer normalisation's scale
+#: and shift, a recurrent layer's input and hidden weights and their biases per direction.
+WEIGHT_TENSORS = {"conv": 2, "dwconv": 2, "dwpw": 4, "gemm": 2, "layernorm": 2, "skipnorm": 2}
+RECURRENT_TENSORS_PER_DIRECTION = 4
+
+
+def weight_tensors(units: Sequence[Unit]) -> float:
+    """The weight tensors a step of ``units`` (as the model holds them, before ``training_units``) updates. A
+    trainer's optimiser, its gradient zeroing and its autograd's accumulation each run once per tensor, not per
+    element: the digits MLP's few tensors cost far less than its parameter bytes at the fits' per-byte coefficient,
+    which ResNet-50's weight-heavy layers set (docs/decisions.md, 2026-11-29, a per-tensor term)."""
+    total = 0.0
+    for unit in units:
+        if unit.kind == "recurrent":
+            total += unit.count * RECURRENT_TENSORS_PER_DIRECTION * unit["directions"]
+        else:
+            total += unit.count * WEIGHT_TENSORS.get(unit.kind, 0)
     return total
 
 

@@ -622,3 +622,72 @@ def test_xlas_convolutions_take_a_coefficient_of_their_own_where_they_run_on_oth
     monkeypatch.setitem(training_units.BORROWED_UNITS, ("tensorflow", "xla"), replace(lender, apart=()))
     together = leave_one_family_out(frame, units=sweeps, shipped=shipped)  # type: ignore[arg-type]
     assert together.step_rmspe() > 0.1
+
+
+def _adds(count: int) -> tuple[Unit, ...]:
+    return tuple(Unit("eltwise", {"elements": 4096, "inputs": 2, "heavy": 0}) for _ in range(count))
+
+
+#: name: family, convolutions, products, residual adds (no weights): weight tensors and nodes vary apart.
+TENSOR_MODELS = {
+    "few_a": ("few", ((3, 16, 8),), (), 8),
+    "few_b": ("few", ((3, 16, 8), (16, 16, 8)), (), 12),
+    "many_a": ("many", (), ((64, 32),) * 8, 0),
+    "many_b": ("many", (), ((128, 32),) * 12, 2),
+    "mixed_a": ("mixed", ((3, 8, 8),), ((512, 64),) * 4, 4),
+    "mixed_b": ("mixed", ((3, 8, 8),) * 3, ((512, 64),), 6),
+}
+#: What each weight tensor costs a step in ``_tensor_frame``'s steps: the optimiser's, the zeroing's and the
+#: accumulation's loops over tensors.
+PER_TENSOR_S = 150e-6
+
+
+def _tensor_units(name: str) -> tuple[Unit, ...]:
+    _, convs, products, adds = TENSOR_MODELS[name]
+    return _conv_units(convs) + _units(products) + _adds(adds)
+
+
+def _tensor_frame(tmp_path):
+    """PyTorch steps: three times the forward's kernels, 40 us a node and ``PER_TENSOR_S`` a weight tensor."""
+    rows = []
+    for name, (family, _, _, _) in TENSOR_MODELS.items():
+        units = _tensor_units(name)
+        flops = sum(unit_flops(u) for u in units)
+        tensors = 2 * sum(u.kind in ("conv", "gemm") for u in units)
+        for batch in (4, 16):
+            seconds = 3.0 * forward_seconds(_ThreadedRoute(1), units, batch) + 40e-6 * len(units)  # type: ignore[arg-type]
+            rows.append(make_row(
+                source="measured", target=local_target_key(), backend="torch", framework="pytorch",
+                mode="training", precision="fp32", model=name, family=family, batch=batch, threads=1,
+                scenario="training", flops_per_sample=flops, activation_bytes_per_sample=0.0, params=0.0,
+                flops_by_class={"gemm": flops}, ops_by_class={"gemm": len(units)}, peak_gflops=50.0,
+                bandwidth_gbs=10.0, metric="ms_per_step", value=(seconds + PER_TENSOR_S * tensors) * 1e3,
+                units=encode_units(units),
+            ))  # fmt: skip
+    path = tmp_path / "tensors.csv"
+    write_rows(path, rows)
+    return read_results(path)
+
+
+def test_weight_tensors_count_what_a_step_updates():
+    units = (
+        *_conv_units(((3, 16, 8),)),
+        *_units(((64, 10),)),
+        Unit("recurrent", {"batch": 1, "steps": 8, "inputs": 16, "hidden": 32, "gates": 3, "directions": 2}),
+        Unit("layernorm", {"rows": 8, "cols": 32}, count=3),
+        *_adds(5),
+    )
+    assert training_units.weight_tensors(units) == 2 + 2 + 8 + 6
+
+
+def test_a_steps_weight_tensors_are_priced_apart_from_its_nodes(tmp_path):
+    """A step pays per weight tensor (optimiser, zeroing, accumulation loops), not per node nor per parameter byte:
+    held out by family, steps of models whose tensors and nodes vary apart are predicted within 1%."""
+    frame = _tensor_frame(tmp_path)
+    shipped = {name: _tensor_units(name) for name in TENSOR_MODELS}
+    evaluation = leave_one_family_out(frame, units=_ThreadedUnits(), shipped=shipped, nested=False)  # type: ignore[arg-type]
+    assert len(evaluation.predictions) == 12
+    assert evaluation.step_rmspe() < 0.01
+    units = _tensor_units("many_b")
+    forward = unit_priced_forward(_ThreadedUnits(), {}, local_target_key(), "pytorch", 1, units, 4, 10.0)  # type: ignore[arg-type]
+    assert forward[4] == pytest.approx(training_fit.TENSOR_S * 24)
