@@ -1126,7 +1126,10 @@ def _apart_note(workload: Workload, route: Route) -> str:
     kinds = sorted({u.kind for u in training_units(workload.units or ())} & set(lender.apart))
     if not kinds:
         return ""
-    return f", its {', '.join(kinds)} units at a coefficient of their own (other kernels than {lender.framework}'s)"
+    return (
+        f", its {', '.join(kinds)} units at a coefficient of their own ({lender.framework}'s units time them unlike "
+        "its kernels)"
+    )
 
 
 def _unmeasured(group: TrainingGroupFit, route: Route) -> str:

@@ -79,9 +79,12 @@ class Lender:
 #: kernels PyTorch's units time: 1.1-1.5x TensorFlow's eager (oneDNN) step of one convolution, and 20x on a 3x3
 #: convolution over a 2x2 map (ResNet-50's last stages at reduced resolution; ``python -m benchmarks.xla_kernels``);
 #: its matrix products fuse as PyTorch's do not. One coefficient for both priced XLA's ResNets at 0.5x their steps,
-#: so its convolutions are ``apart`` (docs/decisions.md, 2026-11-29, XLA's dense convolutions apart).
+#: so its convolutions are ``apart`` (docs/decisions.md, 2026-11-29, XLA's dense convolutions apart). TensorFlow's
+#: eager convolutions are apart too: though both call oneDNN, on an AMD EPYC they ran slower against PyTorch's units
+#: than its products did (its CNNs' steps at 0.55-0.75x held out, its transformers' at 1.3-1.45x; docs/decisions.md,
+#: 2026-11-29, a per-tensor term).
 BORROWED_UNITS: dict[tuple[str, str], Lender] = {
-    ("tensorflow", "none"): Lender("pytorch", own_threads=True),
+    ("tensorflow", "none"): Lender("pytorch", own_threads=True, apart=("conv",)),
     ("tensorflow", "xla"): Lender("pytorch", own=("onnxruntime", "xla"), kinds=("dwconv", "dwpw"), apart=("conv",)),
 }
 #: The training suite's models cut into kernel units, by task name (``python -m benchmarks.training_units``).

@@ -596,12 +596,12 @@ def _xla_frame(tmp_path):
 def test_xlas_convolutions_take_a_coefficient_of_their_own_where_they_run_on_other_kernels(tmp_path, monkeypatch):
     """XLA runs its dense convolutions on Eigen, not on the oneDNN kernels its lender's units time: held out by
     family, its steps are predicted with the convolutions apart (``Lender.apart``), and not with one coefficient
-    for the whole forward; an eager trainer's forward has no part apart."""
+    for the whole forward; PyTorch's forward, priced by its own units, has no part apart."""
     shipped = {name: _apart_units(name) for name in APART_MODELS}
     frame = _xla_frame(tmp_path)
     units = _apart_units("wide_b")
     sweeps = _LenderAndXla()
-    eager = unit_priced_forward(sweeps, {}, local_target_key(), "tensorflow", 1, units, 4, 10.0)  # type: ignore[arg-type]
+    eager = unit_priced_forward(sweeps, {}, local_target_key(), "pytorch", 1, units, 4, 10.0)  # type: ignore[arg-type]
     compiled = unit_priced_forward(sweeps, {}, local_target_key(), "tensorflow", 1, units, 4, 10.0, compiler="xla")  # type: ignore[arg-type]
     conv = forward_seconds(_ThreadedRoute(1), units[:1], 4)  # type: ignore[arg-type]
     assert eager[3] == 0.0 and compiled[3] == pytest.approx(conv)
@@ -617,8 +617,10 @@ def test_xlas_convolutions_take_a_coefficient_of_their_own_where_they_run_on_oth
         flops_by_class={"conv": flops}, ops_by_class={"conv": len(units)}, model_name="wide_b", units=units,
     )  # fmt: skip
     priced = fit.predict(workload, _route("tensorflow", "xla"), local_target_key(), 1)
-    assert priced is not None and "its conv units at a coefficient of their own (other kernels than" in priced.basis
-    assert training_fit._apart_note(workload, _route("tensorflow", "none")) == ""  # eager TensorFlow: none apart
+    assert priced is not None and "its conv units at a coefficient of their own (pytorch's units time" in priced.basis
+    assert training_fit._apart_note(workload, _route("pytorch", "none")) == ""  # PyTorch's own units: none apart
+    eager_note = training_fit._apart_note(workload, _route("tensorflow", "none"))  # TensorFlow's: conv apart
+    assert "its conv units at a coefficient of their own" in eager_note
     monkeypatch.setitem(training_units.BORROWED_UNITS, ("tensorflow", "xla"), replace(lender, apart=()))
     together = leave_one_family_out(frame, units=sweeps, shipped=shipped)  # type: ignore[arg-type]
     assert together.step_rmspe() > 0.1
