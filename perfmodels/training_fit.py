@@ -55,6 +55,7 @@ NumPy gradients no inference sweep times), its steps have a third model (``TRAIN
     step_s = a'' · (forward_train_s + backward_s) + e'' · optimizer_s + f'' · kernel_nodes + h'' · 1 ms
              + m'' · 3·activation_bytes·batch / bandwidth   (mixed-precision rows only: its casts)
              + r'' · 3·activation_bytes·batch / bandwidth   (the activations kept for the backward, read again)
+             + t'' · weight_tensors · 1 us
 
 the forward pass in training mode and the backward pass priced unit by unit, and the optimiser update priced by its
 own sweep (``perfmodels.training_units.TrainingUnitRoute``, per precision where swept, else fp32's). The two passes
@@ -155,7 +156,9 @@ STEP_CONSTANT_S = 1e-3
 PASSED_BYTES_PER_ELEMENT = 4.0
 #: The training-unit model's features (``perfmodels.training_units.TrainingUnitRoute``): the forward pass in
 #: training mode plus the backward pass, priced unit by unit by the framework's own swept training kernels, its
-#: optimiser update priced by the optimiser sweep, ``FEATURES``' per-node term and the per-step constant.
+#: optimiser update priced by the optimiser sweep, ``FEATURES``' per-node term and the per-step constant, the
+#: activations' traffic (see ``train_unit_matrix``), and the weight tensors at ``TENSOR_S`` each, as
+#: ``UNIT_FEATURES``' (the optimiser sweep prices its per-tensor loop, not the gradients' zeroing and accumulation).
 TRAIN_UNIT_FEATURES = (
     "passes_units",
     "optimizer_units",
@@ -163,10 +166,11 @@ TRAIN_UNIT_FEATURES = (
     "step",
     "mixed_precision_traffic",
     "activation_traffic",
+    "weight_tensors",
 )
-#: Columns of the training units' priced parts (``priced_training``): forward, backward, optimiser seconds, and
-#: whether the row trains in mixed precision (1) or not (0).
-PART_COLUMNS = 4
+#: Columns of the training units' priced parts (``priced_training``): forward, backward, optimiser seconds,
+#: whether the row trains in mixed precision (1) or not (0), and its weight tensors in seconds (``TENSOR_S`` each).
+PART_COLUMNS = 5
 #: The columns of each feature set that grow with the batch and speed up with ``threads ** thread_exponent``. The
 #: unit-priced model's forward (both its columns, ``forward_units`` and ``apart_units``) carries its thread count's
 #: speed from the units (exponent 0), except a route that takes its own threading (``training_units.threads_own``:
@@ -306,8 +310,8 @@ def unit_matrix(flops_x: np.ndarray, forward: np.ndarray) -> np.ndarray:
 def train_unit_matrix(flops_x: np.ndarray, parts: np.ndarray) -> np.ndarray:
     """``TRAIN_UNIT_FEATURES`` rows from ``FEATURES`` rows and each row's (forward, backward, optimiser) seconds
     priced by the framework's training units (``TrainingUnitRoute.parts``; the two passes summed) with its mixed
-    precision flag (``PART_COLUMNS``), the per-step constant, and the activations' traffic (``FEATURES``'
-    ``activations``) twice:
+    precision flag and weight tensors (``PART_COLUMNS``), the per-step constant, and the activations' traffic
+    (``FEATURES``' ``activations``) twice:
 
     * under mixed precision only: the casts it puts around each low-precision node, which cost by the elements cast,
       not by the FLOPs (appopt-runtime's AMP steps took 1.5-4.4x its fp32 ones, VGG's least; docs/decisions.md,
@@ -319,7 +323,7 @@ def train_unit_matrix(flops_x: np.ndarray, parts: np.ndarray) -> np.ndarray:
     parts = np.asarray(parts, dtype=float).reshape(-1, PART_COLUMNS)
     constant = np.full(len(parts), STEP_CONSTANT_S)
     passes, optimizer, mixed, activations = parts[:, 0] + parts[:, 1], parts[:, 2], parts[:, 3], flops_x[:, 3]
-    return np.c_[passes, optimizer, flops_x[:, 5], constant, activations * mixed, activations]
+    return np.c_[passes, optimizer, flops_x[:, 5], constant, activations * mixed, activations, parts[:, 4]]
 
 
 @dataclass(frozen=True)
@@ -727,16 +731,18 @@ def priced_training(
     shipped: Mapping[str, tuple[Unit, ...]],
 ) -> np.ndarray:
     """Each row's (forward, backward, optimiser) seconds priced by its framework's training units on its target at
-    its precision (``perfmodels.training_units.training_route``), NaN where they cannot be, and its mixed precision
-    flag (``PART_COLUMNS``)."""
+    its precision (``perfmodels.training_units.training_route``), NaN where they cannot be, its mixed precision
+    flag and its weight tensors (``PART_COLUMNS``)."""
     out = np.full((len(rows), PART_COLUMNS), math.nan)
     if not routes or rows.empty:
         return out
+    tensors = row_weight_tensors(rows, shipped)
     for i, (row, units) in enumerate(zip(rows.itertuples(), row_units(rows, shipped), strict=True)):
         precision = getattr(row, "precision", None)
         route = training_route(routes, str(row.target), str(row.framework), _precision(precision))
         if route is not None and units:
-            out[i] = (*route.parts(units, int(row.batch), float(row.params)), mixed_precision(precision))
+            parts = route.parts(units, int(row.batch), float(row.params))
+            out[i] = (*parts, mixed_precision(precision), TENSOR_S * tensors[i])
     return out
 
 
@@ -882,7 +888,7 @@ class TrainingFit:
             if trained is None:
                 return None
             priced = trained.parts(units, workload.batch_size, workload.params)
-            parts = (*priced, mixed_precision(route.precision))
+            parts = (*priced, mixed_precision(route.precision), TENSOR_S * weight_tensors(workload.units))
             tx = train_unit_matrix(x, np.array(parts))[0]
             if not np.isfinite(tx).all():
                 return None

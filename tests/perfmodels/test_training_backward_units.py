@@ -174,11 +174,11 @@ def test_every_row_is_priced_with_its_activations_traffic_and_mixed_precision_wi
     """The training-unit features: the passes summed, the optimiser, nodes, the step constant, on a mixed-precision
     row the activations' traffic for its casts, and on every row the activations' traffic (kept for the backward)."""
     flops_x = np.array([[1.0, 2.0, 3.0, 0.25, 5.0, 6.0]] * 2)
-    parts = np.array([[0.5, 1.0, 0.125, 0.0], [0.5, 1.0, 0.125, 1.0]])
+    parts = np.array([[0.5, 1.0, 0.125, 0.0, 1e-5], [0.5, 1.0, 0.125, 1.0, 2e-5]])
     x = train_unit_matrix(flops_x, parts)
     assert x.shape == (2, len(TRAIN_UNIT_FEATURES))
-    assert x[0].tolist() == [1.5, 0.125, 6.0, STEP_CONSTANT_S, 0.0, 0.25]
-    assert x[1].tolist() == [1.5, 0.125, 6.0, STEP_CONSTANT_S, 0.25, 0.25]
+    assert x[0].tolist() == [1.5, 0.125, 6.0, STEP_CONSTANT_S, 0.0, 0.25, 1e-5]
+    assert x[1].tolist() == [1.5, 0.125, 6.0, STEP_CONSTANT_S, 0.25, 0.25, 2e-5]
     assert mixed_precision("fp16") == mixed_precision("bf16") == 1.0
     assert mixed_precision("fp32") == mixed_precision(None) == 0.0
 
