@@ -108,7 +108,6 @@ from perfmodels.training_units import (
     passed_elements,
     read_training_units,
     row_units,
-    row_weight_tensors,
     threads_own,
     training_route,
     training_units,
@@ -670,11 +669,11 @@ def priced_forward(
     out = np.full((len(rows), FORWARD_COLUMNS), math.nan)
     if units is None or rows.empty:
         return out
-    tensors = row_weight_tensors(rows, shipped)
-    for i, (row, forward) in enumerate(zip(rows.itertuples(), row_units(rows, shipped), strict=True)):
+    for i, (row, model) in enumerate(zip(rows.itertuples(), row_units(rows, shipped), strict=True)):
         out[i] = unit_priced_forward(
-            units, routes, str(row.target), str(row.framework), int(row.threads), forward, int(row.batch),
-            float(row.bandwidth_gbs), any_framework, _compiler(getattr(row, "compiler", None)), tensors[i],
+            units, routes, str(row.target), str(row.framework), int(row.threads), training_units(model),
+            int(row.batch), float(row.bandwidth_gbs), any_framework, _compiler(getattr(row, "compiler", None)),
+            tensors=weight_tensors(model),
         )  # fmt: skip
     return out
 
@@ -690,15 +689,16 @@ def unit_priced_forward(
     bandwidth_gbs: float,
     any_framework: bool = False,
     compiler: str = "none",
-    tensors: float | None = None,
+    *,
+    tensors: float,
 ) -> tuple[float, float, float, float, float]:
     """``forward``'s pass of ``batch`` samples (less the units ``compiler`` fuses away, ``fused_kinds``) priced by
     ``framework``'s unit routes on ``target`` at ``threads`` and at one thread (as at ``threads`` where only that
     count was swept: a speed-up of 1, which a fit of rows at one thread count absorbs; at one thread both for a route
     that takes its own threading, ``threads_own``, NaN where one thread was not swept), and the traffic of its passed
     elements (``passed_elements``) at ``bandwidth_gbs``, and the part of the pass at ``threads`` in the lender's
-    ``apart`` kinds (NaN where a route was not swept), and its weight ``tensors`` at ``TENSOR_S`` each (None:
-    ``weight_tensors`` of ``forward``, which counts a recurrent layer unfused once per step); routes (keyed by
+    ``apart`` kinds (NaN where a route was not swept), and its weight ``tensors`` at ``TENSOR_S`` each (counted on
+    the units before ``training_units`` cut them: ``weight_tensors``); routes (keyed by
     the framework whose units they are, ``units_framework``) looked up in ``routes`` first, found ones added to it
     (``units`` None: only ``routes``)."""
     lender = lender_of(framework, compiler, any_framework)
@@ -721,7 +721,6 @@ def unit_priced_forward(
     if math.isnan(priced[1]) and threads != 1:  # units swept at this thread count only: no speed-up known (1)
         priced[1] = priced[0]
     traffic = PASSED_BYTES_PER_ELEMENT * passed_elements(forward) * batch / (bandwidth_gbs * 1e9)
-    tensors = weight_tensors(forward) if tensors is None else tensors
     return priced[0], priced[1], traffic, apart, TENSOR_S * tensors
 
 
@@ -736,13 +735,13 @@ def priced_training(
     out = np.full((len(rows), PART_COLUMNS), math.nan)
     if not routes or rows.empty:
         return out
-    tensors = row_weight_tensors(rows, shipped)
-    for i, (row, units) in enumerate(zip(rows.itertuples(), row_units(rows, shipped), strict=True)):
+    for i, (row, model) in enumerate(zip(rows.itertuples(), row_units(rows, shipped), strict=True)):
         precision = getattr(row, "precision", None)
         route = training_route(routes, str(row.target), str(row.framework), _precision(precision))
+        units = training_units(model)
         if route is not None and units:
             parts = route.parts(units, int(row.batch), float(row.params))
-            out[i] = (*parts, mixed_precision(precision), TENSOR_S * tensors[i])
+            out[i] = (*parts, mixed_precision(precision), TENSOR_S * weight_tensors(model))
     return out
 
 

@@ -127,19 +127,10 @@ def training_units(units: Sequence[Unit]) -> tuple[Unit, ...]:
     return tuple(unfuse(units, TRAINING_UNFUSED))
 
 
-def row_units(rows: pd.DataFrame, shipped: Mapping[str, tuple[Unit, ...]]) -> list[tuple[Unit, ...]]:
-    """Each row's forward units: its own ``units`` when recorded, else the shipped ones of its model (or none), as
-    the training models price them (``training_units``)."""
-    return [training_units(units) for units in _model_units(rows, shipped)]
-
-
-def row_weight_tensors(rows: pd.DataFrame, shipped: Mapping[str, tuple[Unit, ...]]) -> list[float]:
-    """Each row's ``weight_tensors``, counted on its units before ``training_units`` unfuses them (a recurrent
-    layer's weights serve every step)."""
-    return [weight_tensors(units) for units in _model_units(rows, shipped)]
-
-
-def _model_units(rows: pd.DataFrame, shipped: Mapping[str, tuple[Unit, ...]]) -> list[Sequence[Unit]]:
+def row_units(rows: pd.DataFrame, shipped: Mapping[str, tuple[Unit, ...]]) -> list[Sequence[Unit]]:
+    """Each row's units as its model holds them: its own ``units`` when recorded, else the shipped ones of its model
+    (or none). The training models price them as ``training_units`` cuts them and count their ``weight_tensors``
+    before that cut (a recurrent layer's weights serve every step)."""
     recorded = rows["units"] if "units" in rows else [None] * len(rows)
     return [
         decode_units(text) if isinstance(text, str) and text else shipped.get(str(model), ())

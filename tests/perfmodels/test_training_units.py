@@ -601,8 +601,9 @@ def test_xlas_convolutions_take_a_coefficient_of_their_own_where_they_run_on_oth
     frame = _xla_frame(tmp_path)
     units = _apart_units("wide_b")
     sweeps = _LenderAndXla()
-    eager = unit_priced_forward(sweeps, {}, local_target_key(), "pytorch", 1, units, 4, 10.0)  # type: ignore[arg-type]
-    compiled = unit_priced_forward(sweeps, {}, local_target_key(), "tensorflow", 1, units, 4, 10.0, compiler="xla")  # type: ignore[arg-type]
+    here = local_target_key()
+    eager = unit_priced_forward(sweeps, {}, here, "pytorch", 1, units, 4, 10.0, tensors=0.0)  # type: ignore[arg-type]
+    compiled = unit_priced_forward(sweeps, {}, here, "tensorflow", 1, units, 4, 10.0, compiler="xla", tensors=0.0)  # type: ignore[arg-type]
     conv = forward_seconds(_ThreadedRoute(1), units[:1], 4)  # type: ignore[arg-type]
     assert eager[3] == 0.0 and compiled[3] == pytest.approx(conv)
     assert compiled[0] == pytest.approx(eager[0])
@@ -691,5 +692,7 @@ def test_a_steps_weight_tensors_are_priced_apart_from_its_nodes(tmp_path):
     assert len(evaluation.predictions) == 12
     assert evaluation.step_rmspe() < 0.01
     units = _tensor_units("many_b")
-    forward = unit_priced_forward(_ThreadedUnits(), {}, local_target_key(), "pytorch", 1, units, 4, 10.0)  # type: ignore[arg-type]
+    tensors = training_units.weight_tensors(units)
+    here = local_target_key()
+    forward = unit_priced_forward(_ThreadedUnits(), {}, here, "pytorch", 1, units, 4, 10.0, tensors=tensors)  # type: ignore[arg-type]
     assert forward[4] == pytest.approx(training_fit.TENSOR_S * 24)
