@@ -7,8 +7,9 @@
  *
  * Gather (ap_gather): rows picked by index, checked; the static plan's Gather of fixed arrays.
  *
- * Strided copy (ap_strided_copy): a strided view (a Transpose's) copied into a contiguous buffer, row by row; what
- * the static plan runs for a Reshape or Flatten that cannot view its input.
+ * Strided copy (ap_strided_copy): a strided view (a Transpose's) copied into a contiguous buffer, row by row, the
+ * rows along the innermost strided dim gathered in one loop; what the static plan runs for a Reshape or Flatten that
+ * cannot view its input, and before a kernel that cannot read a strided input.
  *
  * Embedding bag (ap_embag): y[n] = sum (or mean) over l of table[ids[n, l]], the Gather + ReduceSum that PyTorch
  * exports for a bag of ids. Ids are checked: one outside [-V, V) stops the call with EB_STATUS set.
@@ -209,9 +210,33 @@ static void sc_task(const void *vctx, long task) {
   }
   const char *x = (const char *)a[SC_X];
   char *y = (char *)a[SC_Y] + r0 * row;
-  for (long r = r0; r < r1; r++, y += row) {
-    memcpy(y, x + offset, (size_t)row);
-    for (long d = rank - 1; d >= 0; d--) {  /* the next index, carrying */
+  if (rank == 0) {  /* one contiguous row */
+    if (r1 > r0) memcpy(y, x + offset, (size_t)row);
+    return;
+  }
+  const long last = rank - 1;
+  const long step = strides[last];
+  for (long r = r0; r < r1;) {
+    /* a run of rows along the innermost outer dim: a gather with one stride (a transpose's is one element per
+     * row, which a memcpy and an index carry per element made the slowest copy of all) */
+    long run = dims[last] - index[last];
+    if (run > r1 - r) run = r1 - r;
+    const char *src = x + offset;
+    switch (row) {
+      case 4: for (long i = 0; i < run; i++) memcpy(y + 4 * i, src + i * step, 4); break;
+      case 2: for (long i = 0; i < run; i++) memcpy(y + 2 * i, src + i * step, 2); break;
+      case 8: for (long i = 0; i < run; i++) memcpy(y + 8 * i, src + i * step, 8); break;
+      case 1: for (long i = 0; i < run; i++) y[i] = src[i * step]; break;
+      default: for (long i = 0; i < run; i++) memcpy(y + row * i, src + i * step, (size_t)row);
+    }
+    y += run * row;
+    r += run;
+    offset += run * step;
+    index[last] += run;
+    if (index[last] < dims[last]) continue;
+    offset -= index[last] * step;  /* the innermost dim wrapped: carry into the outer ones */
+    index[last] = 0;
+    for (long d = last - 1; d >= 0; d--) {
       offset += strides[d];
       if (++index[d] < dims[d]) break;
       offset -= index[d] * strides[d];

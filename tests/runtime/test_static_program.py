@@ -122,3 +122,30 @@ def test_a_kernel_reading_a_strided_view_is_bound_on_a_compiled_copy_of_it() -> 
     _, steps, _, _ = static._state()
     kinds = {entry[2].node.op_type: entry[0] for entry in steps}
     assert kinds["FusedMatMul"] == "bound", kinds
+
+
+@pytest.mark.parametrize("dtype", [np.int8, np.float16, np.float32, np.int64, np.complex128])
+def test_the_strided_copy_gathers_any_view_in_c_order(dtype: type) -> None:
+    """Transposes (one element per row: the runs along the innermost strided dim), row blocks, slices with steps
+    and reversed dims, at sizes that split across the copy's tasks mid-run."""
+    from runtime.native.convnets import strided_copy_call
+
+    lib = native.lib()
+    assert lib is not None
+    rng = np.random.default_rng(7)
+    base = (rng.standard_normal((6, 70, 33, 5)) * 50).astype(dtype)
+    views = [
+        base.transpose(0, 2, 1, 3),
+        base.transpose(3, 1, 2, 0),
+        base.transpose(0, 1, 3, 2),
+        base[:, ::3, 1:30:2, :],
+        base[::-1, :, ::-1, 2],
+        base[2].T,
+        base[0, 5, 7, 1:2],  # one element: rank 0 after merging
+    ]
+    for view in views:
+        out = np.zeros(view.shape, dtype=dtype)
+        call = strided_copy_call(lib, view, out)
+        assert call is not None, view.strides
+        call()
+        np.testing.assert_array_equal(out, view)
