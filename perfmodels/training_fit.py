@@ -1131,10 +1131,9 @@ def _apart_note(workload: Workload, route: Route) -> str:
     kinds = sorted({u.kind for u in training_units(workload.units or ())} & set(lender.apart))
     if not kinds:
         return ""
-    return (
-        f", its {', '.join(kinds)} units at a coefficient of their own ({lender.framework}'s units time them unlike "
-        "its kernels)"
-    )
+    lenders = {"+".join(lender.own) if lender.own and k in lender.kinds else lender.framework for k in kinds}
+    timed_by = " and ".join(f"{name}'s" for name in sorted(lenders))
+    return f", its {', '.join(kinds)} units at a coefficient of their own ({timed_by} units time them unlike its step)"
 
 
 def _unmeasured(group: TrainingGroupFit, route: Route) -> str:

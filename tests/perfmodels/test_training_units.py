@@ -610,7 +610,7 @@ def test_xlas_convolutions_take_a_coefficient_of_their_own_where_they_run_on_oth
     apart = leave_one_family_out(frame, units=sweeps, shipped=shipped)  # type: ignore[arg-type]
     assert len(apart.predictions) == 16 and apart.step_rmspe() < 0.01
     lender = training_units.BORROWED_UNITS[("tensorflow", "xla")]
-    assert lender.apart == ("conv",)
+    assert lender.apart == ("conv", "dwconv", "dwpw")
     fit = TrainingFit.from_frame(frame, units=sweeps, shipped=shipped)  # type: ignore[arg-type]
     flops = sum(unit_flops(u) for u in units)
     workload = Workload(
@@ -618,13 +618,75 @@ def test_xlas_convolutions_take_a_coefficient_of_their_own_where_they_run_on_oth
         flops_by_class={"conv": flops}, ops_by_class={"conv": len(units)}, model_name="wide_b", units=units,
     )  # fmt: skip
     priced = fit.predict(workload, _route("tensorflow", "xla"), local_target_key(), 1)
-    assert priced is not None and "its conv units at a coefficient of their own (pytorch's units time" in priced.basis
+    assert priced is not None
+    assert "its conv units at a coefficient of their own (pytorch's units time them" in priced.basis
     assert training_fit._apart_note(workload, _route("pytorch", "none")) == ""  # PyTorch's own units: none apart
     eager_note = training_fit._apart_note(workload, _route("tensorflow", "none"))  # TensorFlow's: conv apart
     assert "its conv units at a coefficient of their own" in eager_note
     monkeypatch.setitem(training_units.BORROWED_UNITS, ("tensorflow", "xla"), replace(lender, apart=()))
     together = leave_one_family_out(frame, units=sweeps, shipped=shipped)  # type: ignore[arg-type]
     assert together.step_rmspe() > 0.1
+
+
+def _dw_units(shapes: tuple[tuple[int, int], ...]) -> tuple[Unit, ...]:
+    return tuple(
+        Unit("dwconv", {"n": 1, "c": c, "mult": 1, "h": px, "w": px, "kh": 3, "kw": 3, "stride": 1, "oh": px, "ow": px,
+                        "act": 1, "residual": 0, "init_w": 1})
+        for c, px in shapes
+    )  # fmt: skip
+
+
+#: name: family, convolutions (cin, cout, px), depthwise convolutions (channels, px), matrix products (k, n).
+SEPARABLE_MODELS = {
+    "conv_a": ("conv", ((3, 16, 16), (16, 32, 16)), (), ()),
+    "conv_b": ("conv", ((16, 32, 16), (32, 64, 8)), (), ()),
+    "dense_a": ("dense", (), (), ((512, 1536), (1536, 512))),
+    "dense_b": ("dense", (), (), ((1024, 2048), (2048, 1024))),
+    "mixed_a": ("mixed", ((3, 16, 8),), (), ((1024, 512), (512, 10))),
+    "mixed_b": ("mixed", ((16, 32, 8),), (), ((2048, 512), (512, 10))),
+    "sep_a": ("separable", ((3, 32, 16),), ((32, 16), (64, 8)), ((256, 10),)),
+    "sep_b": ("separable", ((3, 16, 16),), ((16, 16), (96, 8), (128, 4)), ((512, 10),)),
+}
+
+
+def test_xlas_depthwise_convolutions_take_the_convolutions_coefficient_not_the_forwards(tmp_path, monkeypatch):
+    """XLA's depthwise convolutions are priced by JAX's units, but a step also runs their gradients as XLA kernels
+    of its own: a family of them held out (here their step costs what dense convolutions' do over their units) is
+    predicted with them apart, next to the dense convolutions, and not at the coefficient of the whole forward."""
+    units_of = {
+        name: _conv_units(convs) + _dw_units(dws) + _units(products)
+        for name, (_, convs, dws, products) in SEPARABLE_MODELS.items()
+    }
+    rows = []
+    for name, (family, _, _, _) in SEPARABLE_MODELS.items():
+        units = units_of[name]
+        flops = sum(unit_flops(u) for u in units)
+        spatial = [u for u in units if u.kind in ("conv", "dwconv")]
+        other = [u for u in units if u.kind not in ("conv", "dwconv")]
+        for batch in (4, 16):
+            priced = [forward_seconds(_ThreadedRoute(1), part, batch) if part else 0.0 for part in (spatial, other)]  # type: ignore[arg-type]
+            seconds = 3.0 * (XLA_CONV_SCALE * priced[0] + XLA_OTHER_SCALE * priced[1]) + 40e-6 * len(units)
+            rows.append(make_row(
+                source="measured", target=local_target_key(), backend="keras-xla", framework="tensorflow",
+                compiler="xla", mode="training", precision="fp32", model=name, family=family, batch=batch,
+                threads=1, scenario="training", flops_per_sample=flops, activation_bytes_per_sample=0.0, params=0.0,
+                flops_by_class={"conv": flops}, ops_by_class={"conv": len(units)}, peak_gflops=50.0,
+                bandwidth_gbs=10.0, metric="ms_per_step", value=seconds * 1e3,
+            ))  # fmt: skip
+    path = tmp_path / "separable.csv"
+    write_rows(path, rows)
+    frame = read_results(path)
+    sweeps = _LenderAndXla()
+    apart = leave_one_family_out(frame, units=sweeps, shipped=units_of)  # type: ignore[arg-type]
+    held = apart.predictions
+    separable = held[held["family"] == "separable"]
+    assert len(separable) == 4
+    assert float(np.max(np.abs(separable["predicted"] / separable["measured"] - 1.0))) < 0.01
+    lender = training_units.BORROWED_UNITS[("tensorflow", "xla")]
+    monkeypatch.setitem(training_units.BORROWED_UNITS, ("tensorflow", "xla"), replace(lender, apart=("conv",)))
+    dense_only = leave_one_family_out(frame, units=sweeps, shipped=units_of).predictions  # type: ignore[arg-type]
+    separable = dense_only[dense_only["family"] == "separable"]
+    assert float(np.max(np.abs(separable["predicted"] / separable["measured"] - 1.0))) > 0.1
 
 
 def _adds(count: int) -> tuple[Unit, ...]:
