@@ -569,15 +569,16 @@ class _LenderAndXla:
         return _ThreadedRoute(1) if ok and (framework, compiler) in routes else None
 
 
-def _xla_frame(tmp_path):
-    """keras-xla steps: three times a forward whose convolutions run ``XLA_CONV_SCALE`` and other kernels
-    ``XLA_OTHER_SCALE`` times the lender's units, and 40 us a node."""
+def _xla_frame(tmp_path, models=None, slow_kinds=("conv",)):
+    """keras-xla steps: three times a forward whose ``slow_kinds`` (convolutions) run ``XLA_CONV_SCALE`` and other
+    kernels ``XLA_OTHER_SCALE`` times the lender's units, and 40 us a node; ``models``: name -> (family, units),
+    default ``APART_MODELS``."""
     rows = []
-    for name, (family, _, _) in APART_MODELS.items():
-        units = _apart_units(name)
+    models = models or {name: (family, _apart_units(name)) for name, (family, _, _) in APART_MODELS.items()}
+    for name, (family, units) in models.items():
         flops = sum(unit_flops(u) for u in units)
-        conv = [u for u in units if u.kind == "conv"]
-        other = [u for u in units if u.kind != "conv"]
+        conv = [u for u in units if u.kind in slow_kinds]
+        other = [u for u in units if u.kind not in slow_kinds]
         for batch in (4, 16):
             priced = [forward_seconds(_ThreadedRoute(1), part, batch) if part else 0.0 for part in (conv, other)]  # type: ignore[arg-type]
             seconds = 3.0 * (XLA_CONV_SCALE * priced[0] + XLA_OTHER_SCALE * priced[1]) + 40e-6 * len(units)
@@ -657,25 +658,8 @@ def test_xlas_depthwise_convolutions_take_the_convolutions_coefficient_not_the_f
         name: _conv_units(convs) + _dw_units(dws) + _units(products)
         for name, (_, convs, dws, products) in SEPARABLE_MODELS.items()
     }
-    rows = []
-    for name, (family, _, _, _) in SEPARABLE_MODELS.items():
-        units = units_of[name]
-        flops = sum(unit_flops(u) for u in units)
-        spatial = [u for u in units if u.kind in ("conv", "dwconv")]
-        other = [u for u in units if u.kind not in ("conv", "dwconv")]
-        for batch in (4, 16):
-            priced = [forward_seconds(_ThreadedRoute(1), part, batch) if part else 0.0 for part in (spatial, other)]  # type: ignore[arg-type]
-            seconds = 3.0 * (XLA_CONV_SCALE * priced[0] + XLA_OTHER_SCALE * priced[1]) + 40e-6 * len(units)
-            rows.append(make_row(
-                source="measured", target=local_target_key(), backend="keras-xla", framework="tensorflow",
-                compiler="xla", mode="training", precision="fp32", model=name, family=family, batch=batch,
-                threads=1, scenario="training", flops_per_sample=flops, activation_bytes_per_sample=0.0, params=0.0,
-                flops_by_class={"conv": flops}, ops_by_class={"conv": len(units)}, peak_gflops=50.0,
-                bandwidth_gbs=10.0, metric="ms_per_step", value=seconds * 1e3,
-            ))  # fmt: skip
-    path = tmp_path / "separable.csv"
-    write_rows(path, rows)
-    frame = read_results(path)
+    models = {name: (family, units_of[name]) for name, (family, _, _, _) in SEPARABLE_MODELS.items()}
+    frame = _xla_frame(tmp_path, models, ("conv", "dwconv"))
     sweeps = _LenderAndXla()
     apart = leave_one_family_out(frame, units=sweeps, shipped=units_of)  # type: ignore[arg-type]
     held = apart.predictions
