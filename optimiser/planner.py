@@ -293,6 +293,7 @@ class _Enumerator:
     def _framework_ok(self, fw: Framework) -> bool:
         pinned = self.spec.application.framework
         t = self.target
+        beyond = sorted({u.kind for u in self.workload.units} - set(fw.expresses)) if fw.expresses else []
         checks: list[tuple[bool, str]] = [
             (pinned in ("auto", fw.id), f"application.framework pins {pinned}"),
             (fw.install.available, _no_install(fw.status, fw.successor)),
@@ -307,6 +308,10 @@ class _Enumerator:
                 or fw.reads_onnx
                 or (self.mode == "training" and fw.trains_onnx is not None),
                 "cannot load an ONNX model file (application.model.onnx)",
+            ),
+            (
+                not beyond,
+                f"builds models of {', '.join(fw.expresses)} layers only; the model has {', '.join(beyond)} layers",
             ),
             (
                 not fw.model_files_only or self.mode != "inference" or self._brings_a_model(),

@@ -21,7 +21,7 @@ import difflib
 from enum import StrEnum
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from optimiser.errors import CatalogError
 
@@ -201,6 +201,19 @@ class Framework(Component):
     #: False if it trains in one process only: a training plan on several nodes (or GPUs) would start independent
     #: copies of the same run.
     distributed_training: bool = True
+    #: The kernel-unit kinds (``analysis.units.KINDS``) of the models it can build, where it cannot build others
+    #: (scikit-learn's MLPClassifier: dense layers, their activations and a softmax); empty: any model.
+    expresses: list[str] = Field(default_factory=list)
+
+    @field_validator("expresses")
+    @classmethod
+    def _known_kinds(cls, kinds: list[str]) -> list[str]:
+        from analysis.units import KINDS
+
+        unknown = [k for k in kinds if k not in KINDS]
+        if unknown:
+            raise ValueError(f"unknown unit kind(s) {', '.join(unknown)}; known: {', '.join(KINDS)}")
+        return kinds
 
 
 class Compiler(Component):

@@ -403,6 +403,14 @@ def test_user_catalog_overrides_fields_and_adds_entries(tmp_path: Path) -> None:
         ),
         (
             """\
+         frameworks:
+           - id: scikit-learn
+             expresses: [gemm, convolution]
+         """,
+            "frameworks.scikit-learn.expresses: Value error, unknown unit kind(s) convolution; known: conv,",
+        ),
+        (
+            """\
          libraries:
            - id: newblas
              name: New BLAS

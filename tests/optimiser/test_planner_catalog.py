@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -115,3 +116,24 @@ def test_single_process_trainers_are_not_planned_across_nodes() -> None:
         command=["python3", "serve.py"],
     )
     assert replicas.choice.route.framework == "appopt-runtime"
+
+
+def test_scikit_learn_is_offered_only_models_it_can_build() -> None:
+    """scikit-learn builds dense networks only (MLPClassifier): a MobileNet's training plan excludes it, naming the
+    layers it cannot build, where before its bare prior ranked it first; a model of dense layers and a softmax keeps
+    it."""
+    from analysis.units import Unit
+    from optimiser.workload import workload_for
+
+    spec = parse_spec(yaml.safe_dump({
+        "name": "t", "application": {"type": "training", "model": {"architecture": "mobilenet_v2"}, "batch_size": 8},
+        "target": X86_CPU,
+    }))  # fmt: skip
+    convnet = make_plan(spec)
+    assert all(c.route.framework != "scikit-learn" for c in convnet.candidates)
+    reasons = {e.reason for e in convnet.excluded if e.what.get("framework") == "scikit-learn"}
+    lacks = "the model has conv, dwconv, pool layers"
+    assert reasons == {f"builds models of gemm, eltwise, softmax, noop layers only; {lacks}"}
+    layers = (Unit("gemm", {"m": 1, "k": 64, "n": 32, "act": 1, "init_w": 1}), Unit("softmax", {"rows": 1, "cols": 8}))
+    dense = replace(workload_for(spec, load_catalog()), units=layers)
+    assert any(c.route.framework == "scikit-learn" for c in make_plan(spec, workload=dense).candidates)
