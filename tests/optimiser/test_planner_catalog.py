@@ -9,9 +9,11 @@ from typing import Any
 import pytest
 import yaml
 
+from analysis.units import Unit
 from optimiser.catalog import load_catalog
 from optimiser.planner import Plan, make_plan
 from optimiser.spec import load_spec, parse_spec
+from optimiser.workload import workload_for
 
 EXAMPLES = Path(__file__).parents[2] / "examples"
 INFERENCE_ONLY = {"tensorrt", "tvm", "openvino", "onnc"}
@@ -122,9 +124,6 @@ def test_scikit_learn_is_offered_only_models_it_can_build() -> None:
     """scikit-learn builds dense networks only (MLPClassifier): a MobileNet's training plan excludes it, naming the
     layers it cannot build, where before its bare prior ranked it first; a model of dense layers and a softmax keeps
     it."""
-    from analysis.units import Unit
-    from optimiser.workload import workload_for
-
     spec = parse_spec(yaml.safe_dump({
         "name": "t", "application": {"type": "training", "model": {"architecture": "mobilenet_v2"}, "batch_size": 8},
         "target": X86_CPU,
