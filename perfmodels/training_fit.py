@@ -56,14 +56,18 @@ NumPy gradients no inference sweep times), its steps have a third model (``TRAIN
              + m'' · 3·activation_bytes·batch / bandwidth   (mixed-precision rows only: its casts)
              + r'' · 3·activation_bytes·batch / bandwidth   (the activations kept for the backward, read again)
              + t'' · weight_tensors · 1 us
+             + k'' · 3·cast_bytes / bandwidth   (mixed-precision rows only: the low-precision kinds' operands)
 
 the forward pass in training mode and the backward pass priced unit by unit, and the optimiser update priced by its
 own sweep (``perfmodels.training_units.TrainingUnitRoute``, per precision where swept, else fp32's). The two passes
 share one coefficient: both are priced by sweeps of the same kernels, and with one each the fit put everything on
 the forward (3.0, backward 0.03), which overprices a family whose backward is light for its forward (the GRU's
-element-wise gates; docs/decisions.md, 2026-11-26, one coefficient for the priced passes). Each framework's rows are
-fitted with the most specific of the three that prices them all (``FEATURE_SETS``); the held-out evaluation also
-reports the model chosen per framework by an inner leave-one-family-out, the unbiased figure for that choice.
+element-wise gates; docs/decisions.md, 2026-11-26, one coefficient for the priced passes). A mixed-precision route
+shares its framework's fp32 coefficients and scale: its half kernels compute in fp32, so it differs by its casts
+alone (``cast_bytes``: the convolutions' and products' operands, cast down and up again; ``_scale_keys``). Each
+framework's rows are fitted with the most specific of the three that prices them all (``FEATURE_SETS``); the
+held-out evaluation also reports the model chosen per framework by an inner leave-one-family-out, the unbiased
+figure for that choice.
 
 A route measured only under load is fitted alone (``fit_group``; below
 ``ROWS_PER_COEFFICIENT`` rows per coefficient, one scale of the roofline terms). Rows measured under load
@@ -101,6 +105,7 @@ from perfmodels.training_units import (
     TrainingRouteKey,
     TrainingUnitRoute,
     UnitRouteKey,
+    cast_bytes,
     fit_training_units,
     forward_seconds,
     fused_kinds,
@@ -157,7 +162,8 @@ PASSED_BYTES_PER_ELEMENT = 4.0
 #: training mode plus the backward pass, priced unit by unit by the framework's own swept training kernels, its
 #: optimiser update priced by the optimiser sweep, ``FEATURES``' per-node term and the per-step constant, the
 #: activations' traffic (see ``train_unit_matrix``), and the weight tensors at ``TENSOR_S`` each, as
-#: ``UNIT_FEATURES``' (the optimiser sweep prices its per-tensor loop, not the gradients' zeroing and accumulation).
+#: ``UNIT_FEATURES``' (the optimiser sweep prices its per-tensor loop, not the gradients' zeroing and accumulation),
+#: and under mixed precision the operands its low-precision kinds cast (``training_units.cast_bytes``).
 TRAIN_UNIT_FEATURES = (
     "passes_units",
     "optimizer_units",
@@ -166,10 +172,12 @@ TRAIN_UNIT_FEATURES = (
     "mixed_precision_traffic",
     "activation_traffic",
     "weight_tensors",
+    "mixed_precision_casts",
 )
 #: Columns of the training units' priced parts (``priced_training``): forward, backward, optimiser seconds,
-#: whether the row trains in mixed precision (1) or not (0), and its weight tensors in seconds (``TENSOR_S`` each).
-PART_COLUMNS = 5
+#: whether the row trains in mixed precision (1) or not (0), its weight tensors in seconds (``TENSOR_S`` each), and
+#: its low-precision kinds' operands read and written forward and backward (``cast_bytes``) at the host's bandwidth.
+PART_COLUMNS = 6
 #: The columns of each feature set that grow with the batch and speed up with ``threads ** thread_exponent``. The
 #: unit-priced model's forward (both its columns, ``forward_units`` and ``apart_units``) carries its thread count's
 #: speed from the units (exponent 0), except a route that takes its own threading (``training_units.threads_own``:
@@ -317,12 +325,19 @@ def train_unit_matrix(flops_x: np.ndarray, parts: np.ndarray) -> np.ndarray:
       2026-11-26, mixed precision's casts);
     * every row: the activations a step keeps for its backward, which the rest of the pass evicts before the
       backward reads them again; the sweeps time each unit alone, its operands in cache (docs/decisions.md,
-      2026-11-27, the activations' traffic)."""
+      2026-11-27, the activations' traffic);
+
+    and under mixed precision the operands of its convolutions and products (``PART_COLUMNS``' last), which it
+    casts to half and its kernels back to fp32: a weight-heavy model casts its weights every step, which its
+    activations do not say (ResNet-50 at reduced resolution: its AMP steps 2.2-2.7x its fp32 ones, VGG's 1.5-2.0x)."""
     flops_x = np.asarray(flops_x).reshape(-1, len(FEATURES))
     parts = np.asarray(parts, dtype=float).reshape(-1, PART_COLUMNS)
     constant = np.full(len(parts), STEP_CONSTANT_S)
     passes, optimizer, mixed, activations = parts[:, 0] + parts[:, 1], parts[:, 2], parts[:, 3], flops_x[:, 3]
-    return np.c_[passes, optimizer, flops_x[:, 5], constant, activations * mixed, activations, parts[:, 4]]
+    return np.c_[
+        passes, optimizer, flops_x[:, 5], constant, activations * mixed, activations, parts[:, 4],
+        parts[:, 5] * mixed,
+    ]  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -491,8 +506,9 @@ def fit_routes(rows: pd.DataFrame, x: np.ndarray | None = None, features: str = 
     """Every route of ``rows`` at once: shared coefficients ``c`` and a scale ``s_r`` per route (the first route's is
     1), step = s_r * (x . c), minimising the rows' squared relative error. Alternates the two convex halves: the NNLS
     of ``c`` with the scales fixed, then each route's least-squares scale with ``c`` fixed (an exact zero stays
-    reachable, which a fit of log-coefficients never reaches). Routes keyed as ``_route_key``. ``x``: the rows'
-    features of the ``features`` set (default: ``FEATURES`` from the rows)."""
+    reachable, which a fit of log-coefficients never reaches). Routes keyed as ``_route_key``; a mixed-precision
+    route of the training-unit model takes its fp32 route's scale (``_scale_keys``). ``x``: the rows' features of the
+    ``features`` set (default: ``FEATURES`` from the rows)."""
     keys = _route_key(rows).to_numpy()
     routes = list(dict.fromkeys(keys))
     index = np.array([routes.index(k) for k in keys])
@@ -502,19 +518,23 @@ def fit_routes(rows: pd.DataFrame, x: np.ndarray | None = None, features: str = 
     columns = PER_SAMPLE_COLUMNS[features]
     y = rows["value"].to_numpy(dtype=float) / 1e3
     relative = _sped_up(x, _threads(rows), alphas[index], columns) / y[:, None]
-    scales = np.ones(len(routes))
+    scale_keys = _scale_keys(rows, keys, features)
+    scaled_as = list(dict.fromkeys(scale_keys))
+    group = np.array([scaled_as.index(k) for k in scale_keys])
+    scales = np.ones(len(scaled_as))
     shared = np.zeros(x.shape[1])
     for _ in range(ROUTE_FIT_ROUNDS):
-        shared = nnls(relative * scales[index][:, None], np.ones(len(y)))
+        shared = nnls(relative * scales[group][:, None], np.ones(len(y)))
         explained = relative @ shared
         previous = scales.copy()
-        for r in range(len(routes)):
-            part = explained[index == r]
+        for r in range(len(scaled_as)):
+            part = explained[group == r]
             if float(part @ part) > 0:
                 scales[r] = float(part.sum() / (part @ part))
         if np.allclose(scales, previous, rtol=1e-10, atol=0.0):
             break
     shared, scales = shared * scales[0], scales / scales[0]
+    scales = np.array([scales[group[index == r][0]] for r in range(len(routes))])
     fits = {}
     floor = roofline_floor(flops_x, _threads(rows))
     for r, key in enumerate(routes):
@@ -525,6 +545,24 @@ def fit_routes(rows: pd.DataFrame, x: np.ndarray | None = None, features: str = 
         described = replace(_describe(part, coef, float(alphas[r])), features=features)
         fits[str(key)] = replace(described, train_rmspe=error)
     return fits
+
+
+def _scale_keys(rows: pd.DataFrame, keys: np.ndarray, features: str) -> np.ndarray:
+    """The scale each row's route (``keys``, ``_route_key``) takes in ``fit_routes``: its own, except a
+    mixed-precision route of the training-unit model, which takes its framework's fp32 route's where ``rows`` hold
+    one. appopt-runtime's half kernels compute in fp32 (NumPy has no fast half GEMM), so what a mixed-precision step
+    adds is its casts, the model's ``mixed_precision_*`` columns; a scale of its own priced every pass at 2x, which
+    put VGG's steps, heavy in products and light in casts, at 1.4x (docs/decisions.md, 2026-11-29, mixed
+    precision's casts by operand)."""
+    if features != "train_units":
+        return keys
+    compilers = [_compiler(c) for c in (rows["compiler"] if "compiler" in rows else [None] * len(rows))]
+    routes = list(zip(rows["framework"].astype(str), compilers, rows["precision"].map(_precision), strict=True))
+    fp32 = {(f, c): k for (f, c, p), k in zip(routes, keys, strict=True) if p == "fp32"}
+    return np.array(
+        [fp32.get((f, c), k) if p in MIXED_PRECISIONS else k for (f, c, p), k in zip(routes, keys, strict=True)],
+        dtype=object,
+    )
 
 
 def _exponent(rows: pd.DataFrame, features: str) -> float:
@@ -731,7 +769,7 @@ def priced_training(
 ) -> np.ndarray:
     """Each row's (forward, backward, optimiser) seconds priced by its framework's training units on its target at
     its precision (``perfmodels.training_units.training_route``), NaN where they cannot be, its mixed precision
-    flag and its weight tensors (``PART_COLUMNS``)."""
+    flag, its weight tensors and its casts' traffic (``PART_COLUMNS``)."""
     out = np.full((len(rows), PART_COLUMNS), math.nan)
     if not routes or rows.empty:
         return out
@@ -741,7 +779,8 @@ def priced_training(
         units = training_units(model)
         if route is not None and units:
             parts = route.parts(units, int(row.batch), float(row.params))
-            out[i] = (*parts, mixed_precision(precision), TENSOR_S * weight_tensors(model))
+            casts = TRAINING_FLOP_FACTOR * cast_bytes(units, int(row.batch)) / (float(row.bandwidth_gbs) * 1e9)
+            out[i] = (*parts, mixed_precision(precision), TENSOR_S * weight_tensors(model), casts)
     return out
 
 
@@ -887,11 +926,13 @@ class TrainingFit:
             if trained is None:
                 return None
             priced = trained.parts(units, workload.batch_size, workload.params)
-            parts = (*priced, mixed_precision(route.precision), TENSOR_S * weight_tensors(workload.units))
+            bandwidth = self.peaks[(target, threads)][1] * 1e9
+            casts = TRAINING_FLOP_FACTOR * cast_bytes(units, workload.batch_size) / bandwidth
+            parts = (*priced, mixed_precision(route.precision), TENSOR_S * weight_tensors(workload.units), casts)
             tx = train_unit_matrix(x, np.array(parts))[0]
             if not np.isfinite(tx).all():
                 return None
-            memory = float(coef[1] * tx[1] + coef[4] * tx[4])
+            memory = float(coef[1] * tx[1] + coef[4] * tx[4] + coef[7] * tx[7])
             return group, group.seconds(tx, threads, floor), float(coef[0] * tx[0]), memory
         bandwidth = self.peaks[(target, threads)][1]
         forward = unit_priced_forward(

@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
-from analysis.units import Unit, decode_units, roofline_seconds, unfuse, unfused, unit_features
+from analysis.units import Unit, decode_units, roofline_seconds, unfuse, unfused, unit_bytes, unit_features
 from perfmodels.fit import nnls
 
 if TYPE_CHECKING:
@@ -279,6 +279,17 @@ def weight_tensors(units: Sequence[Unit]) -> float:
         else:
             total += unit.count * WEIGHT_TENSORS.get(unit.kind, 0)
     return total
+
+
+#: Unit kinds a mixed-precision step runs low (``runtime.passes.amp``'s ``LOW_PRECISION_OPS``: convolutions and
+#: products): each casts its operands down and its kernel computes them in fp32 (NumPy has no fast half GEMM).
+LOW_PRECISION_KINDS = ("conv", "dwconv", "dwpw", "gemm", "bmm")
+
+
+def cast_bytes(units: Sequence[Unit], batch: int) -> float:
+    """fp32 bytes of the operands (inputs, outputs, weights) of ``units``' low-precision kinds at ``batch``: what a
+    mixed-precision step casts, forward and backward, where its fp32 step casts nothing."""
+    return sum(unit_bytes(u, batch) for u in units if u.kind in LOW_PRECISION_KINDS)
 
 
 def kernel_units(units: Sequence[Unit]) -> list[Unit]:
