@@ -51,6 +51,8 @@ def train_bench_cmd(
             raise AppoptError(f"{option}: unknown {', '.join(unknown)}; known: {', '.join(known)}")
     if record and db is None:
         raise AppoptError("--record: needs --db PATH (the file the rows are appended to)")
+    if db is not None and not record and not side_by_side:
+        raise AppoptError(f"--db {db}: rows are appended only with --record; add it (nothing was measured)")
     try:
         require_torch()
     except SuiteUnavailable as error:

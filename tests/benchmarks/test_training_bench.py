@@ -50,6 +50,11 @@ def test_cli_refuses_unknown_names_and_record_without_db(tmp_path):
     assert result.exit_code != 0 and "--trainer: unknown tvm" in result.output
     result = runner.invoke(app, ["bench", "train", "--task", "digits_mlp", "--record"])
     assert result.exit_code != 0 and "--db" in result.output
+    # --db without --record used to measure the whole suite and write nothing
+    db = tmp_path / "rows.csv"
+    result = runner.invoke(app, ["bench", "train", "--task", "digits_mlp", "--db", str(db)])
+    assert result.exit_code != 0 and "only with --record" in result.output and "# CPU" not in result.output
+    assert len(result.output.strip().splitlines()) == 1 and not db.exists()
 
 
 @needs_torch
