@@ -16,7 +16,8 @@ whole (the anchors), on each installed backend (``perfmodels.hoststore``, ``benc
   their units' mix says. Units measured alone miss what a whole model pays (or saves) around its kernels. Where the
   anchors' own mean ratio predicts each of them (from the others) clearly better than the mix does, the route's
   factor is that mean alone (``Anchor.flat``, ``flat_beats_mix``): a compiled graph's units measured one by one
-  can change from host to host in ways its whole graphs do not.
+  can change from host to host in ways its whole graphs do not, so a graph compiler's route takes that mean too
+  where its anchors sit far from their mix (``units_miss_graphs``).
 
 A prediction on the calibrated host is the shipped one times the route's factor: the model's mix, times the anchors'
 offset where there are anchors (or the anchors' mean ratio, for a route whose mix failed them). Its basis says so:
@@ -461,9 +462,10 @@ def _anchors(
         # one (log ratio, log mix) per model, a mean over its batches
         pairs = [(float(np.mean([r for r, _ in v])), float(np.mean([x for _, x in v]))) for v in by_model.values()]
         by_mix, flat = anchor_errors(pairs)
-        use_flat = flat_beats_mix(by_mix, flat)
+        offset = float(np.mean([r - x for r, x in pairs]))
+        use_flat = flat_beats_mix(by_mix, flat) or units_miss_graphs(key, offset, len(pairs))
         anchors[key] = Anchor(
-            float(np.mean([r - x for r, x in pairs])),
+            offset,
             tuple(sorted(by_model)),
             float(np.mean([r for r, _ in pairs])),
             use_flat,
@@ -475,6 +477,26 @@ def _anchors(
 #: Anchors a route needs before its factor may be their mean ratio alone (``Anchor.flat``): each is then predicted
 #: from at least two others.
 MIN_FLAT_ANCHORS = 3
+
+
+#: How far (a factor) a graph compiler's anchors may sit from their units' mix before its factor is their level.
+#: OpenVINO's sat 1.64-2.67x off on the nine pairs of other sessions' machines (Xeon and AMD EPYC), and 1.11-1.12x in
+#: the thread-count proxy (the recording host's own units and models at another thread count).
+COMPILED_OFFSET_LIMIT = 1.5
+
+
+def units_miss_graphs(key: RouteKey, offset: float, anchors: int) -> bool:
+    """Whether a route's factor is its anchors' level (``Anchor.flat``) because its units do not measure what its
+    whole graphs run on this host: a graph compiler's route (``key``'s second field other than none) whose
+    ``anchors`` (at least ``MIN_FLAT_ANCHORS``) sit more than ``COMPILED_OFFSET_LIMIT`` from their mix (``offset``:
+    their mean log ratio less their mean log mix), whatever ``flat_beats_mix`` says. Its units are measured one
+    compiled graph each, paying a call and missing the fusions its whole models make, and how much of a unit's time
+    that is changes from host to host: on an AMD EPYC (the third pair) OpenVINO's units measured alone ran 0.9-1.6x
+    the Xeon's (their mix) while its whole anchors ran 0.34-0.60x; the offset took 0.39x off every model, and the
+    big CNNs' predictions fell to 0.27x the Xeon's, against 0.64x measured (docs/decisions.md, 2026-11-29, a
+    compiled route takes its anchors' level). Where the mix agrees with the anchors it carries what they cannot:
+    how a model's own sizes move (the thread-count proxy)."""
+    return key[1] != "none" and anchors >= MIN_FLAT_ANCHORS and abs(offset) > math.log(COMPILED_OFFSET_LIMIT)
 
 
 def flat_beats_mix(by_mix: Sequence[float], flat: Sequence[float]) -> bool:

@@ -429,3 +429,40 @@ def test_a_near_draw_or_too_few_anchors_keep_the_unit_mix() -> None:
     assert not flat_beats_mix([0.125] * 4, [0.099] * 4)
     assert flat_beats_mix([0.125] * 4, [0.07] * 4)
     assert not flat_beats_mix([0.5, 0.5], [0.0, 0.0])  # two anchors: each predicted by one other
+
+
+@pytest.mark.parametrize(
+    ("compiler", "level", "flat"), [("none", 0.5, False), ("openvino", 0.5, True), ("openvino", 1.0, False)]
+)
+def test_a_graph_compilers_route_takes_its_anchors_level_where_they_sit_far_from_its_units(
+    compiler: str, level: float, flat: bool
+) -> None:
+    """Four anchors at ``level`` times their source times, about as spread around it as around their unit mix (a
+    near draw), the units as on the source. An eager route keeps its mix. A graph compiler's whose anchors sit 2x
+    off their mix takes their level: its units are measured one compiled graph each, and how that differs from its
+    whole models changes from host to host (OpenVINO on an AMD EPYC: its units 0.9-1.6x the Xeon's, its whole
+    models 0.34-0.60x). Where its anchors agree with its mix, it keeps the mix."""
+    from analysis.units import encode_units
+    from perfmodels.calibration import calibration_from
+    from perfmodels.results_db import to_frame
+    from tests.analysis.test_units import TARGET, sampled_gemms
+
+    here, there = [], []
+    for i, spread in enumerate((1.0, 1.25, 0.8, 1.1)):
+        units = encode_units(sampled_gemms(2, seed=40 + i))
+        here.append(_whole(f"m{i}", "here-2c", level * spread, units))
+        there.append(_whole(f"m{i}", TARGET, 1.0, units))
+    shipped_units, store = _shipped_and_store(1.0, extra=here)
+    if compiler != "none":  # the same rows, measured through a graph compiler
+        from perfmodels.results_db import frame_rows
+        from perfmodels.unitfit import fit_units
+        from tests.analysis.test_units import noop_rows, sweep_row, true_seconds
+
+        rows = noop_rows() + [sweep_row(u, true_seconds(u, 0.5)) for u in sampled_gemms(40)]
+        shipped_units = fit_units(to_frame([{**r, "compiler": compiler} for r in rows]))
+        store = to_frame([{**r, "compiler": compiler} for r in frame_rows(store)])
+        there = [{**r, "compiler": compiler} for r in there]
+    cal = calibration_from(store, shipped_units, TARGET, "here-2c", shipped_rows=lambda: to_frame(there))  # type: ignore[arg-type]
+    key = ("fw", compiler, "NCHW", "fp32")
+    assert cal is not None and len(cal.anchors[key].models) == 4
+    assert cal.anchors[key].flat is flat
