@@ -10,7 +10,8 @@ non-negative sum of costs, each a feature in seconds on the measuring host times
            + c · 3·depthwise_flops·8·batch / bandwidth   (depthwise convolutions: a 4-byte read and write per FLOP)
            + d · 3·activation_bytes·batch / bandwidth   (written forward, read and written backward)
            + e · 24·params / bandwidth          (optimiser traffic: weight r/w, gradient r, momentum r/w, gradient w)
-           + f · kernel_nodes                   (per-node dispatch of every node but shape bookkeeping (``other``))
+           + f · kernel_nodes                   (per-node dispatch of every node but shape bookkeeping (``other``),
+                                                 and but element-wise ones on a compiled route: ``kernel_nodes``)
 
 and never below the convolution and matrix FLOPs at the host's peak (a roofline floor for extrapolating).
 ``core_peak`` is the host's GEMM GFLOP/s at the row's thread count divided by the threads. The four per-sample
@@ -195,6 +196,8 @@ FEATURE_SETS = ("train_units", "units", "flops")
 #: Op classes whose FLOPs run as matrix products; the op class of shape bookkeeping nodes (no kernel of their own).
 MATMUL_CLASSES = ("gemm", "gemv")
 BOOKKEEPING_CLASS = "other"
+#: The op class of element-wise nodes, which a graph compiler fuses (``kernel_nodes``).
+ELEMENTWISE_CLASS = "elementwise"
 #: Rows needed per coefficient before the full model is fitted; with fewer, one shared scale of the roofline sum.
 ROWS_PER_COEFFICIENT = 2
 #: A compiled route fits coefficients of its own (its compiler fuses and emits kernels of its own: inductor fuses a
@@ -223,15 +226,17 @@ def feature_row(
     flops_by_class: Mapping[str, float] | None = None,
     ops_by_class: Mapping[str, float] | None = None,
     threads: int = 1,
+    compiler: str = "none",
 ) -> np.ndarray:
     """The step's features in seconds on a host of ``peak_gflops`` (at ``threads``) and ``gbs`` (``FEATURES``
-    order); compute at one core's share of the peak."""
+    order); compute at one core's share of the peak; the nodes a route of ``compiler`` dispatches
+    (``kernel_nodes``)."""
     core_peak, bandwidth = peak_gflops * 1e9 / max(int(threads), 1), gbs * 1e9
     flops_sums, ops_sums = _sums(flops_by_class or {}), _sums(ops_by_class or {})
     matmul = flops_sums.matmul if flops_sums.given else flops
     columns = _feature_columns(
-        flops_sums.conv, matmul, flops_sums.depthwise, activation_bytes, params, ops_sums.nodes, batch, core_peak,
-        bandwidth,
+        flops_sums.conv, matmul, flops_sums.depthwise, activation_bytes, params, kernel_nodes(ops_sums, compiler),
+        batch, core_peak, bandwidth,
     )  # fmt: skip
     return np.array(columns)
 
@@ -419,7 +424,8 @@ def _matrix(rows: pd.DataFrame) -> np.ndarray:
     conv = np.array([c.conv for c in by_flops])
     matmul = np.array([c.matmul if c.given else f for c, f in zip(by_flops, flops, strict=True)])
     depthwise = np.array([c.depthwise for c in by_flops])
-    nodes = np.array([c.nodes for c in by_ops])
+    compilers = [_compiler(c) for c in (rows["compiler"] if "compiler" in rows else [None] * n)]
+    nodes = np.array([kernel_nodes(c, compiler) for c, compiler in zip(by_ops, compilers, strict=True)])
     activation_bytes = rows["activation_bytes_per_sample"].to_numpy(dtype=float)
     params = rows["params"].to_numpy(dtype=float)
     return np.column_stack(
@@ -436,6 +442,7 @@ class _Classes:
     matmul: float
     depthwise: float
     nodes: float
+    elementwise: float = 0.0
 
 
 @functools.lru_cache(maxsize=4096)
@@ -455,7 +462,17 @@ def _sums(by: Mapping[str, float]) -> _Classes:
         matmul=sum(float(by.get(k, 0.0)) for k in MATMUL_CLASSES),
         depthwise=float(by.get("conv_dw", 0.0)),
         nodes=sum(float(v) for k, v in by.items() if k != BOOKKEEPING_CLASS),
+        elementwise=float(by.get(ELEMENTWISE_CLASS, 0.0)),
     )
+
+
+def kernel_nodes(classes: _Classes, compiler: str) -> float:
+    """The nodes a step dispatches one by one (``FEATURES``' ``kernel_nodes``): every node but shape bookkeeping,
+    less the element-wise ones a graph compiler fuses into its kernels (``compiler`` other than none; the unit
+    kinds it fuses, ``training_units.fused_kinds``, are priced at none too). A GRU's gates are 188 element-wise
+    nodes of its 285: counted for torch.compile, the per-node term priced its held-out GRU at 1.3-2.2x its steps
+    (docs/decisions.md, 2026-11-29, a compiled step dispatches no element-wise node)."""
+    return classes.nodes - (classes.elementwise if fused_kinds(compiler) else 0.0)
 
 
 @dataclass(frozen=True)
@@ -886,6 +903,7 @@ class TrainingFit:
             workload.flops_by_class,
             workload.ops_by_class,
             n,
+            route.compiler,
         )
         step = group.seconds(x, n)
         coef, how = np.asarray(group.coef), ""
@@ -1055,6 +1073,7 @@ class TrainingFit:
             x = feature_row(
                 workload.flops_per_sample, workload.activation_bytes_per_sample, workload.params, workload.batch_size,
                 host.peak_gflops, host.bandwidth_gbs, workload.flops_by_class, workload.ops_by_class, host.threads,
+                route.compiler,
             )  # fmt: skip
             factor = used.seconds(x, host.threads) / fitted.step_seconds
             how = f"x{factor:.3g}: its coefficients at the GEMM peak and bandwidth measured here"
@@ -1086,7 +1105,7 @@ class TrainingFit:
         peak, bandwidth = self.peaks[(target, threads)]
         x = feature_row(
             workload.flops_per_sample, workload.activation_bytes_per_sample, workload.params, workload.batch_size,
-            peak, bandwidth, workload.flops_by_class, workload.ops_by_class, threads,
+            peak, bandwidth, workload.flops_by_class, workload.ops_by_class, threads, route.compiler,
         )  # fmt: skip
         priced = self._unit_priced(workload, route, target, threads, x)
         return None if priced is None else priced[0]
