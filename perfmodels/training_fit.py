@@ -85,7 +85,7 @@ import functools
 import json
 import math
 import weakref
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
@@ -796,9 +796,16 @@ def priced_training(
         units = training_units(model)
         if route is not None and units:
             parts = route.parts(units, int(row.batch), float(row.params))
-            casts = TRAINING_FLOP_FACTOR * cast_bytes(units, int(row.batch)) / (float(row.bandwidth_gbs) * 1e9)
+            casts = cast_seconds(units, int(row.batch), float(row.bandwidth_gbs))
             out[i] = (*parts, mixed_precision(precision), TENSOR_S * weight_tensors(model), casts)
     return out
+
+
+def cast_seconds(units: Sequence[Unit], batch: int, bandwidth_gbs: float) -> float:
+    """The casts' traffic of a mixed-precision step of ``batch`` through ``units`` at ``bandwidth_gbs`` (the
+    training-unit model's ``mixed_precision_casts``): their low-precision operands (``cast_bytes``), forward and
+    backward."""
+    return TRAINING_FLOP_FACTOR * cast_bytes(units, batch) / (bandwidth_gbs * 1e9)
 
 
 @dataclass
@@ -944,8 +951,7 @@ class TrainingFit:
             if trained is None:
                 return None
             priced = trained.parts(units, workload.batch_size, workload.params)
-            bandwidth = self.peaks[(target, threads)][1] * 1e9
-            casts = TRAINING_FLOP_FACTOR * cast_bytes(units, workload.batch_size) / bandwidth
+            casts = cast_seconds(units, workload.batch_size, self.peaks[(target, threads)][1])
             parts = (*priced, mixed_precision(route.precision), TENSOR_S * weight_tensors(workload.units), casts)
             tx = train_unit_matrix(x, np.array(parts))[0]
             if not np.isfinite(tx).all():

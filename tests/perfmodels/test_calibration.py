@@ -199,27 +199,34 @@ def test_no_op_chains_calibrate_the_per_call_cost() -> None:
 
 
 def _shipped_and_store(
-    here_ratio: float, threads_here: int = 1, extra: list[dict[str, object]] | None = None
+    here_ratio: float, threads_here: int = 1, extra: list[dict[str, object]] | None = None, compiler: str = "none"
 ) -> tuple[object, object]:
     """Shipped unit models of 40 gemms (efficiency 0.5) on TARGET at 1 thread, and a store on ``here-2c`` whose
-    calibration units (8 gemms and the no-op chains) ran ``here_ratio`` times as long, at ``threads_here``."""
+    calibration units (8 gemms and the no-op chains) ran ``here_ratio`` times as long, at ``threads_here``; all
+    measured through ``compiler``."""
     from perfmodels.results_db import to_frame
     from perfmodels.unitfit import fit_units
     from tests.analysis.test_units import noop_rows, sampled_gemms, sweep_row, true_seconds
 
-    shipped = fit_units(to_frame(noop_rows() + [sweep_row(u, true_seconds(u, 0.5)) for u in sampled_gemms(40)]))
+    def through(rows: list[dict[str, object]]) -> list[dict[str, object]]:
+        return [{**r, "compiler": compiler} for r in rows]
+
+    shipped_rows = noop_rows() + [sweep_row(u, true_seconds(u, 0.5)) for u in sampled_gemms(40)]
+    shipped = fit_units(to_frame(through(shipped_rows)))
     rows = noop_rows() + [sweep_row(u, true_seconds(u, 0.5)) for u in sampled_gemms(8, seed=7)]
     here = []
-    for row in rows:
+    for row in through(rows):
         here.append({**row, "target": "here-2c", "threads": threads_here, "median_ms": row["median_ms"] * here_ratio})
     return shipped, to_frame(here + (extra or []))
 
 
-def _whole(model: str, target: str, ms: float, units: str, threads: int = 1) -> dict[str, object]:
+def _whole(
+    model: str, target: str, ms: float, units: str, threads: int = 1, compiler: str = "none"
+) -> dict[str, object]:
     from perfmodels.results_db import make_row
 
     return make_row(
-        source="measured", target=target, backend="fw", framework="fw", compiler="none", layout="NCHW",
+        source="measured", target=target, backend="fw", framework="fw", compiler=compiler, layout="NCHW",
         threads=threads, precision="fp32", mode="inference", model=model, family="f", batch=1,
         scenario="SingleStream", metric="latency", value=1.0, median_ms=ms, units=units,
     )
@@ -450,18 +457,9 @@ def test_a_graph_compilers_route_takes_its_anchors_level_where_they_sit_far_from
     here, there = [], []
     for i, spread in enumerate((1.0, 1.25, 0.8, 1.1)):
         units = encode_units(sampled_gemms(2, seed=40 + i))
-        here.append(_whole(f"m{i}", "here-2c", level * spread, units))
-        there.append(_whole(f"m{i}", TARGET, 1.0, units))
-    shipped_units, store = _shipped_and_store(1.0, extra=here)
-    if compiler != "none":  # the same rows, measured through a graph compiler
-        from perfmodels.results_db import frame_rows
-        from perfmodels.unitfit import fit_units
-        from tests.analysis.test_units import noop_rows, sweep_row, true_seconds
-
-        rows = noop_rows() + [sweep_row(u, true_seconds(u, 0.5)) for u in sampled_gemms(40)]
-        shipped_units = fit_units(to_frame([{**r, "compiler": compiler} for r in rows]))
-        store = to_frame([{**r, "compiler": compiler} for r in frame_rows(store)])
-        there = [{**r, "compiler": compiler} for r in there]
+        here.append(_whole(f"m{i}", "here-2c", level * spread, units, compiler=compiler))
+        there.append(_whole(f"m{i}", TARGET, 1.0, units, compiler=compiler))
+    shipped_units, store = _shipped_and_store(1.0, extra=here, compiler=compiler)
     cal = calibration_from(store, shipped_units, TARGET, "here-2c", shipped_rows=lambda: to_frame(there))  # type: ignore[arg-type]
     key = ("fw", compiler, "NCHW", "fp32")
     assert cal is not None and len(cal.anchors[key].models) == 4

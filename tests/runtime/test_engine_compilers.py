@@ -33,7 +33,7 @@ def _needs(engine: str) -> None:
     except ModuleNotFoundError:  # a dotted name whose package is absent
         found = False
     if not found:
-        pytest.skip("extra not installed")
+        pytest.skip(f"{engine}: extra not installed (no {module} module)")
 
 
 def _reference(x: np.ndarray) -> np.ndarray:

@@ -72,7 +72,7 @@ def test_a_compiler_route_image_compiles_in_the_build_stage_and_runs_the_model(
         compiler: str, module: str, artefact: str, debian_image: str, cache_dir: Path, tmp_path: Path,
         appopt: Callable[..., Result]) -> None:
     if not _installed(module):
-        pytest.skip("extra not installed")
+        pytest.skip(f"{compiler}: extra not installed (no {module} module on the host to compile with)")
     tuned = compiler == "tvm-tuned"
     engine = "tvm" if tuned else compiler
     spec = COMPILER_ROUTE_SPEC.format(compiler=compiler)
